@@ -1,0 +1,141 @@
+package protocol
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// SendRequest body (CmdSend):
+//
+//	+--------+-------+---------------------------------------+
+//	| epoch  | count | count × (message len u32 | message)    |
+//	|  u64   |  u32  |                                       |
+//	+--------+-------+---------------------------------------+
+//
+// epoch is the group epoch the sender believes current; 0 skips the check.
+// Each message is an encoded Message (see message.go), stored as sent.
+//
+// SendResponse body: count u32 | count × status u16, one per message in
+// request order. A request-level failure is a non-OK frame status instead.
+
+// SendRequest is a decoded send request. Messages alias the request body.
+type SendRequest struct {
+	Epoch    uint64
+	Messages [][]byte
+}
+
+// AppendSendRequest appends the body of a send request carrying msgs, each
+// an encoded message.
+func AppendSendRequest(dst []byte, epoch uint64, msgs [][]byte) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, epoch)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(msgs)))
+	for _, m := range msgs {
+		dst = binary.BigEndian.AppendUint32(dst, uint32(len(m)))
+		dst = append(dst, m...)
+	}
+	return dst
+}
+
+// SendBatch builds a send request body one message at a time, encoding each
+// message straight into the body.
+type SendBatch struct {
+	buf   []byte
+	count int
+}
+
+// Reset empties the batch for reuse and sets its epoch.
+func (b *SendBatch) Reset(epoch uint64) {
+	b.buf = binary.BigEndian.AppendUint64(b.buf[:0], epoch)
+	b.buf = append(b.buf, 0, 0, 0, 0)
+	b.count = 0
+}
+
+// Add encodes m into the batch.
+func (b *SendBatch) Add(m *Message, limits Limits) error {
+	if len(b.buf) < 12 {
+		b.Reset(0)
+	}
+	at := len(b.buf)
+	b.buf = append(b.buf, 0, 0, 0, 0)
+	out, err := AppendMessage(b.buf, m, limits)
+	if err != nil {
+		b.buf = b.buf[:at]
+		return err
+	}
+	binary.BigEndian.PutUint32(out[at:], uint32(len(out)-at-4))
+	b.buf = out
+	b.count++
+	return nil
+}
+
+// AddEncoded appends an already encoded message.
+func (b *SendBatch) AddEncoded(msg []byte) {
+	if len(b.buf) < 12 {
+		b.Reset(0)
+	}
+	b.buf = binary.BigEndian.AppendUint32(b.buf, uint32(len(msg)))
+	b.buf = append(b.buf, msg...)
+	b.count++
+}
+
+// Len returns the number of messages in the batch.
+func (b *SendBatch) Len() int { return b.count }
+
+// Size returns the body size so far.
+func (b *SendBatch) Size() int { return len(b.buf) }
+
+// Bytes returns the request body. It aliases the batch's buffer.
+func (b *SendBatch) Bytes() []byte {
+	if len(b.buf) < 12 {
+		b.Reset(0)
+	}
+	binary.BigEndian.PutUint32(b.buf[8:12], uint32(b.count))
+	return b.buf
+}
+
+// DecodeSendRequest splits a send request body. Messages alias body; they
+// are not parsed (servers parse each with ParseMessage).
+func DecodeSendRequest(body []byte) (SendRequest, error) {
+	r := reader{b: body}
+	req := SendRequest{Epoch: r.u64()}
+	n := r.u32()
+	if r.err == nil && uint64(n)*4 > uint64(len(body)) {
+		return SendRequest{}, fmt.Errorf("%w: send request claims %d messages in %d bytes", ErrTruncated, n, len(body))
+	}
+	if r.err == nil {
+		req.Messages = make([][]byte, 0, n)
+	}
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		req.Messages = append(req.Messages, r.bytes32())
+	}
+	if err := r.done(); err != nil {
+		return SendRequest{}, fmt.Errorf("%w: send request", err)
+	}
+	return req, nil
+}
+
+// AppendSendResponse appends a send response body.
+func AppendSendResponse(dst []byte, statuses []Status) []byte {
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(statuses)))
+	for _, s := range statuses {
+		dst = binary.BigEndian.AppendUint16(dst, uint16(s))
+	}
+	return dst
+}
+
+// DecodeSendResponse decodes a send response body.
+func DecodeSendResponse(body []byte) ([]Status, error) {
+	r := reader{b: body}
+	n := r.u32()
+	if r.err == nil && uint64(n)*2 != uint64(len(body)-4) {
+		return nil, fmt.Errorf("%w: send response claims %d statuses in %d bytes", ErrTruncated, n, len(body))
+	}
+	out := make([]Status, 0, n)
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		out = append(out, Status(r.u16()))
+	}
+	if err := r.done(); err != nil {
+		return nil, fmt.Errorf("%w: send response", err)
+	}
+	return out, nil
+}
