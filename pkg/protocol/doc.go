@@ -9,11 +9,11 @@
 //
 // Every frame is an 18-byte header and a body (all integers big-endian):
 //
-//	 0       2       3       4       6                       14              18
-//	 +-------+-------+-------+-------+-----------------------+---------------+
-//	 | magic |version| flags | code  |      request id       |  body length  |
-//	 |  u16  |  u8   |  u8   |  u16  |          u64          |      u32      |
-//	 +-------+-------+-------+-------+-----------------------+---------------+
+//	0       2       3       4       6                       14              18
+//	+-------+-------+-------+-------+-----------------------+---------------+
+//	| magic |version| flags | code  |      request id       |  body length  |
+//	|  u16  |  u8   |  u8   |  u16  |          u64          |      u32      |
+//	+-------+-------+-------+-------+-----------------------+---------------+
 //
 // magic is 0x514D ("QM"), version is 1. flags bit0 marks a response, bit1 a
 // one-way request. In a request code is a Command; in a response it is a
@@ -30,15 +30,15 @@
 // A message is encoded once, by its producer, and stored and served as those
 // same bytes; its CRC-32C is checked on receive and on every read-back:
 //
-//	 0        4     5       6          8                16                24
-//	 +--------+-----+-------+----------+----------------+-----------------+
-//	 | crc32c | ver | flags | attempts |  created (ms)  | deliver at (ms) |
-//	 |  u32   | u8  |  u8   |   u16    |      i64       |       i64       |
-//	 +--------+-----+-------+----------+----------------+-----------------+
-//	 24: subject len u8 | subject | id len u8 | id
-//	     tag count u8   | tag count × (tag len u8 | tag)
-//	     prop count u16 | prop count × (key len u16 | key | value len u32 | value)
-//	     body len u32   | body
+//	0        4     5       6          8                16                24
+//	+--------+-----+-------+----------+----------------+-----------------+
+//	| crc32c | ver | flags | attempts |  created (ms)  | deliver at (ms) |
+//	|  u32   | u8  |  u8   |   u16    |      i64       |       i64       |
+//	+--------+-----+-------+----------+----------------+-----------------+
+//	24: subject len u8 | subject | id len u8 | id
+//	    tag count u8   | tag count × (tag len u8 | tag)
+//	    prop count u16 | prop count × (key len u16 | key | value len u32 | value)
+//	    body len u32   | body
 //
 // ParseMessage returns a View that points into the bytes without copying;
 // DecodeMessage copies into a Message. Limits (DefaultLimits: body ≤ 4 MiB,

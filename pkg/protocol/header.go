@@ -7,12 +7,12 @@ import (
 
 // Frame header layout (big-endian), HeaderSize = 18 bytes:
 //
-//	 0       2       3       4       6                       14              18
-//	 +-------+-------+-------+-------+-----------------------+---------------+
-//	 | magic |version| flags | code  |      request id       |  body length  |
-//	 |  u16  |  u8   |  u8   |  u16  |          u64          |      u32      |
-//	 +-------+-------+-------+-------+-----------------------+---------------+
-//	 followed by body length bytes of body.
+//	0       2       3       4       6                       14              18
+//	+-------+-------+-------+-------+-----------------------+---------------+
+//	| magic |version| flags | code  |      request id       |  body length  |
+//	|  u16  |  u8   |  u8   |  u16  |          u64          |      u32      |
+//	+-------+-------+-------+-------+-----------------------+---------------+
+//	followed by body length bytes of body.
 //
 // magic is 0x514D ("QM"). code is a Command in requests and a Status in
 // responses. The request id is chosen by the client and echoed in the

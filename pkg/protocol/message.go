@@ -10,15 +10,15 @@ import (
 // Message encoding (big-endian). The producer encodes a message once; brokers
 // store and serve exactly these bytes, and every reader checks the CRC.
 //
-//	 0        4     5       6          8                16                24
-//	 +--------+-----+-------+----------+----------------+-----------------+
-//	 | crc32c | ver | flags | attempts |  created (ms)  | deliver at (ms) |
-//	 |  u32   | u8  |  u8   |   u16    |      i64       |       i64       |
-//	 +--------+-----+-------+----------+----------------+-----------------+
-//	 24: subject len u8 | subject | id len u8 | id
-//	     tag count u8   | tag count × (tag len u8 | tag)
-//	     prop count u16 | prop count × (key len u16 | key | value len u32 | value)
-//	     body len u32   | body
+//	0        4     5       6          8                16                24
+//	+--------+-----+-------+----------+----------------+-----------------+
+//	| crc32c | ver | flags | attempts |  created (ms)  | deliver at (ms) |
+//	|  u32   | u8  |  u8   |   u16    |      i64       |       i64       |
+//	+--------+-----+-------+----------+----------------+-----------------+
+//	24: subject len u8 | subject | id len u8 | id
+//	    tag count u8   | tag count × (tag len u8 | tag)
+//	    prop count u16 | prop count × (key len u16 | key | value len u32 | value)
+//	    body len u32   | body
 //
 // crc32c is CRC-32C (Castagnoli) over every byte after it. ver is
 // MessageVersion. created and deliver at are Unix milliseconds; deliver at 0
