@@ -1,0 +1,98 @@
+// Command qmqbench runs the benchmark suites behind scripts/bench.sh. Each
+// suite lives in its own file and registers itself in init with register.
+// A suite measures QMQ-Go and, where the issue names one, its peer or the
+// machine's limit in the same run, and prints one line per figure:
+//
+//	metric <name> <value> <unit>
+//
+// Usage: qmqbench [-dir DIR] [-peers DIR] SUITE...
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+)
+
+// Env is what a suite gets: a scratch directory it owns, the folder where
+// peer binaries were built (scripts/peers/bin), and Metric for its output.
+type Env struct {
+	// Dir is an empty scratch directory on the machine's disk, removed after
+	// the suite unless -keep is set.
+	Dir string
+	// PeersBin holds peer binaries (nsqd, nats-server, …) built by
+	// scripts/peers/build.sh; empty when not built.
+	PeersBin string
+}
+
+// Metric prints one figure in the format scripts/bench.sh promises.
+func (e *Env) Metric(name string, value float64, unit string) {
+	if value >= 1000 || value == float64(int64(value)) {
+		fmt.Printf("metric %s %.0f %s\n", name, value, unit)
+		return
+	}
+	fmt.Printf("metric %s %.3f %s\n", name, value, unit)
+}
+
+// Logf prints a progress note to stderr.
+func (e *Env) Logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "# "+format+"\n", args...)
+}
+
+type suite struct {
+	name string
+	run  func(*Env) error
+}
+
+var suites = map[string]suite{}
+
+// register adds a suite; it panics on a duplicate name.
+func register(name string, run func(*Env) error) {
+	if _, dup := suites[name]; dup {
+		panic("qmqbench: duplicate suite " + name)
+	}
+	suites[name] = suite{name: name, run: run}
+}
+
+func main() {
+	dir := flag.String("dir", "", "scratch directory root (default: a new temporary directory)")
+	peers := flag.String("peers", "", "directory of peer binaries")
+	keep := flag.Bool("keep", false, "keep the scratch directory")
+	flag.Parse()
+	if flag.NArg() == 0 {
+		fmt.Fprintf(os.Stderr, "usage: qmqbench SUITE...\nsuites: %s\n", strings.Join(names(), " "))
+		os.Exit(2)
+	}
+	for _, name := range flag.Args() {
+		s, ok := suites[name]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "qmqbench: unknown suite %q (have: %s)\n", name, strings.Join(names(), " "))
+			os.Exit(2)
+		}
+		scratch, err := os.MkdirTemp(*dir, "qmqbench-"+name+"-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "qmqbench:", err)
+			os.Exit(1)
+		}
+		env := &Env{Dir: scratch, PeersBin: *peers}
+		err = s.run(env)
+		if !*keep {
+			os.RemoveAll(scratch)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "qmqbench: suite %s: %v\n", name, err)
+			os.Exit(1)
+		}
+	}
+}
+
+func names() []string {
+	out := make([]string, 0, len(suites))
+	for n := range suites {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
