@@ -1,0 +1,409 @@
+package protocol
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+)
+
+// Meta server bodies: broker registration (CmdRegister), route lookups
+// (CmdLookup) and consumer heartbeats (CmdClientHeartbeat). All integers are
+// big-endian; s8 is a u8 length and that many bytes, s16 a u16 length and
+// that many bytes (subjects are s16 because system subjects can pass 255
+// bytes).
+//
+// RegisterRequest (broker → meta server, every heartbeat interval):
+//
+//	flags u8 | kind u8 | role u8 | state u8 | group s8 | broker id s8 |
+//	address s8 | lease id i64 | in/s u32 | out/s u32 | subjects u32 |
+//	stored bytes u64
+//
+// flags bit0 (RegisterLeaving) removes the registration at once (a clean
+// shutdown). lease id is the one the last response returned (0 the first
+// time); any meta server can keep it alive. state is what the broker reports
+// of itself: GroupReadWrite, or GroupReadonly when it wants no new messages
+// (a lagging slave, a full disk).
+//
+// RegisterResponse:
+//
+//	lease id i64 | ttl ms u32 | version u64
+//
+// LookupRequest (client → meta server):
+//
+//	client type u8 | subject s16 | group s8 | client id s8
+//
+// LookupResponse:
+//
+//	version u64 | timestamp ms i64 | flags u8 | count u16 |
+//	count × (group s8 | kind u8 | state u8 | master s8 | slave s8)
+//
+// version is the etcd revision the meta server's view was at; clients keep
+// the response with the highest version and ignore older ones. flags bit0
+// (LookupConsumerOffline) says an admin took this consumer offline. Each
+// group's state is the one this client type must respect: a group marked
+// readonly for the subject shows GroupReadonly.
+//
+// ClientHeartbeatRequest (consumer → meta server):
+//
+//	flags u8 | client type u8 | subject s16 | group s8 | client id s8 |
+//	lease id i64
+//
+// flags bit0 (ClientLeaving) unregisters the consumer.
+//
+// ClientHeartbeatResponse:
+//
+//	lease id i64 | ttl ms u32 | flags u8
+//
+// flags bit0 (LookupConsumerOffline): an admin took the consumer offline.
+
+// ClientType says who asks the meta server for a route.
+type ClientType uint8
+
+const (
+	// ClientProducer sends realtime messages.
+	ClientProducer ClientType = 1
+	// ClientConsumer pulls messages.
+	ClientConsumer ClientType = 2
+	// ClientDelayProducer sends delayed messages (routed to delay groups).
+	ClientDelayProducer ClientType = 3
+)
+
+// String returns "producer", "consumer" or "delay-producer".
+func (c ClientType) String() string {
+	switch c {
+	case ClientProducer:
+		return "producer"
+	case ClientConsumer:
+		return "consumer"
+	case ClientDelayProducer:
+		return "delay-producer"
+	}
+	return fmt.Sprintf("client-type(%d)", uint8(c))
+}
+
+// BrokerKind says what a broker group stores.
+type BrokerKind uint8
+
+const (
+	// KindRealtime groups store and serve realtime messages.
+	KindRealtime BrokerKind = 1
+	// KindDelay groups hold delayed messages until they are due.
+	KindDelay BrokerKind = 2
+)
+
+// String returns "realtime" or "delay".
+func (k BrokerKind) String() string {
+	switch k {
+	case KindRealtime:
+		return "realtime"
+	case KindDelay:
+		return "delay"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// BrokerRole is a broker's role in its group.
+type BrokerRole uint8
+
+const (
+	// RoleMaster takes writes and serves pulls.
+	RoleMaster BrokerRole = 1
+	// RoleSlave replicates the master.
+	RoleSlave BrokerRole = 2
+)
+
+// String returns "master" or "slave".
+func (r BrokerRole) String() string {
+	switch r {
+	case RoleMaster:
+		return "master"
+	case RoleSlave:
+		return "slave"
+	}
+	return fmt.Sprintf("role(%d)", uint8(r))
+}
+
+// GroupState is a broker group's state as clients must respect it.
+type GroupState uint8
+
+const (
+	// GroupReadWrite takes new messages and serves pulls.
+	GroupReadWrite GroupState = 1
+	// GroupReadonly serves pulls but takes no new messages (marked by an
+	// admin, or reported by the broker itself).
+	GroupReadonly GroupState = 2
+	// GroupUnavailable has no live master.
+	GroupUnavailable GroupState = 3
+)
+
+// String returns "rw", "readonly" or "unavailable".
+func (s GroupState) String() string {
+	switch s {
+	case GroupReadWrite:
+		return "rw"
+	case GroupReadonly:
+		return "readonly"
+	case GroupUnavailable:
+		return "unavailable"
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// Writable reports whether producers may send to a group in state s.
+func (s GroupState) Writable() bool { return s == GroupReadWrite }
+
+// Readable reports whether consumers may pull from a group in state s.
+func (s GroupState) Readable() bool { return s == GroupReadWrite || s == GroupReadonly }
+
+// Flags of meta bodies.
+const (
+	// RegisterLeaving in RegisterRequest.Flags removes the registration.
+	RegisterLeaving uint8 = 1 << 0
+	// ClientLeaving in ClientHeartbeatRequest.Flags unregisters the consumer.
+	ClientLeaving uint8 = 1 << 0
+	// LookupConsumerOffline in LookupResponse.Flags and
+	// ClientHeartbeatResponse.Flags: an admin took the consumer offline.
+	LookupConsumerOffline uint8 = 1 << 0
+)
+
+// BrokerLoad is what a broker reports of its load with every heartbeat.
+type BrokerLoad struct {
+	InPerSec    uint32 // messages stored per second, recent average
+	OutPerSec   uint32 // messages delivered per second, recent average
+	Subjects    uint32 // subjects the broker holds
+	StoredBytes uint64 // bytes of message log on disk
+}
+
+// RegisterRequest registers a broker or heartbeats it.
+type RegisterRequest struct {
+	Flags    uint8
+	Kind     BrokerKind
+	Role     BrokerRole
+	State    GroupState
+	Group    string
+	BrokerID string
+	Address  string
+	LeaseID  int64
+	Load     BrokerLoad
+}
+
+// AppendRegisterRequest appends the body of r.
+func AppendRegisterRequest(dst []byte, r *RegisterRequest) []byte {
+	dst = append(dst, r.Flags, uint8(r.Kind), uint8(r.Role), uint8(r.State))
+	dst = appendString8(dst, r.Group)
+	dst = appendString8(dst, r.BrokerID)
+	dst = appendString8(dst, r.Address)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(r.LeaseID))
+	dst = binary.BigEndian.AppendUint32(dst, r.Load.InPerSec)
+	dst = binary.BigEndian.AppendUint32(dst, r.Load.OutPerSec)
+	dst = binary.BigEndian.AppendUint32(dst, r.Load.Subjects)
+	return binary.BigEndian.AppendUint64(dst, r.Load.StoredBytes)
+}
+
+// DecodeRegisterRequest decodes a register request body.
+func DecodeRegisterRequest(body []byte) (RegisterRequest, error) {
+	r := reader{b: body}
+	q := RegisterRequest{Flags: r.u8(), Kind: BrokerKind(r.u8()), Role: BrokerRole(r.u8()), State: GroupState(r.u8())}
+	q.Group = r.string8()
+	q.BrokerID = r.string8()
+	q.Address = r.string8()
+	q.LeaseID = int64(r.u64())
+	q.Load = BrokerLoad{InPerSec: r.u32(), OutPerSec: r.u32(), Subjects: r.u32(), StoredBytes: r.u64()}
+	if err := r.done(); err != nil {
+		return RegisterRequest{}, fmt.Errorf("%w: register request", err)
+	}
+	return q, nil
+}
+
+// RegisterResponse tells a broker the lease its registration lives on.
+type RegisterResponse struct {
+	LeaseID int64
+	TTL     time.Duration
+	Version uint64
+}
+
+// AppendRegisterResponse appends the body of r.
+func AppendRegisterResponse(dst []byte, r *RegisterResponse) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, uint64(r.LeaseID))
+	dst = binary.BigEndian.AppendUint32(dst, durationMillis(r.TTL))
+	return binary.BigEndian.AppendUint64(dst, r.Version)
+}
+
+// DecodeRegisterResponse decodes a register response body.
+func DecodeRegisterResponse(body []byte) (RegisterResponse, error) {
+	r := reader{b: body}
+	q := RegisterResponse{LeaseID: int64(r.u64())}
+	q.TTL = time.Duration(r.u32()) * time.Millisecond
+	q.Version = r.u64()
+	if err := r.done(); err != nil {
+		return RegisterResponse{}, fmt.Errorf("%w: register response", err)
+	}
+	return q, nil
+}
+
+// LookupRequest asks for the broker groups of a subject.
+type LookupRequest struct {
+	ClientType ClientType
+	Subject    string
+	Group      string // consumer group; empty for producers
+	ClientID   string
+}
+
+// AppendLookupRequest appends the body of r.
+func AppendLookupRequest(dst []byte, r *LookupRequest) []byte {
+	dst = append(dst, uint8(r.ClientType))
+	dst = appendString16(dst, r.Subject)
+	dst = appendString8(dst, r.Group)
+	return appendString8(dst, r.ClientID)
+}
+
+// DecodeLookupRequest decodes a lookup request body.
+func DecodeLookupRequest(body []byte) (LookupRequest, error) {
+	r := reader{b: body}
+	q := LookupRequest{ClientType: ClientType(r.u8())}
+	q.Subject = string(r.bytes16())
+	q.Group = r.string8()
+	q.ClientID = r.string8()
+	if err := r.done(); err != nil {
+		return LookupRequest{}, fmt.Errorf("%w: lookup request", err)
+	}
+	return q, nil
+}
+
+// RouteGroup is one broker group of a route.
+type RouteGroup struct {
+	Group  string
+	Kind   BrokerKind
+	State  GroupState
+	Master string // master's client address; empty when none is alive
+	Slave  string // slave's address; empty when none
+}
+
+// LookupResponse is a subject's route as one client type sees it.
+type LookupResponse struct {
+	Version   uint64
+	Timestamp time.Time
+	Flags     uint8
+	Groups    []RouteGroup
+}
+
+// routeGroupMinSize is the smallest encoding of a RouteGroup.
+const routeGroupMinSize = 5
+
+// AppendLookupResponse appends the body of r.
+func AppendLookupResponse(dst []byte, r *LookupResponse) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, r.Version)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(unixMillis(r.Timestamp)))
+	dst = append(dst, r.Flags)
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(r.Groups)))
+	for i := range r.Groups {
+		g := &r.Groups[i]
+		dst = appendString8(dst, g.Group)
+		dst = append(dst, uint8(g.Kind), uint8(g.State))
+		dst = appendString8(dst, g.Master)
+		dst = appendString8(dst, g.Slave)
+	}
+	return dst
+}
+
+// DecodeLookupResponse decodes a lookup response body.
+func DecodeLookupResponse(body []byte) (LookupResponse, error) {
+	r := reader{b: body}
+	q := LookupResponse{Version: r.u64()}
+	q.Timestamp = fromMillis(int64(r.u64()))
+	q.Flags = r.u8()
+	n := int(r.u16())
+	if r.err == nil && n*routeGroupMinSize > len(body)-r.off {
+		return LookupResponse{}, fmt.Errorf("%w: lookup response claims %d groups in %d bytes", ErrTruncated, n, len(body))
+	}
+	if n > 0 {
+		q.Groups = make([]RouteGroup, 0, n)
+	}
+	for i := 0; i < n && r.err == nil; i++ {
+		g := RouteGroup{Group: r.string8()}
+		g.Kind = BrokerKind(r.u8())
+		g.State = GroupState(r.u8())
+		g.Master = r.string8()
+		g.Slave = r.string8()
+		q.Groups = append(q.Groups, g)
+	}
+	if err := r.done(); err != nil {
+		return LookupResponse{}, fmt.Errorf("%w: lookup response", err)
+	}
+	return q, nil
+}
+
+// ClientHeartbeatRequest keeps a consumer registered.
+type ClientHeartbeatRequest struct {
+	Flags      uint8
+	ClientType ClientType
+	Subject    string
+	Group      string
+	ClientID   string
+	LeaseID    int64
+}
+
+// AppendClientHeartbeatRequest appends the body of r.
+func AppendClientHeartbeatRequest(dst []byte, r *ClientHeartbeatRequest) []byte {
+	dst = append(dst, r.Flags, uint8(r.ClientType))
+	dst = appendString16(dst, r.Subject)
+	dst = appendString8(dst, r.Group)
+	dst = appendString8(dst, r.ClientID)
+	return binary.BigEndian.AppendUint64(dst, uint64(r.LeaseID))
+}
+
+// DecodeClientHeartbeatRequest decodes a client heartbeat request body.
+func DecodeClientHeartbeatRequest(body []byte) (ClientHeartbeatRequest, error) {
+	r := reader{b: body}
+	q := ClientHeartbeatRequest{Flags: r.u8(), ClientType: ClientType(r.u8())}
+	q.Subject = string(r.bytes16())
+	q.Group = r.string8()
+	q.ClientID = r.string8()
+	q.LeaseID = int64(r.u64())
+	if err := r.done(); err != nil {
+		return ClientHeartbeatRequest{}, fmt.Errorf("%w: client heartbeat request", err)
+	}
+	return q, nil
+}
+
+// ClientHeartbeatResponse answers a consumer heartbeat.
+type ClientHeartbeatResponse struct {
+	LeaseID int64
+	TTL     time.Duration
+	Flags   uint8
+}
+
+// AppendClientHeartbeatResponse appends the body of r.
+func AppendClientHeartbeatResponse(dst []byte, r *ClientHeartbeatResponse) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, uint64(r.LeaseID))
+	dst = binary.BigEndian.AppendUint32(dst, durationMillis(r.TTL))
+	return append(dst, r.Flags)
+}
+
+// DecodeClientHeartbeatResponse decodes a client heartbeat response body.
+func DecodeClientHeartbeatResponse(body []byte) (ClientHeartbeatResponse, error) {
+	r := reader{b: body}
+	q := ClientHeartbeatResponse{LeaseID: int64(r.u64())}
+	q.TTL = time.Duration(r.u32()) * time.Millisecond
+	q.Flags = r.u8()
+	if err := r.done(); err != nil {
+		return ClientHeartbeatResponse{}, fmt.Errorf("%w: client heartbeat response", err)
+	}
+	return q, nil
+}
+
+func appendString16(dst []byte, s string) []byte {
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(s)))
+	return append(dst, s...)
+}
+
+func durationMillis(d time.Duration) uint32 {
+	ms := d / time.Millisecond
+	if ms < 0 {
+		return 0
+	}
+	if ms > 1<<32-1 {
+		return 1<<32 - 1
+	}
+	return uint32(ms)
+}
