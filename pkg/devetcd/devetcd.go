@@ -1,0 +1,127 @@
+// Package devetcd starts an embedded single-node etcd: the meta server
+// binary's default store when no --etcd-endpoints are given, and the etcd of
+// tests and benchmarks.
+//
+// It is the only package (with the meta server binary and tests) that links
+// go.etcd.io/etcd/server/v3, which adds about 14 MB to a binary and slows
+// builds; libraries talk to etcd through clientv3 only.
+//
+// Port 0 works for both URLs (the default): Endpoints reports the real client
+// address once Start returns. The member then advertises :0, so clients must
+// not turn on endpoint auto-sync.
+package devetcd
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// Options configure an embedded etcd. Zero fields take the defaults named.
+type Options struct {
+	// Dir holds the member's data (WAL and snapshots; about 80 MB apparent
+	// size, mostly the preallocated WAL). Required.
+	Dir string
+	// Name is the member's name. Default "qmq-meta".
+	Name string
+	// ClientAddr is the host:port clients connect to. Default
+	// "127.0.0.1:0" (a free port).
+	ClientAddr string
+	// PeerAddr is the host:port of the raft peer listener (nobody connects to
+	// it in a single-node cluster). Default "127.0.0.1:0".
+	PeerAddr string
+	// Fast selects 10 ms ticks and a 100 ms election timeout instead of
+	// etcd's 100 ms / 1 s, so the member is ready in about 0.1 s and leases
+	// may be as short as 1 s. For tests. Default false.
+	Fast bool
+	// StartTimeout bounds the wait for the member to become ready. Default
+	// 30 s.
+	StartTimeout time.Duration
+}
+
+// ErrNotReady: the member did not become ready within Options.StartTimeout.
+var ErrNotReady = errors.New("devetcd: etcd not ready")
+
+// Validate reports the first option that cannot work.
+func (o Options) Validate() error {
+	if o.Dir == "" {
+		return errors.New("devetcd: Options.Dir is required")
+	}
+	for name, a := range map[string]string{"ClientAddr": o.ClientAddr, "PeerAddr": o.PeerAddr} {
+		if a == "" {
+			continue
+		}
+		if _, err := url.Parse("http://" + a); err != nil {
+			return fmt.Errorf("devetcd: Options.%s %q: %w", name, a, err)
+		}
+	}
+	return nil
+}
+
+// Etcd is a running embedded member.
+type Etcd struct {
+	e         *embed.Etcd
+	endpoints []string
+	closeOnce sync.Once
+}
+
+// Start starts a single-node etcd and waits until it serves clients. lg
+// receives etcd's logs (raised to warnings: etcd is chatty at info); nil
+// discards them.
+func Start(o Options, lg *zap.Logger) (*Etcd, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	def := func(v, d string) string {
+		if v == "" {
+			return d
+		}
+		return v
+	}
+	cfg := embed.NewConfig()
+	cfg.Dir = o.Dir
+	cfg.Name = def(o.Name, "qmq-meta")
+	cu := url.URL{Scheme: "http", Host: def(o.ClientAddr, "127.0.0.1:0")}
+	pu := url.URL{Scheme: "http", Host: def(o.PeerAddr, "127.0.0.1:0")}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	if o.Fast {
+		cfg.TickMs, cfg.ElectionMs = 10, 100
+	}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg.Named("etcd").WithOptions(zap.IncreaseLevel(zap.WarnLevel)))
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("devetcd: start: %w", err)
+	}
+	timeout := o.StartTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("devetcd: start: %w", err)
+	case <-time.After(timeout):
+		e.Close()
+		return nil, fmt.Errorf("%w after %v", ErrNotReady, timeout)
+	}
+	return &Etcd{e: e, endpoints: []string{e.Clients[0].Addr().String()}}, nil
+}
+
+// Endpoints returns the client addresses, host:port, for clientv3.Config.
+func (d *Etcd) Endpoints() []string { return append([]string(nil), d.endpoints...) }
+
+// Close stops the member. It may be called more than once.
+func (d *Etcd) Close() {
+	d.closeOnce.Do(d.e.Close)
+}
