@@ -1,0 +1,119 @@
+package fsutil
+
+import (
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"syscall"
+)
+
+// File is the subset of *os.File that storage code uses. Every segment file
+// is written and read through it, so a test can wrap it (FaultFS).
+type File interface {
+	io.ReaderAt
+	io.WriterAt
+	io.Closer
+	// Sync makes written data durable (fdatasync).
+	Sync() error
+	// Truncate changes the file's size.
+	Truncate(size int64) error
+	// Allocate reserves [off, off+size) on disk (fallocate), extending the
+	// file if needed. Falls back to Truncate where fallocate is unsupported.
+	Allocate(off, size int64) error
+	// Size returns the file's current size.
+	Size() (int64, error)
+	// Name returns the path the file was opened with.
+	Name() string
+}
+
+// FS opens files and changes directories. OS is the real one.
+type FS interface {
+	OpenFile(name string, flag int, perm fs.FileMode) (File, error)
+	Remove(name string) error
+	RemoveAll(name string) error
+	Rename(from, to string) error
+	MkdirAll(name string, perm fs.FileMode) error
+	ReadDir(name string) ([]fs.DirEntry, error)
+	// SyncDir fsyncs a directory so entries created, renamed or removed in it
+	// are durable.
+	SyncDir(name string) error
+}
+
+// OS is the operating system's file system.
+var OS FS = osFS{}
+
+type osFS struct{}
+
+func (osFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	f, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+
+func (osFS) Remove(name string) error                     { return os.Remove(name) }
+func (osFS) RemoveAll(name string) error                  { return os.RemoveAll(name) }
+func (osFS) Rename(from, to string) error                 { return os.Rename(from, to) }
+func (osFS) MkdirAll(name string, perm fs.FileMode) error { return os.MkdirAll(name, perm) }
+func (osFS) ReadDir(name string) ([]fs.DirEntry, error)   { return os.ReadDir(name) }
+func (osFS) SyncDir(name string) error                    { return SyncDir(name) }
+
+type osFile struct{ *os.File }
+
+func (f osFile) Sync() error {
+	for {
+		err := syscall.Fdatasync(int(f.Fd()))
+		if err != syscall.EINTR {
+			if err != nil {
+				return &fs.PathError{Op: "fdatasync", Path: f.File.Name(), Err: err}
+			}
+			return nil
+		}
+	}
+}
+
+func (f osFile) Allocate(off, size int64) error {
+	for {
+		err := syscall.Fallocate(int(f.Fd()), 0, off, size)
+		switch {
+		case err == nil:
+			return nil
+		case err == syscall.EINTR:
+			continue
+		case errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOSYS):
+			cur, serr := f.Size()
+			if serr != nil {
+				return serr
+			}
+			if off+size > cur {
+				return f.File.Truncate(off + size)
+			}
+			return nil
+		default:
+			return &fs.PathError{Op: "fallocate", Path: f.File.Name(), Err: err}
+		}
+	}
+}
+
+func (f osFile) Size() (int64, error) {
+	st, err := f.File.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}
+
+// SyncDir fsyncs the directory dir.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

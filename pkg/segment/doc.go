@@ -1,0 +1,64 @@
+// Package segment holds append-only logs split into segment files: Log, a log
+// of variable-size records addressed by byte offset (the realtime message log
+// and action log), and FixedLog, a log of fixed-width entries addressed by
+// sequence (consume logs, pull logs). Files are named by their zero-padded
+// base: the byte offset (Log) or the entry sequence (FixedLog) of their first
+// byte or entry, "%020d.seg". FilePool bounds the open file handles of many
+// FixedLogs with an LRU. All files go through fsutil.FS, so tests can inject
+// a full disk. The package knows nothing about what the records mean.
+//
+// # Log records
+//
+//	0       2     3      4             8             12
+//	+-------+-----+------+-------------+-------------+----------------+
+//	| magic | ver | kind |   length    |   crc32c    | payload        |
+//	|  u16  | u8  |  u8  | u32 payload |     u32     | (length bytes) |
+//	+-------+-----+------+-------------+-------------+----------------+
+//
+// Big-endian. magic is 0x514C ("QL"), ver is 1, kind is the caller's (1..255;
+// 0 is never written). crc32c is CRC-32C over bytes 0..8 and the payload, so
+// a damaged length is caught too. A record never spans two segments: when it
+// does not fit in what is left of the current segment, that rest stays zero
+// and the record starts the next segment, whose base is the previous base
+// plus the segment size. A reader that meets an all-zero header, or fewer
+// than 12 bytes before the segment's end, moves to the next segment.
+//
+// Log segments are preallocated with fallocate (SegmentSize bytes) when they
+// are created, so a full disk is reported when a segment is created rather
+// than in the middle of a record, and writes do not change the file size.
+//
+// # Writing
+//
+// One goroutine writes (Batch, Write); any number read (ReadAt, ReadRecord)
+// below what has been written. Sync (fdatasync of every segment written since
+// the last Sync) may run on another goroutine while the writer writes the
+// next batch; Synced reports the offset up to which data is durable. A write
+// or sync that fails poisons the log: every later Write and Sync returns
+// ErrPoisoned wrapping the first error, until Reset truncates the log back to
+// a known good offset (normally Synced) and reopens its files.
+//
+// # Recovery (Log.Recover)
+//
+//  1. Records are read from a start offset (the caller's checkpoint) to the
+//     end; every record's magic, version, length and CRC are checked, and each
+//     valid record is handed to the caller.
+//  2. At the first invalid record (or an all-zero header) the next
+//     ResyncWindow bytes of that segment are searched for a valid record.
+//  3. Nothing valid follows and it is the last segment: a torn tail. The log is
+//     truncated there (the rest of the segment is zeroed with
+//     truncate+fallocate) and Recover reports TornAt.
+//  4. Nothing valid follows in a segment that is not the last: the normal end
+//     of a segment; reading continues with the next segment.
+//  5. Something valid follows: corruption in the middle of the log. With
+//     SkipCorrupt the damaged range is skipped (reported in Corrupt, never
+//     handed to the caller) and reading resumes at the valid record; without
+//     it Recover stops with an error wrapping ErrCorrupt that names the offset.
+//
+// # FixedLog entries
+//
+// Entry n lives in the segment whose base b satisfies b ≤ n < b+SegmentEntries,
+// at byte (n-b)×Width. FixedLogs are not preallocated (thousands of them would
+// reserve too much disk); the file grows as entries are written. The caller
+// owns the meaning of entries, their validation and the log's length after a
+// crash (Truncate).
+package segment

@@ -1,0 +1,90 @@
+package segment
+
+import (
+	"encoding/binary"
+	"fmt"
+	"path/filepath"
+	"testing"
+)
+
+func entry(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+func TestFixedLogWriteReadTruncate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "c")
+	pool := NewFilePool(nil, 2)
+	defer pool.Close()
+	l, err := OpenFixed(dir, FixedOptions{Width: 8, SegmentEntries: 10, Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []byte
+	for i := 0; i < 35; i++ {
+		all = append(all, entry(uint64(i*3))...)
+	}
+	if err := l.WriteAt(0, all[:8*13]); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.WriteAt(13, all[8*13:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 8*40)
+	n, err := l.ReadAt(0, buf)
+	if err != nil || n != 35 || string(buf[:n*8]) != string(all) {
+		t.Fatalf("read %d, %v", n, err)
+	}
+	l.Close()
+	l, err = OpenFixed(dir, FixedOptions{Width: 8, SegmentEntries: 10, Pool: pool})
+	if err != nil || l.Len() != 35 {
+		t.Fatalf("reopen len %d, %v", l.Len(), err)
+	}
+	if err := l.Truncate(17); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	l, _ = OpenFixed(dir, FixedOptions{Width: 8, SegmentEntries: 10, Pool: pool})
+	if l.Len() != 17 {
+		t.Fatalf("len after truncate %d", l.Len())
+	}
+	n, _ = l.ReadAt(15, buf[:8*5])
+	if n != 2 || binary.BigEndian.Uint64(buf[8:]) != 16*3 {
+		t.Fatalf("read after truncate: %d", n)
+	}
+	if k, err := l.DeleteBefore(12); err != nil || k != 1 || l.First() != 12 {
+		t.Fatalf("delete: %d %v first %d", k, err, l.First())
+	}
+	if _, err := l.ReadAt(5, buf[:8]); err == nil {
+		t.Fatal("read below first succeeded")
+	}
+	if open, _ := pool.Stats(); open > 2 {
+		t.Fatalf("pool holds %d files", open)
+	}
+}
+
+func TestFilePoolBound(t *testing.T) {
+	dir := t.TempDir()
+	pool := NewFilePool(nil, 8)
+	defer pool.Close()
+	var logs []*FixedLog
+	for i := 0; i < 50; i++ {
+		l, err := OpenFixed(filepath.Join(dir, fmt.Sprint(i)), FixedOptions{Width: 8, Pool: pool})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.WriteAt(0, entry(uint64(i))); err != nil {
+			t.Fatal(err)
+		}
+		logs = append(logs, l)
+	}
+	if open, _ := pool.Stats(); open > 8 {
+		t.Fatalf("%d files open, bound 8", open)
+	}
+	buf := make([]byte, 8)
+	for i, l := range logs {
+		if n, err := l.ReadAt(0, buf); err != nil || n != 1 || binary.BigEndian.Uint64(buf) != uint64(i) {
+			t.Fatalf("log %d: %d %v", i, n, err)
+		}
+	}
+}

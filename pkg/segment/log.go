@@ -1,0 +1,509 @@
+package segment
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/qmq-go/qmq/pkg/fsutil"
+)
+
+// LogOptions configure a Log. The zero value of a field means its default.
+type LogOptions struct {
+	// FS is the file system (default fsutil.OS).
+	FS fsutil.FS
+	// SegmentSize is the size of a new segment file in bytes (default 1 GiB,
+	// at least 4 KiB).
+	SegmentSize int64
+	// NoPreallocate skips fallocate on new segments (tests of sparse files).
+	NoPreallocate bool
+	// ResyncWindow bounds how far Recover searches past an invalid record for
+	// a valid one (default 16 MiB).
+	ResyncWindow int64
+}
+
+// DefaultSegmentSize is the default size of a Log segment.
+const DefaultSegmentSize = 1 << 30
+
+func (o *LogOptions) applyDefaults() error {
+	if o.FS == nil {
+		o.FS = fsutil.OS
+	}
+	if o.SegmentSize == 0 {
+		o.SegmentSize = DefaultSegmentSize
+	}
+	if o.SegmentSize < 4096 {
+		return fmt.Errorf("segment: SegmentSize must be at least 4096, got %d", o.SegmentSize)
+	}
+	if o.ResyncWindow == 0 {
+		o.ResyncWindow = 16 << 20
+	}
+	return nil
+}
+
+type logSegment struct {
+	base int64
+	cap  int64
+	f    fsutil.File
+}
+
+func (s *logSegment) end() int64 { return s.base + s.cap }
+
+// Log is an append-only log of variable-size records in segment files. One
+// goroutine writes; Sync may run concurrently with Write; reads may run on
+// any goroutine.
+type Log struct {
+	dir  string
+	opts LogOptions
+
+	mu       sync.RWMutex // guards segs, unsynced, closed
+	segs     []*logSegment
+	unsynced []*logSegment // written since the last Sync, besides the last segment
+	closed   bool
+
+	syncMu sync.Mutex // one Sync at a time
+	end    atomic.Int64
+	synced atomic.Int64
+	werr   atomic.Pointer[error]
+}
+
+// OpenLog opens (creating if needed) the log in dir. Its end is the start of
+// its first segment until Recover or Reset says where the data ends.
+func OpenLog(dir string, opts LogOptions) (*Log, error) {
+	if err := opts.applyDefaults(); err != nil {
+		return nil, err
+	}
+	if err := opts.FS.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("segment: create %s: %w", dir, err)
+	}
+	entries, err := opts.FS.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("segment: list %s: %w", dir, err)
+	}
+	l := &Log{dir: dir, opts: opts}
+	bases := listBases(entries)
+	for i, b := range bases {
+		f, err := opts.FS.OpenFile(filepath.Join(dir, FileName(b)), os.O_RDWR, 0)
+		if err != nil {
+			l.closeFiles()
+			return nil, fmt.Errorf("segment: open: %w", err)
+		}
+		size, err := f.Size()
+		if err != nil {
+			f.Close()
+			l.closeFiles()
+			return nil, fmt.Errorf("segment: stat: %w", err)
+		}
+		c := opts.SegmentSize
+		if i+1 < len(bases) {
+			c = bases[i+1] - b
+		} else if size > c {
+			c = size
+		}
+		l.segs = append(l.segs, &logSegment{base: b, cap: c, f: f})
+	}
+	if len(l.segs) > 0 {
+		l.end.Store(l.segs[0].base)
+		l.synced.Store(l.segs[0].base)
+	}
+	return l, nil
+}
+
+func (l *Log) closeFiles() {
+	for _, s := range l.segs {
+		s.f.Close()
+	}
+	l.segs = nil
+}
+
+// Dir returns the log's directory.
+func (l *Log) Dir() string { return l.dir }
+
+// End returns the offset the next record will be written at (or a later one
+// if it does not fit in the current segment).
+func (l *Log) End() int64 { return l.end.Load() }
+
+// Synced returns the offset below which every written byte is durable.
+func (l *Log) Synced() int64 { return l.synced.Load() }
+
+// Start returns the offset of the first byte still kept.
+func (l *Log) Start() int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if len(l.segs) == 0 {
+		return l.end.Load()
+	}
+	return l.segs[0].base
+}
+
+// Err returns the error that poisoned the log, or nil.
+func (l *Log) Err() error {
+	if p := l.werr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (l *Log) poison(err error) error {
+	perr := error(&poisoned{cause: err})
+	l.werr.CompareAndSwap(nil, &perr)
+	return l.Err()
+}
+
+// SegmentInfo describes one segment file.
+type SegmentInfo struct {
+	Base, Size int64
+}
+
+// Segments lists the segments, oldest first.
+func (l *Log) Segments() []SegmentInfo {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	out := make([]SegmentInfo, len(l.segs))
+	for i, s := range l.segs {
+		out[i] = SegmentInfo{Base: s.base, Size: s.cap}
+	}
+	return out
+}
+
+// segmentFor returns the segment containing off; l.mu must be held.
+func (l *Log) segmentFor(off int64) *logSegment {
+	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].end() > off })
+	if i == len(l.segs) || l.segs[i].base > off {
+		return nil
+	}
+	return l.segs[i]
+}
+
+// tail returns the write position and the end of its segment.
+func (l *Log) tail() (end, segEnd int64) {
+	end = l.end.Load()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if s := l.segmentFor(end); s != nil {
+		return end, s.end()
+	}
+	// end sits at a boundary with no segment yet: the next segment starts here.
+	return end, end + l.opts.SegmentSize
+}
+
+// Batch collects records for one Write. Build it with Log.NewBatch or Reset,
+// then Append; offsets are final once Write succeeds.
+type Batch struct {
+	l      *Log
+	chunks []chunk
+	next   int64
+	segEnd int64
+	n      int
+}
+
+type chunk struct {
+	off  int64
+	data []byte
+}
+
+// NewBatch returns an empty batch that starts at the log's end.
+func (l *Log) NewBatch() *Batch {
+	b := &Batch{l: l}
+	b.Reset()
+	return b
+}
+
+// Reset empties b, keeping its buffers, and starts it at the log's end.
+func (b *Batch) Reset() {
+	for i := range b.chunks {
+		b.chunks[i].data = b.chunks[i].data[:0]
+	}
+	b.chunks = b.chunks[:0]
+	b.next, b.segEnd = b.l.tail()
+	b.n = 0
+}
+
+// Records returns how many records b holds.
+func (b *Batch) Records() int { return b.n }
+
+// Bytes returns how many bytes b holds.
+func (b *Batch) Bytes() int {
+	n := 0
+	for _, c := range b.chunks {
+		n += len(c.data)
+	}
+	return n
+}
+
+// End returns the offset just past b's last record.
+func (b *Batch) End() int64 { return b.next }
+
+// Append adds a record whose payload is head followed by body and returns its
+// offset. It fails with ErrTooLarge when the record cannot fit in a segment.
+func (b *Batch) Append(kind uint8, head, body []byte) (int64, error) {
+	size := RecordSize(len(head) + len(body))
+	if size > b.l.opts.SegmentSize {
+		return 0, fmt.Errorf("%w: %d bytes, segment size %d", ErrTooLarge, size, b.l.opts.SegmentSize)
+	}
+	if b.next+size > b.segEnd {
+		b.next = b.segEnd
+		b.segEnd = b.next + b.l.opts.SegmentSize
+	}
+	if len(b.chunks) == 0 || b.chunks[len(b.chunks)-1].off+int64(len(b.chunks[len(b.chunks)-1].data)) != b.next {
+		if len(b.chunks) < cap(b.chunks) {
+			b.chunks = b.chunks[:len(b.chunks)+1]
+			b.chunks[len(b.chunks)-1].off = b.next
+		} else {
+			b.chunks = append(b.chunks, chunk{off: b.next})
+		}
+	}
+	c := &b.chunks[len(b.chunks)-1]
+	start := len(c.data)
+	c.data = append(c.data, make([]byte, HeaderSize)...)
+	c.data = append(c.data, head...)
+	c.data = append(c.data, body...)
+	putHeader(c.data[start:], kind, head, body)
+	off := b.next
+	b.next += size
+	b.n++
+	return off, nil
+}
+
+// Write writes b's records. On failure the log is poisoned; b's records may
+// be partly written and must be treated as lost.
+func (l *Log) Write(b *Batch) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	for _, c := range b.chunks {
+		if len(c.data) == 0 {
+			continue
+		}
+		s, err := l.segmentForWrite(c.off)
+		if err != nil {
+			return l.poison(err)
+		}
+		if _, err := s.f.WriteAt(c.data, c.off-s.base); err != nil {
+			return l.poison(fmt.Errorf("segment: write %s at %d: %w", FileName(s.base), c.off-s.base, err))
+		}
+		l.end.Store(c.off + int64(len(c.data)))
+	}
+	return nil
+}
+
+// segmentForWrite returns the segment containing off, creating the next
+// segment when off is the end of the last one.
+func (l *Log) segmentForWrite(off int64) (*logSegment, error) {
+	l.mu.RLock()
+	s := l.segmentFor(off)
+	closed := l.closed
+	l.mu.RUnlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if s != nil {
+		return s, nil
+	}
+	s, err := l.createSegment(off)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	if n := len(l.segs); n > 0 {
+		l.unsynced = append(l.unsynced, l.segs[n-1])
+	}
+	l.segs = append(l.segs, s)
+	l.mu.Unlock()
+	return s, nil
+}
+
+func (l *Log) createSegment(base int64) (*logSegment, error) {
+	path := filepath.Join(l.dir, FileName(base))
+	f, err := l.opts.FS.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("segment: create %s: %w", path, err)
+	}
+	if !l.opts.NoPreallocate {
+		if err := f.Allocate(0, l.opts.SegmentSize); err != nil {
+			f.Close()
+			l.opts.FS.Remove(path)
+			return nil, fmt.Errorf("segment: preallocate %s: %w", path, err)
+		}
+	}
+	if err := l.opts.FS.SyncDir(l.dir); err != nil {
+		f.Close()
+		l.opts.FS.Remove(path)
+		return nil, fmt.Errorf("segment: sync dir %s: %w", l.dir, err)
+	}
+	return &logSegment{base: base, cap: l.opts.SegmentSize, f: f}, nil
+}
+
+// Sync makes everything written so far durable. It may run while Write
+// writes the next batch.
+func (l *Log) Sync() error {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	if err := l.Err(); err != nil {
+		return err
+	}
+	end := l.end.Load()
+	l.mu.Lock()
+	files := append([]*logSegment(nil), l.unsynced...)
+	l.unsynced = l.unsynced[:0]
+	if n := len(l.segs); n > 0 {
+		files = append(files, l.segs[n-1])
+	}
+	l.mu.Unlock()
+	for _, s := range files {
+		if err := s.f.Sync(); err != nil {
+			return l.poison(fmt.Errorf("segment: sync %s: %w", FileName(s.base), err))
+		}
+	}
+	if end > l.synced.Load() {
+		l.synced.Store(end)
+	}
+	return nil
+}
+
+// ReadAt reads len(p) bytes at off; the range must lie in one segment.
+func (l *Log) ReadAt(p []byte, off int64) error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	s := l.segmentFor(off)
+	if s == nil || off+int64(len(p)) > s.end() {
+		return fmt.Errorf("%w: %d bytes at %d", ErrNoRecord, len(p), off)
+	}
+	if _, err := s.f.ReadAt(p, off-s.base); err != nil {
+		return fmt.Errorf("segment: read %s at %d: %w", FileName(s.base), off-s.base, err)
+	}
+	return nil
+}
+
+// ReadRecord reads and validates the record of size bytes at off into buf
+// (grown if needed) and returns its kind and payload, which alias buf.
+func (l *Log) ReadRecord(off int64, size int, buf []byte) (kind uint8, payload, out []byte, err error) {
+	if cap(buf) < size {
+		buf = make([]byte, size)
+	}
+	buf = buf[:size]
+	if err := l.ReadAt(buf, off); err != nil {
+		return 0, nil, buf, err
+	}
+	kind, payload, n, err := ParseRecord(buf)
+	if err != nil {
+		return 0, nil, buf, fmt.Errorf("record at %d: %w", off, err)
+	}
+	if n != size {
+		return 0, nil, buf, fmt.Errorf("%w: record at %d is %d bytes, expected %d", ErrCorrupt, off, n, size)
+	}
+	return kind, payload, buf, nil
+}
+
+// Reset truncates the log to off (everything at or after off is removed),
+// reopens its files and clears the poison. Recovery and write-failure
+// handling call it with the last good offset.
+func (l *Log) Reset(off int64) error {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	keep := l.segs[:0]
+	var drop []*logSegment
+	for _, s := range l.segs {
+		if s.base >= off {
+			drop = append(drop, s)
+			continue
+		}
+		keep = append(keep, s)
+	}
+	for _, s := range drop {
+		s.f.Close()
+		if err := l.opts.FS.Remove(filepath.Join(l.dir, FileName(s.base))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("segment: remove %s: %w", FileName(s.base), err)
+		}
+	}
+	l.segs = keep
+	l.unsynced = l.unsynced[:0]
+	if n := len(l.segs); n > 0 {
+		s := l.segs[n-1]
+		if off < s.end() {
+			path := filepath.Join(l.dir, FileName(s.base))
+			s.f.Close()
+			f, err := l.opts.FS.OpenFile(path, os.O_RDWR, 0)
+			if err != nil {
+				return fmt.Errorf("segment: reopen %s: %w", path, err)
+			}
+			s.f = f
+			// Drop the bytes after off and allocate zeros again.
+			if err := f.Truncate(off - s.base); err != nil {
+				return fmt.Errorf("segment: truncate %s: %w", path, err)
+			}
+			if !l.opts.NoPreallocate {
+				if err := f.Allocate(0, s.cap); err != nil {
+					return fmt.Errorf("segment: preallocate %s: %w", path, err)
+				}
+			}
+			if err := f.Sync(); err != nil {
+				return fmt.Errorf("segment: sync %s: %w", path, err)
+			}
+		}
+	}
+	if err := l.opts.FS.SyncDir(l.dir); err != nil {
+		return fmt.Errorf("segment: sync dir: %w", err)
+	}
+	l.end.Store(off)
+	if l.synced.Load() > off {
+		l.synced.Store(off)
+	}
+	l.werr.Store(nil)
+	return nil
+}
+
+// SetEnd declares where the data ends without touching files (a log whose
+// end is known from a clean checkpoint).
+func (l *Log) SetEnd(off int64) {
+	l.end.Store(off)
+	l.synced.Store(off)
+}
+
+// DeleteBefore removes whole segments that end at or before off, never the
+// last one, and returns how many it removed.
+func (l *Log) DeleteBefore(off int64) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for len(l.segs) > 1 && l.segs[0].end() <= off && l.segs[1].base <= l.synced.Load() {
+		s := l.segs[0]
+		s.f.Close()
+		if err := l.opts.FS.Remove(filepath.Join(l.dir, FileName(s.base))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return n, fmt.Errorf("segment: remove %s: %w", FileName(s.base), err)
+		}
+		l.segs = l.segs[1:]
+		n++
+	}
+	if n > 0 {
+		if err := l.opts.FS.SyncDir(l.dir); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// Close closes the log's files without syncing them.
+func (l *Log) Close() error {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	var first error
+	for _, s := range l.segs {
+		if err := s.f.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
