@@ -1,0 +1,61 @@
+package netserver
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+)
+
+// Request is one request frame handed to a Handler. The handler owns Body
+// (it was copied out of gnet's buffer) and answers with Reply or ReplyError
+// exactly once, from any goroutine, now or later; one-way requests
+// (Header.IsOneWay) are not answered.
+type Request struct {
+	// Header is the request's frame header (Command, RequestID, flags).
+	Header protocol.Header
+	// Body is the request body, owned by the handler. It may share a backing
+	// array with other requests of the same read, but its capacity ends at
+	// its length, so appending to it never touches them.
+	Body []byte
+	// Arrived is when the server read the request from the socket.
+	Arrived time.Time
+	// Conn is the connection the request came on.
+	Conn *Conn
+
+	replied atomic.Bool
+}
+
+// Command returns the request's command.
+func (r *Request) Command() protocol.Command { return r.Header.Command() }
+
+// Done returns a channel closed when the request's connection closes, so a
+// long-polling handler can abandon a request nobody waits for.
+func (r *Request) Done() <-chan struct{} { return r.Conn.done }
+
+// Reply answers the request with status and a body made of the given
+// slices, written one after another. Reply copies the slices into the
+// connection's reply buffer before it returns, so the caller may reuse them
+// at once (copying measured as fast as writing from the caller's slices,
+// and it frees storage buffers as soon as Reply returns). Replies to one
+// connection are coalesced into few writes. Only the first Reply or
+// ReplyError of a request counts; replies to one-way requests and to
+// requests whose connection has closed are dropped. A body over the server's
+// MaxFrameSize is replaced by a StatusInternal error response.
+func (r *Request) Reply(status protocol.Status, body ...[]byte) {
+	if !r.replied.CompareAndSwap(false, true) || r.Header.IsOneWay() {
+		return
+	}
+	r.Conn.reply(r.Header.RequestID, status, body)
+}
+
+// ReplyError answers the request with the status err carries
+// (protocol.StatusOf: a *protocol.Error keeps its status, nil is StatusOK,
+// anything else StatusInternal) and err's message as the body.
+func (r *Request) ReplyError(err error) {
+	if err == nil {
+		r.Reply(protocol.StatusOK)
+		return
+	}
+	r.Reply(protocol.StatusOf(err), []byte(err.Error()))
+}

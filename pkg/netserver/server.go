@@ -1,0 +1,351 @@
+package netserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+	"go.uber.org/zap"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+)
+
+// drainPollInterval is how often Close checks whether requests in flight
+// have been answered and written.
+const drainPollInterval = 2 * time.Millisecond
+
+// gnetStopTimeout bounds gnet's own shutdown when Close's context has
+// already ended (gnet checks for shutdown every 500 ms).
+const gnetStopTimeout = 5 * time.Second
+
+// Server is a gnet server that frames requests, hands them to a Handler off
+// the event loop and writes the handler's replies.
+type Server struct {
+	opts    Options
+	handler Handler
+	lg      *zap.Logger
+	gnetLog *gnetLogger
+
+	events events
+
+	// busy counts work that must finish before a graceful Close: requests in
+	// flight, running serve goroutines and queued flushes.
+	busy    atomic.Int64
+	serving sync.WaitGroup // serveLoop goroutines
+
+	conns      atomic.Int64  // open connections
+	nextConnID atomic.Uint64 // last connection id handed out
+	closing    atomic.Bool   // Close has begun: refuse connections and requests
+
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	addr    net.Addr
+	eng     gnet.Engine
+	booted  chan struct{} // closed in OnBoot
+	stopped chan struct{} // closed when gnet.Run has returned
+	runErr  error         // gnet.Run's error, set before stopped is closed
+}
+
+// New returns a server that will serve h on opts.Addr once started. lg may
+// be nil.
+func New(opts Options, h Handler, lg *zap.Logger) (*Server, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if h == nil {
+		return nil, fmt.Errorf("%w: nil Handler", ErrInvalidOptions)
+	}
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	s := &Server{
+		opts:    opts.withDefaults(),
+		handler: h,
+		lg:      lg,
+		booted:  make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	s.gnetLog = newGnetLogger(lg.Named("gnet"))
+	s.events.srv = s
+	return s, nil
+}
+
+// Start listens and returns once the server accepts connections, or with
+// the reason it could not (for example the address is in use).
+func (s *Server) Start() error {
+	s.mu.Lock()
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		return ErrServerClosed
+	case s.started:
+		s.mu.Unlock()
+		return ErrAlreadyStarted
+	}
+	s.started = true
+	s.mu.Unlock()
+
+	gopts := []gnet.Option{
+		gnet.WithNumEventLoop(s.opts.EventLoops),
+		gnet.WithReuseAddr(true),
+		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+		gnet.WithReadBufferCap(s.opts.ReadBufferSize),
+		gnet.WithLogger(s.gnetLog),
+	}
+	if s.opts.TCPKeepAlive > 0 {
+		gopts = append(gopts, gnet.WithTCPKeepAlive(s.opts.TCPKeepAlive))
+	}
+	go s.runLoop(gopts)
+
+	// gnet v2.9.7 reports some bind failures only through Run's return
+	// value, without calling OnBoot: wait for either (tech.md §1.3 pitfall 7).
+	select {
+	case <-s.booted:
+		s.lg.Info("listening", zap.Stringer("addr", s.Addr()))
+		return nil
+	case <-s.stopped:
+		err := s.runErr
+		if err == nil {
+			err = errors.New("gnet stopped before it was listening")
+		}
+		return fmt.Errorf("netserver: listen on %s: %w", s.opts.Addr, err)
+	}
+}
+
+// runLoop runs the gnet engine until it stops.
+func (s *Server) runLoop(gopts []gnet.Option) {
+	err := gnet.Run(&s.events, "tcp://"+s.opts.Addr, gopts...)
+	s.runErr = err
+	close(s.stopped)
+}
+
+// Addr returns the address the server listens on (with the real port when
+// Options.Addr asked for port 0), or nil before Start has succeeded.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// Close stops accepting connections and requests (new requests are
+// answered with StatusShuttingDown), waits until every request in flight has
+// been answered and its reply written or ctx ends, then stops gnet, which
+// closes every connection. It returns ctx's error, wrapped, when requests
+// were still in flight. Close may be called more than once.
+func (s *Server) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	started := s.started
+	s.mu.Unlock()
+	if !started {
+		return nil
+	}
+	s.closing.Store(true)
+
+	var drainErr error
+	select {
+	case <-s.booted:
+		drainErr = s.drain(ctx)
+		stopCtx, cancel := ctx, context.CancelFunc(func() {})
+		if ctx.Err() != nil {
+			stopCtx, cancel = context.WithTimeout(context.Background(), gnetStopTimeout)
+		}
+		s.mu.Lock()
+		eng := s.eng
+		s.mu.Unlock()
+		if err := eng.Stop(stopCtx); err != nil {
+			s.lg.Warn("gnet stop", zap.Error(err))
+		}
+		cancel()
+	case <-s.stopped:
+	}
+	<-s.stopped
+	s.serving.Wait()
+	s.lg.Info("closed", zap.Stringer("addr", s.Addr()))
+	s.gnetLog.detach()
+	return drainErr
+}
+
+// drain waits until no work is left or ctx ends.
+func (s *Server) drain(ctx context.Context) error {
+	t := time.NewTicker(drainPollInterval)
+	defer t.Stop()
+	for {
+		n := s.busy.Load()
+		if n <= 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			s.lg.Warn("closing with requests in flight", zap.Int64("busy", n), zap.Error(ctx.Err()))
+			return fmt.Errorf("netserver: close with work in flight: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// events is the gnet event handler; its methods run on event loops.
+type events struct {
+	gnet.BuiltinEventEngine
+	srv *Server
+}
+
+func (e *events) OnBoot(eng gnet.Engine) gnet.Action {
+	s := e.srv
+	addr, err := listenerAddr(eng)
+	if err != nil {
+		s.lg.Error("cannot read the listening address", zap.Error(err))
+	}
+	s.mu.Lock()
+	s.eng = eng
+	s.addr = addr
+	s.mu.Unlock()
+	close(s.booted)
+	return gnet.None
+}
+
+// listenerAddr reads the bound address of the engine's listener.
+func listenerAddr(eng gnet.Engine) (net.Addr, error) {
+	fd, err := eng.Dup()
+	if err != nil {
+		return nil, err
+	}
+	defer syscall.Close(fd)
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		return nil, err
+	}
+	switch sa := sa.(type) {
+	case *syscall.SockaddrInet4:
+		return &net.TCPAddr{IP: net.IP(sa.Addr[:]).To16(), Port: sa.Port}, nil
+	case *syscall.SockaddrInet6:
+		return &net.TCPAddr{IP: net.IP(sa.Addr[:]), Port: sa.Port}, nil
+	}
+	return nil, fmt.Errorf("unexpected socket address %T", sa)
+}
+
+func (e *events) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
+	s := e.srv
+	c := &Conn{
+		id:     s.nextConnID.Add(1),
+		remote: gc.RemoteAddr().String(),
+		gc:     gc,
+		srv:    s,
+		done:   make(chan struct{}),
+	}
+	gc.SetContext(c)
+	n := s.conns.Add(1)
+	switch {
+	case s.closing.Load():
+		c.closeReason("server is closing")
+		return nil, gnet.Close
+	case n > int64(s.opts.MaxConns):
+		c.closeReason("over MaxConns", zap.Int("limit", s.opts.MaxConns))
+		return nil, gnet.Close
+	}
+	return nil, gnet.None
+}
+
+func (e *events) OnClose(gc gnet.Conn, err error) gnet.Action {
+	c, ok := gc.Context().(*Conn)
+	if !ok {
+		return gnet.None
+	}
+	e.srv.conns.Add(-1)
+	c.markClosed()
+	if err != nil {
+		e.srv.lg.Debug("connection closed", zap.Uint64("conn", c.id), zap.String("remote", c.remote), zap.Error(err))
+	}
+	return gnet.None
+}
+
+// OnTraffic frames every complete request in the inbound buffer (gnet calls
+// it once per socket read, so it must not leave whole frames behind), copies
+// their bodies into one block, and hands them to the connection's serve
+// goroutine in one batch. Requests refused on the loop (busy, shutting down)
+// are answered with one write at the end.
+func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
+	s := e.srv
+	c, ok := gc.Context().(*Conn)
+	if !ok {
+		return gnet.Close
+	}
+	var (
+		batch   []*Request
+		refused []byte
+		now     time.Time
+	)
+	for {
+		hb, err := gc.Peek(protocol.HeaderSize)
+		if err != nil {
+			break // a partial header: wait for more bytes
+		}
+		h, err := protocol.ParseHeader(hb, s.opts.MaxFrameSize)
+		if err != nil {
+			c.closeReason("malformed frame", zap.Error(err))
+			return gnet.Close
+		}
+		if h.IsResponse() {
+			c.closeReason("client sent a response frame", zap.Uint64("request", h.RequestID))
+			return gnet.Close
+		}
+		n := protocol.HeaderSize + int(h.BodyLen)
+		if gc.InboundBuffered() < n {
+			break // a partial body: wait for more bytes
+		}
+		frame, err := gc.Next(n)
+		if err != nil {
+			c.closeReason("reading a buffered frame", zap.Error(err))
+			return gnet.Close
+		}
+		switch {
+		case s.closing.Load():
+			if !h.IsOneWay() {
+				refused = protocol.AppendResponse(refused, protocol.StatusShuttingDown, h.RequestID, nil)
+			}
+			continue
+		case c.inflight.Load() >= int64(s.opts.MaxInFlight):
+			if !h.IsOneWay() {
+				refused = protocol.AppendResponse(refused, protocol.StatusBusy, h.RequestID,
+					[]byte("netserver: too many requests in flight on this connection"))
+			}
+			continue
+		}
+		if now.IsZero() {
+			now = time.Now()
+		}
+		r := &Request{Header: h, Arrived: now, Conn: c}
+		if h.BodyLen > 0 {
+			r.Body = make([]byte, h.BodyLen)
+			copy(r.Body, frame[protocol.HeaderSize:])
+		}
+		c.inflight.Add(1)
+		batch = append(batch, r)
+	}
+	if len(batch) > 0 {
+		s.busy.Add(int64(len(batch)))
+		c.enqueue(batch)
+	}
+	if len(refused) > 0 {
+		_, _ = gc.Write(refused)
+	}
+	return gnet.None
+}
+
+// closeReason logs why the event loop closes the connection; the caller
+// returns gnet.Close.
+func (c *Conn) closeReason(reason string, fields ...zap.Field) {
+	c.srv.lg.Warn("closing connection", append([]zap.Field{
+		zap.Uint64("conn", c.id), zap.String("remote", c.remote), zap.String("reason", reason)}, fields...)...)
+}

@@ -1,0 +1,110 @@
+package transport
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+)
+
+// Options configure a Client. A zero field takes the default written next
+// to it; Validate rejects values that cannot work.
+type Options struct {
+	// DialTimeout bounds one dial of a server address. Default 3 s.
+	DialTimeout time.Duration
+	// RequestTimeout bounds a request whose context has no deadline, and a
+	// Go request given no timeout. Default 5 s.
+	RequestTimeout time.Duration
+	// MaxFrameSize bounds a response body and a request body in bytes; a
+	// larger response closes the connection. Default
+	// protocol.DefaultMaxFrameSize (16 MiB).
+	MaxFrameSize int
+	// RedialBackoffMin is the wait after the first failed dial of an address
+	// before the next dial; calls meanwhile fail fast with ErrDial. The wait
+	// doubles with every failure up to RedialBackoffMax and resets when a
+	// dial succeeds. Defaults 50 ms and 2 s.
+	RedialBackoffMin time.Duration
+	RedialBackoffMax time.Duration
+	// IdleTimeout: an address with no request in flight and none sent for
+	// this long has its connection closed and its state (breaker included)
+	// forgotten. Default 5 minutes.
+	IdleTimeout time.Duration
+
+	// BreakerFailures is how many consecutive transport failures (dial
+	// errors, timeouts, dropped connections) open an address's breaker.
+	// Default 5.
+	BreakerFailures uint32
+	// BreakerOpenTimeout is how long an open breaker refuses requests before
+	// it lets probes through (half-open). Default 1 s.
+	BreakerOpenTimeout time.Duration
+	// BreakerProbes is how many requests a half-open breaker lets through;
+	// that many successes close it, one failure opens it again. Default 1.
+	BreakerProbes uint32
+	// BreakerInterval is how often a closed breaker clears its counts;
+	// negative never clears them. Default 10 s.
+	BreakerInterval time.Duration
+}
+
+// Defaults used for zero Options fields.
+const (
+	DefaultDialTimeout        = 3 * time.Second
+	DefaultRequestTimeout     = 5 * time.Second
+	DefaultRedialBackoffMin   = 50 * time.Millisecond
+	DefaultRedialBackoffMax   = 2 * time.Second
+	DefaultIdleTimeout        = 5 * time.Minute
+	DefaultBreakerFailures    = 5
+	DefaultBreakerOpenTimeout = time.Second
+	DefaultBreakerProbes      = 1
+	DefaultBreakerInterval    = 10 * time.Second
+)
+
+func (o Options) withDefaults() Options {
+	set := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	set(&o.DialTimeout, DefaultDialTimeout)
+	set(&o.RequestTimeout, DefaultRequestTimeout)
+	set(&o.RedialBackoffMin, DefaultRedialBackoffMin)
+	set(&o.RedialBackoffMax, DefaultRedialBackoffMax)
+	set(&o.IdleTimeout, DefaultIdleTimeout)
+	set(&o.BreakerOpenTimeout, DefaultBreakerOpenTimeout)
+	set(&o.BreakerInterval, DefaultBreakerInterval)
+	if o.MaxFrameSize == 0 {
+		o.MaxFrameSize = protocol.DefaultMaxFrameSize
+	}
+	if o.BreakerFailures == 0 {
+		o.BreakerFailures = DefaultBreakerFailures
+	}
+	if o.BreakerProbes == 0 {
+		o.BreakerProbes = DefaultBreakerProbes
+	}
+	return o
+}
+
+// Validate reports the first setting that cannot work, naming it. Zero
+// fields are valid (they take their defaults).
+func (o Options) Validate() error {
+	o = o.withDefaults()
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"DialTimeout", o.DialTimeout}, {"RequestTimeout", o.RequestTimeout},
+		{"RedialBackoffMin", o.RedialBackoffMin}, {"RedialBackoffMax", o.RedialBackoffMax},
+		{"IdleTimeout", o.IdleTimeout}, {"BreakerOpenTimeout", o.BreakerOpenTimeout},
+	} {
+		if d.v < 0 {
+			return fmt.Errorf("%w: %s %v is negative", ErrInvalidOptions, d.name, d.v)
+		}
+	}
+	if o.RedialBackoffMax < o.RedialBackoffMin {
+		return fmt.Errorf("%w: RedialBackoffMax %v is below RedialBackoffMin %v",
+			ErrInvalidOptions, o.RedialBackoffMax, o.RedialBackoffMin)
+	}
+	if o.MaxFrameSize < 0 {
+		return fmt.Errorf("%w: MaxFrameSize %d is negative", ErrInvalidOptions, o.MaxFrameSize)
+	}
+	return nil
+}

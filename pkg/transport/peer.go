@@ -1,0 +1,181 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+	"go.uber.org/zap"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+)
+
+// errConnGone: the connection closed before the request was queued; the
+// caller redials and tries again.
+var errConnGone = errors.New("transport: connection gone before send")
+
+// errPeerRemoved: the peer was forgotten as idle while a caller held it;
+// the caller looks the address up again.
+var errPeerRemoved = errors.New("transport: peer removed")
+
+// peer is the client's state for one server address: its breaker and its
+// one connection, redialled with back-off when it drops.
+type peer struct {
+	client   *Client
+	addr     string
+	breaker  *gobreaker.TwoStepCircuitBreaker[struct{}]
+	lastUsed atomic.Int64 // client clock, nanoseconds
+
+	mu       sync.Mutex
+	conn     *conn         // nil or closed: dial on next use
+	dialing  chan struct{} // non-nil while a dial runs; closed when it ends
+	dialErr  error         // the last dial's failure
+	nextDial time.Time     // no dial before this (back-off)
+	backoff  time.Duration
+	removed  bool // forgotten as idle; callers must look up again
+}
+
+func newPeer(client *Client, addr string) *peer {
+	p := &peer{client: client, addr: addr}
+	o := client.opts
+	interval := o.BreakerInterval
+	if interval < 0 {
+		interval = 0
+	}
+	p.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        addr,
+		MaxRequests: o.BreakerProbes,
+		Interval:    interval,
+		Timeout:     o.BreakerOpenTimeout,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= o.BreakerFailures },
+		OnStateChange: func(name string, from, to gobreaker.State) {
+			client.lg.Warn("circuit breaker", zap.String("addr", name), zap.Stringer("from", from), zap.Stringer("to", to))
+		},
+		IsSuccessful: isBreakerSuccess,
+		IsExcluded:   isBreakerExcluded,
+	})
+	return p
+}
+
+// isBreakerSuccess: any answer from the server, whatever its status, shows
+// the address works.
+func isBreakerSuccess(err error) bool {
+	var pe *protocol.Error
+	return err == nil || errors.As(err, &pe)
+}
+
+// isBreakerExcluded: the caller's own cancellation says nothing about the
+// address.
+func isBreakerExcluded(err error) bool { return errors.Is(err, context.Canceled) }
+
+// allow asks the breaker to let a request through.
+func (p *peer) allow() (func(error), error) {
+	done, err := p.breaker.Allow()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrBreakerOpen, p.addr, err)
+	}
+	return done, nil
+}
+
+// getConn returns an open connection, dialling one if needed. Concurrent
+// callers share one dial; after a failed dial, calls fail fast with ErrDial
+// until the back-off has passed.
+func (p *peer) getConn(ctx context.Context) (*conn, error) {
+	p.mu.Lock()
+	for {
+		if p.removed {
+			p.mu.Unlock()
+			return nil, errPeerRemoved
+		}
+		if p.conn != nil && !p.conn.closed() {
+			c := p.conn
+			p.mu.Unlock()
+			return c, nil
+		}
+		if p.dialing != nil {
+			ch := p.dialing
+			p.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			p.mu.Lock()
+			if p.conn == nil || p.conn.closed() {
+				err := p.dialErr
+				p.mu.Unlock()
+				return nil, fmt.Errorf("%w: %s: %w", ErrDial, p.addr, err)
+			}
+			continue
+		}
+		if now := time.Now(); now.Before(p.nextDial) {
+			err := p.dialErr
+			p.mu.Unlock()
+			return nil, fmt.Errorf("%w: %s (backing off for %v): %w", ErrDial, p.addr, p.nextDial.Sub(now).Round(time.Millisecond), err)
+		}
+		break
+	}
+	ch := make(chan struct{})
+	p.dialing = ch
+	p.mu.Unlock()
+
+	c, err := p.dial(ctx)
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dialing = nil
+	close(ch)
+	if err != nil {
+		if ctx.Err() == nil { // a cancelled caller says nothing about the address
+			p.dialErr = err
+			if p.backoff == 0 {
+				p.backoff = p.client.opts.RedialBackoffMin
+			} else {
+				p.backoff = min(2*p.backoff, p.client.opts.RedialBackoffMax)
+			}
+			p.nextDial = time.Now().Add(p.backoff)
+		} else {
+			p.dialErr = err
+		}
+		return nil, fmt.Errorf("%w: %s: %w", ErrDial, p.addr, err)
+	}
+	if p.client.isClosed() {
+		c.close(errClientClosing)
+		return nil, ErrClosed
+	}
+	if p.removed {
+		c.close(errPeerRemoved)
+		return nil, errPeerRemoved
+	}
+	p.backoff, p.dialErr = 0, nil
+	p.conn = c
+	return c, nil
+}
+
+func (p *peer) dial(ctx context.Context) (*conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.client.opts.DialTimeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return nil, err
+	}
+	p.client.lg.Debug("connected", zap.String("addr", p.addr))
+	return newConn(p.client, p.addr, nc), nil
+}
+
+// closeConn closes the peer's connection, failing its pending calls.
+func (p *peer) closeConn(cause error) {
+	p.mu.Lock()
+	c := p.conn
+	p.conn = nil
+	p.mu.Unlock()
+	if c != nil {
+		c.close(cause)
+	}
+}
