@@ -1,0 +1,126 @@
+// Package msgid generates message ids: 128 bits, a 48-bit Unix millisecond
+// timestamp followed by 80 bits that start random each millisecond and count
+// up within it, written as 26 characters of Crockford base32 (the ULID
+// layout). Ids from one Generator sort in creation order; ids from different
+// processes are unique with overwhelming probability and sort by time to
+// the millisecond.
+package msgid
+
+import (
+	crand "crypto/rand"
+	"encoding/binary"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Size is the length of an id string.
+const Size = 26
+
+const alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+// Generator makes ids. It is safe for concurrent use.
+type Generator struct {
+	mu   sync.Mutex
+	now  func() time.Time
+	rng  *rand.ChaCha8
+	last int64  // millisecond of the previous id
+	hi   uint16 // top 16 of the 80 counting bits
+	lo   uint64 // low 64 of the 80 counting bits
+}
+
+// New returns a Generator seeded from crypto/rand. now may be nil (time.Now).
+func New(now func() time.Time) *Generator {
+	var seed [32]byte
+	if _, err := crand.Read(seed[:]); err != nil {
+		panic("msgid: no entropy: " + err.Error())
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Generator{now: now, rng: rand.NewChaCha8(seed)}
+}
+
+var std = New(nil)
+
+// Next returns a new id from the package's shared Generator.
+func Next() string { return std.Next() }
+
+// Next returns a new id.
+func (g *Generator) Next() string {
+	var b [Size]byte
+	g.AppendNext(b[:0])
+	return string(b[:])
+}
+
+// AppendNext appends a new id to dst.
+func (g *Generator) AppendNext(dst []byte) []byte {
+	g.mu.Lock()
+	ms := g.now().UnixMilli()
+	if ms > g.last {
+		g.last = ms
+		g.hi = uint16(g.rng.Uint64())
+		g.lo = g.rng.Uint64()
+	} else {
+		// Same (or an earlier, after a clock step back) millisecond: count
+		// up from the previous id so ids stay ordered.
+		g.lo++
+		if g.lo == 0 {
+			g.hi++
+			if g.hi == 0 {
+				g.last++ // 2^80 ids in one millisecond: borrow the next one
+			}
+		}
+		ms = g.last
+	}
+	hi, lo := g.hi, g.lo
+	g.mu.Unlock()
+	var raw [16]byte
+	binary.BigEndian.PutUint16(raw[0:2], uint16(ms>>32))
+	binary.BigEndian.PutUint32(raw[2:6], uint32(ms))
+	binary.BigEndian.PutUint16(raw[6:8], hi)
+	binary.BigEndian.PutUint64(raw[8:16], lo)
+	return appendBase32(dst, raw)
+}
+
+// appendBase32 writes 128 bits as 26 base32 digits, most significant first
+// (130 bits of digits: the first digit carries 2 zero bits of padding).
+func appendBase32(dst []byte, raw [16]byte) []byte {
+	hi := binary.BigEndian.Uint64(raw[0:8])
+	lo := binary.BigEndian.Uint64(raw[8:16])
+	var out [Size]byte
+	for i := Size - 1; i >= 0; i-- {
+		out[i] = alphabet[lo&31]
+		lo = lo>>5 | hi<<59
+		hi >>= 5
+	}
+	return append(dst, out[:]...)
+}
+
+// Time returns the creation time encoded in id, or false when id is not an
+// id of this package.
+func Time(id string) (time.Time, bool) {
+	if len(id) != Size {
+		return time.Time{}, false
+	}
+	var ms int64
+	for i := 0; i < 10; i++ {
+		v := decodeDigit(id[i])
+		if v < 0 {
+			return time.Time{}, false
+		}
+		ms = ms<<5 | int64(v)
+	}
+	// The first 10 digits hold 50 bits: 2 zero bits of padding, then the
+	// 48-bit time.
+	return time.UnixMilli(ms), true
+}
+
+func decodeDigit(c byte) int {
+	for i := 0; i < len(alphabet); i++ {
+		if alphabet[i] == c {
+			return i
+		}
+	}
+	return -1
+}

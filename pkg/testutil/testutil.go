@@ -1,0 +1,47 @@
+// Package testutil holds helpers for the project's tests: polling for a
+// condition instead of sleeping, and finding the test binary's own path for
+// tests that re-execute it as a child process (to SIGKILL it). Only test code
+// imports it.
+package testutil
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+// CheckFor calls fn every interval until it returns nil or timeout passes;
+// then it fails the test with fn's last error.
+func CheckFor(t testing.TB, timeout, interval time.Duration, fn func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met after %v: %v", timeout, err)
+		}
+		time.Sleep(interval)
+	}
+}
+
+// Eventually is CheckFor for a boolean condition; msg describes it.
+func Eventually(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for: %s", timeout, msg)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// ChildEnv is the environment variable a re-executed test binary sees; its
+// value names the role the child plays.
+const ChildEnv = "QMQ_TEST_CHILD"
+
+// ChildRole returns the role this process was started with as a child, or "".
+func ChildRole() string { return os.Getenv(ChildEnv) }
