@@ -1,0 +1,132 @@
+package actor
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newScheduler(t *testing.T, o Options) *Scheduler {
+	t.Helper()
+	s, err := NewScheduler(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func TestActor_ProcessesInOrderOneAtATime(t *testing.T) {
+	s := newScheduler(t, Options{Workers: 4})
+	var running atomic.Int32
+	var got []int
+	var wg sync.WaitGroup
+	wg.Add(1000)
+	a := New(s, "a", 0, func(i int) {
+		if running.Add(1) != 1 {
+			t.Error("handler ran concurrently with itself")
+		}
+		got = append(got, i)
+		running.Add(-1)
+		wg.Done()
+	})
+	for i := range 1000 {
+		if !a.Send(i) {
+			t.Fatal("send refused")
+		}
+	}
+	wg.Wait()
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("message %d arrived as %d", i, v)
+		}
+	}
+}
+
+func TestActor_MailboxBound(t *testing.T) {
+	s := newScheduler(t, Options{Workers: 1})
+	block := make(chan struct{})
+	started := make(chan struct{}, 1)
+	a := New(s, "a", 2, func(int) {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-block
+	})
+	a.Send(0)
+	<-started // the worker holds message 0; the mailbox is empty again
+	if !a.Send(1) || !a.Send(2) {
+		t.Fatal("sends within the bound refused")
+	}
+	if a.Send(3) {
+		t.Fatal("send past the bound accepted")
+	}
+	close(block)
+}
+
+// A flooded actor must not starve a light one: with one worker and a 1 ms
+// slice, the light actor's messages are handled within a few slices even
+// while the heavy actor has thousands queued.
+func TestScheduler_TimeSlicesAreFair(t *testing.T) {
+	s := newScheduler(t, Options{Workers: 1, Slice: time.Millisecond})
+	var heavyDone atomic.Int64
+	heavy := New(s, "heavy", 100000, func(int) {
+		time.Sleep(100 * time.Microsecond)
+		heavyDone.Add(1)
+	})
+	for i := range 3000 {
+		heavy.Send(i)
+	}
+	lightDone := make(chan time.Time, 10)
+	light := New(s, "light", 0, func(int) { lightDone <- time.Now() })
+	for round := range 10 {
+		sent := time.Now()
+		light.Send(round)
+		select {
+		case at := <-lightDone:
+			if wait := at.Sub(sent); wait > 100*time.Millisecond {
+				t.Fatalf("light actor waited %v behind the heavy one", wait)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("light actor starved")
+		}
+	}
+	if heavyDone.Load() == 0 {
+		t.Fatal("heavy actor made no progress")
+	}
+	if heavy.Pending() == 0 {
+		t.Skip("machine too fast for the heavy backlog to outlast the test")
+	}
+}
+
+func TestScheduler_CloseRefusesSends(t *testing.T) {
+	s, _ := NewScheduler(Options{Workers: 2})
+	a := New(s, "a", 0, func(int) {})
+	s.Close()
+	if a.Send(1) {
+		t.Fatal("send after close accepted")
+	}
+	if _, err := NewScheduler(Options{Workers: -1}); err == nil {
+		t.Fatal("bad options accepted")
+	}
+}
+
+func BenchmarkActorSend(b *testing.B) {
+	s, _ := NewScheduler(Options{})
+	defer s.Close()
+	var wg sync.WaitGroup
+	a := New(s, "a", 1<<20, func(int) { wg.Done() })
+	b.ReportAllocs()
+	for b.Loop() {
+		wg.Add(1)
+		for !a.Send(1) {
+		}
+	}
+	wg.Wait()
+}
