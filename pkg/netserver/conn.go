@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"strconv"
 	"sync"
-	"sync/atomic"
 
 	"github.com/panjf2000/gnet/v2"
 	"go.uber.org/zap"
@@ -16,20 +15,28 @@ import (
 // reuse after a flush; larger ones go back to the garbage collector.
 const maxSpareReplyBuffer = 1 << 20
 
-// Conn is the server side of one client connection. Its methods are safe
-// for concurrent use.
+// Conn is the server side of one client connection. Its exported methods
+// are safe for concurrent use.
+//
+// Accounting: held counts the connection's requests that were handed to the
+// handler and whose replies are not yet written (a one-way request counts
+// until its Serve returned). It changes only on the event loop: OnTraffic
+// adds each batch, flush subtracts the replies it wrote, OnClose subtracts
+// the rest. The server's busy count is the sum of held over open
+// connections, so a graceful Close waits on it. Replies add to unwritten
+// under outMu; flush takes that number with the bytes.
 type Conn struct {
 	id     uint64
 	remote string
-	gc     gnet.Conn // only AsyncWritev and Close are used off the loop
+	gc     gnet.Conn // off the loop only AsyncWritev and Close are used
 	srv    *Server
 	done   chan struct{}
 
-	// inflight counts requests handed to the handler and not yet answered
-	// (for MaxInFlight). It is incremented on the event loop and decremented
-	// under outMu while the connection is open; OnClose takes what is left
-	// off the server's busy count.
-	inflight atomic.Int64
+	// Event-loop state.
+	held    int
+	frames  []protocol.Frame // OnTraffic scratch
+	batch   []*Request       // OnTraffic scratch
+	flushFn gnet.AsyncCallback
 
 	// inMu guards the serve goroutine's inbox.
 	inMu    sync.Mutex
@@ -41,9 +48,22 @@ type Conn struct {
 	outMu       sync.Mutex
 	out         []byte // replies waiting for the next flush
 	outSpare    []byte
+	unwritten   int  // requests answered (or one-way and served) since the last flush
 	flushQueued bool // a flush task is queued on the event loop
 	corked      bool // serveLoop is running a batch; it flushes at its end
 	closed      bool
+}
+
+func newConn(s *Server, gc gnet.Conn) *Conn {
+	c := &Conn{
+		id:     s.nextConnID.Add(1),
+		remote: gc.RemoteAddr().String(),
+		gc:     gc,
+		srv:    s,
+		done:   make(chan struct{}),
+	}
+	c.flushFn = c.flush
+	return c
 }
 
 // ID returns the connection's id, unique within its server.
@@ -59,7 +79,7 @@ func (c *Conn) Done() <-chan struct{} { return c.done }
 func (c *Conn) String() string { return "conn " + strconv.FormatUint(c.id, 10) + " " + c.remote }
 
 // enqueue hands a batch of requests to the serve goroutine, starting it
-// when none runs. It never blocks the event loop.
+// when none runs. It runs on the event loop and never blocks it.
 func (c *Conn) enqueue(batch []*Request) {
 	c.inMu.Lock()
 	c.inbox = append(c.inbox, batch...)
@@ -67,7 +87,6 @@ func (c *Conn) enqueue(batch []*Request) {
 	c.serving = true
 	c.inMu.Unlock()
 	if start {
-		c.srv.busy.Add(1) // released when serveLoop exits
 		c.srv.serving.Add(1)
 		go c.serveLoop()
 	}
@@ -84,7 +103,6 @@ func (c *Conn) serveLoop() {
 		if len(batch) == 0 {
 			c.serving = false
 			c.inMu.Unlock()
-			c.srv.busy.Add(-1)
 			return
 		}
 		c.inbox = c.inSpare[:0]
@@ -92,13 +110,14 @@ func (c *Conn) serveLoop() {
 		c.inMu.Unlock()
 
 		c.cork()
+		oneWay := 0
 		for _, r := range batch {
 			c.srv.handler.Serve(r)
 			if r.Header.IsOneWay() {
-				c.finishOneWay()
+				oneWay++
 			}
 		}
-		c.uncork()
+		c.uncork(oneWay)
 
 		clear(batch)
 		c.inMu.Lock()
@@ -115,13 +134,19 @@ func (c *Conn) cork() {
 	c.outMu.Unlock()
 }
 
-func (c *Conn) uncork() {
+// uncork ends a batch: served one-way requests count as written, and a
+// flush is queued for what the batch answered.
+func (c *Conn) uncork(oneWay int) {
 	c.outMu.Lock()
 	c.corked = false
-	queue := len(c.out) > 0 && !c.flushQueued && !c.closed
+	if c.closed {
+		c.outMu.Unlock()
+		return
+	}
+	c.unwritten += oneWay
+	queue := c.unwritten > 0 && !c.flushQueued
 	if queue {
 		c.flushQueued = true
-		c.srv.busy.Add(1) // released when the flush has run
 	}
 	c.outMu.Unlock()
 	if queue {
@@ -129,21 +154,9 @@ func (c *Conn) uncork() {
 	}
 }
 
-// finishOneWay ends a one-way request once the handler returned.
-func (c *Conn) finishOneWay() {
-	c.outMu.Lock()
-	if !c.closed {
-		c.inflight.Add(-1)
-		c.srv.busy.Add(-1)
-	}
-	c.outMu.Unlock()
-}
-
 // reply appends one response frame to the reply buffer and makes sure a
-// flush is queued (unless the serve goroutine will flush at the end of its
-// batch). The request's unit of the server's busy count passes to the flush
-// it queues, or is released when a queued flush or the serve goroutine
-// will carry the reply, so busy never reads zero while a reply is unsent.
+// flush is queued, unless the serve goroutine will queue one at the end of
+// its batch.
 func (c *Conn) reply(requestID uint64, status protocol.Status, body [][]byte) {
 	n := 0
 	for _, b := range body {
@@ -162,22 +175,19 @@ func (c *Conn) reply(requestID uint64, status protocol.Status, body [][]byte) {
 		c.outMu.Unlock()
 		return
 	}
-	c.inflight.Add(-1)
 	c.out = appendResponseHeader(c.out, status, requestID, n)
 	for _, b := range body {
 		c.out = append(c.out, b...)
 	}
+	c.unwritten++
 	if len(c.out) > c.srv.opts.MaxOutboundBytes {
 		c.outMu.Unlock()
-		c.srv.busy.Add(-1)
 		c.closeWithReason("unsent replies over MaxOutboundBytes", zap.Int("limit", c.srv.opts.MaxOutboundBytes))
 		return
 	}
 	queue := !c.corked && !c.flushQueued
 	if queue {
-		c.flushQueued = true // the request's busy unit passes to the flush
-	} else {
-		c.srv.busy.Add(-1)
+		c.flushQueued = true
 	}
 	c.outMu.Unlock()
 	if queue {
@@ -185,7 +195,7 @@ func (c *Conn) reply(requestID uint64, status protocol.Status, body [][]byte) {
 	}
 }
 
-// appendResponseHeader appends a response header for a body of n bytes.
+// appendResponseHeader appends a response header for a body of n bytes:
 //
 //	magic u16 | version u8 | flags u8 (response) | status u16 | request id u64 | body length u32
 func appendResponseHeader(dst []byte, status protocol.Status, requestID uint64, n int) []byte {
@@ -197,30 +207,33 @@ func appendResponseHeader(dst []byte, status protocol.Status, requestID uint64, 
 }
 
 // queueFlush asks the event loop to write the reply buffer. It is called
-// outside outMu with flushQueued just set and a busy unit held for the
-// flush.
+// outside outMu with flushQueued just set.
 func (c *Conn) queueFlush() {
-	if err := c.gc.AsyncWritev(nil, c.flush); err != nil {
+	if err := c.gc.AsyncWritev(nil, c.flushFn); err != nil {
+		// The engine is stopping; its close of the connection drops the rest.
 		c.outMu.Lock()
 		c.flushQueued = false
 		c.outMu.Unlock()
-		c.srv.busy.Add(-1)
 	}
 }
 
 // flush runs on the event loop: it takes the whole reply buffer and writes
 // it with one write (gnet copies what the socket does not take into the
-// connection's outbound buffer), then closes the connection if its unsent
-// bytes are over the limit.
+// connection's outbound buffer), releases the written requests from the
+// busy count, and closes the connection if its unsent bytes are over the
+// limit. err is set when the connection closed first.
 func (c *Conn) flush(gc gnet.Conn, err error) error {
-	defer c.srv.busy.Add(-1)
+	if err != nil {
+		return nil // OnClose has released everything
+	}
 	c.outMu.Lock()
-	buf := c.out
-	c.out = c.outSpare[:0]
-	c.outSpare = nil
+	buf, written := c.out, c.unwritten
+	c.out, c.outSpare, c.unwritten = c.outSpare[:0], nil, 0
 	c.flushQueued = false
 	c.outMu.Unlock()
-	if err != nil || len(buf) == 0 {
+	c.held -= written
+	c.srv.busy.Add(-int64(written))
+	if len(buf) == 0 {
 		return nil
 	}
 	_, _ = gc.Write(buf)
@@ -232,21 +245,28 @@ func (c *Conn) flush(gc gnet.Conn, err error) error {
 		c.outMu.Unlock()
 	}
 	if n := gc.OutboundBuffered(); n > c.srv.opts.MaxOutboundBytes {
-		c.closeWithReason("unsent replies over MaxOutboundBytes (client does not read)",
+		c.closeWithReason("unsent replies over MaxOutboundBytes (the client does not read)",
 			zap.Int("unsent", n), zap.Int("limit", c.srv.opts.MaxOutboundBytes))
 	}
 	return nil
 }
 
-// closeWithReason logs why the server closes the connection and closes it.
-func (c *Conn) closeWithReason(reason string, fields ...zap.Field) {
+// closeReason logs why the server closes the connection.
+func (c *Conn) closeReason(reason string, fields ...zap.Field) {
 	c.srv.lg.Warn("closing connection", append([]zap.Field{
 		zap.Uint64("conn", c.id), zap.String("remote", c.remote), zap.String("reason", reason)}, fields...)...)
+}
+
+// closeWithReason logs why the server closes the connection and closes it;
+// it may be called from any goroutine.
+func (c *Conn) closeWithReason(reason string, fields ...zap.Field) {
+	c.closeReason(reason, fields...)
 	_ = c.gc.Close()
 }
 
-// markClosed runs in OnClose: later replies are dropped, the requests still
-// in flight stop counting towards the server's drain, and Done is closed.
+// markClosed runs in OnClose, on the event loop: later replies are
+// dropped, the connection's held requests leave the busy count, and Done is
+// closed.
 func (c *Conn) markClosed() {
 	c.outMu.Lock()
 	if c.closed {
@@ -254,8 +274,9 @@ func (c *Conn) markClosed() {
 		return
 	}
 	c.closed = true
-	c.out, c.outSpare = nil, nil
-	c.srv.busy.Add(-c.inflight.Swap(0))
+	c.out, c.outSpare, c.unwritten = nil, nil, 0
 	c.outMu.Unlock()
+	c.srv.busy.Add(-int64(c.held))
+	c.held = 0
 	close(c.done)
 }

@@ -34,8 +34,8 @@ type Server struct {
 
 	events events
 
-	// busy counts work that must finish before a graceful Close: requests in
-	// flight, running serve goroutines and queued flushes.
+	// busy counts requests handed to handlers whose replies are not yet
+	// written, over all open connections (see Conn); Close drains it.
 	busy    atomic.Int64
 	serving sync.WaitGroup // serveLoop goroutines
 
@@ -237,13 +237,7 @@ func listenerAddr(eng gnet.Engine) (net.Addr, error) {
 
 func (e *events) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	s := e.srv
-	c := &Conn{
-		id:     s.nextConnID.Add(1),
-		remote: gc.RemoteAddr().String(),
-		gc:     gc,
-		srv:    s,
-		done:   make(chan struct{}),
-	}
+	c := newConn(s, gc)
 	gc.SetContext(c)
 	n := s.conns.Add(1)
 	switch {
@@ -281,71 +275,93 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 	if !ok {
 		return gnet.Close
 	}
-	var (
-		batch   []*Request
-		refused []byte
-		now     time.Time
-	)
+	// Look at the first frame alone until it is whole, so a large frame
+	// arriving in many reads is not copied out of gnet's ring buffer again
+	// on every read.
+	hb, err := gc.Peek(protocol.HeaderSize)
+	if err != nil {
+		return gnet.None // a partial header: wait for more bytes
+	}
+	h, err := protocol.ParseHeader(hb, s.opts.MaxFrameSize)
+	if err != nil {
+		c.closeReason("malformed frame", zap.Error(err))
+		return gnet.Close
+	}
+	if gc.InboundBuffered() < protocol.HeaderSize+int(h.BodyLen) {
+		return gnet.None // a partial body: wait for more bytes
+	}
+
+	// Split every whole frame out of everything buffered.
+	buf, err := gc.Peek(-1)
+	if err != nil {
+		c.closeReason("reading buffered bytes", zap.Error(err))
+		return gnet.Close
+	}
+	frames, consumed, bodyBytes := c.frames[:0], 0, 0
 	for {
-		hb, err := gc.Peek(protocol.HeaderSize)
-		if err != nil {
-			break // a partial header: wait for more bytes
+		f, n, err := protocol.ReadFrame(buf[consumed:], s.opts.MaxFrameSize)
+		if err == protocol.ErrShortHeader || err == protocol.ErrShortFrame {
+			break // wait for the rest
 		}
-		h, err := protocol.ParseHeader(hb, s.opts.MaxFrameSize)
 		if err != nil {
 			c.closeReason("malformed frame", zap.Error(err))
 			return gnet.Close
 		}
-		if h.IsResponse() {
-			c.closeReason("client sent a response frame", zap.Uint64("request", h.RequestID))
+		if f.Header.IsResponse() {
+			c.closeReason("client sent a response frame", zap.Uint64("request", f.Header.RequestID))
 			return gnet.Close
 		}
-		n := protocol.HeaderSize + int(h.BodyLen)
-		if gc.InboundBuffered() < n {
-			break // a partial body: wait for more bytes
-		}
-		frame, err := gc.Next(n)
-		if err != nil {
-			c.closeReason("reading a buffered frame", zap.Error(err))
-			return gnet.Close
-		}
+		frames = append(frames, f)
+		consumed += n
+		bodyBytes += len(f.Body)
+	}
+
+	// Copy the accepted requests out of gnet's buffer: one block for the
+	// bodies, one for the Request values.
+	var (
+		refused []byte
+		block   = make([]byte, 0, bodyBytes)
+		reqs    = make([]Request, len(frames))
+		batch   = c.batch[:0]
+		now     = time.Now()
+		closing = s.closing.Load()
+	)
+	for i, f := range frames {
+		h := f.Header
 		switch {
-		case s.closing.Load():
+		case closing:
 			if !h.IsOneWay() {
 				refused = protocol.AppendResponse(refused, protocol.StatusShuttingDown, h.RequestID, nil)
 			}
 			continue
-		case c.inflight.Load() >= int64(s.opts.MaxInFlight):
+		case c.held+len(batch) >= s.opts.MaxInFlight:
 			if !h.IsOneWay() {
 				refused = protocol.AppendResponse(refused, protocol.StatusBusy, h.RequestID,
 					[]byte("netserver: too many requests in flight on this connection"))
 			}
 			continue
 		}
-		if now.IsZero() {
-			now = time.Now()
+		r := &reqs[i]
+		r.Header, r.Arrived, r.Conn = h, now, c
+		if len(f.Body) > 0 {
+			at := len(block)
+			block = append(block, f.Body...)
+			r.Body = block[at:len(block):len(block)]
 		}
-		r := &Request{Header: h, Arrived: now, Conn: c}
-		if h.BodyLen > 0 {
-			r.Body = make([]byte, h.BodyLen)
-			copy(r.Body, frame[protocol.HeaderSize:])
-		}
-		c.inflight.Add(1)
 		batch = append(batch, r)
 	}
+	clear(frames) // drop references into gnet's buffer
+	c.frames = frames[:0]
+	_, _ = gc.Discard(consumed)
 	if len(batch) > 0 {
+		c.held += len(batch)
 		s.busy.Add(int64(len(batch)))
 		c.enqueue(batch)
 	}
+	clear(batch)
+	c.batch = batch[:0]
 	if len(refused) > 0 {
 		_, _ = gc.Write(refused)
 	}
 	return gnet.None
-}
-
-// closeReason logs why the event loop closes the connection; the caller
-// returns gnet.Close.
-func (c *Conn) closeReason(reason string, fields ...zap.Field) {
-	c.srv.lg.Warn("closing connection", append([]zap.Field{
-		zap.Uint64("conn", c.id), zap.String("remote", c.remote), zap.String("reason", reason)}, fields...)...)
 }

@@ -29,6 +29,9 @@ type Client struct {
 	opts  Options
 	lg    *zap.Logger
 	epoch time.Time // deadlines are durations since epoch (monotonic)
+	// clock is now() as of the last sweep (at most sweepInterval old): the
+	// hot path reads it instead of the clock.
+	clock atomic.Int64
 
 	// Lock order: mu, then a peer's mu, then a connection's mu.
 	mu         sync.RWMutex
@@ -63,6 +66,9 @@ func New(opts Options, lg *zap.Logger) (*Client, error) {
 }
 
 func (c *Client) now() time.Duration { return time.Since(c.epoch) }
+
+// coarseNow is now() to within sweepInterval.
+func (c *Client) coarseNow() time.Duration { return time.Duration(c.clock.Load()) }
 
 // isClosed reports whether Close has begun; it takes no lock, so it may be
 // called with a peer's lock held.
@@ -173,8 +179,12 @@ func (c *Client) Go(addr string, cmd protocol.Command, body []byte, timeout time
 	if timeout <= 0 {
 		timeout = c.opts.RequestTimeout
 	}
-	cl := &call{fn: fn, deadline: c.now() + timeout}
+	cl := asyncCallPool.Get().(*call)
+	cl.fn, cl.deadline = fn, c.coarseNow()+timeout
 	_, err := c.start(context.Background(), addr, cmd, 0, body, cl) // a dial is bounded by DialTimeout
+	if err != nil {
+		cl.recycle()
+	}
 	return err
 }
 
@@ -204,7 +214,7 @@ func (c *Client) start(ctx context.Context, addr string, cmd protocol.Command, f
 		if err != nil {
 			return nil, err
 		}
-		p.lastUsed.Store(int64(c.now()))
+		p.lastUsed.Store(int64(c.coarseNow()))
 		conn, err := p.getConn(ctx)
 		switch {
 		case errors.Is(err, errPeerRemoved):
@@ -241,6 +251,7 @@ func (c *Client) sweepLoop() {
 		case <-t.C:
 		}
 		now := c.now()
+		c.clock.Store(int64(now))
 		c.mu.Lock()
 		conns := make([]*conn, 0, len(c.peers))
 		for _, p := range c.peers {

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -37,13 +38,24 @@ type result struct {
 	err  error
 }
 
+// asyncCallPool recycles the calls of Go: once completed, a call is
+// referenced by nobody.
+var asyncCallPool = sync.Pool{New: func() any { return new(call) }}
+
 func (cl *call) complete(body []byte, err error) {
 	cl.done(err)
-	if cl.fn != nil {
-		cl.fn(body, err)
+	if fn := cl.fn; fn != nil {
+		cl.recycle()
+		fn(body, err)
 		return
 	}
 	cl.ch <- result{body, err}
+}
+
+// recycle returns a Go call to its pool.
+func (cl *call) recycle() {
+	*cl = call{}
+	asyncCallPool.Put(cl)
 }
 
 // conn is one pipelined connection to a server: callers append request
@@ -145,48 +157,94 @@ func (c *conn) writeLoop() {
 	}
 }
 
+// maxReadBatch bounds the responses readLoop matches under one lock.
+const maxReadBatch = 256
+
+// response is a frame read by readLoop and not yet matched to its call.
+type response struct {
+	header protocol.Header
+	body   []byte
+	call   *call
+}
+
 // readLoop reads response frames and completes their calls; it closes the
-// connection on the first read error or malformed frame.
+// connection on the first read error or malformed frame. It reads every
+// whole frame already buffered before it takes the lock once to match them
+// all, and copies their bodies into one block.
 func (c *conn) readLoop() {
 	defer c.client.wg.Done()
 	br := bufio.NewReaderSize(c.nc, readBufferSize)
 	maxFrame := c.client.opts.MaxFrameSize
+	batch := make([]response, 0, maxReadBatch)
 	for {
-		hb, err := br.Peek(protocol.HeaderSize)
-		if err != nil {
+		// Block for the first frame's header, then take what is buffered.
+		if _, err := br.Peek(protocol.HeaderSize); err != nil {
 			c.close(fmt.Errorf("read: %w", err))
 			return
 		}
-		h, err := protocol.ParseHeader(hb, maxFrame)
-		if err == nil && !h.IsResponse() {
-			err = fmt.Errorf("server sent a request frame (command %v)", h.Command())
+		buf, _ := br.Peek(br.Buffered())
+		off, bodyBytes := 0, 0
+		batch = batch[:0]
+		for len(batch) < maxReadBatch {
+			f, n, err := protocol.ReadFrame(buf[off:], maxFrame)
+			if errors.Is(err, protocol.ErrShortHeader) || errors.Is(err, protocol.ErrShortFrame) {
+				break
+			}
+			if err == nil && !f.Header.IsResponse() {
+				err = fmt.Errorf("server sent a request frame (command %v)", f.Header.Command())
+			}
+			if err != nil {
+				c.lg.Warn("closing connection: malformed frame from server", zap.Error(err))
+				c.close(err)
+				return
+			}
+			batch = append(batch, response{header: f.Header, body: f.Body})
+			bodyBytes += len(f.Body)
+			off += n
 		}
-		if err != nil {
-			c.lg.Warn("closing connection: malformed frame from server", zap.Error(err))
-			c.close(err)
-			return
-		}
-		_, _ = br.Discard(protocol.HeaderSize)
-		var body []byte
-		if h.BodyLen > 0 {
-			body = make([]byte, h.BodyLen)
+		if len(batch) == 0 {
+			// The first frame is larger than what is buffered: read its
+			// body straight into its own slice.
+			h, _ := protocol.ParseHeader(buf, maxFrame)
+			_, _ = br.Discard(protocol.HeaderSize)
+			body := make([]byte, h.BodyLen)
 			if _, err := io.ReadFull(br, body); err != nil {
 				c.close(fmt.Errorf("read: %w", err))
 				return
 			}
+			batch = append(batch, response{header: h, body: body})
+		} else {
+			block := make([]byte, 0, bodyBytes)
+			for i := range batch {
+				if b := batch[i].body; len(b) > 0 {
+					at := len(block)
+					block = append(block, b...)
+					batch[i].body = block[at:len(block):len(block)]
+				} else {
+					batch[i].body = nil
+				}
+			}
+			_, _ = br.Discard(off)
 		}
+
 		c.mu.Lock()
-		cl := c.pending[h.RequestID]
-		delete(c.pending, h.RequestID)
+		for i := range batch {
+			id := batch[i].header.RequestID
+			batch[i].call = c.pending[id]
+			delete(c.pending, id)
+		}
 		c.mu.Unlock()
-		if cl == nil {
-			continue // timed out or cancelled meanwhile
+		for i := range batch {
+			r := &batch[i]
+			switch {
+			case r.call == nil: // timed out or cancelled meanwhile
+			case r.header.Status() != protocol.StatusOK:
+				r.call.complete(nil, &protocol.Error{Status: r.header.Status(), Message: string(r.body)})
+			default:
+				r.call.complete(r.body, nil)
+			}
+			*r = response{}
 		}
-		if st := h.Status(); st != protocol.StatusOK {
-			cl.complete(nil, &protocol.Error{Status: st, Message: string(body)})
-			continue
-		}
-		cl.complete(body, nil)
 	}
 }
 

@@ -31,6 +31,16 @@ type peer struct {
 	breaker  *gobreaker.TwoStepCircuitBreaker[struct{}]
 	lastUsed atomic.Int64 // client clock, nanoseconds
 
+	// healthy is set while the breaker is closed and the last outcome it
+	// recorded was a success. Then a request skips the breaker (two mutex
+	// round trips and two clock reads) unless it fails: a success would
+	// only add to counts that ReadyToTrip does not read, since consecutive
+	// failures are already zero. The first failure is recorded in the
+	// breaker and clears healthy; requests then pass through the breaker
+	// until one succeeds while it is closed.
+	healthy  atomic.Bool
+	fastDone func(error) // p.recordFast, allocated once
+
 	mu       sync.Mutex
 	conn     *conn         // nil or closed: dial on next use
 	dialing  chan struct{} // non-nil while a dial runs; closed when it ends
@@ -42,6 +52,8 @@ type peer struct {
 
 func newPeer(client *Client, addr string) *peer {
 	p := &peer{client: client, addr: addr}
+	p.healthy.Store(true)
+	p.fastDone = p.recordFast
 	o := client.opts
 	interval := o.BreakerInterval
 	if interval < 0 {
@@ -54,6 +66,9 @@ func newPeer(client *Client, addr string) *peer {
 		Timeout:     o.BreakerOpenTimeout,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= o.BreakerFailures },
 		OnStateChange: func(name string, from, to gobreaker.State) {
+			if to != gobreaker.StateClosed {
+				p.healthy.Store(false)
+			}
 			client.lg.Warn("circuit breaker", zap.String("addr", name), zap.Stringer("from", from), zap.Stringer("to", to))
 		},
 		IsSuccessful: isBreakerSuccess,
@@ -65,21 +80,45 @@ func newPeer(client *Client, addr string) *peer {
 // isBreakerSuccess: any answer from the server, whatever its status, shows
 // the address works.
 func isBreakerSuccess(err error) bool {
+	if err == nil {
+		return true
+	}
 	var pe *protocol.Error
-	return err == nil || errors.As(err, &pe)
+	return errors.As(err, &pe)
 }
 
 // isBreakerExcluded: the caller's own cancellation says nothing about the
 // address.
 func isBreakerExcluded(err error) bool { return errors.Is(err, context.Canceled) }
 
-// allow asks the breaker to let a request through.
+// allow asks the breaker to let a request through and returns the function
+// that records the request's outcome.
 func (p *peer) allow() (func(error), error) {
+	if p.healthy.Load() {
+		return p.fastDone, nil
+	}
 	done, err := p.breaker.Allow()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrBreakerOpen, p.addr, err)
 	}
-	return done, nil
+	return func(err error) {
+		done(err)
+		if isBreakerSuccess(err) && p.breaker.State() == gobreaker.StateClosed {
+			p.healthy.Store(true)
+		}
+	}, nil
+}
+
+// recordFast records the outcome of a request that skipped the breaker:
+// only a failure reaches it.
+func (p *peer) recordFast(err error) {
+	if err == nil || isBreakerSuccess(err) || isBreakerExcluded(err) {
+		return
+	}
+	p.healthy.Store(false)
+	if done, aerr := p.breaker.Allow(); aerr == nil {
+		done(err)
+	}
 }
 
 // getConn returns an open connection, dialling one if needed. Concurrent

@@ -99,7 +99,7 @@ type rpcRate struct {
 }
 
 func (r *rpcRate) add(n int64, d time.Duration) { r.n += n; r.d += d }
-func (r *rpcRate) perSecond() float64          { return float64(r.n) / r.d.Seconds() }
+func (r *rpcRate) perSecond() float64           { return float64(r.n) / r.d.Seconds() }
 
 // pipelined keeps window pings in flight on each of conns connections for
 // length and returns how many completed and how long that took.
@@ -243,7 +243,10 @@ func (e *netEcho) serveLoop(nc net.Conn) {
 		if err != nil {
 			return
 		}
-		body = append(body[:0], make([]byte, h.BodyLen)...)
+		if cap(body) < int(h.BodyLen) {
+			body = make([]byte, h.BodyLen)
+		}
+		body = body[:h.BodyLen]
 		if _, err := io.ReadFull(br, body); err != nil {
 			return
 		}
