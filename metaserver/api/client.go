@@ -1,0 +1,231 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Errors a Client returns; match with errors.Is. Every failure the server
+// answered is an *HTTPError that matches the sentinel of its status.
+var (
+	// ErrUnauthorized: the token is missing or wrong (HTTP 401).
+	ErrUnauthorized = &HTTPError{Status: http.StatusUnauthorized}
+	// ErrNotFound: the subject, group or dead letter does not exist (404).
+	ErrNotFound = &HTTPError{Status: http.StatusNotFound}
+	// ErrConflict: the change breaks a rule (409).
+	ErrConflict = &HTTPError{Status: http.StatusConflict}
+	// ErrBadRequest: the request's input is invalid (400).
+	ErrBadRequest = &HTTPError{Status: http.StatusBadRequest}
+)
+
+// HTTPError is a non-2xx answer of the admin API.
+type HTTPError struct {
+	Status  int
+	Message string
+}
+
+// Error returns "HTTP <status>: <message>".
+func (e *HTTPError) Error() string {
+	if e.Message == "" {
+		return fmt.Sprintf("HTTP %d %s", e.Status, http.StatusText(e.Status))
+	}
+	return fmt.Sprintf("HTTP %d: %s", e.Status, e.Message)
+}
+
+// Is matches any *HTTPError with the same status.
+func (e *HTTPError) Is(target error) bool {
+	t, ok := target.(*HTTPError)
+	return ok && t.Status == e.Status
+}
+
+// Client calls a meta server's admin API.
+type Client struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// NewClient returns a client of the meta server at base ("host:port" or
+// "http://host:port"). token is sent with every request when not empty.
+func NewClient(base, token string, timeout time.Duration) *Client {
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	return &Client{base: strings.TrimRight(base, "/"), token: token, http: &http.Client{Timeout: timeout}}
+}
+
+// Do sends method path (under /api/v1) with in as the JSON body (nil: none)
+// and decodes the answer into out (nil: discard).
+func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+"/api/v1"+path, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		var e Error
+		if json.Unmarshal(data, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(data))
+		}
+		return &HTTPError{Status: resp.StatusCode, Message: e.Error}
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("api: decode %s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+func esc(s string) string { return url.PathEscape(s) }
+
+// Status returns the cluster overview.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	var s Status
+	return s, c.Do(ctx, http.MethodGet, "/status", nil, &s)
+}
+
+// Brokers lists registered brokers.
+func (c *Client) Brokers(ctx context.Context) ([]Broker, error) {
+	var b []Broker
+	return b, c.Do(ctx, http.MethodGet, "/brokers", nil, &b)
+}
+
+// Groups lists broker groups.
+func (c *Client) Groups(ctx context.Context) ([]Group, error) {
+	var g []Group
+	return g, c.Do(ctx, http.MethodGet, "/groups", nil, &g)
+}
+
+// Routes lists every subject's route.
+func (c *Client) Routes(ctx context.Context) ([]Route, error) {
+	var r []Route
+	return r, c.Do(ctx, http.MethodGet, "/routes", nil, &r)
+}
+
+// Route returns one subject's route.
+func (c *Client) Route(ctx context.Context, subject string) (Route, error) {
+	var r Route
+	return r, c.Do(ctx, http.MethodGet, "/routes/"+esc(subject), nil, &r)
+}
+
+// AddRouteGroup adds a broker group to a subject's route (creating the
+// route when the subject has none).
+func (c *Client) AddRouteGroup(ctx context.Context, subject, group string) (Route, error) {
+	var r Route
+	return r, c.Do(ctx, http.MethodPost, "/routes/"+esc(subject)+"/groups", GroupRequest{Group: group}, &r)
+}
+
+// RemoveRouteGroup removes a broker group from a subject's route.
+func (c *Client) RemoveRouteGroup(ctx context.Context, subject, group string) (Route, error) {
+	var r Route
+	return r, c.Do(ctx, http.MethodDelete, "/routes/"+esc(subject)+"/groups/"+esc(group), nil, &r)
+}
+
+// MarkReadonly marks a group readonly for subject ("" = every subject).
+func (c *Client) MarkReadonly(ctx context.Context, group, subject string) (Group, error) {
+	var g Group
+	return g, c.Do(ctx, http.MethodPost, "/groups/"+esc(group)+"/readonly", ReadonlyRequest{Subject: subject}, &g)
+}
+
+// UnmarkReadonly removes a readonly mark.
+func (c *Client) UnmarkReadonly(ctx context.Context, group, subject string) (Group, error) {
+	var g Group
+	q := ""
+	if subject != "" {
+		q = "?subject=" + url.QueryEscape(subject)
+	}
+	return g, c.Do(ctx, http.MethodDelete, "/groups/"+esc(group)+"/readonly"+q, nil, &g)
+}
+
+// Consumers lists consumer groups with consumers and backlog; subject ""
+// lists every subject's.
+func (c *Client) Consumers(ctx context.Context, subject string) ([]ConsumerGroup, error) {
+	var g []ConsumerGroup
+	q := ""
+	if subject != "" {
+		q = "?subject=" + url.QueryEscape(subject)
+	}
+	return g, c.Do(ctx, http.MethodGet, "/consumers"+q, nil, &g)
+}
+
+// ResetOffset moves a consumer group's cursor: to is "earliest", "latest"
+// or an RFC 3339 time.
+func (c *Client) ResetOffset(ctx context.Context, subject, group, to string) (ActionResult, error) {
+	var r ActionResult
+	return r, c.Do(ctx, http.MethodPost, "/consumers/"+esc(subject)+"/"+esc(group)+"/reset", ResetRequest{To: to}, &r)
+}
+
+// SetConsumerOnline takes a consumer offline (online false) or back online.
+func (c *Client) SetConsumerOnline(ctx context.Context, subject, group, id string, online bool) (ActionResult, error) {
+	var r ActionResult
+	op := "offline"
+	if online {
+		op = "online"
+	}
+	return r, c.Do(ctx, http.MethodPost, "/consumers/"+esc(subject)+"/"+esc(group)+"/"+esc(id)+"/"+op, nil, &r)
+}
+
+// DeadLetters lists a group's dead letters with a sequence above after.
+func (c *Client) DeadLetters(ctx context.Context, subject, group string, after uint64, max int) (DeadLetters, error) {
+	var d DeadLetters
+	q := "?after=" + strconv.FormatUint(after, 10) + "&max=" + strconv.Itoa(max)
+	return d, c.Do(ctx, http.MethodGet, "/deadletters/"+esc(subject)+"/"+esc(group)+q, nil, &d)
+}
+
+// InspectDeadLetter returns the dead letter with message id.
+func (c *Client) InspectDeadLetter(ctx context.Context, subject, group, id string) (DeadLetters, error) {
+	var d DeadLetters
+	return d, c.Do(ctx, http.MethodGet, "/deadletters/"+esc(subject)+"/"+esc(group)+"/"+esc(id), nil, &d)
+}
+
+// RedriveDeadLetters sends dead letters (all when ids is empty) back to the
+// group.
+func (c *Client) RedriveDeadLetters(ctx context.Context, subject, group string, ids []string) (DeadLetters, error) {
+	var d DeadLetters
+	return d, c.Do(ctx, http.MethodPost, "/deadletters/"+esc(subject)+"/"+esc(group)+"/redrive", DeadLetterAction{IDs: ids}, &d)
+}
+
+// PurgeDeadLetters drops dead letters (all when ids is empty).
+func (c *Client) PurgeDeadLetters(ctx context.Context, subject, group string, ids []string) (DeadLetters, error) {
+	var d DeadLetters
+	return d, c.Do(ctx, http.MethodPost, "/deadletters/"+esc(subject)+"/"+esc(group)+"/purge", DeadLetterAction{IDs: ids}, &d)
+}
+
+// IsUnauthorized reports whether err is a 401 answer.
+func IsUnauthorized(err error) bool { return errors.Is(err, ErrUnauthorized) }

@@ -1,0 +1,176 @@
+package api
+
+import "time"
+
+// Broker is one registered broker process.
+type Broker struct {
+	Group        string    `json:"group"`
+	Role         string    `json:"role"`  // "master" or "slave"
+	Kind         string    `json:"kind"`  // "realtime" or "delay"
+	State        string    `json:"state"` // what the broker reports: "rw" or "readonly"
+	BrokerID     string    `json:"brokerId"`
+	Address      string    `json:"address"`
+	LeaseID      int64     `json:"leaseId"`
+	Load         Load      `json:"load"`
+	RegisteredAt time.Time `json:"registeredAt"`
+}
+
+// Load is what a broker reports of its load with each heartbeat.
+type Load struct {
+	InPerSec    uint32 `json:"inPerSec"`
+	OutPerSec   uint32 `json:"outPerSec"`
+	Subjects    uint32 `json:"subjects"`
+	StoredBytes uint64 `json:"storedBytes"`
+}
+
+// Group is a broker group with its state as the meta server derives it.
+type Group struct {
+	Name     string   `json:"name"`
+	Kind     string   `json:"kind"`
+	State    string   `json:"state"` // "rw", "readonly" or "unavailable"
+	Master   string   `json:"master,omitempty"`
+	Slave    string   `json:"slave,omitempty"`
+	Readonly []string `json:"readonly,omitempty"` // subjects ("*" = all) an admin marked readonly
+	Routes   int      `json:"routes"`             // subjects routed to the group
+	Load     Load     `json:"load"`
+}
+
+// Route is a subject's broker groups.
+type Route struct {
+	Subject   string       `json:"subject"`
+	Kind      string       `json:"kind"`
+	Groups    []RouteGroup `json:"groups"`
+	Version   int64        `json:"version"` // etcd mod revision of the route
+	CreatedAt time.Time    `json:"createdAt"`
+}
+
+// RouteGroup is one group of a route with its state for producers.
+type RouteGroup struct {
+	Group  string `json:"group"`
+	State  string `json:"state"`
+	Master string `json:"master,omitempty"`
+}
+
+// Consumer is one registered consumer.
+type Consumer struct {
+	Subject    string    `json:"subject"`
+	Group      string    `json:"group"`
+	ClientID   string    `json:"clientId"`
+	ClientType string    `json:"clientType"`
+	Online     bool      `json:"online"` // false when an admin took it offline
+	Since      time.Time `json:"since"`
+}
+
+// ConsumerGroup is a consumer group of a subject with its consumers and the
+// backlog its route's masters report.
+type ConsumerGroup struct {
+	Subject   string          `json:"subject"`
+	Group     string          `json:"group"`
+	Consumers []Consumer      `json:"consumers"`
+	Backlog   uint64          `json:"backlog"`
+	PerBroker []GroupBacklog  `json:"perBroker"`
+	Errors    []BrokerFailure `json:"errors,omitempty"`
+}
+
+// GroupBacklog is one broker group's share of a consumer group's backlog.
+type GroupBacklog struct {
+	BrokerGroup string `json:"brokerGroup"`
+	Messages    uint64 `json:"messages"`
+	Cursor      uint64 `json:"cursor"`
+	Backlog     uint64 `json:"backlog"`
+}
+
+// BrokerFailure is a broker group an admin request could not reach.
+type BrokerFailure struct {
+	BrokerGroup string `json:"brokerGroup"`
+	Error       string `json:"error"`
+}
+
+// MetaServer is one meta server process.
+type MetaServer struct {
+	ID        string    `json:"id"`
+	TCP       string    `json:"tcp"`
+	HTTP      string    `json:"http"`
+	StartedAt time.Time `json:"startedAt"`
+}
+
+// Status is the cluster overview.
+type Status struct {
+	Revision    int64        `json:"revision"`
+	Prefix      string       `json:"prefix"`
+	MetaServers []MetaServer `json:"metaServers"`
+	Brokers     int          `json:"brokers"`
+	Groups      GroupCounts  `json:"groups"`
+	Subjects    int          `json:"subjects"`
+	Consumers   int          `json:"consumers"`
+	InPerSec    uint64       `json:"inPerSec"`
+	OutPerSec   uint64       `json:"outPerSec"`
+}
+
+// GroupCounts counts groups by state.
+type GroupCounts struct {
+	Total       int `json:"total"`
+	ReadWrite   int `json:"rw"`
+	Readonly    int `json:"readonly"`
+	Unavailable int `json:"unavailable"`
+}
+
+// ResetRequest resets a consumer group's offset: To is "earliest",
+// "latest" or an RFC 3339 time.
+type ResetRequest struct {
+	To string `json:"to"`
+}
+
+// ActionResult says which broker groups carried out a relayed action.
+type ActionResult struct {
+	OK     []string        `json:"ok"`
+	Errors []BrokerFailure `json:"errors,omitempty"`
+}
+
+// DeadLetter is one dead letter, decoded.
+type DeadLetter struct {
+	BrokerGroup string            `json:"brokerGroup"`
+	Seq         uint64            `json:"seq"`
+	ID          string            `json:"id"`
+	Subject     string            `json:"subject"`
+	Tags        []string          `json:"tags,omitempty"`
+	Properties  map[string]string `json:"properties,omitempty"`
+	Attempts    uint16            `json:"attempts"`
+	CreatedAt   time.Time         `json:"createdAt"`
+	Body        string            `json:"body"`                 // UTF-8 text, or base64 when BodyBase64
+	BodyBase64  bool              `json:"bodyBase64,omitempty"` // Body is base64
+	Size        int               `json:"size"`
+	Error       string            `json:"error,omitempty"` // the stored bytes did not parse
+}
+
+// DeadLetters is a listing, or the outcome of a re-drive or purge.
+type DeadLetters struct {
+	Subject  string          `json:"subject"`
+	Group    string          `json:"group"`
+	Total    uint64          `json:"total"`
+	Affected uint64          `json:"affected"`
+	Letters  []DeadLetter    `json:"letters"`
+	Errors   []BrokerFailure `json:"errors,omitempty"`
+}
+
+// DeadLetterAction names dead letters to re-drive or purge; empty IDs means
+// all of the group's dead letters.
+type DeadLetterAction struct {
+	IDs []string `json:"ids,omitempty"`
+}
+
+// GroupRequest names a broker group to add to a route.
+type GroupRequest struct {
+	Group string `json:"group"`
+}
+
+// ReadonlyRequest marks or unmarks a group readonly for Subject ("" or "*":
+// every subject).
+type ReadonlyRequest struct {
+	Subject string `json:"subject,omitempty"`
+}
+
+// Error is the body of every non-2xx answer.
+type Error struct {
+	Error string `json:"error"`
+}

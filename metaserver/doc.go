@@ -1,0 +1,87 @@
+// Package metaserver is QMQ-Go's meta server: it tracks broker groups,
+// routes subjects to them, registers consumers, and serves the admin API, the
+// web console and metrics. Meta servers are stateless: all state lives in
+// etcd, and any number of them can run against one etcd cluster.
+//
+// # Key layout
+//
+// Everything lives under one prefix (Options.Prefix, default "/qmq/");
+// values are JSON:
+//
+//	/qmq/brokers/<group>/<master|slave>          a broker's registration, on its lease
+//	/qmq/routes/<realtime|delay>/<subject>       {"groups":[...],"createdAt":...}
+//	/qmq/readonly/<group>/<subject or *>         an admin's readonly mark
+//	/qmq/consumers/<subject>/<group>/<client id> a consumer's registration, on its lease
+//	/qmq/offline/<subject>/<group>/<client id>   an admin took the consumer offline
+//	/qmq/metaservers/<tcp address>               a running meta server, on its lease
+//
+// # The view
+//
+// Each meta server reads the whole prefix once and watches it from the
+// revision after that read, applying every change to an in-memory view. All
+// lookups and admin reads are served from the view, never from etcd: a
+// lookup is a few map reads under a read lock, which is what makes tens of
+// thousands of lookups a second cheap, and lookups keep working (on the last
+// view) while etcd is unreachable. When the watch breaks or its revision is
+// compacted away, the server reads everything again and watches anew,
+// serving the old view meanwhile. /readyz reports whether the watch is up.
+// Responses carry the view's revision as their version; since revisions are
+// global to the etcd cluster, a client talking to several meta servers keeps
+// the answer with the highest version and ignores older ones.
+//
+// # Brokers
+//
+// A broker (realtime or delay, master or slave) sends CmdRegister to any
+// meta server every third of the broker TTL (default 10 s). The first one
+// grants an etcd lease of that TTL and writes the registration on it; the
+// lease id is stored in the registration and returned to the broker, which
+// sends it back, so any meta server can keep it alive with KeepAliveOnce. A
+// heartbeat rewrites the registration only when the broker's state, address
+// or load changed. A broker that dies stops heartbeating and its
+// registration vanishes when the lease expires, at most one TTL after its
+// last heartbeat; a broker that shuts down cleanly sends RegisterLeaving and
+// its lease is revoked at once. A group and role is held by one broker id at
+// a time (an etcd transaction on the key's create revision): a second master
+// of a group is refused until the first one's lease is gone.
+//
+// A group's state, for a given subject: unavailable when it has no live
+// master; readonly when the master reports itself readonly (a lagging slave,
+// a full disk) or an admin marked the group readonly for that subject or for
+// "*"; read-write otherwise. Slaves do not make a group available.
+//
+// # Routes
+//
+// A subject's first lookup assigns its route: Options.MinGroups writable
+// groups of the right kind (delay groups for delay producers, realtime
+// groups for everyone else), least loaded first (fewest routes, then fewest
+// messages in per second, then name). The route is created in an etcd
+// transaction that succeeds only if the key does not exist yet, so meta
+// servers racing on a new subject all answer with the one that won. Routes
+// never shrink or grow by themselves: admins add and remove groups (never a
+// route's last one), in compare-and-swap transactions on the key's mod
+// revision. Lookups of %RETRY% and %DEAD% subjects use their real subject's
+// route. A lookup answers every group of the route with its state and
+// addresses; clients send only to writable groups and pull from readable
+// ones (protocol.GroupState.Writable, Readable).
+//
+// # Consumers
+//
+// A consumer sends CmdClientHeartbeat for each (subject, group) it
+// subscribes to; its registration lives on a lease of Options.ClientTTL
+// (default 30 s), kept alive the same way as a broker's, so the console
+// lists live consumers. An admin can take a consumer offline: the mark is
+// kept in etcd (so lookups and heartbeats tell the consumer, which stops
+// pulling) and relayed to the subject's masters.
+//
+// # Admin
+//
+// The HTTP API is documented in package api. Reads are open; changes need
+// the bearer token (Options.AdminToken, or a random one logged at start) and
+// are refused with 401 before anything is touched. Actions that concern a
+// broker's data (reset offset, consumer offline/online, broker stats and
+// backlog, dead letters) are relayed over TCP to the master of each group
+// on the subject's route with protocol.CmdConsumerManage, CmdBrokerStats and
+// CmdDeadLetters (bodies in pkg/protocol/admin.go); the answer lists the
+// groups that failed. The web console (console/, embedded with go:embed) is
+// plain HTML and JavaScript over the same API.
+package metaserver

@@ -1,0 +1,87 @@
+package metaserver
+
+import (
+	"context"
+	"sync"
+
+	"github.com/qmq-go/qmq/pkg/netserver"
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"go.uber.org/zap"
+)
+
+// TCP handlers. Lookups whose route is in the view are answered on the
+// connection's serve goroutine (no etcd call, no allocation beyond the
+// reply); anything that writes to etcd runs on a goroutine of its own and
+// replies from there.
+
+var replyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+func (s *Server) serveLookup(r *netserver.Request) {
+	req, err := protocol.DecodeLookupRequest(r.Body)
+	if err != nil {
+		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
+		return
+	}
+	s.metrics.lookup(req.ClientType)
+	kind := protocol.KindRealtime
+	if req.ClientType == protocol.ClientDelayProducer {
+		kind = protocol.KindDelay
+	}
+	if req.ClientType >= protocol.ClientProducer && req.ClientType <= protocol.ClientDelayProducer {
+		if resp, ok := s.routeResponse(kind, protocol.RealSubject(req.Subject), req); ok {
+			s.replyLookup(r, &resp)
+			return
+		}
+	}
+	go func() {
+		resp, err := s.lookup(context.Background(), req)
+		if err != nil {
+			s.metrics.lookupErrors.Inc()
+			r.ReplyError(err)
+			return
+		}
+		s.replyLookup(r, &resp)
+	}()
+}
+
+func (s *Server) replyLookup(r *netserver.Request, resp *protocol.LookupResponse) {
+	bp := replyBufs.Get().(*[]byte)
+	*bp = protocol.AppendLookupResponse((*bp)[:0], resp)
+	r.Reply(protocol.StatusOK, *bp)
+	replyBufs.Put(bp)
+}
+
+func (s *Server) serveRegister(r *netserver.Request) {
+	req, err := protocol.DecodeRegisterRequest(r.Body)
+	if err != nil {
+		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
+		return
+	}
+	s.metrics.registers.Inc()
+	go func() {
+		resp, err := s.registerBroker(context.Background(), req)
+		if err != nil {
+			s.lg.Warn("broker registration failed", zap.String("group", req.Group), zap.String("broker", req.BrokerID), zap.Error(err))
+			r.ReplyError(err)
+			return
+		}
+		r.Reply(protocol.StatusOK, protocol.AppendRegisterResponse(nil, &resp))
+	}()
+}
+
+func (s *Server) serveClientHeartbeat(r *netserver.Request) {
+	req, err := protocol.DecodeClientHeartbeatRequest(r.Body)
+	if err != nil {
+		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
+		return
+	}
+	s.metrics.heartbeats.Inc()
+	go func() {
+		resp, err := s.clientHeartbeat(context.Background(), req)
+		if err != nil {
+			r.ReplyError(err)
+			return
+		}
+		r.Reply(protocol.StatusOK, protocol.AppendClientHeartbeatResponse(nil, &resp))
+	}()
+}

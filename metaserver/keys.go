@@ -1,0 +1,114 @@
+package metaserver
+
+import (
+	"strings"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+)
+
+// Key layout under Options.Prefix (default "/qmq/"); values are JSON:
+//
+//	brokers/<group>/<role>                  brokerRecord   on the broker's lease
+//	routes/<kind>/<subject>                 routeRecord    (kind: realtime | delay)
+//	readonly/<group>/<subject or *>         readonlyRecord (admin marks)
+//	consumers/<subject>/<group>/<client id> consumerRecord on the consumer's lease
+//	offline/<subject>/<group>/<client id>   offlineRecord  (admin took it offline)
+//	metaservers/<id>                        metaRecord     on the meta server's lease
+//
+// Names never contain "/": groups and subjects are [A-Za-z0-9._-], client
+// ids add ":" and "@". Routes are kept under the user subject; lookups of
+// %RETRY% and %DEAD% subjects use their real subject's route.
+const (
+	dirBrokers     = "brokers/"
+	dirRoutes      = "routes/"
+	dirReadonly    = "readonly/"
+	dirConsumers   = "consumers/"
+	dirOffline     = "offline/"
+	dirMetaServers = "metaservers/"
+)
+
+// allSubjects in a readonly key marks the group readonly for every subject.
+const allSubjects = "*"
+
+// keys builds and parses keys under one prefix.
+type keys struct{ prefix string }
+
+func (k keys) broker(group string, role protocol.BrokerRole) string {
+	return k.prefix + dirBrokers + group + "/" + role.String()
+}
+
+func (k keys) route(kind protocol.BrokerKind, subject string) string {
+	return k.prefix + dirRoutes + kind.String() + "/" + subject
+}
+
+func (k keys) readonly(group, subject string) string {
+	return k.prefix + dirReadonly + group + "/" + subject
+}
+
+func (k keys) consumer(subject, group, clientID string) string {
+	return k.prefix + dirConsumers + subject + "/" + group + "/" + clientID
+}
+
+func (k keys) offline(subject, group, clientID string) string {
+	return k.prefix + dirOffline + subject + "/" + group + "/" + clientID
+}
+
+func (k keys) metaServer(id string) string { return k.prefix + dirMetaServers + id }
+
+// split returns the directory of key ("brokers/", …) and the parts after it,
+// or "" when key is not one of ours.
+func (k keys) split(key string) (dir string, parts []string) {
+	rest, ok := strings.CutPrefix(key, k.prefix)
+	if !ok {
+		return "", nil
+	}
+	i := strings.IndexByte(rest, '/')
+	if i < 0 {
+		return "", nil
+	}
+	return rest[:i+1], strings.Split(rest[i+1:], "/")
+}
+
+// brokerRecord is a broker's registration.
+type brokerRecord struct {
+	Group        string              `json:"group"`
+	Role         protocol.BrokerRole `json:"role"`
+	Kind         protocol.BrokerKind `json:"kind"`
+	State        protocol.GroupState `json:"state"` // self-reported: rw or readonly
+	BrokerID     string              `json:"brokerId"`
+	Address      string              `json:"address"`
+	LeaseID      int64               `json:"leaseId"`
+	Load         protocol.BrokerLoad `json:"load"`
+	RegisteredAt time.Time           `json:"registeredAt"`
+}
+
+// routeRecord is a subject's broker groups, in assignment order.
+type routeRecord struct {
+	Groups    []string  `json:"groups"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// readonlyRecord is an admin's readonly mark.
+type readonlyRecord struct {
+	At time.Time `json:"at"`
+}
+
+// consumerRecord is a consumer's registration.
+type consumerRecord struct {
+	ClientType protocol.ClientType `json:"clientType"`
+	LeaseID    int64               `json:"leaseId"`
+	Since      time.Time           `json:"since"`
+}
+
+// offlineRecord is an admin's offline mark for a consumer.
+type offlineRecord struct {
+	At time.Time `json:"at"`
+}
+
+// metaRecord is a running meta server.
+type metaRecord struct {
+	TCP       string    `json:"tcp"`
+	HTTP      string    `json:"http"`
+	StartedAt time.Time `json:"startedAt"`
+}

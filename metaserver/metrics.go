@@ -1,0 +1,91 @@
+package metaserver
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/qmq-go/qmq/pkg/protocol"
+)
+
+// metrics are one server's Prometheus collectors, on a registry of its own
+// so several servers can run in one process (tests).
+type metrics struct {
+	reg            *prometheus.Registry
+	lookups        *prometheus.CounterVec
+	lookupErrors   prometheus.Counter
+	registers      prometheus.Counter
+	heartbeats     prometheus.Counter
+	routesAssigned prometheus.Counter
+	relayed        *prometheus.CounterVec
+	adminChanges   *prometheus.CounterVec
+	lookupProducer prometheus.Counter // lookups.WithLabelValues("producer"), cached for the hot path
+	lookupConsumer prometheus.Counter
+	lookupDelay    prometheus.Counter
+}
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.lookups = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "qmq_meta_lookups_total", Help: "Route lookups served, by client type.",
+	}, []string{"client_type"})
+	m.lookupErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "qmq_meta_lookup_errors_total", Help: "Route lookups answered with an error.",
+	})
+	m.registers = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "qmq_meta_broker_heartbeats_total", Help: "Broker registrations and heartbeats served.",
+	})
+	m.heartbeats = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "qmq_meta_client_heartbeats_total", Help: "Consumer heartbeats served.",
+	})
+	m.routesAssigned = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "qmq_meta_routes_assigned_total", Help: "Routes this server created on a subject's first lookup.",
+	})
+	m.relayed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "qmq_meta_relayed_requests_total", Help: "Admin requests relayed to brokers, by command.",
+	}, []string{"command"})
+	m.adminChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "qmq_meta_admin_changes_total", Help: "Admin API changes, by outcome (ok, unauthorized, error).",
+	}, []string{"outcome"})
+	m.lookupProducer = m.lookups.WithLabelValues(protocol.ClientProducer.String())
+	m.lookupConsumer = m.lookups.WithLabelValues(protocol.ClientConsumer.String())
+	m.lookupDelay = m.lookups.WithLabelValues(protocol.ClientDelayProducer.String())
+	revision := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "qmq_meta_view_revision", Help: "etcd revision of this server's view.",
+	}, func() float64 { rev, _ := s.view.revision(); return float64(rev) })
+	watching := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "qmq_meta_etcd_watching", Help: "1 while the etcd watch feeding the view is established.",
+	}, func() float64 {
+		if s.store.watching.Load() {
+			return 1
+		}
+		return 0
+	})
+	m.reg.MustRegister(m.lookups, m.lookupErrors, m.registers, m.heartbeats, m.routesAssigned, m.relayed,
+		m.adminChanges, revision, watching, groupStateCollector{s},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) lookup(t protocol.ClientType) {
+	switch t {
+	case protocol.ClientProducer:
+		m.lookupProducer.Inc()
+	case protocol.ClientConsumer:
+		m.lookupConsumer.Inc()
+	case protocol.ClientDelayProducer:
+		m.lookupDelay.Inc()
+	}
+}
+
+// groupStateCollector reports how many broker groups are in each state.
+type groupStateCollector struct{ s *Server }
+
+var groupStateDesc = prometheus.NewDesc("qmq_meta_broker_groups", "Broker groups by state.", []string{"state"}, nil)
+
+func (c groupStateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- groupStateDesc }
+
+func (c groupStateCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := c.s.groupCounts()
+	ch <- prometheus.MustNewConstMetric(groupStateDesc, prometheus.GaugeValue, float64(counts.ReadWrite), "rw")
+	ch <- prometheus.MustNewConstMetric(groupStateDesc, prometheus.GaugeValue, float64(counts.Readonly), "readonly")
+	ch <- prometheus.MustNewConstMetric(groupStateDesc, prometheus.GaugeValue, float64(counts.Unavailable), "unavailable")
+}

@@ -1,0 +1,264 @@
+package metaserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// registerBroker serves a broker's CmdRegister: the first one grants a lease
+// and writes the registration on it; later ones keep the lease alive and
+// rewrite the registration when its state, address or load changed. Any meta
+// server can serve any heartbeat: the lease id travels with the request and
+// is stored in the registration.
+func (s *Server) registerBroker(ctx context.Context, req protocol.RegisterRequest) (protocol.RegisterResponse, error) {
+	if err := checkRegister(&req); err != nil {
+		return protocol.RegisterResponse{}, err
+	}
+	key := s.keys.broker(req.Group, req.Role)
+	bk := brokerKey{req.Group, req.Role}
+	s.view.mu.RLock()
+	cur, known := s.view.brokers[bk]
+	s.view.mu.RUnlock()
+	mine := known && cur.rec.BrokerID == req.BrokerID
+
+	if req.Flags&protocol.RegisterLeaving != 0 {
+		if mine {
+			if err := s.revoke(ctx, clientv3.LeaseID(cur.rec.LeaseID)); err != nil {
+				return protocol.RegisterResponse{}, err
+			}
+			s.lg.Info("broker left", zap.String("group", req.Group), zap.Stringer("role", req.Role), zap.String("broker", req.BrokerID))
+		}
+		return protocol.RegisterResponse{Version: s.version()}, nil
+	}
+
+	lease := clientv3.LeaseID(req.LeaseID)
+	if lease == 0 && mine {
+		lease = clientv3.LeaseID(cur.rec.LeaseID)
+	}
+	if lease != 0 {
+		alive, err := s.keepAliveOnce(ctx, lease)
+		if err != nil {
+			return protocol.RegisterResponse{}, err
+		}
+		if !alive {
+			lease = 0
+		}
+	}
+	fresh := lease == 0
+	if fresh {
+		var err error
+		if lease, err = s.grant(ctx, s.opts.BrokerTTL); err != nil {
+			return protocol.RegisterResponse{}, err
+		}
+	}
+	rec := brokerRecord{
+		Group: req.Group, Role: req.Role, Kind: req.Kind, State: req.State, BrokerID: req.BrokerID,
+		Address: req.Address, LeaseID: int64(lease), Load: req.Load, RegisteredAt: time.Now().UTC(),
+	}
+	if mine {
+		rec.RegisteredAt = cur.rec.RegisteredAt
+		if !fresh && rec == cur.rec {
+			return protocol.RegisterResponse{LeaseID: int64(lease), TTL: s.opts.BrokerTTL, Version: s.version()}, nil
+		}
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return protocol.RegisterResponse{}, err
+	}
+	// Create the registration unless another broker holds this group and
+	// role; the same broker (a heartbeat, or a restart with the same id)
+	// overwrites its own.
+	tctx, cancel := s.store.ctx(ctx)
+	defer cancel()
+	resp, err := s.etcd.Txn(tctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(b), clientv3.WithLease(lease))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return protocol.RegisterResponse{}, unavailable(etcdErr("register", err))
+	}
+	rev := resp.Header.Revision
+	if !resp.Succeeded {
+		var held brokerRecord
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			_ = json.Unmarshal(kvs[0].Value, &held)
+		}
+		if held.BrokerID != req.BrokerID {
+			if fresh {
+				_ = s.revoke(ctx, lease)
+			}
+			return protocol.RegisterResponse{}, protocol.Errorf(protocol.StatusInvalid,
+				fmt.Sprintf("group %s already has a live %s: broker %s at %s", req.Group, req.Role, held.BrokerID, held.Address))
+		}
+		if !mine {
+			rec.RegisteredAt = held.RegisteredAt
+			b, _ = json.Marshal(rec)
+		}
+		pctx, pcancel := s.store.ctx(ctx)
+		defer pcancel()
+		presp, err := s.etcd.Put(pctx, key, string(b), clientv3.WithLease(lease))
+		if err != nil {
+			return protocol.RegisterResponse{}, unavailable(etcdErr("register", err))
+		}
+		rev = presp.Header.Revision
+	}
+	if fresh {
+		s.lg.Info("broker registered", zap.String("group", req.Group), zap.Stringer("role", req.Role),
+			zap.Stringer("kind", req.Kind), zap.String("broker", req.BrokerID), zap.String("address", req.Address),
+			zap.Int64("lease", int64(lease)))
+	}
+	return protocol.RegisterResponse{LeaseID: int64(lease), TTL: s.opts.BrokerTTL, Version: uint64(rev)}, nil
+}
+
+func checkRegister(r *protocol.RegisterRequest) error {
+	if r.State == 0 {
+		r.State = protocol.GroupReadWrite
+	}
+	switch {
+	case r.Kind != protocol.KindRealtime && r.Kind != protocol.KindDelay:
+		return protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf("unknown broker kind %d", r.Kind))
+	case r.Role != protocol.RoleMaster && r.Role != protocol.RoleSlave:
+		return protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf("unknown broker role %d", r.Role))
+	case r.State != protocol.GroupReadWrite && r.State != protocol.GroupReadonly:
+		return protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf("a broker may report rw or readonly, not %v", r.State))
+	case !protocol.IsName(r.Group):
+		return protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf("group %q must be A-Z a-z 0-9 . _ -", r.Group))
+	}
+	if err := protocol.CheckConsumerID(r.BrokerID); err != nil {
+		return protocol.Errorf(protocol.StatusInvalid, "broker id: "+err.Error())
+	}
+	if _, _, err := net.SplitHostPort(r.Address); err != nil || r.Address == "" {
+		return protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf("address %q is not host:port", r.Address))
+	}
+	return nil
+}
+
+// clientHeartbeat serves CmdClientHeartbeat: a consumer's registration lives
+// on its own lease of ClientTTL, kept alive by each heartbeat.
+func (s *Server) clientHeartbeat(ctx context.Context, req protocol.ClientHeartbeatRequest) (protocol.ClientHeartbeatResponse, error) {
+	subject := protocol.RealSubject(req.Subject)
+	if err := s.limits.CheckSubject(subject); err != nil {
+		return protocol.ClientHeartbeatResponse{}, err
+	}
+	if err := s.limits.CheckGroup(req.Group); err != nil {
+		return protocol.ClientHeartbeatResponse{}, err
+	}
+	if err := protocol.CheckConsumerID(req.ClientID); err != nil {
+		return protocol.ClientHeartbeatResponse{}, err
+	}
+	if req.ClientType != protocol.ClientConsumer {
+		return protocol.ClientHeartbeatResponse{}, protocol.Errorf(protocol.StatusInvalid, "only consumers heartbeat, not "+req.ClientType.String())
+	}
+	ck := consumerKey{subject, req.Group, req.ClientID}
+	key := s.keys.consumer(ck.subject, ck.group, ck.clientID)
+	s.view.mu.RLock()
+	cur, known := s.view.consumers[ck]
+	_, offline := s.view.offline[ck]
+	s.view.mu.RUnlock()
+	var flags uint8
+	if offline {
+		flags |= protocol.LookupConsumerOffline
+	}
+
+	if req.Flags&protocol.ClientLeaving != 0 {
+		if known {
+			if err := s.revoke(ctx, clientv3.LeaseID(cur.LeaseID)); err != nil {
+				return protocol.ClientHeartbeatResponse{}, err
+			}
+		}
+		return protocol.ClientHeartbeatResponse{Flags: flags}, nil
+	}
+	lease := clientv3.LeaseID(req.LeaseID)
+	if lease == 0 && known {
+		lease = clientv3.LeaseID(cur.LeaseID)
+	}
+	if lease != 0 {
+		alive, err := s.keepAliveOnce(ctx, lease)
+		if err != nil {
+			return protocol.ClientHeartbeatResponse{}, err
+		}
+		if !alive {
+			lease = 0
+		}
+	}
+	fresh := lease == 0
+	if fresh {
+		var err error
+		if lease, err = s.grant(ctx, s.opts.ClientTTL); err != nil {
+			return protocol.ClientHeartbeatResponse{}, err
+		}
+	}
+	if fresh || !known || cur.LeaseID != int64(lease) {
+		rec := consumerRecord{ClientType: req.ClientType, LeaseID: int64(lease), Since: time.Now().UTC()}
+		if known {
+			rec.Since = cur.Since
+		}
+		if _, err := s.store.putJSON(ctx, key, rec, lease); err != nil {
+			return protocol.ClientHeartbeatResponse{}, unavailable(err)
+		}
+	}
+	return protocol.ClientHeartbeatResponse{LeaseID: int64(lease), TTL: s.opts.ClientTTL, Flags: flags}, nil
+}
+
+// keepAliveOnce renews lease; it reports false when etcd no longer knows it
+// (it expired), and an error when etcd cannot be reached.
+func (s *Server) keepAliveOnce(ctx context.Context, lease clientv3.LeaseID) (bool, error) {
+	ctx, cancel := s.store.ctx(ctx)
+	defer cancel()
+	_, err := s.etcd.KeepAliveOnce(ctx, lease)
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, unavailable(etcdErr("keep lease alive", err))
+	}
+	return true, nil
+}
+
+func (s *Server) grant(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, error) {
+	ctx, cancel := s.store.ctx(ctx)
+	defer cancel()
+	g, err := s.etcd.Grant(ctx, int64((ttl+time.Second-1)/time.Second))
+	if err != nil {
+		return 0, unavailable(etcdErr("grant lease", err))
+	}
+	return g.ID, nil
+}
+
+func (s *Server) revoke(ctx context.Context, lease clientv3.LeaseID) error {
+	ctx, cancel := s.store.ctx(ctx)
+	defer cancel()
+	if _, err := s.etcd.Revoke(ctx, lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return unavailable(etcdErr("revoke lease", err))
+	}
+	return nil
+}
+
+// unavailable turns an etcd failure into a StatusUnavailable protocol error
+// (clients retry elsewhere or later).
+func unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	var pe *protocol.Error
+	if errors.As(err, &pe) {
+		return err
+	}
+	return fmt.Errorf("%w", &protocol.Error{Status: protocol.StatusUnavailable, Message: err.Error()})
+}
+
+// version is the revision of the view, for responses.
+func (s *Server) version() uint64 {
+	rev, _ := s.view.revision()
+	return uint64(rev)
+}

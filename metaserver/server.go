@@ -1,0 +1,250 @@
+package metaserver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/netserver"
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Server is one meta server: a TCP server for brokers and clients, an HTTP
+// server for the admin API, console and metrics, and a view of etcd.
+type Server struct {
+	opts   Options
+	lg     *zap.Logger
+	keys   keys
+	limits protocol.Limits
+	token  string
+
+	etcd      *clientv3.Client
+	view      *view
+	store     *store
+	transport *transport.Client
+	caller    caller
+	metrics   *metrics
+
+	tcp       *netserver.Server
+	httpLn    net.Listener
+	httpSrv   *http.Server
+	id        string
+	started   time.Time
+	loopCtx   context.Context
+	stop      context.CancelFunc
+	loops     sync.WaitGroup
+	assignMu  sync.Mutex // serialises route assignments
+	metaMu    sync.Mutex
+	metaLease clientv3.LeaseID
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Errors of the server's lifecycle.
+var (
+	// ErrEtcdUnreachable: Start could not read etcd within three etcd
+	// timeouts.
+	ErrEtcdUnreachable = errors.New("metaserver: etcd unreachable")
+)
+
+// New returns a server for opts; it connects nothing until Start. lg may be
+// nil.
+func New(opts Options, lg *zap.Logger) (*Server, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if len(opts.EtcdEndpoints) == 0 {
+		return nil, fmt.Errorf("%w: etcd_endpoints is empty", ErrInvalidOptions)
+	}
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	lg = lg.Named("metaserver")
+	s := &Server{opts: opts, lg: lg, keys: keys{opts.Prefix}, limits: protocol.DefaultLimits, token: opts.AdminToken}
+	if s.token == "" {
+		b := make([]byte, 16)
+		_, _ = rand.Read(b)
+		s.token = hex.EncodeToString(b)
+		lg.Warn("no admin token configured; generated one for this run", zap.String("admin_token", s.token))
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   opts.EtcdEndpoints,
+		DialTimeout: opts.EtcdTimeout,
+		Logger:      lg.Named("etcdc").WithOptions(zap.IncreaseLevel(zap.WarnLevel)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("metaserver: etcd client: %w", err)
+	}
+	s.etcd = cli
+	s.view = newView(s.keys, lg)
+	s.store = &store{cli: cli, k: s.keys, v: s.view, timeout: opts.EtcdTimeout, lg: lg}
+	tr, err := transport.New(transport.Options{RequestTimeout: opts.BrokerTimeout}, lg.Named("relay"))
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	s.transport, s.caller = tr, tr
+	s.metrics = newMetrics(s)
+	mux := netserver.NewMux()
+	mux.HandleFunc(protocol.CmdLookup, s.serveLookup)
+	mux.HandleFunc(protocol.CmdRegister, s.serveRegister)
+	mux.HandleFunc(protocol.CmdClientHeartbeat, s.serveClientHeartbeat)
+	s.tcp, err = netserver.New(netserver.Options{Addr: opts.Addr}, mux, lg.Named("tcp"))
+	if err != nil {
+		tr.Close()
+		cli.Close()
+		return nil, err
+	}
+	s.loopCtx, s.stop = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// Start loads the view from etcd, starts watching it, listens on both
+// addresses and registers the server under metaservers/.
+func (s *Server) Start() error {
+	s.loops.Add(1)
+	go func() {
+		defer s.loops.Done()
+		s.store.watchLoop(s.loopCtx)
+	}()
+	ctx, cancel := context.WithTimeout(s.loopCtx, 3*s.opts.EtcdTimeout)
+	defer cancel()
+	for {
+		if _, loaded := s.view.revision(); loaded {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			s.stop()
+			s.loops.Wait()
+			return fmt.Errorf("%w: %v", ErrEtcdUnreachable, s.opts.EtcdEndpoints)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := s.tcp.Start(); err != nil {
+		s.stop()
+		s.loops.Wait()
+		return fmt.Errorf("metaserver: tcp: %w", err)
+	}
+	ln, err := net.Listen("tcp", s.opts.HTTPAddr)
+	if err != nil {
+		_ = s.tcp.Close(context.Background())
+		s.stop()
+		s.loops.Wait()
+		return fmt.Errorf("metaserver: http: %w", err)
+	}
+	s.httpLn = ln
+	s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	s.loops.Add(1)
+	go func() {
+		defer s.loops.Done()
+		if err := s.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.lg.Error("http server stopped", zap.Error(err))
+		}
+	}()
+	s.started = time.Now().UTC()
+	s.id = s.advertised()
+	s.loops.Add(1)
+	go func() {
+		defer s.loops.Done()
+		s.membershipLoop(s.loopCtx)
+	}()
+	s.lg.Info("meta server started", zap.String("tcp", s.Addr().String()), zap.String("http", s.HTTPAddr().String()),
+		zap.Strings("etcd", s.opts.EtcdEndpoints), zap.String("prefix", s.opts.Prefix))
+	return nil
+}
+
+func (s *Server) advertised() string {
+	if s.opts.AdvertiseAddr != "" {
+		return s.opts.AdvertiseAddr
+	}
+	return s.Addr().String()
+}
+
+// Addr returns the TCP address (nil before Start).
+func (s *Server) Addr() net.Addr { return s.tcp.Addr() }
+
+// HTTPAddr returns the HTTP address (nil before Start).
+func (s *Server) HTTPAddr() net.Addr {
+	if s.httpLn == nil {
+		return nil
+	}
+	return s.httpLn.Addr()
+}
+
+// AdminToken returns the bearer token admin changes need (generated when
+// Options.AdminToken was empty).
+func (s *Server) AdminToken() string { return s.token }
+
+// Close stops serving, unregisters the server and closes its etcd
+// connection. It may be called more than once.
+func (s *Server) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() {
+		var errs []error
+		if s.httpSrv != nil {
+			errs = append(errs, s.httpSrv.Shutdown(ctx))
+		}
+		errs = append(errs, s.tcp.Close(ctx))
+		s.stop()
+		s.loops.Wait()
+		s.metaMu.Lock()
+		if s.metaLease != 0 {
+			rctx, cancel := context.WithTimeout(ctx, s.opts.EtcdTimeout)
+			_, _ = s.etcd.Revoke(rctx, s.metaLease)
+			cancel()
+		}
+		s.metaMu.Unlock()
+		errs = append(errs, s.transport.Close(), s.etcd.Close())
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// membershipLoop keeps this server listed under metaservers/ on a lease of
+// its own, re-registering whenever the lease is lost.
+func (s *Server) membershipLoop(ctx context.Context) {
+	rec := metaRecord{TCP: s.id, HTTP: s.HTTPAddr().String(), StartedAt: s.started}
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		lease, err := s.grant(ctx, s.opts.BrokerTTL)
+		if err == nil {
+			_, err = s.store.putJSON(ctx, s.keys.metaServer(s.id), rec, lease)
+		}
+		var ka <-chan *clientv3.LeaseKeepAliveResponse
+		if err == nil {
+			ka, err = s.etcd.KeepAlive(ctx, lease)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.lg.Warn("cannot register the meta server; retrying", zap.Error(err), zap.Duration("retry", backoff))
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		s.metaMu.Lock()
+		s.metaLease = lease
+		s.metaMu.Unlock()
+		for range ka { // drain until the lease is lost or ctx ends
+		}
+		if ctx.Err() == nil {
+			s.lg.Warn("meta server lease lost; re-registering")
+		}
+	}
+}
