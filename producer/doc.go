@@ -1,0 +1,47 @@
+// Package producer is the Go client that sends messages to QMQ-Go.
+//
+//	p, err := producer.New(producer.WithResolver(resolver))
+//	defer p.Close(ctx)
+//	err = p.Send(ctx, &producer.Message{Subject: "order.changed", Body: body})
+//
+// Send returns once a broker has stored the message per its flush policy
+// (durable by default); SendAsync queues the message and calls back. Messages
+// are validated and encoded once, in the caller's goroutine, so a bad subject
+// or an oversized body fails at once; the broker stores and serves those
+// exact bytes.
+//
+// # Routing
+//
+// A Resolver (pkg/route) names the broker groups of a subject: the meta
+// server through pkg/metaclient, or a static list. Messages due 500 ms or
+// more ahead (DeliverAt) go to delay groups, the rest to realtime groups.
+// For each message the producer picks a group round-robin among the
+// subject's writable groups, skipping groups whose circuit breaker is open
+// and groups it is avoiding: after a failed request a group is avoided for a
+// back-off that doubles per consecutive failure (100 ms to 10 s), and after
+// a slow answer for a time that grows with the latency, the "latency fault
+// tolerance" of RocketMQ's producer. When every group is avoided the one
+// whose avoidance ends first is used.
+//
+// # Batching and back-pressure
+//
+// One goroutine (sendLoop) owns the batches: it appends each queued message
+// to its group's batch and sends a batch when it is full (WithBatch), when
+// the queue has nothing more to add (so a lone message goes out at once), or
+// after WithLinger when a linger is set. Each group has at most
+// WithMaxInFlight batches in flight; meanwhile batches grow. The queue is
+// bounded (WithQueueSize): SendAsync blocks while it is full, or fails with
+// ErrQueueFull under WithNonBlocking.
+//
+// # Failures and retries
+//
+// A message whose broker answered a retryable status (readonly, not routed,
+// busy, store error, …), or whose request failed in transport, is sent again
+// to another group after a back-off, until it is stored or its send timeout
+// (WithSendTimeout, default 30 s) passes; then its callback gets the last
+// error. A broker that may have stored a message whose reply was lost can
+// cause a duplicate (at-least-once); the message keeps its id, so a retry to
+// the same group is dropped by the broker's dedupe window. Non-retryable
+// statuses (invalid, too large, beyond the delay horizon) fail at once.
+// Close stops taking messages, sends everything queued and waits for it.
+package producer

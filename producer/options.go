@@ -1,0 +1,123 @@
+package producer
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/route"
+	"github.com/qmq-go/qmq/pkg/transport"
+	"go.uber.org/zap"
+)
+
+// Option configures a Producer.
+type Option func(*config)
+
+type config struct {
+	resolver      route.Resolver
+	transport     *transport.Client
+	transportOpts transport.Options
+	logger        *zap.Logger
+	limits        protocol.Limits
+	batchMessages int
+	batchBytes    int
+	linger        time.Duration
+	queueSize     int
+	nonBlocking   bool
+	maxInFlight   int
+	sendTimeout   time.Duration
+	requestTime   time.Duration
+	delayMin      time.Duration
+	now           func() time.Time
+}
+
+func defaultConfig() config {
+	return config{
+		limits:        protocol.DefaultLimits,
+		batchMessages: 256,              // messages per send request
+		batchBytes:    1 << 20,          // bytes per send request
+		queueSize:     10000,            // messages waiting to be batched
+		maxInFlight:   8,                // send requests in flight per group
+		sendTimeout:   30 * time.Second, // per message, retries included
+		requestTime:   5 * time.Second,  // per send request
+		delayMin:      500 * time.Millisecond,
+		now:           time.Now,
+	}
+}
+
+func (c *config) validate() error {
+	switch {
+	case c.resolver == nil:
+		return ErrNoResolver
+	case c.batchMessages <= 0:
+		return fmt.Errorf("producer: batch messages must be positive, got %d", c.batchMessages)
+	case c.batchBytes <= 0:
+		return fmt.Errorf("producer: batch bytes must be positive, got %d", c.batchBytes)
+	case c.queueSize <= 0:
+		return fmt.Errorf("producer: queue size must be positive, got %d", c.queueSize)
+	case c.maxInFlight <= 0:
+		return fmt.Errorf("producer: max in flight must be positive, got %d", c.maxInFlight)
+	case c.sendTimeout <= 0 || c.requestTime <= 0:
+		return fmt.Errorf("producer: timeouts must be positive")
+	case c.linger < 0:
+		return fmt.Errorf("producer: linger must not be negative, got %v", c.linger)
+	}
+	return c.limits.Validate()
+}
+
+// WithResolver sets where the producer finds broker groups (pkg/metaclient,
+// or route.NewStatic).
+func WithResolver(r route.Resolver) Option { return func(c *config) { c.resolver = r } }
+
+// WithBrokers routes every subject to fixed realtime broker groups at addrs
+// (no delay groups): for tests and setups without a meta server.
+func WithBrokers(addrs ...string) Option {
+	return func(c *config) { c.resolver = route.NewStatic(route.Groups(addrs...), nil) }
+}
+
+// WithTransport shares a transport client (and its connections and
+// breakers) with other users; the producer does not close it.
+func WithTransport(t *transport.Client) Option { return func(c *config) { c.transport = t } }
+
+// WithTransportOptions configures the producer's own transport client.
+func WithTransportOptions(o transport.Options) Option {
+	return func(c *config) { c.transportOpts = o }
+}
+
+// WithLogger sets the logger (default none).
+func WithLogger(lg *zap.Logger) Option { return func(c *config) { c.logger = lg } }
+
+// WithLimits sets the message limits checked before sending (default
+// protocol.DefaultLimits; brokers enforce their own).
+func WithLimits(l protocol.Limits) Option { return func(c *config) { c.limits = l } }
+
+// WithBatch bounds one send request: at most messages messages and about
+// bytes bytes (defaults 256 and 1 MiB).
+func WithBatch(messages, bytes int) Option {
+	return func(c *config) { c.batchMessages, c.batchBytes = messages, bytes }
+}
+
+// WithLinger makes a batch wait up to d for more messages before it is sent
+// (default 0: a batch goes out as soon as the queue has nothing more to add).
+func WithLinger(d time.Duration) Option { return func(c *config) { c.linger = d } }
+
+// WithQueueSize bounds the messages waiting to be batched (default 10,000).
+func WithQueueSize(n int) Option { return func(c *config) { c.queueSize = n } }
+
+// WithNonBlocking makes SendAsync fail with ErrQueueFull instead of waiting
+// when the queue is full.
+func WithNonBlocking() Option { return func(c *config) { c.nonBlocking = true } }
+
+// WithMaxInFlight bounds the send requests in flight to one broker group
+// (default 8).
+func WithMaxInFlight(n int) Option { return func(c *config) { c.maxInFlight = n } }
+
+// WithSendTimeout bounds how long one message may take, retries included
+// (default 30 s).
+func WithSendTimeout(d time.Duration) Option { return func(c *config) { c.sendTimeout = d } }
+
+// WithRequestTimeout bounds one send request (default 5 s).
+func WithRequestTimeout(d time.Duration) Option { return func(c *config) { c.requestTime = d } }
+
+// withClock replaces time.Now (tests).
+func withClock(now func() time.Time) Option { return func(c *config) { c.now = now } }

@@ -1,0 +1,224 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/msgid"
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/route"
+	"github.com/qmq-go/qmq/pkg/transport"
+	"go.uber.org/zap"
+)
+
+// Message is a message to send. Subject and Body are what most callers set;
+// ID (a sortable unique id) and Created are filled in when empty. Set
+// DeliverAt for a delayed or scheduled message.
+type Message = protocol.Message
+
+// Property is one key/value pair of a message's properties.
+type Property = protocol.Property
+
+// Producer sends messages. It is safe for concurrent use.
+type Producer struct {
+	cfg       config
+	lg        *zap.Logger
+	transport *transport.Client
+	ownsTrans bool
+	ids       *msgid.Generator
+
+	queue   chan *pending
+	results chan *result
+	done    chan []completion
+
+	mu      sync.RWMutex // guards closing against enqueues
+	closing bool
+	stop    chan struct{} // closed by Close: sendLoop drains and exits
+	wg      sync.WaitGroup
+}
+
+// pending is one message on its way: queued, batched, in flight or waiting
+// to be retried.
+type pending struct {
+	raw      []byte
+	subject  string
+	kind     route.Kind
+	id       string
+	callback func(error)
+	deadline time.Time
+	tries    int
+	lastErr  error
+	avoid    string    // group that failed this message last
+	retryAt  time.Time // earliest time of the next try
+}
+
+// New returns a producer. It needs WithResolver or WithBrokers.
+func New(opts ...Option) (*Producer, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	lg := cfg.logger
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	p := &Producer{
+		cfg:       cfg,
+		lg:        lg.Named("producer"),
+		transport: cfg.transport,
+		ids:       msgid.New(cfg.now),
+		queue:     make(chan *pending, cfg.queueSize),
+		results:   make(chan *result, 1024),
+		done:      make(chan []completion, 1024),
+		stop:      make(chan struct{}),
+	}
+	if p.transport == nil {
+		t, err := transport.New(cfg.transportOpts, lg)
+		if err != nil {
+			return nil, fmt.Errorf("producer: %w", err)
+		}
+		p.transport, p.ownsTrans = t, true
+	}
+	s := newSender(p)
+	p.wg.Add(2)
+	go s.sendLoop()
+	go p.completeLoop()
+	return p, nil
+}
+
+// Send sends msg and waits until a broker has stored it, ctx ends, or the
+// send timeout passes. It fills in msg.ID and msg.Created when empty.
+func (p *Producer) Send(ctx context.Context, msg *Message) error {
+	ch := make(chan error, 1)
+	if err := p.enqueue(ctx, msg, func(err error) { ch <- err }); err != nil {
+		return err
+	}
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("producer: message %s: %w (it may still be stored)", msg.ID, ctx.Err())
+	}
+}
+
+// SendAsync queues msg and returns; callback (which may be nil) is called
+// once with nil when a broker has stored the message, or with the error that
+// ended its tries. Callbacks run one at a time on the producer's completion
+// goroutine, so they must be quick. SendAsync blocks while the queue is full
+// unless the producer was built WithNonBlocking, when it returns
+// ErrQueueFull. An invalid message fails at once, as the returned error.
+func (p *Producer) SendAsync(msg *Message, callback func(*Message, error)) error {
+	var cb func(error)
+	if callback != nil {
+		cb = func(err error) { callback(msg, err) }
+	}
+	return p.enqueue(context.Background(), msg, cb)
+}
+
+func (p *Producer) enqueue(ctx context.Context, msg *Message, cb func(error)) error {
+	now := p.cfg.now()
+	if msg.ID == "" {
+		msg.ID = p.ids.Next()
+	}
+	if msg.Created.IsZero() {
+		msg.Created = now
+	}
+	raw, err := protocol.AppendMessage(make([]byte, 0, msg.EncodedSize()), msg, p.cfg.limits)
+	if err != nil {
+		return fmt.Errorf("producer: message %s: %w", msg.ID, err)
+	}
+	pd := &pending{raw: raw, subject: msg.Subject, kind: route.Produce, id: msg.ID, callback: cb, deadline: now.Add(p.cfg.sendTimeout)}
+	if !msg.DeliverAt.IsZero() && msg.DeliverAt.Sub(now) >= p.cfg.delayMin {
+		pd.kind = route.ProduceDelay
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closing {
+		return ErrClosed
+	}
+	if p.cfg.nonBlocking {
+		select {
+		case p.queue <- pd:
+			return nil
+		default:
+			return ErrQueueFull
+		}
+	}
+	select {
+	case p.queue <- pd:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("producer: waiting for queue space: %w", ctx.Err())
+	}
+}
+
+// completion is a callback to run with its result.
+type completion struct {
+	callback func(error)
+	err      error
+}
+
+func (p *Producer) completeLoop() {
+	defer p.wg.Done()
+	for batch := range p.done {
+		for _, c := range batch {
+			c.callback(c.err)
+		}
+	}
+}
+
+// Close stops taking messages, sends what is queued and waits for every
+// message to be stored or to fail, until ctx ends; messages still unsent
+// then fail with ErrClosed.
+func (p *Producer) Close(ctx context.Context) error {
+	p.mu.Lock()
+	if p.closing {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closing = true
+	close(p.stop)
+	p.mu.Unlock()
+
+	finished := make(chan struct{})
+	go func() { p.wg.Wait(); close(finished) }()
+	var err error
+	select {
+	case <-finished:
+	case <-ctx.Done():
+		err = fmt.Errorf("producer: close: %w", ctx.Err())
+		p.abort()
+		if p.ownsTrans {
+			p.transport.Close() // fails requests in flight at once
+		}
+		<-finished
+	}
+	if p.ownsTrans {
+		p.transport.Close()
+	}
+	return err
+}
+
+// abort makes sendLoop fail everything left with ErrClosed.
+func (p *Producer) abort() {
+	select {
+	case p.results <- &result{abort: true}:
+	case <-time.After(time.Second):
+	}
+}
+
+// IsRetryable reports whether err, returned for a message, may succeed if
+// the message is sent again later.
+func IsRetryable(err error) bool {
+	var pe *protocol.Error
+	if errors.As(err, &pe) {
+		return pe.Status.Retryable()
+	}
+	return errors.Is(err, ErrSendTimeout) || errors.Is(err, transport.ErrTimeout) || errors.Is(err, transport.ErrConnClosed)
+}

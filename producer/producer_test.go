@@ -1,0 +1,260 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/route"
+	"github.com/qmq-go/qmq/pkg/transport"
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// gnet's package-level worker pool lives for the whole process.
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
+	)
+}
+
+func newProducer(t *testing.T, opts ...Option) *Producer {
+	t.Helper()
+	opts = append([]Option{WithLogger(zaptest.NewLogger(t)), WithTransportOptions(transport.Options{
+		RedialBackoffMin: 10 * time.Millisecond, RedialBackoffMax: 50 * time.Millisecond, RequestTimeout: time.Second,
+	})}, opts...)
+	p, err := New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		p.Close(ctx)
+	})
+	return p
+}
+
+func TestSend_RoundTrip(t *testing.T) {
+	b := startFakeBroker(t)
+	p := newProducer(t, WithBrokers(b.addr()))
+	msg := &Message{Subject: "order.changed", Tags: []string{"hotel"}, Body: []byte("hello")}
+	if err := p.Send(context.Background(), msg); err != nil {
+		t.Fatal(err)
+	}
+	if msg.ID == "" || msg.Created.IsZero() {
+		t.Fatal("id or created time not filled in")
+	}
+	if !b.has(msg.ID) {
+		t.Fatal("broker did not store the message")
+	}
+	got := b.stored[msg.ID]
+	if got.Subject != "order.changed" || string(got.Body) != "hello" || got.Tags[0] != "hotel" {
+		t.Fatalf("stored %+v", got)
+	}
+}
+
+// Many async sends over two groups: every message stored exactly once,
+// spread over both groups, every callback called once with nil.
+func TestSendAsync_SpreadsOverGroups(t *testing.T) {
+	b1, b2 := startFakeBroker(t), startFakeBroker(t)
+	p := newProducer(t, WithBrokers(b1.addr(), b2.addr()), WithBatch(64, 1<<20))
+	const n = 20000
+	var wg sync.WaitGroup
+	var failures atomic.Int32
+	wg.Add(n)
+	for i := range n {
+		err := p.SendAsync(&Message{Subject: fmt.Sprintf("s%d", i%7), Body: []byte("x")}, func(_ *Message, err error) {
+			if err != nil {
+				failures.Add(1)
+			}
+			wg.Done()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	if failures.Load() != 0 {
+		t.Fatalf("%d sends failed", failures.Load())
+	}
+	if b1.count()+b2.count() != n {
+		t.Fatalf("stored %d + %d, want %d", b1.count(), b2.count(), n)
+	}
+	if b1.count() < n/4 || b2.count() < n/4 {
+		t.Fatalf("round-robin uneven: %d vs %d", b1.count(), b2.count())
+	}
+	if b1.reqs+b2.reqs >= n/2 {
+		t.Fatalf("%d requests for %d messages: not batching", b1.reqs+b2.reqs, n)
+	}
+}
+
+// A readonly group and a dead group: every message ends up on the healthy
+// group and the application sees no error.
+func TestSend_MovesOffReadonlyAndDeadGroups(t *testing.T) {
+	healthy, readonly, dead := startFakeBroker(t), startFakeBroker(t), startFakeBroker(t)
+	readonly.set(protocol.StatusReadonly, 0)
+	deadAddr := dead.addr()
+	dead.stop()
+	p := newProducer(t, WithBrokers(healthy.addr(), readonly.addr(), deadAddr), WithSendTimeout(10*time.Second))
+	for i := range 300 {
+		if err := p.Send(context.Background(), &Message{Subject: "s", Body: []byte{byte(i)}}); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	if healthy.count() != 300 || readonly.count() != 0 {
+		t.Fatalf("healthy stored %d, readonly %d", healthy.count(), readonly.count())
+	}
+}
+
+func TestSend_InvalidMessageFailsAtOnce(t *testing.T) {
+	b := startFakeBroker(t)
+	p := newProducer(t, WithBrokers(b.addr()))
+	err := p.Send(context.Background(), &Message{Subject: "bad subject!", Body: []byte("x")})
+	if !errors.Is(err, protocol.ErrInvalid) {
+		t.Fatalf("got %v, want ErrInvalid", err)
+	}
+	err = p.SendAsync(&Message{Subject: "s", Body: make([]byte, 5<<20)}, nil)
+	if !errors.Is(err, protocol.ErrTooLarge) {
+		t.Fatalf("got %v, want ErrTooLarge", err)
+	}
+}
+
+func TestSend_NonRetryableStatusFails(t *testing.T) {
+	b := startFakeBroker(t)
+	b.set(protocol.StatusTooLarge, 0)
+	p := newProducer(t, WithBrokers(b.addr()))
+	err := p.Send(context.Background(), &Message{Subject: "s", Body: []byte("x")})
+	if !errors.Is(err, protocol.ErrTooLarge) {
+		t.Fatalf("got %v, want ErrTooLarge", err)
+	}
+}
+
+func TestSend_TimesOutWhenNoGroupWorks(t *testing.T) {
+	b := startFakeBroker(t)
+	b.set(protocol.StatusBusy, 0)
+	p := newProducer(t, WithBrokers(b.addr()), WithSendTimeout(300*time.Millisecond))
+	err := p.Send(context.Background(), &Message{Subject: "s", Body: []byte("x")})
+	if !errors.Is(err, ErrSendTimeout) || !errors.Is(err, protocol.ErrBusy) {
+		t.Fatalf("got %v, want ErrSendTimeout wrapping ErrBusy", err)
+	}
+}
+
+func TestSend_DelayedWithoutDelayGroups(t *testing.T) {
+	b := startFakeBroker(t)
+	p := newProducer(t, WithBrokers(b.addr()), WithSendTimeout(200*time.Millisecond))
+	err := p.Send(context.Background(), &Message{Subject: "s", DeliverAt: time.Now().Add(time.Hour)})
+	if !errors.Is(err, route.ErrNoGroups) {
+		t.Fatalf("got %v, want ErrNoGroups", err)
+	}
+	// Due in under 500 ms: a realtime message.
+	if err := p.Send(context.Background(), &Message{Subject: "s", DeliverAt: time.Now().Add(100 * time.Millisecond)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSendAsync_QueueFull(t *testing.T) {
+	b := startFakeBroker(t)
+	hold := make(chan struct{})
+	b.mu.Lock()
+	b.hold = hold
+	b.mu.Unlock()
+	p := newProducer(t, WithBrokers(b.addr()), WithNonBlocking(), WithQueueSize(4), WithBatch(1, 1<<20), WithMaxInFlight(1))
+	var full bool
+	for i := 0; i < 100 && !full; i++ {
+		err := p.SendAsync(&Message{Subject: "s"}, nil)
+		if errors.Is(err, ErrQueueFull) {
+			full = true
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(hold)
+	if !full {
+		t.Fatal("queue never reported full")
+	}
+}
+
+func TestClose_FlushesQueuedMessages(t *testing.T) {
+	b := startFakeBroker(t)
+	b.set(0, 20*time.Millisecond)
+	p, err := New(WithBrokers(b.addr()), WithBatch(10, 1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done atomic.Int32
+	for range 500 {
+		if err := p.SendAsync(&Message{Subject: "s"}, func(_ *Message, err error) {
+			if err == nil {
+				done.Add(1)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if done.Load() != 500 || b.count() != 500 {
+		t.Fatalf("after Close: %d callbacks ok, %d stored", done.Load(), b.count())
+	}
+	if err := p.SendAsync(&Message{Subject: "s"}, nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("send after close: %v", err)
+	}
+}
+
+func TestClose_GivesUpAtDeadline(t *testing.T) {
+	b := startFakeBroker(t)
+	b.set(protocol.StatusBusy, 0)
+	p, err := New(WithBrokers(b.addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	p.SendAsync(&Message{Subject: "s"}, func(_ *Message, err error) { errc <- err })
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := p.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-errc; !errors.Is(err, ErrClosed) {
+		t.Fatalf("callback: %v", err)
+	}
+}
+
+func TestSelector_AvoidsFailedAndSlowGroups(t *testing.T) {
+	s := newSelector(nil)
+	groups := route.Groups("a", "b", "c")
+	now := time.Unix(1000, 0)
+	s.failed("g0", now)
+	s.succeeded("g1", 2*time.Second, now) // slow: avoided for a while
+	for range 10 {
+		if idx := s.pick("x", groups, "", now); idx != 2 {
+			t.Fatalf("picked %d, want the only healthy group 2", idx)
+		}
+	}
+	// Everything avoided: the group whose avoidance ends first.
+	if idx := s.pick("x", groups, "g2", now); idx != 0 {
+		t.Fatalf("fallback picked %d, want 0", idx)
+	}
+	later := now.Add(time.Minute)
+	seen := map[int]bool{}
+	for range 6 {
+		seen[s.pick("x", groups, "", later)] = true
+	}
+	if len(seen) != 3 {
+		t.Fatalf("after avoidance ended, round-robin used %v", seen)
+	}
+	groups[1].State = route.Readonly
+	for range 6 {
+		if s.pick("y", groups, "", later) == 1 {
+			t.Fatal("picked a readonly group")
+		}
+	}
+}

@@ -1,0 +1,118 @@
+package producer
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/route"
+	"github.com/sony/gobreaker/v2"
+)
+
+// selector picks a broker group per message: round-robin over the subject's
+// writable groups, skipping groups with an open breaker and groups in their
+// avoidance period (after failures or slow answers). It is owned by
+// sendLoop and not safe for concurrent use.
+type selector struct {
+	next    map[string]uint32 // per subject round-robin position
+	health  map[string]*groupHealth
+	breaker func(addr string) gobreaker.State
+}
+
+type groupHealth struct {
+	failures   int       // consecutive failed requests
+	avoidUntil time.Time // zero: not avoided
+}
+
+// Latency fault tolerance: an answer slower than latencyLevels[i] avoids the
+// group for avoidFor[i].
+var (
+	latencyLevels = []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 3 * time.Second}
+	avoidFor      = []time.Duration{500 * time.Millisecond, 2 * time.Second, 5 * time.Second, 10 * time.Second}
+)
+
+const (
+	failureBackoffMin = 100 * time.Millisecond
+	failureBackoffMax = 10 * time.Second
+)
+
+func newSelector(breaker func(addr string) gobreaker.State) *selector {
+	return &selector{next: map[string]uint32{}, health: map[string]*groupHealth{}, breaker: breaker}
+}
+
+func (s *selector) healthOf(name string) *groupHealth {
+	h := s.health[name]
+	if h == nil {
+		h = &groupHealth{}
+		s.health[name] = h
+	}
+	return h
+}
+
+// pick returns the index in groups of the group for the next message of
+// subject, preferring groups other than avoid (the group that just failed
+// this message); -1 when no group is writable.
+func (s *selector) pick(subject string, groups []route.Group, avoid string, now time.Time) int {
+	n := len(groups)
+	if n == 0 {
+		return -1
+	}
+	start, ok := s.next[subject]
+	if !ok {
+		start = rand.Uint32()
+	}
+	s.next[subject] = start + 1
+	fallback, fallbackUntil := -1, time.Time{}
+	for i := 0; i < n; i++ {
+		idx := int((start + uint32(i)) % uint32(n))
+		g := groups[idx]
+		if !g.Writable() {
+			continue
+		}
+		h := s.health[g.Name]
+		usable := g.Name != avoid && (h == nil || !now.Before(h.avoidUntil)) &&
+			(s.breaker == nil || s.breaker(g.Addr) != gobreaker.StateOpen)
+		if usable {
+			return idx
+		}
+		// Remember the least bad group in case every group is avoided.
+		until := time.Time{}
+		if h != nil {
+			until = h.avoidUntil
+		}
+		if until.Before(now) {
+			until = now
+		}
+		if g.Name == avoid {
+			until = until.Add(time.Hour) // only when nothing else is left
+		}
+		if fallback < 0 || until.Before(fallbackUntil) {
+			fallback, fallbackUntil = idx, until
+		}
+	}
+	return fallback
+}
+
+// succeeded records an answered request and its latency.
+func (s *selector) succeeded(name string, latency time.Duration, now time.Time) {
+	h := s.healthOf(name)
+	h.failures = 0
+	h.avoidUntil = time.Time{}
+	for i := len(latencyLevels) - 1; i >= 0; i-- {
+		if latency >= latencyLevels[i] {
+			h.avoidUntil = now.Add(avoidFor[i])
+			break
+		}
+	}
+}
+
+// failed records a failed request and returns how long the group is avoided.
+func (s *selector) failed(name string, now time.Time) time.Duration {
+	h := s.healthOf(name)
+	h.failures++
+	d := failureBackoffMin << min(h.failures-1, 10)
+	if d > failureBackoffMax {
+		d = failureBackoffMax
+	}
+	h.avoidUntil = now.Add(d)
+	return d
+}

@@ -1,0 +1,425 @@
+package producer
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/route"
+	"go.uber.org/zap"
+)
+
+// routeTTL is how long sendLoop reuses a resolved route before asking the
+// resolver again (the resolver has its own cache; this one saves the call).
+const routeTTL = time.Second
+
+// maxDrain bounds how many queued messages sendLoop batches before it looks
+// at results again.
+const maxDrain = 4096
+
+type routeKey struct {
+	kind    route.Kind
+	subject string
+}
+
+type routeEntry struct {
+	groups  []route.Group
+	fetched time.Time
+}
+
+// batch is the send request being built for one group.
+type batch struct {
+	group   route.Group
+	body    protocol.SendBatch
+	msgs    []*pending
+	started time.Time
+}
+
+// result is the outcome of one send request, handed from the transport's
+// callback to sendLoop.
+type result struct {
+	group  route.Group
+	msgs   []*pending
+	body   []byte
+	err    error
+	sentAt time.Time
+	// counted: the request holds one of its group's in-flight slots.
+	counted bool
+	abort   bool
+}
+
+// sender is sendLoop's state; only sendLoop touches it.
+type sender struct {
+	p           *Producer
+	sel         *selector
+	routes      map[routeKey]*routeEntry
+	batches     map[string]*batch
+	inFlight    map[string]int
+	retries     []*pending
+	outstanding int
+	blocked     bool // a full batch waits for an in-flight slot: stop reading the queue
+	aborted     bool // Close gave up waiting: fail what is left with ErrClosed
+	completions []completion
+	timer       *time.Timer
+}
+
+func newSender(p *Producer) *sender {
+	return &sender{
+		p:        p,
+		sel:      newSelector(p.transport.BreakerState),
+		routes:   map[routeKey]*routeEntry{},
+		batches:  map[string]*batch{},
+		inFlight: map[string]int{},
+		timer:    time.NewTimer(time.Hour),
+	}
+}
+
+func (s *sender) sendLoop() {
+	p := s.p
+	defer p.wg.Done()
+	defer close(p.done)
+	stop := p.stop
+	closing := false
+	for {
+		if (closing || s.aborted) && s.outstanding == 0 && len(p.queue) == 0 {
+			return
+		}
+		queue := p.queue
+		if s.blocked {
+			queue = nil
+		}
+		select {
+		case pd := <-queue:
+			s.accept(pd)
+			s.drainQueue()
+		case r := <-p.results:
+			if r.abort {
+				s.abortAll()
+				break
+			}
+			s.handle(r)
+		case <-s.timer.C:
+		case <-stop:
+			closing, stop = true, nil
+		}
+		s.dueRetries()
+		s.flush(len(p.queue) == 0 || closing)
+		s.publish()
+		s.resetTimer()
+	}
+}
+
+// drainQueue batches what else is queued right now, up to maxDrain.
+func (s *sender) drainQueue() {
+	for i := 0; i < maxDrain && !s.blocked; i++ {
+		select {
+		case pd := <-s.p.queue:
+			s.accept(pd)
+		default:
+			return
+		}
+	}
+}
+
+func (s *sender) accept(pd *pending) {
+	s.outstanding++
+	s.place(pd)
+}
+
+// place puts pd into the batch of the group chosen for it, or schedules a
+// retry when no group is usable now.
+func (s *sender) place(pd *pending) {
+	now := s.p.cfg.now()
+	groups, err := s.resolve(pd.kind, pd.subject, now)
+	if err != nil {
+		s.retry(pd, err, now)
+		return
+	}
+	idx := s.sel.pick(pd.subject, groups, pd.avoid, now)
+	if idx < 0 {
+		s.retry(pd, fmt.Errorf("%w: no writable group for %q", protocol.ErrUnavailable, pd.subject), now)
+		return
+	}
+	g := groups[idx]
+	b := s.batches[g.Name]
+	if b == nil {
+		b = &batch{}
+		s.batches[g.Name] = b
+	}
+	if len(b.msgs) == 0 {
+		b.group = g
+		b.started = now
+		b.body.Reset(g.Epoch)
+	}
+	b.body.AddEncoded(pd.raw)
+	b.msgs = append(b.msgs, pd)
+	if s.full(b) {
+		s.send(b)
+	}
+}
+
+func (s *sender) full(b *batch) bool {
+	return len(b.msgs) >= s.p.cfg.batchMessages || b.body.Size() >= s.p.cfg.batchBytes
+}
+
+func (s *sender) resolve(kind route.Kind, subject string, now time.Time) ([]route.Group, error) {
+	key := routeKey{kind, subject}
+	if e := s.routes[key]; e != nil && now.Sub(e.fetched) < routeTTL {
+		return e.groups, nil
+	}
+	ctx, cancel := contextWithTimeout(s.p.cfg.requestTime)
+	groups, err := s.p.cfg.resolver.Resolve(ctx, route.Request{Kind: kind, Subject: subject})
+	cancel()
+	if err != nil {
+		if e := s.routes[key]; e != nil {
+			return e.groups, nil // keep using what we had
+		}
+		return nil, err
+	}
+	if len(groups) == 0 {
+		return nil, fmt.Errorf("%w for %q", route.ErrNoGroups, subject)
+	}
+	s.routes[key] = &routeEntry{groups: groups, fetched: now}
+	return groups, nil
+}
+
+// flush sends batches that are ready: full ones always, others when idle
+// (the queue has nothing more to add) or past their linger.
+func (s *sender) flush(idle bool) {
+	now := s.p.cfg.now()
+	s.blocked = false
+	for _, b := range s.batches {
+		if len(b.msgs) == 0 {
+			continue
+		}
+		ready := s.full(b) || (idle && s.p.cfg.linger == 0) || (s.p.cfg.linger > 0 && now.Sub(b.started) >= s.p.cfg.linger)
+		if !ready {
+			continue
+		}
+		if !s.send(b) && s.full(b) {
+			s.blocked = true
+		}
+	}
+}
+
+// send sends b if its group has an in-flight slot; it reports whether it did.
+func (s *sender) send(b *batch) bool {
+	g := b.group
+	if s.inFlight[g.Name] >= s.p.cfg.maxInFlight {
+		if s.full(b) {
+			s.blocked = true
+		}
+		return false
+	}
+	msgs := b.msgs
+	b.msgs = nil
+	sentAt := s.p.cfg.now()
+	results := s.p.results
+	err := s.p.transport.Go(g.Addr, protocol.CmdSend, b.body.Bytes(), s.p.cfg.requestTime, func(body []byte, err error) {
+		results <- &result{group: g, msgs: msgs, body: body, err: err, sentAt: sentAt, counted: true}
+	})
+	b.body.Reset(g.Epoch)
+	if err != nil {
+		s.handle(&result{group: g, msgs: msgs, err: err, sentAt: sentAt})
+		return true
+	}
+	s.inFlight[g.Name]++
+	return true
+}
+
+// handle applies a send request's outcome to its messages.
+func (s *sender) handle(r *result) {
+	now := s.p.cfg.now()
+	if r.counted {
+		s.inFlight[r.group.Name]--
+	}
+	var statuses []protocol.Status
+	err := r.err
+	if err == nil {
+		statuses, err = protocol.DecodeSendResponse(r.body)
+		if err == nil && len(statuses) != len(r.msgs) {
+			err = fmt.Errorf("%w: %d statuses for %d messages", protocol.ErrBadRequest, len(statuses), len(r.msgs))
+		}
+	}
+	if err != nil {
+		var pe *protocol.Error
+		if errors.As(err, &pe) && !pe.Status.Retryable() {
+			for _, pd := range r.msgs {
+				s.complete(pd, fmt.Errorf("producer: message %s to group %s: %w", pd.id, r.group.Name, err))
+			}
+			return
+		}
+		backoff := s.sel.failed(r.group.Name, now)
+		s.invalidate(r.group, r.msgs, err)
+		s.p.lg.Debug("send request failed", zap.String("group", r.group.Name), zap.String("addr", r.group.Addr),
+			zap.Int("messages", len(r.msgs)), zap.Duration("avoid", backoff), zap.Error(err))
+		for _, pd := range r.msgs {
+			pd.avoid = r.group.Name
+			s.retry(pd, fmt.Errorf("group %s: %w", r.group.Name, err), now)
+		}
+		return
+	}
+	s.sel.succeeded(r.group.Name, now.Sub(r.sentAt), now)
+	routing := false
+	for i, pd := range r.msgs {
+		st := statuses[i]
+		switch {
+		case st.Success():
+			s.complete(pd, nil)
+		case st.Retryable():
+			routing = routing || st == protocol.StatusReadonly || st == protocol.StatusNotRouted || st == protocol.StatusNotMaster
+			pd.avoid = r.group.Name
+			s.retry(pd, protocol.StatusError(st, "group "+r.group.Name), now)
+		default:
+			s.complete(pd, fmt.Errorf("producer: message %s: %w", pd.id, protocol.StatusError(st, "group "+r.group.Name)))
+		}
+	}
+	if routing {
+		s.sel.failed(r.group.Name, now)
+		s.invalidate(r.group, r.msgs, nil)
+	}
+}
+
+// invalidate asks the resolver (and the local cache) for fresh routes of the
+// subjects in msgs.
+func (s *sender) invalidate(g route.Group, msgs []*pending, _ error) {
+	seen := map[routeKey]bool{}
+	for _, pd := range msgs {
+		key := routeKey{pd.kind, pd.subject}
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		delete(s.routes, key)
+		s.p.cfg.resolver.Invalidate(route.Request{Kind: pd.kind, Subject: pd.subject})
+	}
+}
+
+// retry schedules pd for another try after a back-off, or fails it when its
+// deadline has passed.
+func (s *sender) retry(pd *pending, err error, now time.Time) {
+	pd.tries++
+	pd.lastErr = err
+	if s.aborted {
+		s.complete(pd, fmt.Errorf("%w: message %s not stored: %w", ErrClosed, pd.id, err))
+		return
+	}
+	if !now.Before(pd.deadline) {
+		s.complete(pd, fmt.Errorf("%w: message %s after %d tries: %w", ErrSendTimeout, pd.id, pd.tries, err))
+		return
+	}
+	var backoff time.Duration
+	if pd.tries > 1 {
+		backoff = 50 * time.Millisecond << min(pd.tries-2, 6) // 50 ms … 3.2 s
+	}
+	pd.retryAt = now.Add(backoff)
+	if pd.retryAt.After(pd.deadline) {
+		pd.retryAt = pd.deadline
+	}
+	s.retries = append(s.retries, pd)
+}
+
+// dueRetries places the retries whose time has come.
+func (s *sender) dueRetries() {
+	if len(s.retries) == 0 {
+		return
+	}
+	now := s.p.cfg.now()
+	kept := s.retries[:0]
+	var due []*pending
+	for _, pd := range s.retries {
+		if now.Before(pd.retryAt) {
+			kept = append(kept, pd)
+		} else {
+			due = append(due, pd)
+		}
+	}
+	for i := len(kept); i < len(s.retries); i++ {
+		s.retries[i] = nil
+	}
+	s.retries = kept
+	for _, pd := range due {
+		s.place(pd)
+	}
+}
+
+func (s *sender) complete(pd *pending, err error) {
+	s.outstanding--
+	if pd.callback != nil {
+		s.completions = append(s.completions, completion{pd.callback, err})
+	}
+}
+
+// publish hands the completions gathered this turn to completeLoop.
+func (s *sender) publish() {
+	if len(s.completions) == 0 {
+		return
+	}
+	s.p.done <- s.completions
+	s.completions = nil
+}
+
+// resetTimer arms the timer for the next retry or linger deadline.
+func (s *sender) resetTimer() {
+	var next time.Time
+	for _, pd := range s.retries {
+		if next.IsZero() || pd.retryAt.Before(next) {
+			next = pd.retryAt
+		}
+	}
+	if s.p.cfg.linger > 0 {
+		for _, b := range s.batches {
+			if len(b.msgs) > 0 {
+				if d := b.started.Add(s.p.cfg.linger); next.IsZero() || d.Before(next) {
+					next = d
+				}
+			}
+		}
+	}
+	if !s.timer.Stop() {
+		select {
+		case <-s.timer.C:
+		default:
+		}
+	}
+	if next.IsZero() {
+		return
+	}
+	d := next.Sub(s.p.cfg.now())
+	if d < time.Millisecond {
+		d = time.Millisecond
+	}
+	s.timer.Reset(d)
+}
+
+// abortAll fails every message the producer holds that is not in flight
+// with ErrClosed; in-flight requests finish (the transport times them out)
+// and their failures are not retried.
+func (s *sender) abortAll() {
+	s.aborted = true
+	fail := func(pd *pending) {
+		s.complete(pd, fmt.Errorf("%w: message %s not stored", ErrClosed, pd.id))
+	}
+	for _, pd := range s.retries {
+		fail(pd)
+	}
+	s.retries = nil
+	for _, b := range s.batches {
+		for _, pd := range b.msgs {
+			fail(pd)
+		}
+		b.msgs = nil
+	}
+	for {
+		select {
+		case pd := <-s.p.queue:
+			s.outstanding++
+			fail(pd)
+			continue
+		default:
+		}
+		break
+	}
+	s.publish()
+}
