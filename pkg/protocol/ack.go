@@ -10,10 +10,18 @@ import (
 //	subject len u8 | subject | group len u8 | group | consumer len u8 | consumer
 //	flags u8 | first pull seq u64 | last pull seq u64
 //
-// flags: bit0 broadcast. The range is inclusive; first > last acks nothing and
-// serves as a heartbeat. Acks above a gap send the gap's entries to the
+// flags: bit0 broadcast; bit1 release: the consumer is leaving, so the broker
+// hands its un-acked entries above last back to the group at once instead of
+// after the consumer timeout. The range is inclusive; first > last acks
+// nothing and serves as a heartbeat. Acks above a gap send the gap's entries to the
 // group's retry subject (they were delivered and their ack was lost).
 // The response has an empty body.
+
+// Ack request flags.
+const (
+	AckBroadcast uint8 = 1 << 0
+	AckRelease   uint8 = 1 << 1
+)
 
 // AckRequest acknowledges pull sequences [First, Last] of one consumer.
 type AckRequest struct {
