@@ -223,6 +223,13 @@ func (b *Batch) Reset() {
 	b.n = 0
 }
 
+// ResetAfter empties b, keeping its buffers, and starts it where prev ends:
+// for a writer that builds the next batch while prev is being written.
+func (b *Batch) ResetAfter(prev *Batch) {
+	b.Reset()
+	b.next, b.segEnd = prev.next, prev.segEnd
+}
+
 // Records returns how many records b holds.
 func (b *Batch) Records() int { return b.n }
 
@@ -365,16 +372,21 @@ func (l *Log) Sync() error {
 	return nil
 }
 
-// ReadAt reads len(p) bytes at off; the range must lie in one segment.
+// ReadAt reads len(p) bytes at off; the range may span segments.
 func (l *Log) ReadAt(p []byte, off int64) error {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	s := l.segmentFor(off)
-	if s == nil || off+int64(len(p)) > s.end() {
-		return fmt.Errorf("%w: %d bytes at %d", ErrNoRecord, len(p), off)
-	}
-	if _, err := s.f.ReadAt(p, off-s.base); err != nil {
-		return fmt.Errorf("segment: read %s at %d: %w", FileName(s.base), off-s.base, err)
+	for len(p) > 0 {
+		s := l.segmentFor(off)
+		if s == nil {
+			return fmt.Errorf("%w: %d bytes at %d", ErrNoRecord, len(p), off)
+		}
+		n := min(int64(len(p)), s.end()-off)
+		if _, err := s.f.ReadAt(p[:n], off-s.base); err != nil {
+			return fmt.Errorf("segment: read %s at %d: %w", FileName(s.base), off-s.base, err)
+		}
+		p = p[n:]
+		off += n
 	}
 	return nil
 }

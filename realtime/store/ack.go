@@ -1,0 +1,243 @@
+package store
+
+import (
+	"fmt"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"sort"
+	"time"
+)
+
+// AckRequest acks pull sequences First..Last (inclusive) of one consumer.
+type AckRequest struct {
+	Subject  string
+	Group    string
+	Consumer string
+	First    int64
+	Last     int64
+	// Broadcast acks for a broadcast subscriber (Group is ignored).
+	Broadcast bool
+}
+
+// AckResult says what an ack did.
+type AckResult struct {
+	// Gap holds the messages of un-acked pull sequences below First (a lost
+	// ack): they are acked too, and the caller should send them to the
+	// group's retry subject. Entries whose messages are gone are left out.
+	Gap []Pulled
+	// Acked is the consumer's acked position after the ack.
+	Acked int64
+}
+
+// Ack records that a consumer processed pull sequences First..Last. Acks at
+// or below the acked position are duplicates and change nothing; acks above
+// a gap report the gap (see AckResult.Gap) and ack through Last.
+func (s *Store) Ack(req AckRequest) (AckResult, error) {
+	if req.First < 0 || req.Last < req.First {
+		return AckResult{}, fmt.Errorf("%w: ack range %d..%d", ErrInvalidRequest, req.First, req.Last)
+	}
+	if s.isClosed() {
+		return AckResult{}, ErrClosed
+	}
+	key := groupKey{subject: req.Subject, group: req.Group}
+	if req.Broadcast {
+		key = groupKey{subject: req.Subject, group: req.Consumer, broadcast: true}
+	}
+	g, _, err := s.groupFor(key, false, false)
+	if err != nil {
+		return AckResult{}, err
+	}
+	if g == nil {
+		return AckResult{}, fmt.Errorf("%w: %s/%s", ErrUnknownGroup, req.Subject, req.Group)
+	}
+	if err := protocol.CheckConsumerID(req.Consumer); err != nil {
+		return AckResult{}, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	g.mu.Lock()
+	// A consumer the store does not know acks pull seqs whose actions were
+	// lost in a crash: create it so they are voided below.
+	c, err := s.consumerFor(g, req.Consumer)
+	if err != nil {
+		g.mu.Unlock()
+		return AckResult{}, err
+	}
+	c.seen = s.opts.Clock()
+	ds, err := s.ackLocked(g, c, req)
+	res := AckResult{Acked: c.acked}
+	g.mu.Unlock()
+	if err != nil {
+		return res, err
+	}
+	res.Gap = s.readDeliveries(g.subj, ds)
+	s.stats.acked.Add(1)
+	return res, nil
+}
+
+func (s *Store) ackLocked(g *group, c *consumer, req AckRequest) ([]delivery, error) {
+	if req.Last <= c.acked {
+		return nil, nil
+	}
+	if g.key.broadcast {
+		last := min(req.Last, g.cursor-1)
+		if last <= c.acked {
+			return nil, nil
+		}
+		return nil, s.record(g, &action{kind: actAck, consumer: c.id, seq: last})
+	}
+	if req.Last >= c.next {
+		// Pull sequences this store does not know (lost in a crash): void.
+		if err := c.writePullLog(c.next, voids(req.Last+1-c.next)); err != nil {
+			return nil, err
+		}
+		if err := s.record(g, &action{kind: actVoid, consumer: c.id, seq: req.Last + 1}); err != nil {
+			return nil, err
+		}
+	}
+	var ds []delivery
+	if gap := req.First - (c.acked + 1); gap > 0 {
+		from := c.acked + 1
+		seqs, err := c.readPullLog(from, gap)
+		if err != nil {
+			return nil, err
+		}
+		for i, seq := range seqs {
+			if seq == voidEntry {
+				continue
+			}
+			e, ok, err := s.entryAt(g.subj, seq)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				ds = append(ds, delivery{pullSeq: from + int64(i), seq: seq, e: e})
+			}
+		}
+	}
+	return ds, s.record(g, &action{kind: actAck, consumer: c.id, seq: req.Last})
+}
+
+// ReturnUnacked hands a consumer's un-acked entries back to its group (a
+// dead consumer): the group serves them to its other consumers before new
+// entries, and the consumer's acked position moves to its pull position. It
+// returns how many entries went back.
+func (s *Store) ReturnUnacked(subject, group, consumerID string) (int, error) {
+	g, c, err := s.lockConsumer(subject, group, consumerID)
+	if err != nil {
+		return 0, err
+	}
+	defer g.mu.Unlock()
+	return s.returnLocked(g, c)
+}
+
+func (s *Store) returnLocked(g *group, c *consumer) (int, error) {
+	if c.next-1 <= c.acked {
+		return 0, nil
+	}
+	seqs, err := c.readPullLog(c.acked+1, c.next-1-c.acked)
+	if err != nil {
+		return 0, err
+	}
+	kept := seqs[:0]
+	for _, v := range seqs {
+		if v != voidEntry {
+			kept = append(kept, v)
+		}
+	}
+	if err := s.record(g, &action{kind: actReturn, consumer: c.id, seq: c.next - 1, runs: toRuns(kept)}); err != nil {
+		return 0, err
+	}
+	return len(kept), nil
+}
+
+// RemoveConsumer hands the consumer's un-acked entries back to its group and
+// forgets it, deleting its pull log (a consumer gone for good).
+func (s *Store) RemoveConsumer(subject, group, consumerID string) error {
+	g, c, err := s.lockConsumer(subject, group, consumerID)
+	if err != nil {
+		return err
+	}
+	defer g.mu.Unlock()
+	if _, err := s.returnLocked(g, c); err != nil {
+		return err
+	}
+	return s.record(g, &action{kind: actRemove, consumer: c.id})
+}
+
+func (s *Store) lockConsumer(subject, group, consumerID string) (*group, *consumer, error) {
+	if s.isClosed() {
+		return nil, nil, ErrClosed
+	}
+	g, _, err := s.groupFor(groupKey{subject: subject, group: group}, false, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	if g == nil {
+		return nil, nil, fmt.Errorf("%w: %s/%s", ErrUnknownGroup, subject, group)
+	}
+	g.mu.Lock()
+	c := g.consumers[consumerID]
+	if c == nil {
+		g.mu.Unlock()
+		return nil, nil, fmt.Errorf("%w: %s in %s/%s", ErrUnknownConsumer, consumerID, subject, group)
+	}
+	return g, c, nil
+}
+
+// ResetKind says where ResetGroup moves a cursor.
+type ResetKind uint8
+
+// Reset positions.
+const (
+	ResetEarliest ResetKind = iota // the oldest kept message
+	ResetLatest                    // after the newest message
+	ResetTime                      // the first message appended at or after a time
+)
+
+// ResetGroup moves a group's cursor (creating the group if needed) and
+// clears its returned queue; consumers keep their un-acked entries. It
+// returns the new cursor.
+func (s *Store) ResetGroup(subject, group string, kind ResetKind, at time.Time) (int64, error) {
+	if err := s.checkNames(subject, group, "reset", false); err != nil {
+		return 0, err
+	}
+	if s.isClosed() {
+		return 0, ErrClosed
+	}
+	g, _, err := s.groupFor(groupKey{subject: subject, group: group}, true, false)
+	if err != nil {
+		return 0, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	lo, visible := g.subj.bounds()
+	cursor := visible
+	switch kind {
+	case ResetEarliest:
+		cursor = lo
+	case ResetTime:
+		if cursor, err = s.seqAtTime(g.subj, lo, visible, at.UnixMilli()); err != nil {
+			return 0, err
+		}
+	}
+	if err := s.record(g, &action{kind: actReset, seq: cursor}); err != nil {
+		return 0, err
+	}
+	return cursor, nil
+}
+
+// seqAtTime finds the first sequence in [lo, hi) appended at or after ms
+// (append times never decrease within a subject).
+func (s *Store) seqAtTime(sj *subject, lo, hi, ms int64) (int64, error) {
+	var ferr error
+	i := sort.Search(int(hi-lo), func(i int) bool {
+		var b [entryWidth]byte
+		n, err := sj.readEntries(lo+int64(i), b[:])
+		if err != nil || n == 0 {
+			ferr = err
+			return true
+		}
+		e, _ := decodeEntry(b[:])
+		return e.timestamp >= ms
+	})
+	return lo + int64(i), ferr
+}

@@ -1,0 +1,333 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"go.uber.org/zap"
+)
+
+// Result is the outcome of appending one message.
+type Result struct {
+	// Seq is the message's sequence in its subject's consume log.
+	Seq int64
+	// Offset is the message-log offset of its record.
+	Offset int64
+	// Err is nil when the message is stored (durably under FlushSync). It is
+	// a *protocol.Error (StatusInvalid, StatusTooLarge) for a message that was
+	// rejected and an error wrapping ErrIO or ErrClosed when it could not be
+	// stored.
+	Err error
+}
+
+type msgMeta struct {
+	subj      *subject
+	deliverAt int64
+	bloom     uint64
+	subject   []byte // aliases the message
+}
+
+type appendReq struct {
+	msgs    [][]byte
+	metas   []msgMeta
+	results []Result
+	valid   int
+	bytes   int
+	done    func([]Result)
+}
+
+// commitGroup is what one group commit wrote: its requests, the subjects it
+// touched with their next sequence, and where it ended in the message log.
+type commitGroup struct {
+	reqs    []*appendReq
+	touched []*subject
+	nexts   []int64
+	end     int64
+	err     error
+}
+
+var groupPool = sync.Pool{New: func() any { return new(commitGroup) }}
+
+// Append stores msgs (encoded protocol messages) and returns one Result per
+// message once they are durable (FlushSync) or written (FlushAsync). Invalid
+// messages fail alone. The error is ctx's when ctx ends first (the messages
+// may still be stored) or ErrClosed.
+func (s *Store) Append(ctx context.Context, msgs [][]byte) ([]Result, error) {
+	ch := make(chan []Result, 1)
+	if err := s.AppendAsync(msgs, func(r []Result) { ch <- r }); err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-ch:
+		return r, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// AppendAsync validates msgs and queues them; done receives one Result per
+// message, in order, once they are durable (FlushSync) or written
+// (FlushAsync). done runs on the store's commit goroutine: it must not block.
+// msgs must not change until done runs. The error is ErrClosed (done is then
+// not called).
+func (s *Store) AppendAsync(msgs [][]byte, done func([]Result)) error {
+	r := &appendReq{msgs: msgs, done: done, results: make([]Result, len(msgs)), metas: make([]msgMeta, len(msgs))}
+	for i, m := range msgs {
+		v, err := protocol.ParseMessage(m)
+		if err == nil {
+			err = s.opts.Limits.CheckView(&v)
+		}
+		if err != nil {
+			var pe *protocol.Error
+			if !errors.As(err, &pe) {
+				err = protocol.Errorf(protocol.StatusInvalid, err.Error())
+			}
+			r.results[i].Err = err
+			s.stats.rejected.Add(1)
+			continue
+		}
+		meta := &r.metas[i]
+		meta.subject = v.Subject
+		meta.subj = s.lookupSubject(v.Subject)
+		meta.deliverAt = v.DeliverAtMillis
+		v.Tags(func(t []byte) bool { meta.bloom |= tagBloom(t); return true })
+		r.valid++
+		r.bytes += len(m) + recordOverhead
+	}
+	if r.valid == 0 {
+		done(r.results)
+		return nil
+	}
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.appendCh <- r
+	return nil
+}
+
+// appendLoop is the one writer of the message log: it takes every request
+// that has arrived (up to MaxBatchBytes), assigns sequences, writes the
+// records with one write, and hands the group to syncLoop (FlushSync) or
+// publishes it (FlushAsync).
+func (s *Store) appendLoop() {
+	defer s.wg.Done()
+	defer close(s.syncCh)
+	batch := s.msgLog.NewBatch()
+	var head [recordHeadSize]byte
+	for {
+		first, ok := <-s.appendCh
+		if !ok {
+			return
+		}
+		g := groupPool.Get().(*commitGroup)
+		g.reqs = append(g.reqs[:0], first)
+		size := first.bytes
+	drain:
+		for size < s.opts.MaxBatchBytes {
+			select {
+			case r, ok := <-s.appendCh:
+				if !ok {
+					break drain
+				}
+				g.reqs = append(g.reqs, r)
+				size += r.bytes
+			default:
+				break drain
+			}
+		}
+		if s.writeFailed.Load() {
+			if err := s.recoverWrites(); err != nil {
+				s.failGroup(g, err)
+				continue
+			}
+		}
+		batch.Reset()
+		now := max(s.opts.Clock().UnixMilli(), s.lastTs)
+		s.lastTs = now
+		g.touched, g.nexts = g.touched[:0], g.nexts[:0]
+		var gerr error
+		for _, r := range g.reqs {
+			for i, m := range r.msgs {
+				if r.results[i].Err != nil {
+					continue
+				}
+				meta := &r.metas[i]
+				sj := meta.subj
+				if sj == nil {
+					var err error
+					if sj, err = s.subjectFor(string(meta.subject), true); err != nil {
+						r.results[i].Err = fmt.Errorf("%w: %v", ErrIO, err)
+						continue
+					}
+					meta.subj = sj
+				}
+				putRecordHead(head[:], sj.next, now)
+				off, err := batch.Append(recordMessage, head[:], m)
+				if err != nil {
+					r.results[i].Err = protocol.Errorf(protocol.StatusTooLarge, err.Error())
+					continue
+				}
+				r.results[i].Seq, r.results[i].Offset = sj.next, off
+				if sj.touched != g {
+					sj.touched = g
+					g.touched = append(g.touched, sj)
+					g.nexts = append(g.nexts, sj.next)
+				}
+				sj.next++
+			}
+		}
+		if batch.Records() > 0 {
+			gerr = s.msgLog.Write(batch)
+		}
+		if gerr != nil {
+			// Nothing of this group is stored: give its sequences back.
+			for i, sj := range g.touched {
+				sj.rollback(g.nexts[i])
+				sj.touched = nil
+			}
+			s.writeFailed.Store(true)
+			s.lg.Error("message log write failed", zap.Error(gerr))
+			s.failGroup(g, fmt.Errorf("%w: %v", ErrIO, gerr))
+			continue
+		}
+		g.end = batch.End()
+		// Index: consume-log entries, visible only once published.
+		for _, r := range g.reqs {
+			for i, m := range r.msgs {
+				res := &r.results[i]
+				if res.Err != nil {
+					continue
+				}
+				meta := &r.metas[i]
+				e := entry{offset: res.Offset, size: uint32(recordOverhead + len(m)), timestamp: now, deliverAt: meta.deliverAt, bloom: meta.bloom}
+				if err := meta.subj.addEntry(&e); err != nil {
+					s.lg.Warn("consume log write failed; entries stay buffered", zap.String("subject", meta.subj.name), zap.Error(err))
+				}
+			}
+		}
+		for i, sj := range g.touched {
+			sj.touched = nil
+			g.nexts[i] = sj.next
+		}
+		if s.opts.Flush == FlushAsync {
+			s.publish(g)
+			continue
+		}
+		s.inflight.Add(1)
+		s.syncCh <- g
+	}
+}
+
+// syncLoop makes written groups durable: one fdatasync for every group that
+// is waiting, then it publishes them in order. It runs while appendLoop
+// writes the next group.
+func (s *Store) syncLoop() {
+	defer s.wg.Done()
+	var gs []*commitGroup
+	for {
+		g, ok := <-s.syncCh
+		if !ok {
+			return
+		}
+		gs = append(gs[:0], g)
+	drain:
+		for {
+			select {
+			case g, ok := <-s.syncCh:
+				if !ok {
+					break drain
+				}
+				gs = append(gs, g)
+			default:
+				break drain
+			}
+		}
+		err := s.msgLog.Sync()
+		s.stats.syncs.Add(1)
+		for _, g := range gs {
+			if err != nil {
+				s.writeFailed.Store(true)
+				s.failGroup(g, fmt.Errorf("%w: %v", ErrIO, err))
+			} else {
+				s.publish(g)
+			}
+			s.inflight.Done()
+		}
+		if err != nil {
+			s.lg.Error("message log sync failed", zap.Error(err))
+		}
+	}
+}
+
+// publish makes a stored group readable, completes its requests and wakes
+// the subjects' waiters.
+func (s *Store) publish(g *commitGroup) {
+	for i, sj := range g.touched {
+		sj.setVisible(g.nexts[i])
+	}
+	s.goodEnd.Store(g.end)
+	n := 0
+	for _, r := range g.reqs {
+		n += r.valid
+		r.done(r.results)
+	}
+	s.stats.appended.Add(int64(n))
+	if s.opts.OnAppend != nil {
+		for i, sj := range g.touched {
+			s.opts.OnAppend(sj.name, g.nexts[i])
+		}
+	}
+	s.putGroup(g)
+}
+
+func (s *Store) failGroup(g *commitGroup, err error) {
+	for _, r := range g.reqs {
+		for i := range r.results {
+			if r.results[i].Err == nil {
+				r.results[i] = Result{Err: err}
+			}
+		}
+		r.done(r.results)
+	}
+	s.stats.failedAppends.Add(1)
+	s.putGroup(g)
+}
+
+func (s *Store) putGroup(g *commitGroup) {
+	clear(g.reqs)
+	g.reqs = g.reqs[:0]
+	clear(g.touched)
+	g.touched = g.touched[:0]
+	g.nexts = g.nexts[:0]
+	groupPool.Put(g)
+}
+
+// recoverWrites runs on the appender after a failed write or sync: it waits
+// until every group in flight has failed, cuts the message log back to the
+// end of the last published group, forgets the sequences of everything
+// after it, and clears the failure so appends are tried again.
+func (s *Store) recoverWrites() error {
+	s.inflight.Wait()
+	good := s.goodEnd.Load()
+	if err := s.msgLog.Reset(good); err != nil {
+		return fmt.Errorf("%w: reopen message log: %v", ErrIO, err)
+	}
+	s.subjectsMu.RLock()
+	defer s.subjectsMu.RUnlock()
+	for _, sj := range s.subjects {
+		_, visible := sj.bounds()
+		if sj.next != visible {
+			if err := sj.rollback(visible); err != nil {
+				return fmt.Errorf("%w: roll back consume log of %s: %v", ErrIO, sj.name, err)
+			}
+		}
+	}
+	s.writeFailed.Store(false)
+	s.lg.Info("message log writes resumed", zap.Int64("offset", good))
+	return nil
+}

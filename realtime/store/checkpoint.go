@@ -1,0 +1,238 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/qmq-go/qmq/pkg/fsutil"
+	"go.uber.org/zap"
+)
+
+// Checkpoint file "checkpoint", written with fsutil.WriteFileAtomic
+// (temp file, fsync, rename, fsync the directory). Big-endian:
+//
+//	magic u32 "QCKP" | version u8 | message-log offset i64 | action-log offset i64 |
+//	subject count u32 | subjects × (name s8 | next i64 | min i64) |
+//	group count u32 | groups × (flags u8 | subject s8 | group s8 | version u64 |
+//	    cursor i64 | returned run count u32 | runs × (start i64 | count u32) |
+//	    consumer count u32 | consumers × (id s8 | next i64 | acked i64)) |
+//	crc32c u32 over everything before it
+//
+// A checkpoint promises: every message-log record before the message-log
+// offset is indexed in the consume logs, which are synced up to each
+// subject's next; every action before the action-log offset is reflected in
+// the groups, whose pull logs are synced up to each consumer's next.
+// Recovery replays only what follows the two offsets.
+const (
+	checkpointMagic   uint32 = 0x51434B50
+	checkpointVersion uint8  = 1
+	checkpointName           = "checkpoint"
+)
+
+type ckSubject struct {
+	name      string
+	next, min int64
+}
+
+type ckConsumer struct {
+	id          string
+	next, acked int64
+}
+
+type ckGroup struct {
+	key       groupKey
+	version   uint64
+	cursor    int64
+	returned  []run
+	consumers []ckConsumer
+}
+
+type checkpoint struct {
+	msgOffset, actionOffset int64
+	subjects                []ckSubject
+	groups                  []ckGroup
+}
+
+func (c *checkpoint) encode() []byte {
+	b := binary.BigEndian.AppendUint32(nil, checkpointMagic)
+	b = append(b, checkpointVersion)
+	b = binary.BigEndian.AppendUint64(b, uint64(c.msgOffset))
+	b = binary.BigEndian.AppendUint64(b, uint64(c.actionOffset))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(c.subjects)))
+	for _, s := range c.subjects {
+		b = appendString8(b, s.name)
+		b = binary.BigEndian.AppendUint64(b, uint64(s.next))
+		b = binary.BigEndian.AppendUint64(b, uint64(s.min))
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(len(c.groups)))
+	for _, g := range c.groups {
+		flags := uint8(0)
+		if g.key.broadcast {
+			flags = 1
+		}
+		b = append(b, flags)
+		b = appendString8(b, g.key.subject)
+		b = appendString8(b, g.key.group)
+		b = binary.BigEndian.AppendUint64(b, g.version)
+		b = binary.BigEndian.AppendUint64(b, uint64(g.cursor))
+		b = appendRuns(b, g.returned)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(g.consumers)))
+		for _, c := range g.consumers {
+			b = appendString8(b, c.id)
+			b = binary.BigEndian.AppendUint64(b, uint64(c.next))
+			b = binary.BigEndian.AppendUint64(b, uint64(c.acked))
+		}
+	}
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+func decodeCheckpoint(b []byte) (*checkpoint, error) {
+	if len(b) < 9 {
+		return nil, fmt.Errorf("%w: checkpoint of %d bytes", ErrCorrupt, len(b))
+	}
+	body, sum := b[:len(b)-4], binary.BigEndian.Uint32(b[len(b)-4:])
+	if crc32.Checksum(body, castagnoli) != sum {
+		return nil, fmt.Errorf("%w: checkpoint crc mismatch", ErrCorrupt)
+	}
+	d := decoder{b: body}
+	if d.u32() != checkpointMagic || d.u8() != checkpointVersion {
+		return nil, fmt.Errorf("%w: checkpoint magic or version", ErrCorrupt)
+	}
+	c := &checkpoint{msgOffset: int64(d.u64()), actionOffset: int64(d.u64())}
+	for n := d.u32(); n > 0 && d.err == nil; n-- {
+		c.subjects = append(c.subjects, ckSubject{name: d.string8(), next: int64(d.u64()), min: int64(d.u64())})
+	}
+	for n := d.u32(); n > 0 && d.err == nil; n-- {
+		g := ckGroup{}
+		g.key.broadcast = d.u8()&1 != 0
+		g.key.subject = d.string8()
+		g.key.group = d.string8()
+		g.version = d.u64()
+		g.cursor = int64(d.u64())
+		g.returned = d.runs()
+		for k := d.u32(); k > 0 && d.err == nil; k-- {
+			g.consumers = append(g.consumers, ckConsumer{id: d.string8(), next: int64(d.u64()), acked: int64(d.u64())})
+		}
+		c.groups = append(c.groups, g)
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.err = fmt.Errorf("%w: %d trailing bytes in checkpoint", ErrCorrupt, len(d.b))
+	}
+	return c, d.err
+}
+
+// loadCheckpoint reads the checkpoint; a missing one is an empty checkpoint.
+// A damaged one is reported and ignored: recovery then replays every log
+// from its start.
+func (s *Store) loadCheckpoint() *checkpoint {
+	b, err := os.ReadFile(filepath.Join(s.dir, checkpointName))
+	if errors.Is(err, os.ErrNotExist) {
+		return &checkpoint{}
+	}
+	if err == nil {
+		var c *checkpoint
+		if c, err = decodeCheckpoint(b); err == nil {
+			return c
+		}
+	}
+	s.lg.Error("checkpoint unusable; replaying the logs from their start", zap.Error(err))
+	s.stats.badCheckpoints.Add(1)
+	return &checkpoint{}
+}
+
+// Checkpoint writes a checkpoint so that a restart replays only what follows
+// it. It syncs the message log, the consume logs, the action log and the
+// pull logs first. Appends, pulls and acks continue meanwhile.
+func (s *Store) Checkpoint() error {
+	s.ckptMu.Lock()
+	defer s.ckptMu.Unlock()
+	if s.isClosed() && !s.closing.Load() {
+		return ErrClosed
+	}
+	return s.checkpointLocked()
+}
+
+func (s *Store) checkpointLocked() error {
+	c := &checkpoint{}
+	// Messages: the durable end, and each subject's entries below it.
+	c.msgOffset = s.goodEnd.Load()
+	s.subjectsMu.RLock()
+	subjects := make([]*subject, 0, len(s.subjects))
+	for _, sj := range s.subjects {
+		subjects = append(subjects, sj)
+	}
+	s.subjectsMu.RUnlock()
+	// Sequences visible at msgOffset: visible is published after goodEnd is
+	// stored, so read goodEnd first and take visible as it is now; records
+	// between msgOffset and the visible end are replayed idempotently.
+	for _, sj := range subjects {
+		sj.mu.Lock()
+		if sj.log.Err() != nil {
+			if err := sj.log.Truncate(sj.flushed); err != nil {
+				sj.mu.Unlock()
+				return err
+			}
+		}
+		err := sj.flushLocked()
+		c.subjects = append(c.subjects, ckSubject{name: sj.name, next: sj.visible, min: sj.min})
+		dirty := sj.dirty
+		sj.dirty = false
+		sj.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if dirty {
+			if err := sj.log.Sync(); err != nil {
+				sj.mu.Lock()
+				sj.dirty = true
+				sj.mu.Unlock()
+				return fmt.Errorf("%w: consume log of %s: %v", ErrIO, sj.name, err)
+			}
+		}
+	}
+	// Everything visible above is written; make it durable (FlushAsync).
+	if err := s.msgLog.Sync(); err != nil {
+		return fmt.Errorf("%w: %v", ErrIO, err)
+	}
+	// Groups: the action-log end first, then each group's state.
+	c.actionOffset = s.actions.end()
+	s.groupsMu.RLock()
+	groups := make([]*group, 0, len(s.groups))
+	for _, g := range s.groups {
+		groups = append(groups, g)
+	}
+	s.groupsMu.RUnlock()
+	sort.Slice(groups, func(i, j int) bool { return groups[i].key.subject < groups[j].key.subject })
+	var dirty []*consumer
+	for _, g := range groups {
+		g.mu.Lock()
+		cg := ckGroup{key: g.key, version: g.version, cursor: g.cursor, returned: append([]run(nil), g.returned...)}
+		for _, cs := range g.consumers {
+			cg.consumers = append(cg.consumers, ckConsumer{id: cs.id, next: cs.next, acked: cs.acked})
+			if cs.dirty && cs.log != nil {
+				dirty = append(dirty, cs)
+				cs.dirty = false
+			}
+		}
+		g.mu.Unlock()
+		c.groups = append(c.groups, cg)
+	}
+	for _, cs := range dirty {
+		if err := cs.log.Sync(); err != nil {
+			return fmt.Errorf("%w: pull log of %s: %v", ErrIO, cs.id, err)
+		}
+	}
+	if err := s.actions.flush(); err != nil {
+		return err
+	}
+	if err := fsutil.WriteFileAtomic(s.opts.FS, filepath.Join(s.dir, checkpointName), c.encode()); err != nil {
+		return fmt.Errorf("%w: %v", ErrIO, err)
+	}
+	s.stats.checkpoints.Add(1)
+	return nil
+}

@@ -1,0 +1,132 @@
+package store
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/qmq-go/qmq/pkg/segment"
+	"go.uber.org/zap"
+)
+
+// RetentionReport says what a retention pass deleted.
+type RetentionReport struct {
+	// Segments and Bytes count the message-log segments deleted.
+	Segments int
+	Bytes    int64
+	// Start is the message-log offset of the first byte kept.
+	Start int64
+}
+
+// RunRetention deletes whole message-log segments that are older than
+// RetentionAge (every record in them is) or that push the log over
+// RetentionBytes, oldest first and never the active one, then raises each
+// subject's minimum sequence and deletes consume-log segments below it.
+// Entries no group consumed yet are deleted too; Stats shows them before.
+func (s *Store) RunRetention() (RetentionReport, error) {
+	s.retMu.Lock()
+	defer s.retMu.Unlock()
+	if s.isClosed() {
+		return RetentionReport{}, ErrClosed
+	}
+	boundary := s.retentionBoundary()
+	before := s.msgLog.Segments()
+	n, err := s.msgLog.DeleteBefore(boundary)
+	rep := RetentionReport{Segments: n, Start: s.msgLog.Start()}
+	for i := 0; i < n && i < len(before); i++ {
+		rep.Bytes += before[i].Size
+	}
+	if err != nil {
+		return rep, fmt.Errorf("%w: %v", ErrIO, err)
+	}
+	if n == 0 {
+		return rep, nil
+	}
+	for _, sj := range s.subjectList() {
+		lo, visible := sj.bounds()
+		newMin, err := s.firstSeqAtOffset(sj, lo, visible, rep.Start)
+		if err != nil {
+			return rep, err
+		}
+		if newMin <= lo {
+			continue
+		}
+		sj.mu.Lock()
+		sj.min = newMin
+		sj.mu.Unlock()
+		if _, err := sj.log.DeleteBefore(newMin); err != nil {
+			return rep, fmt.Errorf("%w: %v", ErrIO, err)
+		}
+	}
+	s.lg.Info("retention deleted message-log segments", zap.Int("segments", n), zap.Int64("bytes", rep.Bytes), zap.Int64("start", rep.Start))
+	return rep, nil
+}
+
+func (s *Store) subjectList() []*subject {
+	s.subjectsMu.RLock()
+	defer s.subjectsMu.RUnlock()
+	out := make([]*subject, 0, len(s.subjects))
+	for _, sj := range s.subjects {
+		out = append(out, sj)
+	}
+	return out
+}
+
+// retentionBoundary returns the offset below which retention deletes now.
+func (s *Store) retentionBoundary() int64 {
+	segs := s.msgLog.Segments()
+	if len(segs) < 2 {
+		return s.msgLog.Start()
+	}
+	now := s.opts.Clock().UnixMilli()
+	var total int64
+	for _, sg := range segs {
+		total += sg.Size
+	}
+	good := s.goodEnd.Load()
+	boundary := segs[0].Base
+	for i := 0; i+1 < len(segs); i++ {
+		next := segs[i+1]
+		if next.Base > good {
+			break // the active segment and what follows stay
+		}
+		byAge := s.opts.RetentionAge > 0 && s.firstTimestamp(next) < now-s.opts.RetentionAge.Milliseconds()
+		bySize := s.opts.RetentionBytes > 0 && total > s.opts.RetentionBytes
+		if !byAge && !bySize {
+			break
+		}
+		total -= segs[i].Size
+		boundary = next.Base
+	}
+	return boundary
+}
+
+// firstTimestamp returns the append time of a segment's first record: every
+// record of the segment before it is older.
+func (s *Store) firstTimestamp(sg segment.SegmentInfo) int64 {
+	var b [recordOverhead]byte
+	if err := s.msgLog.ReadAt(b[:], sg.Base); err != nil {
+		return 1<<63 - 1
+	}
+	_, ts, _, err := parseRecordPayload(b[segment.HeaderSize:])
+	if err != nil || ts == 0 {
+		return 1<<63 - 1
+	}
+	return ts
+}
+
+// firstSeqAtOffset finds the first sequence in [lo, hi) whose record lies at
+// or after off (offsets grow with sequences).
+func (s *Store) firstSeqAtOffset(sj *subject, lo, hi, off int64) (int64, error) {
+	var ferr error
+	i := sort.Search(int(hi-lo), func(i int) bool {
+		var b [entryWidth]byte
+		n, err := sj.readEntries(lo+int64(i), b[:])
+		if err != nil || n == 0 {
+			ferr = err
+			return true
+		}
+		e, _ := decodeEntry(b[:])
+		return e.size != 0 && e.offset >= off
+	})
+	return lo + int64(i), ferr
+}

@@ -1,0 +1,446 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/fsutil"
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/segment"
+	"go.uber.org/zap"
+)
+
+// Store is the realtime broker's storage: the message log, the consume logs,
+// the pull logs, the action log and checkpoints under one directory. See the
+// package documentation.
+type Store struct {
+	dir  string
+	opts Options
+	lg   *zap.Logger
+
+	lock    *fsutil.DirLock
+	pool    *segment.FilePool
+	msgLog  *segment.Log
+	actLog  *segment.Log
+	actions *actionLog
+
+	subjectsMu sync.RWMutex
+	subjects   map[string]*subject
+
+	groupsMu sync.RWMutex
+	groups   map[groupKey]*group
+
+	appendCh    chan *appendReq
+	syncCh      chan *commitGroup
+	inflight    sync.WaitGroup
+	goodEnd     atomic.Int64 // end of the last published group
+	writeFailed atomic.Bool
+	lastTs      int64 // appender: last append timestamp
+
+	closeMu   sync.RWMutex
+	closed    bool
+	closedFlg atomic.Bool
+	closing   atomic.Bool
+	stop      chan struct{}
+	wg        sync.WaitGroup // appendLoop, syncLoop
+	bg        sync.WaitGroup // the other loops
+
+	ckptMu sync.Mutex
+	retMu  sync.Mutex
+
+	stats counters
+	open  OpenReport
+}
+
+// OpenReport says what Open found and did.
+type OpenReport struct {
+	// MessagesReplayed and ActionsReplayed count records read after the
+	// checkpoint.
+	MessagesReplayed, ActionsReplayed int64
+	// TornMessageTail and TornActionTail are the offsets where a torn tail was
+	// cut off, or -1.
+	TornMessageTail, TornActionTail int64
+	// Corrupt lists damaged ranges skipped in the middle of the message log
+	// and action log (only with Options.SkipCorrupt).
+	Corrupt []segment.Range
+	// Holes counts consume-log sequences whose message was lost to a skipped
+	// corrupt range.
+	Holes int64
+	// Duration is how long Open took.
+	Duration time.Duration
+}
+
+// Open opens (creating if needed) the store in dir, recovers it and starts
+// its loops. lg may be nil.
+func Open(dir string, opts Options, lg *zap.Logger) (*Store, error) {
+	started := time.Now()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	if err := opts.FS.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("store: create %s: %w", dir, err)
+	}
+	lock, err := fsutil.LockDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	s := &Store{
+		dir:      dir,
+		opts:     opts,
+		lg:       lg.Named("store"),
+		lock:     lock,
+		pool:     segment.NewFilePool(opts.FS, opts.MaxOpenFiles),
+		subjects: map[string]*subject{},
+		groups:   map[groupKey]*group{},
+		appendCh: make(chan *appendReq, 1024),
+		syncCh:   make(chan *commitGroup, 64),
+		stop:     make(chan struct{}),
+		open:     OpenReport{TornMessageTail: -1, TornActionTail: -1},
+	}
+	if err := s.recover(); err != nil {
+		s.closeFiles()
+		return nil, err
+	}
+	s.open.Duration = time.Since(started)
+	s.lg.Info("store opened", zap.String("dir", dir), zap.Int("subjects", len(s.subjects)), zap.Int("groups", len(s.groups)),
+		zap.Int64("messages_replayed", s.open.MessagesReplayed), zap.Int64("actions_replayed", s.open.ActionsReplayed),
+		zap.Duration("took", s.open.Duration))
+	s.wg.Add(1)
+	go s.appendLoop()
+	if opts.Flush == FlushSync {
+		s.wg.Add(1)
+		go s.syncLoop()
+	} else {
+		s.bg.Add(1)
+		go s.flushLoop()
+	}
+	s.bg.Add(1)
+	go s.actionFlushLoop()
+	if opts.CheckpointInterval > 0 {
+		s.bg.Add(1)
+		go s.checkpointLoop()
+	}
+	if opts.RetentionInterval > 0 {
+		s.bg.Add(1)
+		go s.retentionLoop()
+	}
+	return s, nil
+}
+
+// OpenReport returns what Open found.
+func (s *Store) OpenReport() OpenReport { return s.open }
+
+func (s *Store) closeFiles() {
+	if s.msgLog != nil {
+		s.msgLog.Close()
+	}
+	if s.actLog != nil {
+		s.actLog.Close()
+	}
+	s.pool.Close()
+	s.lock.Unlock()
+}
+
+func (s *Store) isClosed() bool { return s.closedFlg.Load() }
+
+// recover loads the checkpoint and replays both logs after it.
+func (s *Store) recover() error {
+	ck := s.loadCheckpoint()
+	var err error
+	s.msgLog, err = segment.OpenLog(filepath.Join(s.dir, "messagelog"), segment.LogOptions{FS: s.opts.FS, SegmentSize: s.opts.SegmentSize})
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	s.actLog, err = segment.OpenLog(filepath.Join(s.dir, "actionlog"), segment.LogOptions{FS: s.opts.FS, SegmentSize: s.opts.ActionSegmentSize})
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	if err := s.recoverMessages(ck); err != nil {
+		return err
+	}
+	return s.recoverActions(ck)
+}
+
+func (s *Store) recoverMessages(ck *checkpoint) error {
+	for _, cs := range ck.subjects {
+		sj, err := s.subjectFor(cs.name, true)
+		if err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		sj.next, sj.flushed, sj.min = cs.next, cs.next, cs.min
+		sj.log.SetFirst(cs.min)
+	}
+	res, err := s.msgLog.Recover(ck.msgOffset, s.opts.SkipCorrupt, func(off int64, kind uint8, payload []byte) error {
+		if kind != recordMessage {
+			s.lg.Error("unknown message-log record kind; skipped", zap.Int64("offset", off), zap.Uint8("kind", kind))
+			return nil
+		}
+		seq, ts, msg, err := parseRecordPayload(payload)
+		var v protocol.View
+		if err == nil {
+			v, err = protocol.ParseMessageNoCRC(msg)
+		}
+		if err != nil {
+			s.lg.Error("message record with a valid crc does not parse; skipped", zap.Int64("offset", off), zap.Error(err))
+			return nil
+		}
+		sj, err := s.subjectFor(string(v.Subject), true)
+		if err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		if seq < sj.next {
+			return nil // indexed before the checkpoint
+		}
+		for sj.next < seq {
+			sj.addHole()
+			sj.next++
+			s.open.Holes++
+		}
+		e := entry{offset: off, size: uint32(segment.HeaderSize + len(payload)), timestamp: ts, deliverAt: v.DeliverAtMillis}
+		v.Tags(func(t []byte) bool { e.bloom |= tagBloom(t); return true })
+		if err := sj.addEntry(&e); err != nil {
+			return err
+		}
+		sj.next++
+		s.lastTs = max(s.lastTs, ts)
+		s.open.MessagesReplayed++
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, segment.ErrCorrupt) {
+			return fmt.Errorf("store: message log: %w (%v); set SkipCorrupt to open without the damaged range", ErrCorrupt, err)
+		}
+		return fmt.Errorf("store: message log recovery: %w", err)
+	}
+	s.open.TornMessageTail = res.TornAt
+	s.open.Corrupt = append(s.open.Corrupt, res.Corrupt...)
+	if res.TornAt >= 0 {
+		s.lg.Warn("torn message-log tail cut off", zap.Int64("offset", res.TornAt))
+	}
+	for _, r := range res.Corrupt {
+		s.lg.Error("damaged message-log range skipped; its messages are lost", zap.Int64("from", r.From), zap.Int64("to", r.To))
+		s.stats.corruptRanges.Add(1)
+	}
+	for _, sj := range s.subjects {
+		if err := sj.flush(); err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		if sj.log.Len() > sj.next {
+			if err := sj.log.Truncate(sj.next); err != nil {
+				return fmt.Errorf("store: %w", err)
+			}
+		}
+		sj.visible = sj.next
+	}
+	s.goodEnd.Store(res.End)
+	return nil
+}
+
+func (s *Store) recoverActions(ck *checkpoint) error {
+	for _, cg := range ck.groups {
+		sj, err := s.subjectFor(cg.key.subject, true)
+		if err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		g := s.newGroup(cg.key, sj)
+		g.version, g.cursor, g.returned = cg.version, cg.cursor, cg.returned
+		for _, cc := range cg.consumers {
+			c, err := s.consumerFor(g, cc.id)
+			if err != nil {
+				return fmt.Errorf("store: %w", err)
+			}
+			c.next, c.acked = cc.next, cc.acked
+		}
+		s.groups[cg.key] = g
+	}
+	res, err := s.actLog.Recover(ck.actionOffset, s.opts.SkipCorrupt, func(off int64, kind uint8, payload []byte) error {
+		a, err := decodeAction(kind, payload)
+		if err != nil {
+			s.lg.Error("action record with a valid crc does not parse; skipped", zap.Int64("offset", off), zap.Error(err))
+			return nil
+		}
+		key := groupKey{subject: a.subject, group: a.group, broadcast: a.broadcast}
+		g := s.groups[key]
+		if g == nil {
+			sj, err := s.subjectFor(a.subject, true)
+			if err != nil {
+				return fmt.Errorf("store: %w", err)
+			}
+			g = s.newGroup(key, sj)
+			s.groups[key] = g
+		}
+		if a.version <= g.version {
+			return nil
+		}
+		if err := g.apply(s, &a); err != nil {
+			return err
+		}
+		if a.kind == actPull && !key.broadcast && len(a.runs) > 0 {
+			if err := g.consumers[a.consumer].writePullLog(a.seq, expandRuns(a.runs)); err != nil {
+				return err
+			}
+		}
+		s.open.ActionsReplayed++
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, segment.ErrCorrupt) {
+			return fmt.Errorf("store: action log: %w (%v); set SkipCorrupt to open without the damaged range", ErrCorrupt, err)
+		}
+		return fmt.Errorf("store: action log recovery: %w", err)
+	}
+	s.open.TornActionTail = res.TornAt
+	s.open.Corrupt = append(s.open.Corrupt, res.Corrupt...)
+	for _, r := range res.Corrupt {
+		s.lg.Error("damaged action-log range skipped; pulls and acks in it are lost", zap.Int64("from", r.From), zap.Int64("to", r.To))
+		s.stats.corruptRanges.Add(1)
+	}
+	for _, g := range s.groups {
+		if _, visible := g.subj.bounds(); g.cursor > visible {
+			// Messages lost with an async flush: the cursor cannot pass the end.
+			g.cursor = visible
+		}
+	}
+	s.actions = newActionLog(s.actLog)
+	return nil
+}
+
+// flushLoop fdatasyncs the message log every FlushInterval (FlushAsync).
+func (s *Store) flushLoop() {
+	defer s.bg.Done()
+	t := time.NewTicker(s.opts.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			if err := s.msgLog.Sync(); err != nil {
+				s.writeFailed.Store(true)
+				s.lg.Error("message log sync failed", zap.Error(err))
+			}
+		}
+	}
+}
+
+// actionFlushLoop writes and syncs the action log every ActionFlushInterval.
+func (s *Store) actionFlushLoop() {
+	defer s.bg.Done()
+	t := time.NewTicker(s.opts.ActionFlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			if err := s.actions.flush(); err != nil {
+				s.lg.Error("action log flush failed; retrying", zap.Error(err))
+			}
+		}
+	}
+}
+
+func (s *Store) checkpointLoop() {
+	defer s.bg.Done()
+	t := time.NewTicker(s.opts.CheckpointInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			if err := s.Checkpoint(); err != nil {
+				s.lg.Error("checkpoint failed", zap.Error(err))
+			}
+		}
+	}
+}
+
+func (s *Store) retentionLoop() {
+	defer s.bg.Done()
+	t := time.NewTicker(s.opts.RetentionInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			if _, err := s.RunRetention(); err != nil {
+				s.lg.Error("retention failed", zap.Error(err))
+			}
+		}
+	}
+}
+
+// Close stops accepting work, completes every queued append, writes a final
+// checkpoint and closes the files.
+func (s *Store) Close() error {
+	s.closeMu.Lock()
+	if s.closed {
+		s.closeMu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.closedFlg.Store(true)
+	close(s.appendCh)
+	s.closeMu.Unlock()
+	s.wg.Wait()
+	close(s.stop)
+	s.bg.Wait()
+	s.closing.Store(true)
+	s.ckptMu.Lock()
+	err := s.checkpointLocked()
+	s.ckptMu.Unlock()
+	s.subjectsMu.Lock()
+	for _, sj := range s.subjects {
+		sj.log.Close()
+	}
+	s.subjectsMu.Unlock()
+	s.closeFiles()
+	return err
+}
+
+// Read returns up to max stored messages of subject from consume sequence
+// from on (for tools and tests; consumers use Pull). PullSeq equals
+// ConsumeSeq in the result.
+func (s *Store) Read(subject string, from int64, max int) ([]Pulled, error) {
+	sj, _ := s.subjectFor(subject, false)
+	if sj == nil {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownSubject, subject)
+	}
+	lo, visible := sj.bounds()
+	from = maxInt64(from, lo)
+	n := int(minInt64(int64(max), visible-from))
+	if n <= 0 {
+		return nil, nil
+	}
+	buf := make([]byte, n*entryWidth)
+	k, err := sj.readEntries(from, buf)
+	if err != nil {
+		return nil, err
+	}
+	ds := make([]delivery, 0, k)
+	for i := 0; i < k; i++ {
+		e, ok := decodeEntry(buf[i*entryWidth:])
+		if !ok {
+			s.stats.corruptReads.Add(1)
+			continue
+		}
+		if e.size == 0 {
+			continue
+		}
+		ds = append(ds, delivery{pullSeq: from + int64(i), seq: from + int64(i), e: e})
+	}
+	return s.readDeliveries(sj, ds), nil
+}
+
+func maxInt64(a, b int64) int64 { return max(a, b) }
+func minInt64(a, b int64) int64 { return min(a, b) }

@@ -1,0 +1,182 @@
+package store
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+
+	"github.com/qmq-go/qmq/pkg/segment"
+)
+
+// pendingFlushBytes is how many consume-log bytes a subject buffers in
+// memory before writing them to its consume-log file.
+const pendingFlushBytes = 16 << 10
+
+// subject is one subject's consume log and counters.
+//
+// next and touched belong to the appender goroutine (and to recovery before
+// it starts). Everything else is guarded by mu: entries below flushed are in
+// the file, entries in [flushed, flushed+len(pending)/entryWidth) are only in
+// pending, and readers see entries in [min, visible).
+type subject struct {
+	name string
+	log  *segment.FixedLog
+
+	next    int64 // appender: next sequence to assign
+	touched *commitGroup
+
+	mu       sync.RWMutex
+	visible  int64
+	min      int64
+	flushed  int64
+	pending  []byte
+	appended int64 // message-log bytes appended since open (stats)
+	dirty    bool  // written since the last checkpoint
+}
+
+func (s *Store) newSubject(name string) (*subject, error) {
+	l, err := segment.OpenFixed(filepath.Join(s.dir, "consumelog", dirName(name)), segment.FixedOptions{
+		FS: s.opts.FS, Width: entryWidth, SegmentEntries: s.opts.ConsumeSegmentEntries, Pool: s.pool,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &subject{name: name, log: l}, nil
+}
+
+// subjectFor returns the subject, creating it when create is set.
+func (s *Store) subjectFor(name string, create bool) (*subject, error) {
+	s.subjectsMu.RLock()
+	sj := s.subjects[name]
+	s.subjectsMu.RUnlock()
+	if sj != nil || !create {
+		return sj, nil
+	}
+	s.subjectsMu.Lock()
+	defer s.subjectsMu.Unlock()
+	if sj = s.subjects[name]; sj != nil {
+		return sj, nil
+	}
+	sj, err := s.newSubject(name)
+	if err != nil {
+		return nil, err
+	}
+	s.subjects[name] = sj
+	return sj, nil
+}
+
+// lookupSubject finds a subject by its name's bytes without allocating.
+func (s *Store) lookupSubject(name []byte) *subject {
+	s.subjectsMu.RLock()
+	sj := s.subjects[string(name)]
+	s.subjectsMu.RUnlock()
+	return sj
+}
+
+// addEntry appends the encoded entry for sequence seq (== flushed+pending).
+func (sj *subject) addEntry(e *entry) error {
+	sj.mu.Lock()
+	defer sj.mu.Unlock()
+	n := len(sj.pending)
+	sj.pending = append(sj.pending, make([]byte, entryWidth)...)
+	e.put(sj.pending[n:])
+	sj.appended += int64(e.size)
+	if len(sj.pending) >= pendingFlushBytes {
+		return sj.flushLocked()
+	}
+	return nil
+}
+
+// addHole records that sequence seq's message is lost (recovery).
+func (sj *subject) addHole() {
+	sj.mu.Lock()
+	sj.pending = append(sj.pending, make([]byte, entryWidth)...)
+	sj.mu.Unlock()
+}
+
+func (sj *subject) flushLocked() error {
+	if len(sj.pending) == 0 {
+		return nil
+	}
+	if err := sj.log.WriteAt(sj.flushed, sj.pending); err != nil {
+		return fmt.Errorf("%w: consume log of %s: %v", ErrIO, sj.name, err)
+	}
+	sj.flushed += int64(len(sj.pending) / entryWidth)
+	sj.pending = sj.pending[:0]
+	sj.dirty = true
+	return nil
+}
+
+// flush writes buffered entries to the consume-log file.
+func (sj *subject) flush() error {
+	sj.mu.Lock()
+	defer sj.mu.Unlock()
+	if sj.log.Err() != nil {
+		// A failed write poisoned the file: rewrite from the last good entry.
+		if err := sj.log.Truncate(sj.flushed); err != nil {
+			return err
+		}
+	}
+	return sj.flushLocked()
+}
+
+// setVisible makes entries below n readable.
+func (sj *subject) setVisible(n int64) {
+	sj.mu.Lock()
+	if n > sj.visible {
+		sj.visible = n
+	}
+	sj.mu.Unlock()
+}
+
+// rollback forgets entries at or above n (appends that failed). Appender only.
+func (sj *subject) rollback(n int64) error {
+	sj.next = n
+	sj.mu.Lock()
+	defer sj.mu.Unlock()
+	if n >= sj.flushed {
+		sj.pending = sj.pending[:(n-sj.flushed)*entryWidth]
+		return nil
+	}
+	sj.pending = sj.pending[:0]
+	sj.flushed = n
+	return sj.log.Truncate(n)
+}
+
+// bounds returns the readable range [min, visible).
+func (sj *subject) bounds() (min, visible int64) {
+	sj.mu.RLock()
+	defer sj.mu.RUnlock()
+	return sj.min, sj.visible
+}
+
+// readEntries copies readable entries from seq into buf (whole entries) and
+// returns how many; seq below min reads nothing and returns min.
+func (sj *subject) readEntries(seq int64, buf []byte) (int, error) {
+	sj.mu.RLock()
+	defer sj.mu.RUnlock()
+	if seq < sj.min {
+		return 0, nil
+	}
+	n := min(int64(len(buf)/entryWidth), sj.visible-seq)
+	if n <= 0 {
+		return 0, nil
+	}
+	got := int64(0)
+	if seq < sj.flushed {
+		k := min(n, sj.flushed-seq)
+		r, err := sj.log.ReadAt(seq, buf[:k*entryWidth])
+		if err != nil {
+			return 0, fmt.Errorf("consume log of %s: %w", sj.name, err)
+		}
+		if int64(r) < k {
+			return r, nil
+		}
+		got = k
+	}
+	if got < n {
+		from := (seq + got - sj.flushed) * entryWidth
+		copy(buf[got*entryWidth:n*entryWidth], sj.pending[from:])
+	}
+	return int(n), nil
+}
