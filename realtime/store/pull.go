@@ -516,4 +516,3 @@ func (s *Store) readDeliveries(sj *subject, ds []delivery) []Pulled {
 	}
 	return out
 }
-
