@@ -1,0 +1,74 @@
+// Command qmq-metaserver runs a meta server. Without --etcd-endpoints it
+// starts an embedded single-node etcd with its data under --data-dir, so one
+// process is a whole control plane on one host.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/qmq-go/qmq/metaserver"
+	"github.com/qmq-go/qmq/pkg/config"
+	"github.com/qmq-go/qmq/pkg/devetcd"
+	"github.com/qmq-go/qmq/pkg/logging"
+	"go.uber.org/zap"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "qmq-metaserver:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	opts := metaserver.NewOptions()
+	fs := flag.NewFlagSet("qmq-metaserver", flag.ExitOnError)
+	opts.AddFlags(fs)
+	etcdClient := fs.String("etcd-listen", "127.0.0.1:2379", "client address of the embedded etcd (without --etcd-endpoints)")
+	etcdPeer := fs.String("etcd-peer", "127.0.0.1:2380", "peer address of the embedded etcd")
+	if err := config.Parse(fs, os.Args[1:], &opts); err != nil {
+		return err
+	}
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	lg, _, err := logging.New(opts.Log)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = lg.Sync() }()
+
+	if len(opts.EtcdEndpoints) == 0 {
+		dir := filepath.Join(opts.DataDir, "etcd")
+		e, err := devetcd.Start(devetcd.Options{Dir: dir, ClientAddr: *etcdClient, PeerAddr: *etcdPeer}, lg)
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		opts.EtcdEndpoints = e.Endpoints()
+		lg.Info("embedded etcd started", zap.String("dir", dir), zap.Strings("endpoints", opts.EtcdEndpoints))
+	}
+	s, err := metaserver.New(opts, lg)
+	if err != nil {
+		return err
+	}
+	if err := s.Start(); err != nil {
+		return err
+	}
+	fmt.Printf("qmq-metaserver: tcp %s, console http://%s/\n", s.Addr(), s.HTTPAddr())
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	<-sig
+	lg.Info("shutting down")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return s.Close(ctx)
+}

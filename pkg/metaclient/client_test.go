@@ -1,0 +1,302 @@
+package metaclient
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/netserver"
+	"github.com/qmq-go/qmq/pkg/protocol"
+)
+
+// fakeMeta is a meta server on netserver that answers lookups with a route
+// the test sets, and registrations and heartbeats with fixed leases.
+type fakeMeta struct {
+	srv     *netserver.Server
+	lookups atomic.Int64
+
+	mu        sync.Mutex
+	version   uint64
+	groups    []protocol.RouteGroup
+	offline   bool
+	registers []protocol.RegisterRequest
+	beats     []protocol.ClientHeartbeatRequest
+	ttl       time.Duration
+}
+
+func startFakeMeta(t *testing.T) *fakeMeta {
+	t.Helper()
+	m := &fakeMeta{version: 1, ttl: 600 * time.Millisecond,
+		groups: []protocol.RouteGroup{{Group: "g1", Kind: protocol.KindRealtime, State: protocol.GroupReadWrite, Master: "127.0.0.1:1"}}}
+	mux := netserver.NewMux()
+	mux.HandleFunc(protocol.CmdLookup, func(r *netserver.Request) {
+		if _, err := protocol.DecodeLookupRequest(r.Body); err != nil {
+			r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
+			return
+		}
+		m.lookups.Add(1)
+		m.mu.Lock()
+		resp := protocol.LookupResponse{Version: m.version, Timestamp: time.Now(), Groups: m.groups}
+		if m.offline {
+			resp.Flags = protocol.LookupConsumerOffline
+		}
+		m.mu.Unlock()
+		r.Reply(protocol.StatusOK, protocol.AppendLookupResponse(nil, &resp))
+	})
+	mux.HandleFunc(protocol.CmdRegister, func(r *netserver.Request) {
+		req, err := protocol.DecodeRegisterRequest(r.Body)
+		if err != nil {
+			r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
+			return
+		}
+		if req.Group == "taken" {
+			r.ReplyError(protocol.Errorf(protocol.StatusInvalid, "group taken already has a live master"))
+			return
+		}
+		m.mu.Lock()
+		m.registers = append(m.registers, req)
+		ttl := m.ttl
+		m.mu.Unlock()
+		r.Reply(protocol.StatusOK, protocol.AppendRegisterResponse(nil, &protocol.RegisterResponse{LeaseID: 42, TTL: ttl, Version: 1}))
+	})
+	mux.HandleFunc(protocol.CmdClientHeartbeat, func(r *netserver.Request) {
+		req, err := protocol.DecodeClientHeartbeatRequest(r.Body)
+		if err != nil {
+			r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
+			return
+		}
+		m.mu.Lock()
+		m.beats = append(m.beats, req)
+		resp := protocol.ClientHeartbeatResponse{LeaseID: 7, TTL: m.ttl}
+		if m.offline {
+			resp.Flags = protocol.LookupConsumerOffline
+		}
+		m.mu.Unlock()
+		r.Reply(protocol.StatusOK, protocol.AppendClientHeartbeatResponse(nil, &resp))
+	})
+	srv, err := netserver.New(netserver.Options{}, mux, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close(context.Background()) })
+	m.srv = srv
+	return m
+}
+
+func (m *fakeMeta) addr() string { return m.srv.Addr().String() }
+
+func (m *fakeMeta) set(version uint64, groups ...protocol.RouteGroup) {
+	m.mu.Lock()
+	m.version, m.groups = version, groups
+	m.mu.Unlock()
+}
+
+func rg(name string, st protocol.GroupState) protocol.RouteGroup {
+	return protocol.RouteGroup{Group: name, Kind: protocol.KindRealtime, State: st, Master: "127.0.0.1:9"}
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func newTestClient(t *testing.T, addrs []string, opts ...Option) *Client {
+	t.Helper()
+	c, err := New(addrs, "test-client", append([]Option{WithRequestTimeout(time.Second)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestClient_CachesAndKeepsServingWhileMetaIsDown(t *testing.T) {
+	m := startFakeMeta(t)
+	c := newTestClient(t, []string{m.addr()}, WithRefreshInterval(50*time.Millisecond))
+	ctx := context.Background()
+	r, err := c.Lookup(ctx, protocol.ClientProducer, "orders", "")
+	if err != nil || len(r.Groups) != 1 || r.Groups[0].Group != "g1" {
+		t.Fatalf("first lookup: %+v, %v", r, err)
+	}
+	n := m.lookups.Load()
+	for range 100 {
+		if _, err := c.Lookup(ctx, protocol.ClientProducer, "orders", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := m.lookups.Load(); got > n+2 {
+		t.Fatalf("100 cached lookups cost %d meta requests", got-n)
+	}
+	// The refresh loop picks up a change.
+	m.set(2, rg("g1", protocol.GroupReadonly), rg("g2", protocol.GroupReadWrite))
+	eventually(t, 2*time.Second, "the refresh loop to bring the new route", func() bool {
+		r, _ := c.Lookup(ctx, protocol.ClientProducer, "orders", "")
+		return len(r.Groups) == 2
+	})
+	r, _ = c.Lookup(ctx, protocol.ClientProducer, "orders", "")
+	if w := r.Writable(); len(w) != 1 || w[0].Group != "g2" {
+		t.Fatalf("writable %+v, want g2", w)
+	}
+	if rd := r.Readable(); len(rd) != 2 {
+		t.Fatalf("readable %+v, want both", rd)
+	}
+	// The meta server goes away: cached routes keep working, unknown ones fail.
+	_ = m.srv.Close(ctx)
+	time.Sleep(200 * time.Millisecond) // several failed refreshes
+	c.Refresh(protocol.ClientProducer, "orders", "")
+	for range 10 {
+		r, err := c.Lookup(ctx, protocol.ClientProducer, "orders", "")
+		if err != nil || len(r.Groups) != 2 {
+			t.Fatalf("lookup while the meta server is down: %+v, %v", r, err)
+		}
+	}
+	if _, err := c.Lookup(ctx, protocol.ClientProducer, "unknown", ""); !errors.Is(err, ErrNoRoute) {
+		t.Fatalf("uncached lookup while down: err %v, want ErrNoRoute", err)
+	}
+}
+
+func TestClient_FailsOverAndIgnoresStaleAnswers(t *testing.T) {
+	a, b := startFakeMeta(t), startFakeMeta(t)
+	a.set(10, rg("new", protocol.GroupReadWrite))
+	b.set(5, rg("old", protocol.GroupReadWrite))
+	c := newTestClient(t, []string{a.addr(), b.addr()}, WithRefreshInterval(time.Hour), WithMinEarlyRefresh(0))
+	ctx := context.Background()
+	r, err := c.Lookup(ctx, protocol.ClientProducer, "orders", "")
+	if err != nil || r.Groups[0].Group != "new" || r.Version != 10 {
+		t.Fatalf("lookup: %+v, %v", r, err)
+	}
+	// a dies; the early refresh fails over to b, whose answer is older and
+	// must not replace the cached one.
+	_ = a.srv.Close(ctx)
+	c.Refresh(protocol.ClientProducer, "orders", "")
+	eventually(t, 3*time.Second, "b to be asked", func() bool { return b.lookups.Load() == 1 })
+	time.Sleep(50 * time.Millisecond)
+	if r, _ := c.Lookup(ctx, protocol.ClientProducer, "orders", ""); r.Groups[0].Group != "new" {
+		t.Fatalf("a stale answer replaced the cache: %+v", r)
+	}
+	b.set(11, rg("newer", protocol.GroupReadWrite))
+	eventually(t, 3*time.Second, "the newer answer from b", func() bool {
+		c.Refresh(protocol.ClientProducer, "orders", "")
+		r, _ := c.Lookup(ctx, protocol.ClientProducer, "orders", "")
+		return r.Groups[0].Group == "newer"
+	})
+	// New keys go straight to b now (preferred), not through dead a first.
+	c.mu.Lock()
+	preferred := c.preferred
+	c.mu.Unlock()
+	if preferred != 1 {
+		t.Fatalf("preferred meta server %d, want 1 (b)", preferred)
+	}
+	if _, err := c.Lookup(ctx, protocol.ClientConsumer, "orders", "billing"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestClient_RefreshIsRateLimited(t *testing.T) {
+	m := startFakeMeta(t)
+	c := newTestClient(t, []string{m.addr()}, WithRefreshInterval(time.Hour), WithMinEarlyRefresh(time.Hour))
+	ctx := context.Background()
+	if _, err := c.Lookup(ctx, protocol.ClientProducer, "orders", ""); err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		c.Refresh(protocol.ClientProducer, "orders", "")
+	}
+	eventually(t, 2*time.Second, "one early refresh", func() bool { return m.lookups.Load() == 2 })
+	time.Sleep(100 * time.Millisecond)
+	if n := m.lookups.Load(); n != 2 {
+		t.Fatalf("50 Refresh calls cost %d lookups, want 1", n-1)
+	}
+}
+
+func TestNewStatic(t *testing.T) {
+	c := NewStatic([]protocol.RouteGroup{rg("g1", protocol.GroupReadWrite)})
+	defer c.Close()
+	r, err := c.Lookup(context.Background(), protocol.ClientProducer, "anything", "")
+	if err != nil || len(r.Writable()) != 1 {
+		t.Fatalf("%+v, %v", r, err)
+	}
+	reg := c.RegisterConsumer("s", "g", "c")
+	reg.Close()
+}
+
+func TestConsumerRegistration(t *testing.T) {
+	m := startFakeMeta(t)
+	c := newTestClient(t, []string{m.addr()})
+	reg := c.RegisterConsumer("orders", "billing", "c1")
+	if !reg.Registered() || reg.Offline() {
+		t.Fatalf("registered %v offline %v", reg.Registered(), reg.Offline())
+	}
+	if again := c.RegisterConsumer("orders", "billing", "c1"); again != reg {
+		t.Fatal("a second registration of the same key made a new one")
+	}
+	m.mu.Lock()
+	m.offline = true
+	m.mu.Unlock()
+	eventually(t, 2*time.Second, "the offline flag (heartbeats every 200ms)", reg.Offline)
+	m.mu.Lock()
+	if len(m.beats) < 2 || m.beats[len(m.beats)-1].LeaseID != 7 {
+		t.Fatalf("heartbeats %+v: want the lease sent back", m.beats)
+	}
+	m.mu.Unlock()
+	reg.Close()
+	m.mu.Lock()
+	last := m.beats[len(m.beats)-1]
+	m.mu.Unlock()
+	if last.Flags&protocol.ClientLeaving == 0 {
+		t.Fatalf("Close sent %+v, want a leaving heartbeat", last)
+	}
+}
+
+func TestRegister_HeartbeatsWithLeaseAndLeaves(t *testing.T) {
+	dead := startFakeMeta(t)
+	deadAddr := dead.addr()
+	_ = dead.srv.Close(context.Background())
+	m := startFakeMeta(t)
+	var state atomic.Uint32
+	state.Store(uint32(protocol.GroupReadWrite))
+	b := Broker{Kind: protocol.KindRealtime, Role: protocol.RoleMaster, Group: "g1", Address: "127.0.0.1:5000",
+		Report: func() (protocol.GroupState, protocol.BrokerLoad) {
+			return protocol.GroupState(state.Load()), protocol.BrokerLoad{InPerSec: 5}
+		}}
+	r, err := Register(context.Background(), []string{deadAddr, m.addr()}, b, WithRequestTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.LeaseID() != 42 || r.TTL() != 600*time.Millisecond || !r.Healthy() {
+		t.Fatalf("lease %d ttl %v healthy %v", r.LeaseID(), r.TTL(), r.Healthy())
+	}
+	state.Store(uint32(protocol.GroupReadonly))
+	eventually(t, 3*time.Second, "heartbeats carrying the lease and the new state", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		last := m.registers[len(m.registers)-1]
+		return len(m.registers) >= 3 && last.LeaseID == 42 && last.State == protocol.GroupReadonly && last.BrokerID == "127.0.0.1:5000"
+	})
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	last := m.registers[len(m.registers)-1]
+	m.mu.Unlock()
+	if last.Flags&protocol.RegisterLeaving == 0 {
+		t.Fatalf("Close sent %+v, want leaving", last)
+	}
+	taken := b
+	taken.Group = "taken"
+	if _, err := Register(context.Background(), []string{m.addr()}, taken); !errors.Is(err, protocol.ErrInvalid) {
+		t.Fatalf("register into a taken group: err %v, want ErrInvalid", err)
+	}
+}

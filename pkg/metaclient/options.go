@@ -1,0 +1,67 @@
+package metaclient
+
+import (
+	"context"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"go.uber.org/zap"
+)
+
+// Caller sends one request and returns the response body; a non-OK status
+// is a *protocol.Error. *transport.Client is the real one.
+type Caller interface {
+	Call(ctx context.Context, addr string, cmd protocol.Command, body []byte) ([]byte, error)
+}
+
+// Defaults of a Client.
+const (
+	DefaultRefreshInterval = 5 * time.Second
+	DefaultRequestTimeout  = 3 * time.Second
+	DefaultMinEarlyRefresh = 200 * time.Millisecond
+)
+
+type config struct {
+	caller          Caller
+	lg              *zap.Logger
+	refreshInterval time.Duration
+	requestTimeout  time.Duration
+	minEarlyRefresh time.Duration
+}
+
+// Option configures a Client or a Registration.
+type Option func(*config)
+
+// WithCaller sends requests through c instead of a transport of the
+// client's own (which Close then does not close).
+func WithCaller(c Caller) Option { return func(o *config) { o.caller = c } }
+
+// WithLogger logs through lg (default: nothing).
+func WithLogger(lg *zap.Logger) Option { return func(o *config) { o.lg = lg } }
+
+// WithRefreshInterval sets how often cached routes are asked again
+// (default 5 s).
+func WithRefreshInterval(d time.Duration) Option { return func(o *config) { o.refreshInterval = d } }
+
+// WithRequestTimeout bounds each request to a meta server (default 3 s).
+func WithRequestTimeout(d time.Duration) Option { return func(o *config) { o.requestTimeout = d } }
+
+// WithMinEarlyRefresh sets the least time between two early refreshes of
+// one route (default 200 ms), so a burst of errors costs one lookup.
+func WithMinEarlyRefresh(d time.Duration) Option { return func(o *config) { o.minEarlyRefresh = d } }
+
+func newConfig(opts []Option) config {
+	c := config{
+		lg:              zap.NewNop(),
+		refreshInterval: DefaultRefreshInterval,
+		requestTimeout:  DefaultRequestTimeout,
+		minEarlyRefresh: DefaultMinEarlyRefresh,
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.lg == nil {
+		c.lg = zap.NewNop()
+	}
+	return c
+}

@@ -1,0 +1,169 @@
+package metaclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/transport"
+	"go.uber.org/zap"
+)
+
+// Broker describes a broker to register.
+type Broker struct {
+	Kind     protocol.BrokerKind
+	Role     protocol.BrokerRole
+	Group    string
+	BrokerID string // stable across restarts of the same broker (default: Address)
+	Address  string // host:port clients and the meta server reach the broker at
+	// Report returns the broker's current state (GroupReadWrite or
+	// GroupReadonly) and load; it is called before every heartbeat. nil
+	// reports read-write and no load.
+	Report func() (protocol.GroupState, protocol.BrokerLoad)
+}
+
+// Registration keeps a broker registered. Its heartbeat loop runs until
+// Close.
+type Registration struct {
+	cfg    config
+	addrs  []string
+	broker Broker
+	own    *transport.Client
+
+	preferred atomic.Int64
+	lease     atomic.Int64
+	ttl       atomic.Int64 // nanoseconds
+	healthy   atomic.Bool
+	lastErr   atomic.Pointer[error]
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// Register registers b with the meta servers at addrs and keeps it
+// registered with a heartbeat every third of the lease TTL. The first
+// registration happens before Register returns: its error (every meta
+// server failed, or another broker holds the group's role) is returned.
+func Register(ctx context.Context, addrs []string, b Broker, opts ...Option) (*Registration, error) {
+	if len(addrs) == 0 {
+		return nil, ErrNoMetaServer
+	}
+	if b.BrokerID == "" {
+		b.BrokerID = b.Address
+	}
+	r := &Registration{cfg: newConfig(opts), addrs: append([]string(nil), addrs...), broker: b,
+		stop: make(chan struct{}), done: make(chan struct{})}
+	if r.cfg.caller == nil {
+		tr, err := transport.New(transport.Options{RequestTimeout: r.cfg.requestTimeout}, r.cfg.lg.Named("transport"))
+		if err != nil {
+			return nil, err
+		}
+		r.own, r.cfg.caller = tr, tr
+	}
+	if _, err := r.heartbeat(ctx, 0); err != nil {
+		if r.own != nil {
+			_ = r.own.Close()
+		}
+		return nil, err
+	}
+	go r.heartbeatLoop()
+	return r, nil
+}
+
+// LeaseID returns the etcd lease the registration lives on.
+func (r *Registration) LeaseID() int64 { return r.lease.Load() }
+
+// TTL returns the lease TTL the meta server granted.
+func (r *Registration) TTL() time.Duration { return time.Duration(r.ttl.Load()) }
+
+// Healthy reports whether the last heartbeat reached a meta server.
+func (r *Registration) Healthy() bool { return r.healthy.Load() }
+
+func (r *Registration) heartbeatLoop() {
+	defer close(r.done)
+	interval := r.interval()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-time.After(interval):
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), r.TTL())
+		_, err := r.heartbeat(ctx, 0)
+		cancel()
+		interval = r.interval()
+		if err != nil {
+			// Retry sooner, but within the TTL so the lease survives one
+			// lost heartbeat.
+			interval = min(interval, 500*time.Millisecond)
+		}
+	}
+}
+
+func (r *Registration) interval() time.Duration {
+	ttl := r.TTL()
+	if ttl <= 0 {
+		return time.Second
+	}
+	return max(ttl/3, 100*time.Millisecond)
+}
+
+// heartbeat sends one register request, trying every meta server in turn.
+func (r *Registration) heartbeat(ctx context.Context, flags uint8) (protocol.RegisterResponse, error) {
+	state, load := protocol.GroupReadWrite, protocol.BrokerLoad{}
+	if r.broker.Report != nil {
+		state, load = r.broker.Report()
+	}
+	req := protocol.RegisterRequest{Flags: flags, Kind: r.broker.Kind, Role: r.broker.Role, State: state,
+		Group: r.broker.Group, BrokerID: r.broker.BrokerID, Address: r.broker.Address, LeaseID: r.lease.Load(), Load: load}
+	body := protocol.AppendRegisterRequest(nil, &req)
+	start := int(r.preferred.Load())
+	var lastErr error
+	for i := range r.addrs {
+		idx := (start + i) % len(r.addrs)
+		rctx, cancel := context.WithTimeout(ctx, r.cfg.requestTimeout)
+		b, err := r.cfg.caller.Call(rctx, r.addrs[idx], protocol.CmdRegister, body)
+		cancel()
+		var resp protocol.RegisterResponse
+		if err == nil {
+			resp, err = protocol.DecodeRegisterResponse(b)
+		}
+		if err == nil {
+			r.preferred.Store(int64(idx))
+			if flags&protocol.RegisterLeaving == 0 {
+				r.lease.Store(resp.LeaseID)
+				r.ttl.Store(int64(resp.TTL))
+			}
+			r.healthy.Store(true)
+			return resp, nil
+		}
+		lastErr = err
+		if errors.Is(err, protocol.ErrInvalid) || ctx.Err() != nil {
+			break
+		}
+	}
+	r.healthy.Store(false)
+	r.lastErr.Store(&lastErr)
+	r.cfg.lg.Warn("broker heartbeat failed", zap.String("group", r.broker.Group), zap.Stringer("role", r.broker.Role), zap.Error(lastErr))
+	return protocol.RegisterResponse{}, fmt.Errorf("metaclient: register %s/%s: %w", r.broker.Group, r.broker.Role, lastErr)
+}
+
+// Close stops heartbeating and unregisters the broker at once (so its
+// group leaves the routes without waiting for the lease to expire).
+func (r *Registration) Close(ctx context.Context) error {
+	var err error
+	r.closeOnce.Do(func() {
+		close(r.stop)
+		<-r.done
+		_, err = r.heartbeat(ctx, protocol.RegisterLeaving)
+		if r.own != nil {
+			err = errors.Join(err, r.own.Close())
+		}
+	})
+	return err
+}
