@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/panjf2000/gnet/v2"
 	"go.uber.org/zap"
@@ -31,6 +32,8 @@ type Conn struct {
 	gc     gnet.Conn // off the loop only AsyncWritev and Close are used
 	srv    *Server
 	done   chan struct{}
+
+	reasonLogged atomic.Bool // the server logged why it closes the connection
 
 	// Event-loop state.
 	held    int
@@ -253,6 +256,7 @@ func (c *Conn) flush(gc gnet.Conn, err error) error {
 
 // closeReason logs why the server closes the connection.
 func (c *Conn) closeReason(reason string, fields ...zap.Field) {
+	c.reasonLogged.Store(true)
 	c.srv.lg.Warn("closing connection", append([]zap.Field{
 		zap.Uint64("conn", c.id), zap.String("remote", c.remote), zap.String("reason", reason)}, fields...)...)
 }
