@@ -1,0 +1,236 @@
+package store
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+)
+
+// Group commit. Append validates in the caller's goroutine and queues a
+// request; writeLoop takes every request that has arrived (up to
+// maxGroupBytes), writes their records with one pwrite per segment, and
+// hands the group to syncLoop; while syncLoop runs fdatasync, writeLoop
+// already writes the next group, and the next fdatasync covers every group
+// written meanwhile. Under FlushAsync writeLoop completes requests after the
+// write and syncLoop runs on a ticker.
+
+// maxGroupBytes bounds the message bytes one write group takes.
+const maxGroupBytes = 8 << 20
+
+type appendReq struct {
+	msgs    [][]byte // valid messages to write
+	index   []int    // their positions in results
+	bytes   int
+	results []Result
+	done    func([]Result)
+}
+
+// complete sets err (nil: stored) for every queued message and calls done.
+func (r *appendReq) complete(err error) {
+	if err != nil {
+		for _, i := range r.index {
+			r.results[i].Err = err
+		}
+	}
+	r.done(r.results)
+}
+
+// syncJob is what writeLoop has written and syncLoop has not synced yet.
+type syncJob struct {
+	active     *os.File   // segment written last
+	retired    []*os.File // segments rolled away from: sync, then close
+	newSegment bool       // a segment was created: sync the directory
+	end        int64      // message-log end covered by this job
+	waiters    []*appendReq
+}
+
+func (s *Store) failure() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.writeErr
+}
+
+func (s *Store) fail(err error) {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	if s.writeErr == nil {
+		s.writeErr = err
+		s.lg.Error("message log failed; appends are refused until reopened", zap.Error(err))
+	}
+}
+
+func storeError(err error) error {
+	return fmt.Errorf("%w: %w", protocol.ErrStoreError, err)
+}
+
+func (s *Store) writeLoop() {
+	defer s.appendWG.Done()
+	defer close(s.writerDone)
+	var buf []byte
+	group := make([]*appendReq, 0, 64)
+	for req := range s.appendCh {
+		group = append(group[:0], req)
+		size := req.bytes
+	drain:
+		for size < maxGroupBytes {
+			select {
+			case r, ok := <-s.appendCh:
+				if !ok {
+					break drain
+				}
+				group = append(group, r)
+				size += r.bytes
+			default:
+				break drain
+			}
+		}
+		buf = s.writeGroup(group, buf)
+		for i := range group {
+			group[i] = nil
+		}
+	}
+}
+
+// writeGroup writes the records of group and hands it to syncLoop. It
+// returns buf for reuse.
+func (s *Store) writeGroup(group []*appendReq, buf []byte) []byte {
+	if err := s.failure(); err != nil {
+		for _, r := range group {
+			r.complete(storeError(err))
+		}
+		return buf
+	}
+	now := s.clock.Now().UnixMilli()
+	w := &s.wal
+	var retired []*os.File
+	write := func() error {
+		b := buf[:0]
+		for _, r := range group {
+			for _, m := range r.msgs {
+				need := int64(walHeaderSize + len(m))
+				if w.pos+int64(len(b))+need > w.alloc && w.pos+int64(len(b)) > 0 {
+					if _, err := w.f.WriteAt(b, w.pos); err != nil {
+						return err
+					}
+					w.pos += int64(len(b))
+					b = b[:0]
+					old, err := w.roll(need)
+					if err != nil {
+						return err
+					}
+					retired = append(retired, old)
+				}
+				b = appendWALRecord(b, now, m)
+			}
+		}
+		if _, err := w.f.WriteAt(b, w.pos); err != nil {
+			return err
+		}
+		w.pos += int64(len(b))
+		if cap(b) <= 2*maxGroupBytes {
+			buf = b
+		}
+		return nil
+	}
+	err := write()
+	if err != nil {
+		err = fmt.Errorf("write message log: %w", err)
+		s.fail(err)
+	}
+	s.syncMu.Lock()
+	s.pending.retired = append(s.pending.retired, retired...)
+	s.pending.newSegment = s.pending.newSegment || len(retired) > 0
+	if err == nil {
+		s.pending.active = w.f
+		s.pending.end = w.end()
+		if s.opts.Flush == FlushSync {
+			s.pending.waiters = append(s.pending.waiters, group...)
+		}
+	}
+	s.syncMu.Unlock()
+	if err != nil {
+		for _, r := range group {
+			r.complete(storeError(err))
+		}
+		return buf
+	}
+	s.written.Store(w.end())
+	n := 0
+	for _, r := range group {
+		n += len(r.msgs)
+	}
+	s.counters.appended.Add(uint64(n))
+	if s.opts.Flush == FlushAsync {
+		for _, r := range group {
+			r.complete(nil)
+		}
+		signal(s.indexWake)
+		return buf
+	}
+	signal(s.syncWake)
+	return buf
+}
+
+func (s *Store) syncLoop() {
+	defer s.appendWG.Done()
+	var tick <-chan time.Time
+	if s.opts.Flush == FlushAsync {
+		t := time.NewTicker(s.opts.FlushInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-s.syncWake:
+			s.syncOnce()
+		case <-tick:
+			s.syncOnce()
+		case <-s.writerDone:
+			s.syncOnce()
+			return
+		}
+	}
+}
+
+// syncOnce fdatasyncs what writeLoop handed over and completes its waiters.
+func (s *Store) syncOnce() {
+	s.syncMu.Lock()
+	job := s.pending
+	s.pending = syncJob{}
+	s.syncMu.Unlock()
+	var err error
+	for _, f := range job.retired {
+		if e := fdatasync(f); e != nil && err == nil {
+			err = e
+		}
+		f.Close()
+	}
+	if job.active != nil {
+		if e := fdatasync(job.active); e != nil && err == nil {
+			err = e
+		}
+	}
+	if job.newSegment && err == nil {
+		err = syncDir(filepath.Join(s.dir, walDir))
+	}
+	if err != nil {
+		err = fmt.Errorf("sync message log: %w", err)
+		s.fail(err)
+		for _, r := range job.waiters {
+			r.complete(storeError(err))
+		}
+		return
+	}
+	if job.active != nil && job.end > s.durable.Load() {
+		s.durable.Store(job.end)
+		signal(s.indexWake)
+	}
+	for _, r := range job.waiters {
+		r.complete(nil)
+	}
+}

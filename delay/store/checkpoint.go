@@ -1,0 +1,110 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+)
+
+// Checkpoint file "checkpoint", big-endian, replaced atomically (temporary
+// file, fsync, rename, fsync of the directory):
+//
+//	0          4      5           8                16          20
+//	+----------+------+-----------+----------------+-----------+
+//	| magic    | ver  | reserved  | wal offset u64 | count u32 |
+//	| "QDCP"   | u8=1 |  3 × 0    |                |           |
+//	+----------+------+-----------+----------------+-----------+
+//	count × +-------------+-------------+----------------+
+//	        |  hour i64   |  size u64   |  records u64   |
+//	        +-------------+-------------+----------------+
+//	crc u32: CRC-32C of everything before it
+//
+// wal offset is how far the message log has been replayed into schedule
+// files; for every hour that has a schedule file, size and records describe
+// the file at that point, and every byte below size has been fsynced. On
+// open, each schedule file is cut back to its checkpointed size and the
+// message log is replayed again from wal offset, which rewrites the cut
+// records at the same offsets (the replay is deterministic), so dispatch
+// entries pointing at them stay right.
+const (
+	checkpointFile    = "checkpoint"
+	checkpointMagic   = 0x51444350 // "QDCP"
+	checkpointVersion = 1
+	checkpointHead    = 20
+	checkpointEntry   = 24
+)
+
+type hourCheckpoint struct {
+	hour    int64
+	size    int64
+	records int64
+}
+
+type checkpoint struct {
+	walOffset int64
+	hours     []hourCheckpoint // ascending by hour
+}
+
+func (c *checkpoint) encode() []byte {
+	b := make([]byte, 0, checkpointHead+checkpointEntry*len(c.hours)+4)
+	b = binary.BigEndian.AppendUint32(b, checkpointMagic)
+	b = append(b, checkpointVersion, 0, 0, 0)
+	b = binary.BigEndian.AppendUint64(b, uint64(c.walOffset))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(c.hours)))
+	for _, h := range c.hours {
+		b = binary.BigEndian.AppendUint64(b, uint64(h.hour))
+		b = binary.BigEndian.AppendUint64(b, uint64(h.size))
+		b = binary.BigEndian.AppendUint64(b, uint64(h.records))
+	}
+	return binary.BigEndian.AppendUint32(b, protocol.Checksum(b))
+}
+
+func decodeCheckpoint(b []byte) (checkpoint, error) {
+	var c checkpoint
+	if len(b) < checkpointHead+4 {
+		return c, fmt.Errorf("%w: checkpoint of %d bytes", ErrCorrupt, len(b))
+	}
+	body, sum := b[:len(b)-4], binary.BigEndian.Uint32(b[len(b)-4:])
+	if protocol.Checksum(body) != sum {
+		return c, fmt.Errorf("%w: checkpoint checksum", ErrCorrupt)
+	}
+	if binary.BigEndian.Uint32(b) != checkpointMagic || b[4] != checkpointVersion {
+		return c, fmt.Errorf("%w: checkpoint magic or version", ErrCorrupt)
+	}
+	c.walOffset = int64(binary.BigEndian.Uint64(b[8:16]))
+	n := int(binary.BigEndian.Uint32(b[16:20]))
+	if len(body) != checkpointHead+n*checkpointEntry {
+		return c, fmt.Errorf("%w: checkpoint holds %d bytes for %d hours", ErrCorrupt, len(body), n)
+	}
+	c.hours = make([]hourCheckpoint, n)
+	for i := range c.hours {
+		e := body[checkpointHead+i*checkpointEntry:]
+		c.hours[i] = hourCheckpoint{
+			hour:    int64(binary.BigEndian.Uint64(e)),
+			size:    int64(binary.BigEndian.Uint64(e[8:])),
+			records: int64(binary.BigEndian.Uint64(e[16:])),
+		}
+	}
+	if c.walOffset < 0 || !sort.SliceIsSorted(c.hours, func(i, j int) bool { return c.hours[i].hour < c.hours[j].hour }) {
+		return c, fmt.Errorf("%w: checkpoint fields out of range", ErrCorrupt)
+	}
+	return c, nil
+}
+
+// readCheckpoint returns the checkpoint at path; found is false when there
+// is none.
+func readCheckpoint(path string) (c checkpoint, found bool, err error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return c, false, nil
+	}
+	if err != nil {
+		return c, false, err
+	}
+	c, err = decodeCheckpoint(b)
+	return c, err == nil, err
+}

@@ -1,0 +1,387 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// indexLoop replays the message log into schedule files, loads hours into
+// the wheel as they come within the window, checkpoints, and applies
+// retention. It is the only writer of schedule files and of the checkpoint.
+func (s *Store) indexLoop() {
+	defer s.wg.Done()
+	timer := s.clock.NewTimer(0)
+	defer timer.Stop()
+	for {
+		s.indexOnce(false)
+		timer.Reset(s.indexWait())
+		select {
+		case <-s.indexWake:
+		case <-timer.C():
+		case reply := <-s.syncReq:
+			reply <- s.indexOnce(true)
+		case <-s.quit:
+			s.replay()
+			if err := s.checkpoint(true); err != nil {
+				s.lg.Error("final checkpoint failed", zap.Error(err))
+			}
+			return
+		}
+	}
+}
+
+// indexOnce does the indexer's work that is due; force checkpoints now.
+func (s *Store) indexOnce(force bool) error {
+	s.replay()
+	now := s.clock.Now().UnixMilli()
+	if s.caughtUp {
+		s.loadDue(now)
+	}
+	var err error
+	if force || now-s.lastCkpt >= s.opts.CheckpointInterval.Milliseconds() || now < s.lastCkpt {
+		s.lastCkpt = now
+		if err = s.checkpoint(force); err != nil {
+			s.lg.Error("checkpoint failed", zap.Error(err))
+		}
+	}
+	if s.caughtUp && (now-s.lastRetain >= s.opts.RetentionInterval.Milliseconds() || now < s.lastRetain) {
+		s.lastRetain = now
+		s.retain(now)
+	}
+	if err == nil {
+		err = s.replayErr
+	}
+	return err
+}
+
+// indexWait returns how long the indexer may sleep: until the next
+// checkpoint or the next hour load, whichever comes first.
+func (s *Store) indexWait() time.Duration {
+	wait := s.opts.CheckpointInterval
+	if len(s.unloaded) > 0 {
+		now := s.clock.Now().UnixMilli()
+		until := time.Duration(hourStart(s.unloaded[0])-s.opts.Window.Milliseconds()-now) * time.Millisecond
+		if until < wait {
+			wait = until
+		}
+	}
+	if wait < time.Millisecond {
+		wait = time.Millisecond
+	}
+	return wait
+}
+
+// replayLimit is how far the replay may read: what is durable, or under
+// FlushAsync what is written.
+func (s *Store) replayLimit() int64 {
+	if s.opts.Flush == FlushAsync {
+		return s.written.Load()
+	}
+	return s.durable.Load()
+}
+
+// replayBatchRecords bounds one replay batch.
+const (
+	replayBatchRecords = 8192
+	replayBatchBytes   = 4 << 20
+)
+
+type hourBuf struct {
+	st    *hourState
+	base  int64
+	buf   []byte
+	count int64
+}
+
+type wheelAdd struct {
+	due int64
+	e   entry
+}
+
+// replay appends message-log records up to the limit to their schedule
+// files, adding those of loaded hours straight to the wheel.
+func (s *Store) replay() {
+	if s.replayErr != nil {
+		return
+	}
+	limit := s.replayLimit()
+	bufs := make(map[int64]*hourBuf)
+	var adds []wheelAdd
+	for s.reader.pos < limit {
+		clear(bufs)
+		adds = adds[:0]
+		n, size := 0, 0
+		for n < replayBatchRecords && size < replayBatchBytes {
+			rec, ok, err := s.reader.next(limit)
+			if err != nil {
+				s.replayErr = fmt.Errorf("%w: replay message log: %w", ErrCorrupt, err)
+				s.lg.Error("replay stopped", zap.Error(s.replayErr))
+				break
+			}
+			if !ok {
+				break
+			}
+			msg := rec.message
+			due := dueOf(msg)
+			h := scheduleHour(due, rec.appendMillis)
+			st := s.hourFor(h)
+			if rec.offset <= st.lastWAL {
+				continue // already in the file (rebuild without a checkpoint)
+			}
+			hb := bufs[h]
+			if hb == nil {
+				hb = &hourBuf{st: st, base: st.size}
+				bufs[h] = hb
+			}
+			off := hb.base + int64(len(hb.buf))
+			hb.buf = appendScheduleRecord(hb.buf, rec.offset, msg)
+			hb.count++
+			if st.loaded {
+				adds = append(adds, wheelAdd{due: due, e: entry{hour: int32(h), size: uint32(len(msg)), offset: off}})
+			}
+			n++
+			size += len(msg)
+		}
+		for h, hb := range bufs {
+			if err := s.writeSchedule(h, hb); err != nil {
+				// The file may hold part of the batch; the next start cuts it
+				// back to the checkpoint and replays again.
+				s.replayErr = err
+				s.lg.Error("replay stopped", zap.Error(err))
+				return
+			}
+		}
+		s.mu.Lock()
+		for h, hb := range bufs {
+			hb.st.size += int64(len(hb.buf))
+			hb.st.records += hb.count
+			s.dirtyHours[h] = struct{}{}
+		}
+		for _, a := range adds {
+			s.wheel.Add(a.due, a.e)
+		}
+		s.mu.Unlock()
+		if len(adds) > 0 {
+			signal(s.fireWake)
+		}
+		if s.reader.pos != s.replayPos {
+			s.replayPos = s.reader.pos
+			s.ckptDirty = true
+		}
+		if s.replayErr != nil || n == 0 {
+			break
+		}
+	}
+	if !s.caughtUp && s.replayPos >= s.recoveredEnd {
+		s.caughtUp = true
+	}
+}
+
+func (s *Store) writeSchedule(h int64, hb *hourBuf) error {
+	cf, err := s.schedules.acquire(h, true)
+	if err != nil {
+		return fmt.Errorf("open schedule file %s: %w", hourName(h), err)
+	}
+	defer s.schedules.release(cf)
+	if _, err := cf.f.WriteAt(hb.buf, hb.base); err != nil {
+		return fmt.Errorf("write schedule file %s: %w", hourName(h), err)
+	}
+	return nil
+}
+
+// hourFor returns hour h's state, creating it. A new hour within the window
+// counts as loaded at once (its records go straight to the wheel) once the
+// replay has caught up with what recovery found.
+func (s *Store) hourFor(h int64) *hourState {
+	if st := s.hours[h]; st != nil {
+		return st
+	}
+	st := &hourState{lastWAL: -1}
+	if !s.caughtUp {
+		if info, err := os.Stat(filepath.Join(s.dir, dispatchDir, hourName(h))); err == nil {
+			st.dispatched = info.Size() / dispatchEntrySize
+		}
+	} else if hourStart(h) <= s.clock.Now().UnixMilli()+s.opts.Window.Milliseconds() {
+		st.loaded = true
+	}
+	if !st.loaded {
+		i := sort.Search(len(s.unloaded), func(i int) bool { return s.unloaded[i] >= h })
+		s.unloaded = append(s.unloaded, 0)
+		copy(s.unloaded[i+1:], s.unloaded[i:])
+		s.unloaded[i] = h
+	}
+	s.mu.Lock()
+	s.hours[h] = st
+	s.mu.Unlock()
+	s.ckptDirty = true
+	return st
+}
+
+// loadDue loads every hour that starts within the window.
+func (s *Store) loadDue(now int64) {
+	limit := now + s.opts.Window.Milliseconds()
+	for len(s.unloaded) > 0 && hourStart(s.unloaded[0]) <= limit {
+		h := s.unloaded[0]
+		if err := s.loadHour(h); err != nil {
+			s.lg.Error("load schedule hour failed; will retry", zap.String("hour", hourName(h)), zap.Error(err))
+			return
+		}
+		s.unloaded = s.unloaded[1:]
+	}
+}
+
+// loadBatch is how many entries loadHour adds to the wheel per lock.
+const loadBatch = 4096
+
+// loadHour adds hour h's undispatched records to the wheel and marks it
+// loaded, so that later records go straight to the wheel.
+func (s *Store) loadHour(h int64) error {
+	st := s.hours[h]
+	offs, err := s.dispatch.load(h)
+	if err != nil {
+		return err
+	}
+	limit := st.size
+	if int64(len(offs)) >= st.records {
+		s.mu.Lock()
+		st.loaded, st.dispatched = true, int64(len(offs))
+		s.mu.Unlock()
+		return nil
+	}
+	cf, err := s.schedules.acquire(h, false)
+	if err != nil {
+		return err
+	}
+	defer s.schedules.release(cf)
+	s.mu.Lock()
+	st.loaded, st.dispatched = true, int64(len(offs))
+	s.mu.Unlock()
+	batch := make([]wheelAdd, 0, loadBatch)
+	flush := func() {
+		s.mu.Lock()
+		for _, a := range batch {
+			s.wheel.Add(a.due, a.e)
+		}
+		s.mu.Unlock()
+		batch = batch[:0]
+		signal(s.fireWake)
+	}
+	j := 0
+	loaded := 0
+	scan := scanSchedule(cf.f, limit, s.maxMessage, func(off int64, msg []byte) {
+		for j < len(offs) && offs[j] < off {
+			j++
+		}
+		if j < len(offs) && offs[j] == off {
+			return
+		}
+		batch = append(batch, wheelAdd{due: dueOf(msg), e: entry{hour: int32(h), size: uint32(len(msg)), offset: off}})
+		loaded++
+		if len(batch) == loadBatch {
+			flush()
+		}
+	})
+	flush()
+	if scan.err != nil {
+		s.counters.corrupt.Add(uint64(st.records - scan.records))
+		s.lg.Error("schedule file has invalid records; the rest of the hour is not loaded",
+			zap.String("hour", hourName(h)), zap.Int64("offset", scan.end), zap.Int64("records", st.records),
+			zap.Int64("valid", scan.records), zap.Error(scan.err))
+	}
+	s.lg.Debug("loaded hour", zap.String("hour", hourName(h)), zap.Int("entries", loaded), zap.Int("dispatched", len(offs)))
+	return nil
+}
+
+// checkpoint fsyncs the schedule files written since the last one and the
+// dispatch logs, then records the replay position and hour sizes. It skips
+// the write when nothing changed, unless force.
+func (s *Store) checkpoint(force bool) error {
+	for h := range s.dirtyHours {
+		cf, err := s.schedules.acquire(h, false)
+		if err != nil {
+			return err
+		}
+		err = fdatasync(cf.f)
+		s.schedules.release(cf)
+		if err != nil {
+			return fmt.Errorf("sync schedule file %s: %w", hourName(h), err)
+		}
+	}
+	if err := s.dispatch.syncDirty(); err != nil {
+		s.lg.Error("sync dispatch logs failed", zap.Error(err))
+	}
+	if !s.ckptDirty && !force && len(s.dirtyHours) == 0 {
+		return nil
+	}
+	c := checkpoint{walOffset: s.replayPos, hours: make([]hourCheckpoint, 0, len(s.hours))}
+	for h, st := range s.hours {
+		c.hours = append(c.hours, hourCheckpoint{hour: h, size: st.size, records: st.records})
+	}
+	sort.Slice(c.hours, func(i, j int) bool { return c.hours[i].hour < c.hours[j].hour })
+	if err := writeFileAtomic(filepath.Join(s.dir, checkpointFile), c.encode()); err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	clear(s.dirtyHours)
+	s.ckptDirty = false
+	if s.replayPos != s.ckptWAL {
+		s.ckptWAL = s.replayPos
+		s.trimWAL(s.replayPos)
+	}
+	return nil
+}
+
+// trimWAL deletes message-log segments that lie wholly before pos.
+func (s *Store) trimWAL(pos int64) {
+	dir := filepath.Join(s.dir, walDir)
+	segs, err := listSegments(dir)
+	if err != nil {
+		s.lg.Warn("list message-log segments", zap.Error(err))
+		return
+	}
+	for i := 0; i+1 < len(segs) && segs[i+1] <= pos; i++ {
+		if err := os.Remove(filepath.Join(dir, segmentName(segs[i]))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.lg.Warn("trim message log", zap.Int64("base", segs[i]), zap.Error(err))
+		}
+	}
+}
+
+// retain deletes the files of hours that are fully dispatched and ended
+// more than Keep ago. The checkpoint forgets them first, so a crash in
+// between leaves files that the next start removes.
+func (s *Store) retain(now int64) {
+	cut := now - s.opts.Keep.Milliseconds()
+	var drop []int64
+	s.mu.Lock()
+	for h, st := range s.hours {
+		if _, dirty := s.dirtyHours[h]; st.loaded && !dirty && st.dispatched >= st.records && hourStart(h+1) <= cut {
+			drop = append(drop, h)
+		}
+	}
+	for _, h := range drop {
+		delete(s.hours, h)
+	}
+	s.mu.Unlock()
+	if len(drop) == 0 {
+		return
+	}
+	if err := s.checkpoint(true); err != nil {
+		s.lg.Error("retention checkpoint failed; files kept", zap.Error(err))
+		return
+	}
+	for _, h := range drop {
+		s.schedules.forget(h)
+		if err := os.Remove(filepath.Join(s.dir, scheduleDir, hourName(h))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.lg.Warn("remove schedule file", zap.String("hour", hourName(h)), zap.Error(err))
+		}
+		if err := s.dispatch.remove(h); err != nil {
+			s.lg.Warn("remove dispatch log", zap.String("hour", hourName(h)), zap.Error(err))
+		}
+	}
+	s.lg.Info("retention removed dispatched hours", zap.Int("hours", len(drop)))
+}

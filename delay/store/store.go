@@ -1,0 +1,298 @@
+package store
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/qmq-go/qmq/pkg/clock"
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/timewheel"
+)
+
+// Store keeps delayed messages on disk and hands them out when due. See the
+// package documentation for the files, the goroutines and the guarantees.
+type Store struct {
+	dir        string
+	opts       Options
+	clock      clock.Clock
+	lg         *zap.Logger
+	lock       *os.File
+	maxMessage int64 // largest encoded message accepted
+
+	// Append path: writeLoop owns wal; syncLoop completes waiters.
+	closeMu    sync.RWMutex // guards closed and sends on appendCh
+	closed     bool
+	appendCh   chan *appendReq
+	wal        walWriter
+	syncMu     sync.Mutex // guards pending
+	pending    syncJob
+	syncWake   chan struct{}
+	writerDone chan struct{}
+	errMu      sync.Mutex
+	writeErr   error        // sticky message-log write or sync failure
+	written    atomic.Int64 // end of the message log written
+	durable    atomic.Int64 // end of the message log fdatasynced
+	appendWG   sync.WaitGroup
+
+	// Index state, guarded by mu. Fields of hourState other than dispatched
+	// are written only by indexLoop (under mu), so indexLoop reads them
+	// without it.
+	mu       sync.Mutex
+	hours    map[int64]*hourState
+	wheel    *timewheel.Wheel[entry]
+	inflight map[uint64]*firedBatch
+	batchSeq uint64
+
+	// Owned by indexLoop.
+	reader       *walReader
+	replayPos    int64
+	recoveredEnd int64
+	caughtUp     bool
+	replayErr    error
+	unloaded     []int64 // hours not loaded into the wheel, ascending
+	dirtyHours   map[int64]struct{}
+	ckptDirty    bool
+	ckptWAL      int64
+	lastCkpt     int64
+	lastRetain   int64
+
+	schedules *fileCache
+	dispatch  *dispatchLogs
+
+	due       chan []Due
+	indexWake chan struct{}
+	fireWake  chan struct{}
+	syncReq   chan chan error
+	quit      chan struct{}
+	wg        sync.WaitGroup
+
+	counters counters
+}
+
+// hourState describes one hour's schedule file.
+type hourState struct {
+	size       int64 // bytes replayed into the file
+	records    int64
+	dispatched int64 // dispatch entries (exact once loaded)
+	lastWAL    int64 // WAL offset of the last record already in the file (rebuild only)
+	loaded     bool  // its records are in the wheel; new ones go straight there
+}
+
+// entry is what the wheel keeps per message besides its due time: 16 bytes,
+// 24 with the due time.
+type entry struct {
+	hour   int32 // hours since the Unix epoch
+	size   uint32
+	offset int64
+}
+
+type counters struct {
+	appended, rejected, fired, dispatched, corrupt atomic.Uint64
+}
+
+// Open opens (creating if needed) the store in dir, recovers it, and starts
+// its goroutines. clk nil means the real clock; lg nil means no logging.
+func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, error) {
+	opts = opts.withDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if clk == nil {
+		clk = clock.Real()
+	}
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	for _, d := range []string{dir, filepath.Join(dir, walDir), filepath.Join(dir, scheduleDir), filepath.Join(dir, dispatchDir)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		dir:        dir,
+		opts:       opts,
+		clock:      clk,
+		lg:         lg.Named("delaystore"),
+		lock:       lock,
+		maxMessage: int64(opts.Limits.MaxEncodedSize()),
+		appendCh:   make(chan *appendReq, 1024),
+		syncWake:   make(chan struct{}, 1),
+		writerDone: make(chan struct{}),
+		hours:      make(map[int64]*hourState),
+		inflight:   make(map[uint64]*firedBatch),
+		dirtyHours: make(map[int64]struct{}),
+		schedules:  newFileCache(filepath.Join(dir, scheduleDir), opts.MaxOpenFiles),
+		dispatch:   newDispatchLogs(filepath.Join(dir, dispatchDir), opts.MaxOpenFiles),
+		due:        make(chan []Due, opts.DueQueue),
+		indexWake:  make(chan struct{}, 1),
+		fireWake:   make(chan struct{}, 1),
+		syncReq:    make(chan chan error),
+		quit:       make(chan struct{}),
+	}
+	if s.maxMessage > 1<<31 {
+		s.maxMessage = 1 << 31
+	}
+	now := clk.Now().UnixMilli()
+	slots := int((opts.Window+time.Hour)/opts.Tick) + 1
+	if s.wheel, err = timewheel.New[entry](opts.Tick, slots, now); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	if err := s.recover(); err != nil {
+		s.closeFiles()
+		return nil, fmt.Errorf("delay/store: recover %s: %w", dir, err)
+	}
+	s.lastCkpt, s.lastRetain = now, now
+	s.appendWG.Add(2)
+	go s.writeLoop()
+	go s.syncLoop()
+	s.wg.Add(2)
+	go s.indexLoop()
+	go s.fireLoop()
+	return s, nil
+}
+
+// Close stops taking messages, makes what was acknowledged durable, writes
+// a checkpoint, stops the goroutines and closes the Due channel. Messages
+// handed out through Due and not marked dispatched are handed out again
+// after the next Open.
+func (s *Store) Close() error {
+	s.closeMu.Lock()
+	if s.closed {
+		s.closeMu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.appendCh)
+	s.closeMu.Unlock()
+	s.appendWG.Wait()
+	close(s.quit)
+	s.wg.Wait()
+	close(s.due)
+	s.closeFiles()
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.writeErr
+}
+
+func (s *Store) closeFiles() {
+	if s.wal.f != nil {
+		s.wal.f.Close()
+	}
+	if s.reader != nil {
+		s.reader.close()
+	}
+	s.schedules.closeAll()
+	s.dispatch.close()
+	s.lock.Close()
+}
+
+// Due returns the channel on which due messages are delivered, in batches
+// and in due-time order, never before their due time. It is closed by Close.
+// The receiver forwards them and then calls MarkDispatched.
+func (s *Store) Due() <-chan []Due { return s.due }
+
+// Result is the outcome of appending one message: Err is nil when the
+// message is stored (per the flush policy), else a *protocol.Error (or an
+// error wrapping one) saying why it is not.
+type Result struct {
+	Err error
+}
+
+// check validates one message for Append.
+func (s *Store) check(msg []byte, now int64) error {
+	if int64(len(msg)) > s.maxMessage {
+		return protocol.Errorf(protocol.StatusTooLarge, fmt.Sprintf("message is %d bytes, limit %d", len(msg), s.maxMessage))
+	}
+	v, err := protocol.ParseMessage(msg)
+	if err != nil {
+		return fmt.Errorf("%w: %w", protocol.ErrInvalid, err)
+	}
+	if err := s.opts.Limits.CheckView(&v); err != nil {
+		return err
+	}
+	if latest := now + s.opts.Horizon.Milliseconds(); v.DeliverAtMillis > latest {
+		return protocol.Errorf(protocol.StatusBeyondHorizon, fmt.Sprintf(
+			"message %q is due %s, beyond the delay horizon of %s (latest %s)",
+			v.ID, time.UnixMilli(v.DeliverAtMillis).UTC().Format(time.RFC3339),
+			humanDuration(s.opts.Horizon), time.UnixMilli(latest).UTC().Format(time.RFC3339)))
+	}
+	return nil
+}
+
+// Append stores encoded messages (pkg/protocol encoding; DeliverAtMillis is
+// the due time, 0 or past means at once) and calls done with one Result per
+// message, in order, once every valid one is stored per the flush policy.
+// Invalid, oversize and beyond-horizon messages fail at once and are never
+// stored. The store reads msgs until done is called; done runs on a store
+// goroutine (or the caller's, when nothing needs writing) and must not block.
+func (s *Store) Append(msgs [][]byte, done func([]Result)) {
+	req := &appendReq{results: make([]Result, len(msgs)), done: done}
+	now := s.clock.Now().UnixMilli()
+	for i, m := range msgs {
+		if err := s.check(m, now); err != nil {
+			req.results[i].Err = err
+			s.counters.rejected.Add(1)
+			continue
+		}
+		req.msgs = append(req.msgs, m)
+		req.index = append(req.index, i)
+		req.bytes += len(m)
+	}
+	if len(req.msgs) == 0 {
+		done(req.results)
+		return
+	}
+	s.closeMu.RLock()
+	if s.closed {
+		s.closeMu.RUnlock()
+		req.complete(protocol.Errorf(protocol.StatusShuttingDown, "delay store is closed"))
+		return
+	}
+	s.appendCh <- req
+	s.closeMu.RUnlock()
+}
+
+// AppendWait is Append that waits for the results.
+func (s *Store) AppendWait(msgs [][]byte) []Result {
+	ch := make(chan []Result, 1)
+	s.Append(msgs, func(r []Result) { ch <- r })
+	return <-ch
+}
+
+// Sync replays everything stored so far into the schedule files, fsyncs
+// them and the dispatch logs, and writes a checkpoint.
+func (s *Store) Sync() error {
+	reply := make(chan error, 1)
+	select {
+	case s.syncReq <- reply:
+		return <-reply
+	case <-s.quit:
+		return ErrClosed
+	}
+}
+
+// humanDuration prints whole days as days.
+func humanDuration(d time.Duration) string {
+	if d >= 24*time.Hour && d%(24*time.Hour) == 0 {
+		return fmt.Sprintf("%d days", d/(24*time.Hour))
+	}
+	return d.String()
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
