@@ -60,10 +60,10 @@ func parseDispatch(b []byte) ([]int64, int64) {
 // MarkDispatched callers; loads from the indexer. One mutex guards the files
 // and their sizes: every write of a dispatch file happens under it.
 type dispatchLogs struct {
-	dir   string
-	mu    sync.Mutex
-	files *fileCache
-	sizes map[int64]int64 // valid size of each hour file checked this run
+	dir    string
+	mu     sync.Mutex
+	files  *fileCache
+	sizes  map[int64]int64 // valid size of each hour file checked this run
 	dirty  map[int64]struct{}
 	buf    []byte
 	closed bool
@@ -185,4 +185,3 @@ func (d *dispatchLogs) close() {
 	d.closed = true
 	d.files.closeAll()
 }
-
