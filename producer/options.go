@@ -28,6 +28,7 @@ type config struct {
 	sendTimeout   time.Duration
 	requestTime   time.Duration
 	delayMin      time.Duration
+	delayFallback bool
 	now           func() time.Time
 }
 
@@ -118,6 +119,13 @@ func WithSendTimeout(d time.Duration) Option { return func(c *config) { c.sendTi
 
 // WithRequestTimeout bounds one send request (default 5 s).
 func WithRequestTimeout(d time.Duration) Option { return func(c *config) { c.requestTime = d } }
+
+// WithDelayFallback sends delayed messages to the subject's realtime groups
+// when no delay group is known, instead of failing them: consumers hold such
+// messages until their deliver-at time, so they are still never early, but
+// they occupy the consumers meanwhile. The consumer library uses it for
+// retries when a cluster has no delay server.
+func WithDelayFallback() Option { return func(c *config) { c.delayFallback = true } }
 
 // withClock replaces time.Now (tests).
 func withClock(now func() time.Time) Option { return func(c *config) { c.now = now } }

@@ -170,6 +170,9 @@ func (s *sender) resolve(kind route.Kind, subject string, now time.Time) ([]rout
 	}
 	ctx, cancel := contextWithTimeout(s.p.cfg.requestTime)
 	groups, err := s.p.cfg.resolver.Resolve(ctx, route.Request{Kind: kind, Subject: subject})
+	if kind == route.ProduceDelay && s.p.cfg.delayFallback && (errors.Is(err, route.ErrNoGroups) || err == nil && len(groups) == 0) {
+		groups, err = s.p.cfg.resolver.Resolve(ctx, route.Request{Kind: route.Produce, Subject: subject})
+	}
 	cancel()
 	if err != nil {
 		if e := s.routes[key]; e != nil {

@@ -1,0 +1,55 @@
+// Package consumer is the Go client that receives messages from QMQ-Go.
+//
+//	c, err := consumer.New(consumer.WithResolver(resolver))
+//	defer c.Close(ctx)
+//	sub, err := c.Subscribe("order.changed", "billing", func(ctx context.Context, m *consumer.Message) error {
+//		return handle(m) // nil acks; an error retries later
+//	}, consumer.Concurrency(8))
+//
+// # Groups without partitions
+//
+// Every consumer group receives every message of its subject; within a group
+// each message goes to one consumer. Consumers of a group share the group's
+// cursor on every broker group of the subject: a consumer pulls from every
+// broker group, each pull takes the next messages of the group there, and
+// the broker records them in that consumer's own pull log. Consumers can be
+// added or removed at any moment with no rebalance and no pause. A consumer
+// that leaves with Close hands its un-acked messages back to the group at
+// once; one that dies loses them to the group after the broker's consumer
+// timeout. Consumer ids are stable across restarts of the same program
+// (WithConsumerID overrides the default: host name and a hash of the
+// executable's path and working directory), so a restarted consumer first
+// gets back the messages it had not acked.
+//
+// # Acks, retries and dead letters
+//
+// A handler's nil return acks the message. An error retries it: the message
+// is published again, with its attempt count raised, to the group's retry
+// subject %RETRY%<subject>%<group> (which every subscription also pulls),
+// due after a back-off (RetryBackoff: 5 s by default, doubling per attempt,
+// at most 5 minutes), and acked only once that publish succeeded. A handler
+// may choose the time with RetryAfter(d). Past MaxAttempts deliveries
+// (default 16) the message goes to the dead-letter subject
+// %DEAD%<subject>%<group> instead, which the admin tools list, re-drive or
+// purge. Retries with a due time travel through the delay server when the
+// cluster has one and through the retry subject's realtime groups otherwise;
+// either way no handler sees a message before its deliver-at time: the
+// consumer holds messages that arrive early.
+//
+// Acks are ranges of pull sequences: each pull loop acks the longest prefix
+// of finished messages, one ack request in flight at a time, so acks batch
+// themselves under load. A pull loop stops pulling while too many of its
+// messages are unfinished (MaxUnacked), which bounds memory.
+//
+// # Pull API
+//
+// Callers who want to drive consumption themselves use Consumer.Puller and
+// Puller.Pull(ctx, max), then Message.Ack or Message.Nack on each message.
+//
+// # Goroutines
+//
+// Per subscription: one routeLoop (refreshes the broker groups), per broker
+// group and subject one pullLoop and one ackLoop, and Concurrency
+// handlerLoops. Close stops the pull loops, lets running handlers finish,
+// sends the final acks with the release flag and waits for all of them.
+package consumer

@@ -1,0 +1,77 @@
+package consumer
+
+import (
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+)
+
+// Message is a received message. Subject is the subject the producer sent
+// to (also for messages that came back through the retry subject).
+type Message struct {
+	Subject    string
+	ID         string
+	Tags       []string
+	Properties []protocol.Property
+	Body       []byte
+	Created    time.Time
+	// DeliverAt is when the message was due (zero: at once).
+	DeliverAt time.Time
+	// Attempts counts the earlier deliveries of this message that failed.
+	Attempts int
+
+	// Group is the consumer group this delivery belongs to.
+	Group string
+	// BrokerGroup names the broker group that served the message.
+	BrokerGroup string
+
+	delivery *delivery
+}
+
+// Property returns the value of property key and whether it is set.
+func (m *Message) Property(key string) (string, bool) {
+	for _, p := range m.Properties {
+		if p.Key == key {
+			return p.Value, true
+		}
+	}
+	return "", false
+}
+
+// Ack marks a message from Puller.Pull as handled. Messages from a
+// Subscribe handler are acked by the handler's return value instead.
+func (m *Message) Ack() { m.finish(nil) }
+
+// Nack marks a message from Puller.Pull as failed: it is retried like a
+// handler's error (err may be a RetryAfter error, or nil for the default
+// back-off).
+func (m *Message) Nack(err error) {
+	if err == nil {
+		err = errNacked
+	}
+	m.finish(err)
+}
+
+func (m *Message) finish(err error) {
+	if m.delivery != nil {
+		m.delivery.finish(err)
+	}
+}
+
+// toMessage copies a parsed message into a Message.
+func toMessage(v *protocol.View, group, brokerGroup string) *Message {
+	pm := v.Message()
+	m := &Message{
+		Subject:     protocol.RealSubject(pm.Subject),
+		ID:          pm.ID,
+		Tags:        pm.Tags,
+		Properties:  pm.Properties,
+		Body:        pm.Body,
+		Created:     pm.Created,
+		DeliverAt:   pm.DeliverAt,
+		Attempts:    int(pm.Attempts),
+		Group:       group,
+		BrokerGroup: brokerGroup,
+	}
+	return m
+}

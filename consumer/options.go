@@ -1,0 +1,175 @@
+package consumer
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/route"
+	"github.com/qmq-go/qmq/pkg/transport"
+	"go.uber.org/zap"
+)
+
+// Option configures a Consumer.
+type Option func(*config)
+
+type config struct {
+	resolver      route.Resolver
+	transport     *transport.Client
+	transportOpts transport.Options
+	logger        *zap.Logger
+	consumerID    string
+	routeRefresh  time.Duration
+	now           func() time.Time
+}
+
+func defaultConfig() config {
+	return config{
+		routeRefresh: 5 * time.Second, // how often subscriptions look for new broker groups
+		now:          time.Now,
+	}
+}
+
+func (c *config) validate() error {
+	if c.resolver == nil {
+		return ErrNoResolver
+	}
+	if c.consumerID != "" {
+		if err := protocol.CheckConsumerID(c.consumerID); err != nil {
+			return fmt.Errorf("consumer: %w", err)
+		}
+	}
+	if c.routeRefresh <= 0 {
+		return fmt.Errorf("consumer: route refresh must be positive, got %v", c.routeRefresh)
+	}
+	return nil
+}
+
+// WithResolver sets where the consumer finds broker groups.
+func WithResolver(r route.Resolver) Option { return func(c *config) { c.resolver = r } }
+
+// WithBrokers uses fixed realtime broker groups at addrs (tests, setups
+// without a meta server).
+func WithBrokers(addrs ...string) Option {
+	return func(c *config) { c.resolver = route.NewStatic(route.Groups(addrs...), nil) }
+}
+
+// WithTransport shares a transport client; the consumer does not close it.
+func WithTransport(t *transport.Client) Option { return func(c *config) { c.transport = t } }
+
+// WithTransportOptions configures the consumer's own transport client.
+func WithTransportOptions(o transport.Options) Option { return func(c *config) { c.transportOpts = o } }
+
+// WithLogger sets the logger (default none).
+func WithLogger(lg *zap.Logger) Option { return func(c *config) { c.logger = lg } }
+
+// WithConsumerID sets this consumer's id. It must stay the same across
+// restarts of the same consumer and differ between consumers (default: the
+// host name and a hash of the executable's path and working directory).
+func WithConsumerID(id string) Option { return func(c *config) { c.consumerID = id } }
+
+// WithRouteRefresh sets how often subscriptions look for added or removed
+// broker groups (default 5 s).
+func WithRouteRefresh(d time.Duration) Option { return func(c *config) { c.routeRefresh = d } }
+
+// SubscribeOption configures one subscription.
+type SubscribeOption func(*subConfig)
+
+type subConfig struct {
+	concurrency  int
+	tagMode      protocol.TagMode
+	tags         []string
+	broadcast    bool
+	earliest     bool
+	maxAttempts  int
+	retryBase    time.Duration
+	retryMax     time.Duration
+	idempotency  IdempotencyChecker
+	batch        int
+	pullTimeout  time.Duration
+	maxUnacked   int
+	heartbeat    time.Duration
+	retrySubject bool
+}
+
+func defaultSubConfig() subConfig {
+	return subConfig{
+		concurrency:  1,
+		maxAttempts:  16,
+		retryBase:    5 * time.Second,
+		retryMax:     5 * time.Minute,
+		batch:        64,
+		pullTimeout:  2 * time.Second,
+		maxUnacked:   256,
+		heartbeat:    5 * time.Second,
+		retrySubject: true,
+	}
+}
+
+func (s *subConfig) validate() error {
+	switch {
+	case s.concurrency <= 0:
+		return fmt.Errorf("consumer: concurrency must be positive, got %d", s.concurrency)
+	case s.maxAttempts <= 0:
+		return fmt.Errorf("consumer: max attempts must be positive, got %d", s.maxAttempts)
+	case s.retryBase <= 0 || s.retryMax < s.retryBase:
+		return fmt.Errorf("consumer: retry back-off must be positive and base ≤ max")
+	case s.batch <= 0 || s.batch > 10000:
+		return fmt.Errorf("consumer: batch must be in 1..10000, got %d", s.batch)
+	case s.pullTimeout < 0:
+		return fmt.Errorf("consumer: pull timeout must not be negative")
+	case s.maxUnacked < s.batch:
+		return fmt.Errorf("consumer: max unacked (%d) must be at least the batch (%d)", s.maxUnacked, s.batch)
+	case len(s.tags) > 255:
+		return fmt.Errorf("consumer: at most 255 tags")
+	}
+	return nil
+}
+
+// Concurrency sets how many messages a subscription handles at once
+// (default 1).
+func Concurrency(n int) SubscribeOption { return func(s *subConfig) { s.concurrency = n } }
+
+// TagsAny receives only messages carrying at least one of tags.
+func TagsAny(tags ...string) SubscribeOption {
+	return func(s *subConfig) { s.tagMode, s.tags = protocol.TagAny, tags }
+}
+
+// TagsAll receives only messages carrying every one of tags.
+func TagsAll(tags ...string) SubscribeOption {
+	return func(s *subConfig) { s.tagMode, s.tags = protocol.TagAll, tags }
+}
+
+// Broadcast makes every consumer of the group receive every message (each
+// consumer has its own position). Failed messages are retried in process.
+func Broadcast() SubscribeOption { return func(s *subConfig) { s.broadcast = true } }
+
+// StartEarliest makes a new consumer group start at the oldest stored
+// message instead of the newest (an existing group keeps its position).
+func StartEarliest() SubscribeOption { return func(s *subConfig) { s.earliest = true } }
+
+// MaxAttempts sets how many deliveries a message gets before it goes to the
+// dead-letter subject (default 16).
+func MaxAttempts(n int) SubscribeOption { return func(s *subConfig) { s.maxAttempts = n } }
+
+// RetryBackoff sets the retry delay: base after the first failure, doubling
+// per attempt up to max (defaults 5 s and 5 minutes).
+func RetryBackoff(base, max time.Duration) SubscribeOption {
+	return func(s *subConfig) { s.retryBase, s.retryMax = base, max }
+}
+
+// Idempotency sets a checker that skips messages already handled.
+func Idempotency(c IdempotencyChecker) SubscribeOption {
+	return func(s *subConfig) { s.idempotency = c }
+}
+
+// PullBatch sets how many messages one pull asks for (default 64).
+func PullBatch(n int) SubscribeOption { return func(s *subConfig) { s.batch = n } }
+
+// PullTimeout sets how long a broker may hold a pull waiting for messages
+// (default 2 s).
+func PullTimeout(d time.Duration) SubscribeOption { return func(s *subConfig) { s.pullTimeout = d } }
+
+// MaxUnacked bounds the pulled but unfinished messages per broker group
+// (default 256); at the bound the subscription stops pulling from it.
+func MaxUnacked(n int) SubscribeOption { return func(s *subConfig) { s.maxUnacked = n } }

@@ -1,0 +1,344 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/route"
+	"go.uber.org/zap"
+)
+
+// puller pulls one subject (the subscribed one or its retry subject) from
+// one broker group and acks what its subscription finished there.
+type puller struct {
+	s       *Subscription
+	subject string
+	lg      *zap.Logger
+
+	groupMu sync.Mutex
+	group   route.Group
+
+	known    int64        // highest pull seq received; pullLoop only
+	received atomic.Int64 // messages handed on
+	finished atomic.Int64 // messages finished (acked or abandoned)
+
+	doneSeqs chan uint64   // finished pull seqs, to ackLoop
+	progress chan struct{} // ackLoop → pullLoop: messages finished
+
+	pullCtx    context.Context
+	cancelPull context.CancelFunc
+	stopAcks   chan struct{}
+	release    atomic.Bool // the final ack hands un-acked entries back
+	pullDone   chan struct{}
+	ackDone    chan struct{}
+	stopOnce   sync.Once
+}
+
+// delivery is one pulled message on its way through a handler.
+type delivery struct {
+	p       *puller
+	pullSeq uint64
+	raw     []byte
+	msg     *Message
+	once    atomic.Bool
+}
+
+func newPuller(s *Subscription, g route.Group, subject string) *puller {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &puller{
+		s: s, subject: subject, group: g,
+		lg:         s.lg.With(zap.String("broker_group", g.Name), zap.String("pull_subject", subject)),
+		known:      -1,
+		doneSeqs:   make(chan uint64, s.cfg.maxUnacked*2+s.cfg.batch),
+		progress:   make(chan struct{}, 1),
+		pullCtx:    ctx,
+		cancelPull: cancel,
+		stopAcks:   make(chan struct{}),
+		pullDone:   make(chan struct{}),
+		ackDone:    make(chan struct{}),
+	}
+}
+
+func (p *puller) currentGroup() route.Group {
+	p.groupMu.Lock()
+	defer p.groupMu.Unlock()
+	return p.group
+}
+
+func (p *puller) setGroup(g route.Group) {
+	p.groupMu.Lock()
+	p.group = g
+	p.groupMu.Unlock()
+}
+
+func (p *puller) start() {
+	go p.pullLoop()
+	go p.ackLoop()
+}
+
+// stopPulling ends the pull loop (a pull in flight is abandoned).
+func (p *puller) stopPulling() {
+	p.cancelPull()
+	<-p.pullDone
+}
+
+// stop ends both loops: the ack loop sends its last ack first (with the
+// release flag when release is set).
+func (p *puller) stop(release bool) {
+	p.stopOnce.Do(func() {
+		p.stopPulling()
+		p.release.Store(release)
+		close(p.stopAcks)
+		<-p.ackDone
+	})
+}
+
+func (p *puller) unfinished() int64 { return p.received.Load() - p.finished.Load() }
+
+func (p *puller) pullLoop() {
+	defer close(p.pullDone)
+	s := p.s
+	cfg := &s.cfg
+	flags := uint8(0)
+	if cfg.broadcast {
+		flags |= protocol.PullBroadcast
+	}
+	if cfg.earliest {
+		flags |= protocol.PullEarliest
+	}
+	failures := 0
+	var body []byte
+	for {
+		// Flow control: wait while too many messages are unfinished.
+		for p.unfinished() >= int64(cfg.maxUnacked) {
+			select {
+			case <-p.pullCtx.Done():
+				return
+			case <-p.progress:
+			}
+		}
+		if p.pullCtx.Err() != nil {
+			return
+		}
+		max := min(cfg.batch, cfg.maxUnacked-int(p.unfinished()))
+		req := protocol.PullRequest{
+			Subject: p.subject, Group: s.group, ConsumerID: s.c.id, Max: uint32(max),
+			Timeout: cfg.pullTimeout, Flags: flags, KnownPullSeq: p.known, TagMode: cfg.tagMode, Tags: cfg.tags,
+		}
+		body = protocol.AppendPullRequest(body[:0], &req)
+		g := p.currentGroup()
+		ctx, cancel := context.WithTimeout(p.pullCtx, cfg.pullTimeout+5*time.Second)
+		resp, err := s.c.transport.Call(ctx, g.Addr, protocol.CmdPull, body)
+		cancel()
+		if err != nil {
+			if p.pullCtx.Err() != nil {
+				return
+			}
+			failures++
+			p.pullFailed(err, failures)
+			continue
+		}
+		msgs, err := protocol.DecodePullResponse(resp)
+		if err != nil {
+			failures++
+			p.pullFailed(err, failures)
+			continue
+		}
+		failures = 0
+		for _, pm := range msgs {
+			if int64(pm.PullSeq) > p.known {
+				p.known = int64(pm.PullSeq)
+			}
+			if !p.deliver(pm, g) {
+				return
+			}
+		}
+	}
+}
+
+// pullFailed logs and backs off after a failed pull.
+func (p *puller) pullFailed(err error, failures int) {
+	var pe *protocol.Error
+	if errors.As(err, &pe) && (pe.Status == protocol.StatusNotMaster || pe.Status == protocol.StatusNotRouted) {
+		p.s.invalidate()
+	}
+	backoff := 50 * time.Millisecond << min(failures-1, 5) // 50 ms … 1.6 s
+	if failures == 1 || failures%20 == 0 {
+		p.lg.Warn("pull failed", zap.Int("failures", failures), zap.Duration("backoff", backoff), zap.Error(err))
+	}
+	select {
+	case <-p.pullCtx.Done():
+	case <-time.After(backoff):
+	}
+}
+
+// deliver parses one pulled message, holds it until it is due, and hands it
+// to the subscription. It returns false when the puller is stopping.
+func (p *puller) deliver(pm protocol.PulledMessage, g route.Group) bool {
+	p.received.Add(1)
+	raw := append([]byte(nil), pm.Message...)
+	v, err := protocol.ParseMessage(raw)
+	d := &delivery{p: p, pullSeq: pm.PullSeq, raw: raw}
+	if err != nil {
+		// The broker checks CRCs on read-back; a bad message here is damage
+		// in transit or a broker bug. It cannot be handled: count it done.
+		p.lg.Error("dropping corrupt message", zap.Uint64("pull_seq", pm.PullSeq), zap.Error(err))
+		d.finish(nil)
+		return true
+	}
+	d.msg = toMessage(&v, p.s.group, g.Name)
+	d.msg.delivery = d
+	if due := d.msg.DeliverAt; !due.IsZero() {
+		if wait := due.Sub(p.s.c.cfg.now()); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-p.pullCtx.Done():
+				t.Stop()
+				p.abandon(d)
+				return false
+			}
+		}
+	}
+	select {
+	case p.s.work <- d:
+		return true
+	case <-p.pullCtx.Done():
+		p.abandon(d)
+		return false
+	}
+}
+
+// abandon counts a message that will not be handled here; it stays un-acked
+// and the broker hands it to the group again.
+func (p *puller) abandon(*delivery) {
+	p.finished.Add(1)
+}
+
+// finish records a delivery's outcome once.
+func (d *delivery) finish(err error) {
+	if !d.once.CompareAndSwap(false, true) {
+		return
+	}
+	if err == nil {
+		d.p.done(d.pullSeq)
+		return
+	}
+	d.p.s.retry(d, err, func() { d.p.done(d.pullSeq) })
+}
+
+func (p *puller) done(seq uint64) {
+	p.finished.Add(1)
+	p.doneSeqs <- seq
+	select {
+	case p.progress <- struct{}{}:
+	default:
+	}
+}
+
+// ackLoop acks the longest finished prefix of pull sequences, one ack in
+// flight at a time, and heartbeats while idle.
+func (p *puller) ackLoop() {
+	defer close(p.ackDone)
+	s := p.s
+	finished := map[uint64]bool{}
+	var next uint64 // lowest pull seq not acked yet
+	started := false
+	acked := int64(-1)
+	heartbeat := time.NewTicker(s.cfg.heartbeat)
+	defer heartbeat.Stop()
+	lastSent := time.Now()
+	absorb := func(seq uint64) {
+		if !started || seq < next {
+			if !started {
+				next, started = seq, true
+			} else {
+				return // already acked
+			}
+		}
+		finished[seq] = true
+	}
+	send := func(final bool) {
+		end := next
+		for finished[end] {
+			delete(finished, end)
+			end++
+		}
+		first, last := next, end-1
+		var flags uint8
+		if s.cfg.broadcast {
+			flags |= protocol.AckBroadcast
+		}
+		if final && p.release.Load() {
+			flags |= protocol.AckRelease
+		}
+		if end == next && flags&protocol.AckRelease == 0 && time.Since(lastSent) < s.cfg.heartbeat {
+			return // nothing new and not yet time for a heartbeat
+		}
+		if end == next {
+			first, last = 1, 0 // heartbeat: an empty range
+		}
+		req := protocol.AckRequest{Subject: p.subject, Group: s.group, ConsumerID: s.c.id, Flags: flags, First: first, Last: last}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := s.c.transport.Call(ctx, p.currentGroup().Addr, protocol.CmdAck, protocol.AppendAckRequest(nil, &req))
+		cancel()
+		lastSent = time.Now()
+		if err != nil {
+			// Not acked: keep the range for the next ack.
+			for seq := next; seq < end; seq++ {
+				finished[seq] = true
+			}
+			if !final {
+				p.lg.Debug("ack failed", zap.Error(err))
+			} else {
+				p.lg.Warn("final ack failed; the broker will re-deliver", zap.Error(err))
+			}
+			return
+		}
+		if end > next {
+			next = end
+			acked = int64(end - 1)
+		}
+	}
+	for {
+		select {
+		case seq := <-p.doneSeqs:
+			absorb(seq)
+			for drained := false; !drained; {
+				select {
+				case seq := <-p.doneSeqs:
+					absorb(seq)
+				default:
+					drained = true
+				}
+			}
+			if started {
+				send(false)
+			}
+		case <-heartbeat.C:
+			if started {
+				send(false)
+			} else if time.Since(lastSent) >= s.cfg.heartbeat {
+				lastSent = time.Now()
+			}
+		case <-p.stopAcks:
+			for drained := false; !drained; {
+				select {
+				case seq := <-p.doneSeqs:
+					absorb(seq)
+				default:
+					drained = true
+				}
+			}
+			if started || p.release.Load() {
+				send(true)
+			}
+			_ = acked
+			return
+		}
+	}
+}
