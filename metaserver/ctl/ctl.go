@@ -1,0 +1,497 @@
+// Package ctl is qmqctl: the command tree over the meta server's admin API
+// (package api). It is a library so tests run every command in process;
+// metaserver/cmd/qmqctl only calls Main.
+//
+// Output is a table for people, or JSON with --json. Exit codes: 0 success,
+// 1 the request failed (server error, unreachable server), 2 bad usage,
+// 3 unauthorized (missing or wrong --token), 4 not found.
+package ctl
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/qmq-go/qmq/metaserver/api"
+	"github.com/spf13/cobra"
+)
+
+// Exit codes.
+const (
+	ExitOK           = 0
+	ExitFailed       = 1
+	ExitUsage        = 2
+	ExitUnauthorized = 3
+	ExitNotFound     = 4
+)
+
+// usageError marks errors in the command line itself.
+type usageError struct{ error }
+
+// Main runs qmqctl with args and returns its exit code. Output goes to
+// stdout, errors to stderr.
+func Main(args []string, stdout, stderr io.Writer) int {
+	root := NewCommand(stdout)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if err == nil {
+		return ExitOK
+	}
+	fmt.Fprintln(stderr, "qmqctl:", err)
+	var ue usageError
+	switch {
+	case errors.As(err, &ue):
+		return ExitUsage
+	case errors.Is(err, api.ErrUnauthorized):
+		fmt.Fprintln(stderr, "qmqctl: pass the meta server's admin token with --token or QMQ_TOKEN")
+		return ExitUnauthorized
+	case errors.Is(err, api.ErrNotFound):
+		return ExitNotFound
+	case errors.Is(err, api.ErrBadRequest):
+		return ExitUsage
+	}
+	if strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag") ||
+		strings.Contains(err.Error(), "accepts") || strings.Contains(err.Error(), "requires") {
+		return ExitUsage
+	}
+	return ExitFailed
+}
+
+type globals struct {
+	meta    string
+	token   string
+	json    bool
+	timeout time.Duration
+	out     io.Writer
+}
+
+func (g *globals) client() *api.Client { return api.NewClient(g.meta, g.token, g.timeout) }
+
+func (g *globals) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), g.timeout)
+}
+
+// print writes v as JSON with --json, else calls table.
+func (g *globals) print(v any, table func(w *tabwriter.Writer)) error {
+	if g.json {
+		enc := json.NewEncoder(g.out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	w := tabwriter.NewWriter(g.out, 0, 4, 2, ' ', 0)
+	table(w)
+	return w.Flush()
+}
+
+// NewCommand returns qmqctl's root command writing results to out.
+func NewCommand(out io.Writer) *cobra.Command {
+	g := &globals{out: out}
+	root := &cobra.Command{
+		Use:   "qmqctl",
+		Short: "Administer a QMQ-Go cluster through a meta server's admin API",
+		Long: "qmqctl talks to a meta server's HTTP admin API. Reads need no token; changes need\n" +
+			"the admin token (--token or QMQ_TOKEN). Output is a table, or JSON with --json.\n" +
+			"Exit codes: 0 ok, 1 failed, 2 usage, 3 unauthorized, 4 not found.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.meta, "meta", envOr("QMQ_META", "127.0.0.1:8080"), "meta server HTTP address (env QMQ_META)")
+	pf.StringVar(&g.token, "token", os.Getenv("QMQ_TOKEN"), "admin token for changes (env QMQ_TOKEN)")
+	pf.BoolVar(&g.json, "json", false, "print JSON instead of tables")
+	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "request timeout")
+
+	root.AddCommand(statusCmd(g), brokersCmd(g), groupsCmd(g), routesCmd(g), routeCmd(g), readonlyCmd(g),
+		consumersCmd(g), offsetCmd(g), consumerCmd(g), deadCmd(g))
+	return root
+}
+
+func envOr(k, d string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return d
+}
+
+func args(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, a []string) error {
+		if len(a) != n {
+			return usageError{fmt.Errorf("%s takes %d argument(s) (%s), got %d", cmd.CommandPath(), n, cmd.Use, len(a))}
+		}
+		return nil
+	}
+}
+
+func statusCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use: "status", Short: "Cluster overview", Args: args(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := g.ctx()
+			defer cancel()
+			st, err := g.client().Status(ctx)
+			if err != nil {
+				return err
+			}
+			return g.print(st, func(w *tabwriter.Writer) {
+				fmt.Fprintf(w, "revision\t%d\n", st.Revision)
+				fmt.Fprintf(w, "prefix\t%s\n", st.Prefix)
+				fmt.Fprintf(w, "meta servers\t%d\n", len(st.MetaServers))
+				for _, m := range st.MetaServers {
+					fmt.Fprintf(w, "  %s\thttp %s, up since %s\n", m.TCP, m.HTTP, m.StartedAt.Format(time.RFC3339))
+				}
+				fmt.Fprintf(w, "brokers\t%d\n", st.Brokers)
+				fmt.Fprintf(w, "groups\t%d (rw %d, readonly %d, unavailable %d)\n", st.Groups.Total, st.Groups.ReadWrite, st.Groups.Readonly, st.Groups.Unavailable)
+				fmt.Fprintf(w, "subjects\t%d\n", st.Subjects)
+				fmt.Fprintf(w, "consumers\t%d\n", st.Consumers)
+				fmt.Fprintf(w, "throughput\tin %d msg/s, out %d msg/s\n", st.InPerSec, st.OutPerSec)
+			})
+		},
+	}
+}
+
+func brokersCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use: "brokers", Short: "List registered brokers", Args: args(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := g.ctx()
+			defer cancel()
+			bs, err := g.client().Brokers(ctx)
+			if err != nil {
+				return err
+			}
+			return g.print(bs, func(w *tabwriter.Writer) {
+				fmt.Fprintln(w, "GROUP\tROLE\tKIND\tSTATE\tADDRESS\tBROKER ID\tIN/S\tOUT/S\tREGISTERED")
+				for _, b := range bs {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", b.Group, b.Role, b.Kind, b.State, b.Address, b.BrokerID,
+						b.Load.InPerSec, b.Load.OutPerSec, b.RegisteredAt.Format(time.RFC3339))
+				}
+			})
+		},
+	}
+}
+
+func groupsCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use: "groups", Short: "List broker groups and their state", Args: args(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := g.ctx()
+			defer cancel()
+			gs, err := g.client().Groups(ctx)
+			if err != nil {
+				return err
+			}
+			return g.print(gs, func(w *tabwriter.Writer) { groupTable(w, gs) })
+		},
+	}
+}
+
+func groupTable(w *tabwriter.Writer, gs []api.Group) {
+	fmt.Fprintln(w, "GROUP\tKIND\tSTATE\tMASTER\tSLAVE\tROUTES\tIN/S\tOUT/S\tREADONLY FOR")
+	for _, x := range gs {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", x.Name, dash(x.Kind), x.State, dash(x.Master), dash(x.Slave),
+			x.Routes, x.Load.InPerSec, x.Load.OutPerSec, dash(strings.Join(x.Readonly, ",")))
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func routeTable(w *tabwriter.Writer, rs []api.Route) {
+	fmt.Fprintln(w, "SUBJECT\tKIND\tGROUP\tSTATE\tMASTER")
+	for _, r := range rs {
+		for _, x := range r.Groups {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.Subject, r.Kind, x.Group, x.State, dash(x.Master))
+		}
+	}
+}
+
+func routesCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use: "routes [SUBJECT]", Short: "List subjects and their routes", Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			ctx, cancel := g.ctx()
+			defer cancel()
+			var rs []api.Route
+			var err error
+			if len(a) == 1 {
+				var r api.Route
+				r, err = g.client().Route(ctx, a[0])
+				rs = []api.Route{r}
+			} else {
+				rs, err = g.client().Routes(ctx)
+			}
+			if err != nil {
+				return err
+			}
+			return g.print(rs, func(w *tabwriter.Writer) { routeTable(w, rs) })
+		},
+	}
+}
+
+func routeCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{Use: "route", Short: "Add or remove a broker group on a subject's route"}
+	c.AddCommand(&cobra.Command{
+		Use: "add SUBJECT GROUP", Short: "Add a broker group to a subject's route", Args: args(2),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			ctx, cancel := g.ctx()
+			defer cancel()
+			r, err := g.client().AddRouteGroup(ctx, a[0], a[1])
+			if err != nil {
+				return err
+			}
+			return g.print(r, func(w *tabwriter.Writer) { routeTable(w, []api.Route{r}) })
+		},
+	}, &cobra.Command{
+		Use: "remove SUBJECT GROUP", Short: "Remove a broker group from a subject's route (never the last)", Args: args(2),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			ctx, cancel := g.ctx()
+			defer cancel()
+			r, err := g.client().RemoveRouteGroup(ctx, a[0], a[1])
+			if err != nil {
+				return err
+			}
+			return g.print(r, func(w *tabwriter.Writer) { routeTable(w, []api.Route{r}) })
+		},
+	})
+	return c
+}
+
+func readonlyCmd(g *globals) *cobra.Command {
+	var subject string
+	c := &cobra.Command{Use: "readonly", Short: "Mark or unmark a broker group readonly (producers stop sending to it)"}
+	mark := &cobra.Command{
+		Use: "mark GROUP", Short: "Mark a group readonly for --subject (default: every subject)", Args: args(1),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			ctx, cancel := g.ctx()
+			defer cancel()
+			x, err := g.client().MarkReadonly(ctx, a[0], subject)
+			if err != nil {
+				return err
+			}
+			return g.print(x, func(w *tabwriter.Writer) { groupTable(w, []api.Group{x}) })
+		},
+	}
+	unmark := &cobra.Command{
+		Use: "unmark GROUP", Short: "Remove a readonly mark for --subject (default: the every-subject mark)", Args: args(1),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			ctx, cancel := g.ctx()
+			defer cancel()
+			x, err := g.client().UnmarkReadonly(ctx, a[0], subject)
+			if err != nil {
+				return err
+			}
+			return g.print(x, func(w *tabwriter.Writer) { groupTable(w, []api.Group{x}) })
+		},
+	}
+	for _, sc := range []*cobra.Command{mark, unmark} {
+		sc.Flags().StringVar(&subject, "subject", "", "only this subject (default: every subject, *)")
+	}
+	c.AddCommand(mark, unmark)
+	return c
+}
+
+func consumersCmd(g *globals) *cobra.Command {
+	var subject string
+	c := &cobra.Command{
+		Use: "consumers", Short: "List consumer groups with their consumers and backlog", Args: args(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := g.ctx()
+			defer cancel()
+			cgs, err := g.client().Consumers(ctx, subject)
+			if err != nil {
+				return err
+			}
+			return g.print(cgs, func(w *tabwriter.Writer) {
+				fmt.Fprintln(w, "SUBJECT\tGROUP\tBACKLOG\tCONSUMERS\tOFFLINE\tBROKER GROUPS")
+				for _, x := range cgs {
+					var ids, off, per []string
+					for _, c := range x.Consumers {
+						ids = append(ids, c.ClientID)
+						if !c.Online {
+							off = append(off, c.ClientID)
+						}
+					}
+					for _, p := range x.PerBroker {
+						per = append(per, p.BrokerGroup+"="+strconv.FormatUint(p.Backlog, 10))
+					}
+					fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", x.Subject, x.Group, x.Backlog, dash(strings.Join(ids, ",")),
+						dash(strings.Join(off, ",")), dash(strings.Join(per, " ")))
+				}
+				if len(cgs) > 0 {
+					for _, e := range cgs[0].Errors {
+						fmt.Fprintf(w, "warning: broker group %s did not answer: %s\n", e.BrokerGroup, e.Error)
+					}
+				}
+			})
+		},
+	}
+	c.Flags().StringVar(&subject, "subject", "", "only this subject")
+	return c
+}
+
+func printAction(g *globals, r api.ActionResult) error {
+	return g.print(r, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "done on\t%s\n", dash(strings.Join(r.OK, ",")))
+		for _, e := range r.Errors {
+			fmt.Fprintf(w, "failed on\t%s: %s\n", e.BrokerGroup, e.Error)
+		}
+	})
+}
+
+func offsetCmd(g *globals) *cobra.Command {
+	var to string
+	c := &cobra.Command{Use: "offset", Short: "Consumer group offsets"}
+	reset := &cobra.Command{
+		Use: "reset SUBJECT GROUP --to earliest|latest|RFC3339-TIME", Short: "Move a consumer group's position", Args: args(2),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			if to == "" {
+				return usageError{errors.New("--to is required: earliest, latest or an RFC 3339 time")}
+			}
+			ctx, cancel := g.ctx()
+			defer cancel()
+			r, err := g.client().ResetOffset(ctx, a[0], a[1], to)
+			if err != nil {
+				return err
+			}
+			return printAction(g, r)
+		},
+	}
+	reset.Flags().StringVar(&to, "to", "", "earliest, latest, or an RFC 3339 time such as 2026-01-02T15:04:05Z")
+	c.AddCommand(reset)
+	return c
+}
+
+func consumerCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{Use: "consumer", Short: "Take a consumer offline or bring it back online"}
+	for _, online := range []bool{false, true} {
+		name := "offline"
+		if online {
+			name = "online"
+		}
+		c.AddCommand(&cobra.Command{
+			Use: name + " SUBJECT GROUP CONSUMER-ID", Short: "Take a consumer " + name, Args: args(3),
+			RunE: func(cmd *cobra.Command, a []string) error {
+				ctx, cancel := g.ctx()
+				defer cancel()
+				r, err := g.client().SetConsumerOnline(ctx, a[0], a[1], a[2], online)
+				if err != nil {
+					return err
+				}
+				return printAction(g, r)
+			},
+		})
+	}
+	return c
+}
+
+func deadTable(w *tabwriter.Writer, d api.DeadLetters) {
+	fmt.Fprintf(w, "%s/%s: %d dead letters", d.Subject, d.Group, d.Total)
+	if d.Affected > 0 {
+		fmt.Fprintf(w, ", %d affected", d.Affected)
+	}
+	fmt.Fprintln(w)
+	if len(d.Letters) > 0 {
+		fmt.Fprintln(w, "BROKER GROUP\tSEQ\tID\tATTEMPTS\tCREATED\tSIZE\tBODY")
+		for _, l := range d.Letters {
+			body := l.Body
+			if l.BodyBase64 {
+				body = "base64:" + body
+			}
+			if len(body) > 60 {
+				body = body[:60] + "…"
+			}
+			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%d\t%q\n", l.BrokerGroup, l.Seq, l.ID, l.Attempts, l.CreatedAt.Format(time.RFC3339), l.Size, body)
+		}
+	}
+	for _, e := range d.Errors {
+		fmt.Fprintf(w, "warning: broker group %s did not answer: %s\n", e.BrokerGroup, e.Error)
+	}
+}
+
+func deadCmd(g *globals) *cobra.Command {
+	var after uint64
+	var max int
+	var ids []string
+	var all bool
+	c := &cobra.Command{Use: "dead", Aliases: []string{"deadletters"}, Short: "List, inspect, re-drive and purge dead letters"}
+	list := &cobra.Command{
+		Use: "list SUBJECT GROUP", Short: "List a consumer group's dead letters", Args: args(2),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			ctx, cancel := g.ctx()
+			defer cancel()
+			d, err := g.client().DeadLetters(ctx, a[0], a[1], after, max)
+			if err != nil {
+				return err
+			}
+			return g.print(d, func(w *tabwriter.Writer) { deadTable(w, d) })
+		},
+	}
+	list.Flags().Uint64Var(&after, "after", 0, "only sequences above this (paging)")
+	list.Flags().IntVar(&max, "max", 100, "at most this many per broker group")
+	inspect := &cobra.Command{
+		Use: "inspect SUBJECT GROUP MESSAGE-ID", Short: "Show one dead letter in full", Args: args(3),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			ctx, cancel := g.ctx()
+			defer cancel()
+			d, err := g.client().InspectDeadLetter(ctx, a[0], a[1], a[2])
+			if err != nil {
+				return err
+			}
+			return g.print(d, func(w *tabwriter.Writer) {
+				for _, l := range d.Letters {
+					fmt.Fprintf(w, "broker group\t%s\nseq\t%d\nid\t%s\nsubject\t%s\nattempts\t%d\ncreated\t%s\ntags\t%s\n",
+						l.BrokerGroup, l.Seq, l.ID, l.Subject, l.Attempts, l.CreatedAt.Format(time.RFC3339), dash(strings.Join(l.Tags, ",")))
+					for k, v := range l.Properties {
+						fmt.Fprintf(w, "property\t%s=%s\n", k, v)
+					}
+					if l.BodyBase64 {
+						fmt.Fprintf(w, "body (base64)\t%s\n", l.Body)
+					} else {
+						fmt.Fprintf(w, "body\t%s\n", l.Body)
+					}
+				}
+			})
+		},
+	}
+	mk := func(name, short string, do func(c *api.Client, ctx context.Context, subject, group string, ids []string) (api.DeadLetters, error)) *cobra.Command {
+		cmd := &cobra.Command{
+			Use: name + " SUBJECT GROUP (--id ID... | --all)", Short: short, Args: args(2),
+			RunE: func(cmd *cobra.Command, a []string) error {
+				if len(ids) == 0 && !all {
+					return usageError{errors.New("name dead letters with --id, or pass --all")}
+				}
+				if len(ids) > 0 && all {
+					return usageError{errors.New("--id and --all exclude each other")}
+				}
+				ctx, cancel := g.ctx()
+				defer cancel()
+				d, err := do(g.client(), ctx, a[0], a[1], ids)
+				if err != nil {
+					return err
+				}
+				return g.print(d, func(w *tabwriter.Writer) { deadTable(w, d) })
+			},
+		}
+		cmd.Flags().StringSliceVar(&ids, "id", nil, "message id (repeat or comma-separate)")
+		cmd.Flags().BoolVar(&all, "all", false, "every dead letter of the group")
+		return cmd
+	}
+	c.AddCommand(list, inspect,
+		mk("redrive", "Send dead letters back to their consumer group", (*api.Client).RedriveDeadLetters),
+		mk("purge", "Drop dead letters", (*api.Client).PurgeDeadLetters))
+	return c
+}

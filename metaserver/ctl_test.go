@@ -1,0 +1,149 @@
+package metaserver
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/qmq-go/qmq/metaserver/api"
+	"github.com/qmq-go/qmq/metaserver/ctl"
+	"github.com/qmq-go/qmq/pkg/protocol"
+)
+
+// TestQmqctl_EveryCommand runs every qmqctl command against a meta server
+// with two (fake) realtime masters, checking output, JSON and exit codes.
+func TestQmqctl_EveryCommand(t *testing.T) {
+	s := startServer(t, startEtcd(t), nil)
+	c := newClient(t)
+	b1, b2 := startFakeBroker(t, "g1"), startFakeBroker(t, "g2")
+	c.mustRegister(s, master("g1", b1.addr()))
+	c.mustRegister(s, master("g2", b2.addr()))
+	c.mustRegister(s, master("g3", "127.0.0.1:1003"))
+	eventually(t, 5*time.Second, "three groups", func() bool { return len(s.groups()) == 3 })
+	route := c.mustLookup(s, protocol.LookupRequest{ClientType: protocol.ClientProducer, Subject: "orders"})
+	routed := map[string]bool{}
+	for _, g := range route.Groups {
+		routed[g.Group] = true
+	}
+	var spare string
+	for _, g := range []string{"g1", "g2", "g3"} {
+		if !routed[g] {
+			spare = g
+		}
+	}
+	if _, err := c.heartbeat(s, protocol.ClientHeartbeatRequest{ClientType: protocol.ClientConsumer, Subject: "orders", Group: "billing", ClientID: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []*fakeBroker{b1, b2} {
+		b.stats = protocol.BrokerStatsResponse{Subjects: []protocol.SubjectStats{{Subject: "orders", Messages: 50, Groups: []protocol.GroupStats{{Group: "billing", Cursor: 45, Backlog: 5}}}}}
+		b.addDeadLetter(t, 1, "orders", "dl-"+b.group, "payload of "+b.group)
+	}
+	eventually(t, 5*time.Second, "consumer registered", func() bool {
+		s.view.mu.RLock()
+		defer s.view.mu.RUnlock()
+		return len(s.view.consumers) == 1
+	})
+
+	meta := "--meta=" + s.HTTPAddr().String()
+	tok := "--token=" + testToken
+	run := func(want int, args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		code := ctl.Main(append([]string{meta}, args...), &out, &errOut)
+		if code != want {
+			t.Fatalf("qmqctl %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, want, out.String(), errOut.String())
+		}
+		return out.String() + errOut.String()
+	}
+	has := func(out string, subs ...string) {
+		t.Helper()
+		for _, sub := range subs {
+			if !strings.Contains(out, sub) {
+				t.Fatalf("output lacks %q:\n%s", sub, out)
+			}
+		}
+	}
+
+	has(run(0, "status"), "meta servers", "groups", "3 (rw 3, readonly 0, unavailable 0)", "subjects", "1")
+	var st api.Status
+	if err := json.Unmarshal([]byte(run(0, "status", "--json")), &st); err != nil || st.Groups.Total != 3 {
+		t.Fatalf("status --json: %+v, %v", st, err)
+	}
+	has(run(0, "brokers"), "GROUP", "g1", "g2", "g3", "master", "realtime")
+	has(run(0, "groups"), "g1", "rw")
+	has(run(0, "routes"), "orders", "realtime")
+	has(run(0, "routes", "orders"), "orders")
+	run(ctl.ExitNotFound, "routes", "nosuch")
+
+	// Route changes.
+	run(ctl.ExitUnauthorized, "route", "add", "orders", spare)
+	has(run(0, tok, "route", "add", "orders", spare), spare)
+	if r := s.routes("orders"); len(r[0].Groups) != 3 {
+		t.Fatalf("route after add: %+v", r)
+	}
+	has(run(0, tok, "route", "remove", "orders", spare), "orders")
+	run(ctl.ExitNotFound, tok, "route", "add", "orders", "nosuch")
+	run(ctl.ExitUsage, tok, "route", "add", "orders")
+
+	// Readonly.
+	has(run(0, tok, "readonly", "mark", "g1"), "readonly")
+	has(run(0, tok, "readonly", "mark", "g1", "--subject", "orders"), "*,orders")
+	run(0, tok, "readonly", "unmark", "g1", "--subject", "orders")
+	has(run(0, tok, "readonly", "unmark", "g1"), "rw")
+
+	// Consumers and backlog.
+	out := run(0, "consumers", "--subject", "orders")
+	has(out, "billing", "c1", "10")
+	var cgs []api.ConsumerGroup
+	if err := json.Unmarshal([]byte(run(0, "consumers", "--json")), &cgs); err != nil || len(cgs) != 1 || cgs[0].Backlog != 10 {
+		t.Fatalf("consumers --json: %+v, %v", cgs, err)
+	}
+
+	// Offsets and consumer state, relayed to both masters on the route.
+	routedMasters := 0
+	for _, b := range []*fakeBroker{b1, b2} {
+		if routed[b.group] {
+			routedMasters++
+		}
+	}
+	for _, to := range []string{"earliest", "latest", "2026-01-02T03:04:05Z"} {
+		has(run(0, tok, "offset", "reset", "orders", "billing", "--to", to), "done on")
+	}
+	run(ctl.ExitUsage, tok, "offset", "reset", "orders", "billing")
+	run(ctl.ExitUsage, tok, "offset", "reset", "orders", "billing", "--to", "someday")
+	has(run(0, tok, "consumer", "offline", "orders", "billing", "c1"), "done on")
+	if err := json.Unmarshal([]byte(run(0, "consumers", "--json", "--subject", "orders")), &cgs); err != nil || cgs[0].Consumers[0].Online {
+		t.Fatalf("consumer not offline after qmqctl consumer offline: %+v, %v", cgs, err)
+	}
+	has(run(0, tok, "consumer", "online", "orders", "billing", "c1"), "done on")
+	var manage int
+	for _, b := range []*fakeBroker{b1, b2} {
+		manage += len(b.manageRequests())
+	}
+	if want := routedMasters * 5; manage != want {
+		t.Fatalf("masters got %d manage requests, want %d", manage, want)
+	}
+
+	// Dead letters.
+	deadOut := run(0, "dead", "list", "orders", "billing")
+	var ids []string
+	for _, b := range []*fakeBroker{b1, b2} {
+		if routed[b.group] {
+			ids = append(ids, "dl-"+b.group)
+		}
+	}
+	has(deadOut, ids...)
+	has(run(0, "dead", "inspect", "orders", "billing", ids[0]), "payload of", "attempts")
+	run(ctl.ExitNotFound, "dead", "inspect", "orders", "billing", "nope")
+	run(ctl.ExitUsage, tok, "dead", "redrive", "orders", "billing")
+	has(run(0, tok, "dead", "redrive", "orders", "billing", "--id", ids[0]), "1 affected")
+	has(run(0, tok, "dead", "purge", "orders", "billing", "--all"), "0 dead letters")
+	run(ctl.ExitUnauthorized, "dead", "purge", "orders", "billing", "--all")
+
+	// Bad usage and unknown commands.
+	run(ctl.ExitUsage, "frobnicate")
+	run(ctl.ExitUsage, "status", "--nosuchflag")
+	run(ctl.ExitFailed, "--meta=127.0.0.1:1", "status")
+}
