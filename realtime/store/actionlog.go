@@ -223,7 +223,7 @@ func (a *actionLog) flush() error {
 	defer a.flushMu.Unlock()
 	if a.failed {
 		if err := a.log.Reset(a.log.Synced()); err != nil {
-			return fmt.Errorf("%w: action log: %v", ErrIO, err)
+			return fmt.Errorf("%w: action log: %w", ErrIO, err)
 		}
 		if err := a.writeSpare(); err != nil {
 			return err
@@ -243,11 +243,11 @@ func (a *actionLog) flush() error {
 func (a *actionLog) writeSpare() error {
 	if err := a.log.Write(a.spare); err != nil {
 		a.failed = true
-		return fmt.Errorf("%w: action log: %v", ErrIO, err)
+		return fmt.Errorf("%w: action log: %w", ErrIO, err)
 	}
 	if err := a.log.Sync(); err != nil {
 		a.failed = true
-		return fmt.Errorf("%w: action log: %v", ErrIO, err)
+		return fmt.Errorf("%w: action log: %w", ErrIO, err)
 	}
 	a.failed = false
 	return nil

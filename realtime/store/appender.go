@@ -161,7 +161,7 @@ func (s *Store) appendLoop() {
 				if sj == nil {
 					var err error
 					if sj, err = s.subjectFor(string(meta.subject), true); err != nil {
-						r.results[i].Err = fmt.Errorf("%w: %v", ErrIO, err)
+						r.results[i].Err = fmt.Errorf("%w: %w", ErrIO, err)
 						continue
 					}
 					meta.subj = sj
@@ -192,7 +192,7 @@ func (s *Store) appendLoop() {
 			}
 			s.writeFailed.Store(true)
 			s.lg.Error("message log write failed", zap.Error(gerr))
-			s.failGroup(g, fmt.Errorf("%w: %v", ErrIO, gerr))
+			s.failGroup(g, fmt.Errorf("%w: %w", ErrIO, gerr))
 			continue
 		}
 		g.end = batch.End()
@@ -252,7 +252,7 @@ func (s *Store) syncLoop() {
 		for _, g := range gs {
 			if err != nil {
 				s.writeFailed.Store(true)
-				s.failGroup(g, fmt.Errorf("%w: %v", ErrIO, err))
+				s.failGroup(g, fmt.Errorf("%w: %w", ErrIO, err))
 			} else {
 				s.publish(g)
 			}
@@ -315,7 +315,7 @@ func (s *Store) recoverWrites() error {
 	s.inflight.Wait()
 	good := s.goodEnd.Load()
 	if err := s.msgLog.Reset(good); err != nil {
-		return fmt.Errorf("%w: reopen message log: %v", ErrIO, err)
+		return fmt.Errorf("%w: reopen message log: %w", ErrIO, err)
 	}
 	s.subjectsMu.RLock()
 	defer s.subjectsMu.RUnlock()
@@ -323,7 +323,7 @@ func (s *Store) recoverWrites() error {
 		_, visible := sj.bounds()
 		if sj.next != visible {
 			if err := sj.rollback(visible); err != nil {
-				return fmt.Errorf("%w: roll back consume log of %s: %v", ErrIO, sj.name, err)
+				return fmt.Errorf("%w: roll back consume log of %s: %w", ErrIO, sj.name, err)
 			}
 		}
 	}

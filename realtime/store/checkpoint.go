@@ -172,12 +172,6 @@ func (s *Store) checkpointLocked() error {
 	// between msgOffset and the visible end are replayed idempotently.
 	for _, sj := range subjects {
 		sj.mu.Lock()
-		if sj.log.Err() != nil {
-			if err := sj.log.Truncate(sj.flushed); err != nil {
-				sj.mu.Unlock()
-				return err
-			}
-		}
 		err := sj.flushLocked()
 		c.subjects = append(c.subjects, ckSubject{name: sj.name, next: sj.visible, min: sj.min})
 		dirty := sj.dirty
@@ -191,13 +185,13 @@ func (s *Store) checkpointLocked() error {
 				sj.mu.Lock()
 				sj.dirty = true
 				sj.mu.Unlock()
-				return fmt.Errorf("%w: consume log of %s: %v", ErrIO, sj.name, err)
+				return fmt.Errorf("%w: consume log of %s: %w", ErrIO, sj.name, err)
 			}
 		}
 	}
 	// Everything visible above is written; make it durable (FlushAsync).
 	if err := s.msgLog.Sync(); err != nil {
-		return fmt.Errorf("%w: %v", ErrIO, err)
+		return fmt.Errorf("%w: %w", ErrIO, err)
 	}
 	// Groups: the action-log end first, then each group's state.
 	c.actionOffset = s.actions.end()
@@ -224,14 +218,14 @@ func (s *Store) checkpointLocked() error {
 	}
 	for _, cs := range dirty {
 		if err := cs.log.Sync(); err != nil {
-			return fmt.Errorf("%w: pull log of %s: %v", ErrIO, cs.id, err)
+			return fmt.Errorf("%w: pull log of %s: %w", ErrIO, cs.id, err)
 		}
 	}
 	if err := s.actions.flush(); err != nil {
 		return err
 	}
 	if err := fsutil.WriteFileAtomic(s.opts.FS, filepath.Join(s.dir, checkpointName), c.encode()); err != nil {
-		return fmt.Errorf("%w: %v", ErrIO, err)
+		return fmt.Errorf("%w: %w", ErrIO, err)
 	}
 	s.stats.checkpoints.Add(1)
 	return nil

@@ -127,7 +127,7 @@ func (c *consumer) writePullLog(first int64, seqs []int64) error {
 	if err := c.log.WriteAt(first, buf); err != nil {
 		// Rewrite from a clean state next time.
 		c.log.Truncate(first)
-		return fmt.Errorf("%w: pull log of %s: %v", ErrIO, c.id, err)
+		return fmt.Errorf("%w: pull log of %s: %w", ErrIO, c.id, err)
 	}
 	c.dirty = true
 	return nil

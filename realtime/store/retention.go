@@ -36,7 +36,7 @@ func (s *Store) RunRetention() (RetentionReport, error) {
 		rep.Bytes += before[i].Size
 	}
 	if err != nil {
-		return rep, fmt.Errorf("%w: %v", ErrIO, err)
+		return rep, fmt.Errorf("%w: %w", ErrIO, err)
 	}
 	if n == 0 {
 		return rep, nil
@@ -54,7 +54,7 @@ func (s *Store) RunRetention() (RetentionReport, error) {
 		sj.min = newMin
 		sj.mu.Unlock()
 		if _, err := sj.log.DeleteBefore(newMin); err != nil {
-			return rep, fmt.Errorf("%w: %v", ErrIO, err)
+			return rep, fmt.Errorf("%w: %w", ErrIO, err)
 		}
 	}
 	s.lg.Info("retention deleted message-log segments", zap.Int("segments", n), zap.Int64("bytes", rep.Bytes), zap.Int64("start", rep.Start))

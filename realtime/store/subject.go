@@ -98,8 +98,14 @@ func (sj *subject) flushLocked() error {
 	if len(sj.pending) == 0 {
 		return nil
 	}
+	if sj.log.Err() != nil {
+		// A failed write poisoned the file: rewrite from the last good entry.
+		if err := sj.log.Truncate(sj.flushed); err != nil {
+			return fmt.Errorf("%w: consume log of %s: %w", ErrIO, sj.name, err)
+		}
+	}
 	if err := sj.log.WriteAt(sj.flushed, sj.pending); err != nil {
-		return fmt.Errorf("%w: consume log of %s: %v", ErrIO, sj.name, err)
+		return fmt.Errorf("%w: consume log of %s: %w", ErrIO, sj.name, err)
 	}
 	sj.flushed += int64(len(sj.pending) / entryWidth)
 	sj.pending = sj.pending[:0]
@@ -111,12 +117,6 @@ func (sj *subject) flushLocked() error {
 func (sj *subject) flush() error {
 	sj.mu.Lock()
 	defer sj.mu.Unlock()
-	if sj.log.Err() != nil {
-		// A failed write poisoned the file: rewrite from the last good entry.
-		if err := sj.log.Truncate(sj.flushed); err != nil {
-			return err
-		}
-	}
 	return sj.flushLocked()
 }
 
