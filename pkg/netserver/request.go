@@ -51,10 +51,16 @@ func (r *Request) Reply(status protocol.Status, body ...[]byte) {
 
 // ReplyError answers the request with the status err carries
 // (protocol.StatusOf: a *protocol.Error keeps its status, nil is StatusOK,
-// anything else StatusInternal) and err's message as the body.
+// anything else StatusInternal) and a message as the body: a *protocol.Error
+// itself sends its Message (the client rebuilds the same *protocol.Error),
+// any other error, wrapped ones included, sends err.Error().
 func (r *Request) ReplyError(err error) {
 	if err == nil {
 		r.Reply(protocol.StatusOK)
+		return
+	}
+	if pe, ok := err.(*protocol.Error); ok {
+		r.Reply(pe.Status, []byte(pe.Message))
 		return
 	}
 	r.Reply(protocol.StatusOf(err), []byte(err.Error()))
