@@ -1,0 +1,85 @@
+// Package netserver is the TCP server every QMQ-Go server runs on: a gnet v2
+// event loop that frames pkg/protocol requests, hands them to a Handler off
+// the loop, and writes the handler's replies, coalesced.
+//
+// # Use
+//
+//	mux := netserver.NewMux()                 // answers CmdPing itself
+//	mux.HandleFunc(protocol.CmdSend, b.send)  // func(r *netserver.Request)
+//	srv, err := netserver.New(netserver.Options{Addr: "127.0.0.1:0"}, mux, lg)
+//	err = srv.Start()                         // returns once listening, or why not
+//	addr := srv.Addr()                        // the real port when asked for port 0
+//	err = srv.Close(ctx)                      // drain in-flight requests, then stop
+//
+// A handler answers each request exactly once with r.Reply(status, body...)
+// or r.ReplyError(err), from any goroutine, now or later: a long-polling pull
+// replies seconds later, a send after the store's group commit. One-way
+// requests (protocol.FlagOneWay) get no reply. r.Done() is closed when the
+// client's connection closes, so a parked request can be abandoned; replies
+// to closed connections are dropped.
+//
+// # Request path
+//
+//	socket ─read─▶ event loop: OnTraffic ─batch─▶ serve goroutine ─Serve(r)─▶ handler
+//	                                                                         │ r.Reply (any goroutine)
+//	socket ◀─write─ event loop: flush ◀─AsyncWritev task─ reply buffer ◀─────┘
+//
+// OnTraffic runs once per socket read and splits every whole frame out of
+// the inbound buffer (a frame left behind would wait for the client's next
+// bytes). Until the first frame is whole it looks at that frame's header
+// only, so a large frame arriving over many reads is not copied again on
+// each read. Bodies are copied out of gnet's buffer into one block per read
+// (each Body's capacity ends at its length; a handler that keeps one
+// request keeps that read's block alive) and the batch goes to the
+// connection's serve goroutine, which runs the handler for each request in
+// arrival order and exits when it has nothing left (it is started again by
+// the next batch). Handlers must therefore return quickly and move blocking
+// work to their own goroutines.
+//
+// Replies are appended to the connection's reply buffer under a mutex.
+// While the serve goroutine runs a batch the buffer is corked; at the end of
+// the batch, or at once for a reply from another goroutine, one flush task
+// is queued on the event loop with AsyncWritev. The flush swaps the buffer
+// out and writes all of it with one write (gnet copies what the socket does
+// not take into the connection's outbound buffer), so many replies cost one
+// system call. Reply copies the body slices into the reply buffer before it
+// returns, so callers may reuse or release them at once: a broker can reply
+// with message bytes that alias its storage. That copy is cheap next to the
+// write itself, which copies every byte into the socket anyway.
+//
+// # Limits and bad input
+//
+// A frame with a bad magic, an unknown version or flags, or a body over
+// MaxFrameSize closes the connection, as does a response frame sent by a
+// client; an unknown command is the handler's to answer (Mux answers
+// StatusUnknownCommand and the connection stays open). A connection whose
+// unsent replies pass MaxOutboundBytes (a client that does not read) is
+// closed, and so is a connection over MaxConns as soon as it is accepted.
+// A request beyond MaxInFlight unanswered requests on its connection is
+// answered StatusBusy on the loop. Every close the server decides is logged
+// at warn level as "closing connection" with the connection id, remote
+// address and a reason; a client that leaves in the middle of a frame is
+// logged the same way. The event loop never blocks, so other connections
+// are unaffected.
+//
+// # Shutdown
+//
+// Close stops accepting connections and answers new requests with
+// StatusShuttingDown, then waits until every request handed to a handler
+// has been answered and its reply written (or its connection closed), or
+// until its context ends, and then stops gnet, which closes the remaining
+// connections (gnet checks for shutdown every 500 ms, so Close takes about
+// half a second). The wait is a count of held requests kept per connection
+// on the event loop; see Conn.
+//
+// # Design notes
+//
+//   - One event loop by default (Options.EventLoops). The loop only frames
+//     bytes and writes replies; handlers run on other goroutines. On the
+//     2-core machine the rpc bench ran slower with two loops than with one.
+//   - gnet v2.9.7's Conn.Context, RemoteAddr and Write are not safe off the
+//     loop: Conn captures the remote address in OnOpen, and off-loop code
+//     uses only AsyncWritev and Close.
+//   - gnet logs through the server's logger until Close, then through a
+//     no-op logger (gnet keeps its logger process-wide).
+package netserver

@@ -1,0 +1,72 @@
+// Package transport is the client side of pkg/protocol: it sends requests
+// to QMQ-Go servers over one pipelined TCP connection per server address and
+// guards each address with a gobreaker v2 circuit breaker.
+//
+// # Use
+//
+//	c, err := transport.New(transport.Options{}, lg)
+//	body, err := c.Call(ctx, addr, protocol.CmdLookup, req)          // waits
+//	err = c.Go(addr, protocol.CmdSend, batch, 0, func(body []byte, err error) {...}) // does not
+//	err = c.Notify(ctx, addr, protocol.CmdAck, ack)                   // one-way
+//	if c.BreakerState(addr) == gobreaker.StateOpen { /* pick another group */ }
+//	c.Close()
+//
+// # Errors
+//
+// A response with a non-OK status is returned as a *protocol.Error carrying
+// the status and the server's message, so errors.Is(err,
+// protocol.ErrReadonly) works. Transport failures are sentinels that say
+// whether the request may have reached the server:
+//
+//	ErrBreakerOpen, ErrDial, ErrRequestTooLarge, ErrClosed   not sent (NotSent reports true)
+//	ErrConnClosed, ErrTimeout                                may have been received
+//
+// A cancelled context returns context.Canceled; a context whose deadline
+// passed returns ErrTimeout, which also matches context.DeadlineExceeded.
+//
+// # Connections
+//
+// The first request to an address dials it (bounded by DialTimeout and the
+// caller's context; concurrent callers share the dial). Requests are framed
+// into the connection's write buffer under its mutex; a writer goroutine
+// writes everything queued since its last write in one system call, so
+// pipelined requests coalesce. A reader goroutine reads every whole frame
+// already buffered, matches the batch to pending requests by request id
+// under one lock, copies their bodies into one block (a caller that keeps
+// one body keeps that read's block alive) and completes them. Responses may
+// come in any order. When the connection drops (read or write error, or a
+// malformed frame from the server) every pending request fails at once with
+// ErrConnClosed, and the next request redials. A failed dial makes requests
+// fail fast with ErrDial for a back-off that doubles from RedialBackoffMin
+// to RedialBackoffMax and resets on success.
+//
+// Deadlines: Call watches its context, so its deadline is exact. Every
+// pending request also carries a deadline (the context's, or RequestTimeout)
+// that a sweep checks every 10 ms; that is how Go's timeout is enforced
+// without a timer per request. The same sweep forgets addresses with
+// nothing in flight and no request for IdleTimeout, closing their
+// connections, so the client's map does not grow forever.
+//
+// Go's callback runs on the connection's reader goroutine (or the sweep), so
+// it must be quick; it may call Go again, which is how a producer keeps many
+// batches in flight without a goroutine per request.
+//
+// # Circuit breakers
+//
+// Each address has a gobreaker.TwoStepCircuitBreaker. Any answer from the
+// server counts as a success, whatever its status (business statuses say
+// nothing about the address's health); the caller's own cancellation is
+// excluded; dial failures, timeouts and dropped connections are failures.
+// BreakerFailures consecutive failures open the breaker; after
+// BreakerOpenTimeout it lets BreakerProbes requests through, and their
+// success closes it. While it is open, requests fail with ErrBreakerOpen
+// without being sent.
+//
+// To keep two mutex round trips and two clock reads off every request, a
+// request to a healthy address (breaker closed, last recorded outcome a
+// success) skips the breaker, and only a failure is reported to it; the
+// breaker then sees every request until one succeeds while it is closed.
+// Its ReadyToTrip reads only consecutive failures, which successes would
+// merely keep at zero, so it trips exactly as if it had seen every request;
+// only its total request and success counts are lower.
+package transport
