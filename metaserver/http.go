@@ -55,8 +55,8 @@ func (s *Server) httpHandler() http.Handler {
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
-	if _, loaded := s.view.revision(); !loaded || !s.store.watching.Load() {
-		http.Error(w, "not ready: the etcd watch is not established", http.StatusServiceUnavailable)
+	if _, loaded := s.view.revision(); !loaded || !s.store.watching.Load() || !s.store.etcdOK.Load() {
+		http.Error(w, "not ready: etcd is unreachable or the watch is not established; lookups are served from the last view", http.StatusServiceUnavailable)
 		return
 	}
 	_, _ = w.Write([]byte("ok\n"))

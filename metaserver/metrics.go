@@ -52,9 +52,9 @@ func newMetrics(s *Server) *metrics {
 		Name: "qmq_meta_view_revision", Help: "etcd revision of this server's view.",
 	}, func() float64 { rev, _ := s.view.revision(); return float64(rev) })
 	watching := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "qmq_meta_etcd_watching", Help: "1 while the etcd watch feeding the view is established.",
+		Name: "qmq_meta_etcd_up", Help: "1 while etcd answers and the watch feeding the view is established.",
 	}, func() float64 {
-		if s.store.watching.Load() {
+		if s.store.watching.Load() && s.store.etcdOK.Load() {
 			return 1
 		}
 		return 0

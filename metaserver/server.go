@@ -117,6 +117,11 @@ func (s *Server) Start() error {
 		defer s.loops.Done()
 		s.store.watchLoop(s.loopCtx)
 	}()
+	s.loops.Add(1)
+	go func() {
+		defer s.loops.Done()
+		s.store.probeLoop(s.loopCtx, min(time.Second, s.opts.EtcdTimeout))
+	}()
 	ctx, cancel := context.WithTimeout(s.loopCtx, 3*s.opts.EtcdTimeout)
 	defer cancel()
 	for {

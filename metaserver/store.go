@@ -23,7 +23,36 @@ type store struct {
 	timeout time.Duration
 	lg      *zap.Logger
 
-	watching atomic.Bool // the watch is established and current
+	watching atomic.Bool // the watch is established
+	etcdOK   atomic.Bool // the last probe of etcd succeeded
+}
+
+// probeLoop asks etcd for a count every interval and records whether it
+// answered: a watch whose server vanished keeps retrying quietly, so this
+// is how the server learns that etcd is down (for /readyz and metrics).
+func (s *store) probeLoop(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		pctx, cancel := s.ctx(ctx)
+		_, err := s.cli.Get(pctx, s.k.prefix+"probe", clientv3.WithCountOnly())
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if was := s.etcdOK.Swap(err == nil); was != (err == nil) {
+			if err != nil {
+				s.lg.Warn("etcd unreachable; serving lookups from the last view", zap.Error(err))
+			} else {
+				s.lg.Info("etcd reachable")
+			}
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // errEtcd wraps etcd failures so callers can answer "unavailable".
@@ -78,6 +107,7 @@ func (s *store) watchLoop(ctx context.Context) {
 		}
 		backoff = 100 * time.Millisecond
 		s.watching.Store(true)
+		s.etcdOK.Store(true)
 		s.watch(ctx, rev)
 		s.watching.Store(false)
 	}
