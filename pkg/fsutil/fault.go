@@ -13,7 +13,7 @@ type Op uint8
 // Operations FaultFS can fail.
 const (
 	OpWrite    Op = 1 << iota // File.WriteAt
-	OpSync                    // File.Sync and FS.SyncDir
+	OpSync                    // File.Sync, FS.SyncDir and FS.SyncFS
 	OpAllocate                // File.Allocate and File.Truncate growing a file
 	OpCreate                  // FS.OpenFile with O_CREATE of a missing file, FS.Rename
 )
@@ -126,6 +126,14 @@ func (f *FaultFS) SyncDir(name string) error {
 		return &fs.PathError{Op: "fsync", Path: name, Err: err}
 	}
 	return f.FS.SyncDir(name)
+}
+
+// SyncFS syncs through the inner FS unless OpSync fails.
+func (f *FaultFS) SyncFS(name string) error {
+	if err := f.check(OpSync); err != nil {
+		return &fs.PathError{Op: "syncfs", Path: name, Err: err}
+	}
+	return f.FS.SyncFS(name)
 }
 
 type faultFile struct {

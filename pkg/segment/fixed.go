@@ -37,6 +37,7 @@ type FixedLog struct {
 	length  int64 // one past the highest entry written or found
 	first   int64 // first entry kept
 	dirty   map[int64]struct{}
+	gen     uint64 // counts writes
 	err     error
 	created bool
 }
@@ -176,6 +177,7 @@ func (l *FixedLog) writeSegment(b, seq int64, data []byte) error {
 		}
 	}
 	l.dirty[b] = struct{}{}
+	l.gen++
 	if end := seq + int64(len(data)/l.opts.Width); end > l.length {
 		l.length = end
 	}
@@ -249,6 +251,25 @@ func (l *FixedLog) Sync() error {
 		return l.opts.FS.SyncDir(l.dir)
 	}
 	return nil
+}
+
+// Dirty reports whether entries were written since the last Sync or
+// MarkSynced, and a generation that names the writes so far.
+func (l *FixedLog) Dirty() (gen uint64, dirty bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.gen, len(l.dirty) > 0
+}
+
+// MarkSynced forgets what was written up to generation gen (from Dirty): the
+// caller made it durable another way (fsutil.FS.SyncFS). Writes after gen
+// keep the log dirty.
+func (l *FixedLog) MarkSynced(gen uint64) {
+	l.mu.Lock()
+	if l.gen == gen {
+		clear(l.dirty)
+	}
+	l.mu.Unlock()
 }
 
 // Truncate removes every entry at or after n and clears the poison.

@@ -10,6 +10,7 @@ import (
 	"sort"
 
 	"github.com/qmq-go/qmq/pkg/fsutil"
+	"github.com/qmq-go/qmq/pkg/segment"
 	"go.uber.org/zap"
 )
 
@@ -170,23 +171,17 @@ func (s *Store) checkpointLocked() error {
 	// Sequences visible at msgOffset: visible is published after goodEnd is
 	// stored, so read goodEnd first and take visible as it is now; records
 	// between msgOffset and the visible end are replayed idempotently.
+	var dirtyLogs []dirtyLog
 	for _, sj := range subjects {
 		sj.mu.Lock()
 		err := sj.flushLocked()
 		c.subjects = append(c.subjects, ckSubject{name: sj.name, next: sj.visible, min: sj.min})
-		dirty := sj.dirty
-		sj.dirty = false
 		sj.mu.Unlock()
 		if err != nil {
 			return err
 		}
-		if dirty {
-			if err := sj.log.Sync(); err != nil {
-				sj.mu.Lock()
-				sj.dirty = true
-				sj.mu.Unlock()
-				return fmt.Errorf("%w: consume log of %s: %w", ErrIO, sj.name, err)
-			}
+		if gen, dirty := sj.log.Dirty(); dirty {
+			dirtyLogs = append(dirtyLogs, dirtyLog{sj.log, gen})
 		}
 	}
 	// Everything visible above is written; make it durable (FlushAsync).
@@ -202,24 +197,23 @@ func (s *Store) checkpointLocked() error {
 	}
 	s.groupsMu.RUnlock()
 	sort.Slice(groups, func(i, j int) bool { return groups[i].key.subject < groups[j].key.subject })
-	var dirty []*consumer
 	for _, g := range groups {
 		g.mu.Lock()
 		cg := ckGroup{key: g.key, version: g.version, cursor: g.cursor, returned: append([]run(nil), g.returned...)}
 		for _, cs := range g.consumers {
 			cg.consumers = append(cg.consumers, ckConsumer{id: cs.id, next: cs.next, acked: cs.acked})
-			if cs.dirty && cs.log != nil {
-				dirty = append(dirty, cs)
-				cs.dirty = false
+			if cs.log == nil {
+				continue
+			}
+			if gen, dirty := cs.log.Dirty(); dirty {
+				dirtyLogs = append(dirtyLogs, dirtyLog{cs.log, gen})
 			}
 		}
 		g.mu.Unlock()
 		c.groups = append(c.groups, cg)
 	}
-	for _, cs := range dirty {
-		if err := cs.log.Sync(); err != nil {
-			return fmt.Errorf("%w: pull log of %s: %w", ErrIO, cs.id, err)
-		}
+	if err := s.syncLogs(dirtyLogs); err != nil {
+		return err
 	}
 	if err := s.actions.flush(); err != nil {
 		return err
@@ -228,5 +222,32 @@ func (s *Store) checkpointLocked() error {
 		return fmt.Errorf("%w: %w", ErrIO, err)
 	}
 	s.stats.checkpoints.Add(1)
+	return nil
+}
+
+// syncFSThreshold: with more dirty consume and pull logs than this, a
+// checkpoint makes them durable with one syncfs instead of one fsync each.
+const syncFSThreshold = 32
+
+type dirtyLog struct {
+	log *segment.FixedLog
+	gen uint64
+}
+
+func (s *Store) syncLogs(logs []dirtyLog) error {
+	if len(logs) > syncFSThreshold {
+		if err := s.opts.FS.SyncFS(s.dir); err != nil {
+			return fmt.Errorf("%w: %w", ErrIO, err)
+		}
+		for _, l := range logs {
+			l.log.MarkSynced(l.gen)
+		}
+		return nil
+	}
+	for _, l := range logs {
+		if err := l.log.Sync(); err != nil {
+			return fmt.Errorf("%w: %w", ErrIO, err)
+		}
+	}
 	return nil
 }

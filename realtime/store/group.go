@@ -54,7 +54,6 @@ type consumer struct {
 	next  int64
 	acked int64
 	log   *segment.FixedLog // nil for broadcast
-	dirty bool
 	seen  time.Time
 }
 
@@ -129,7 +128,6 @@ func (c *consumer) writePullLog(first int64, seqs []int64) error {
 		c.log.Truncate(first)
 		return fmt.Errorf("%w: pull log of %s: %w", ErrIO, c.id, err)
 	}
-	c.dirty = true
 	return nil
 }
 

@@ -131,7 +131,9 @@ func withLimits(o Options) Options {
 	return o
 }
 
-func itoa(i int) string { return string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i/676%26)) }
+func itoa(i int) string {
+	return string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i/676%26))
+}
 
 // TestCorruptMiddle damages a record in the middle of the message log. Found
 // by recovery: Open fails naming the range unless SkipCorrupt, which skips

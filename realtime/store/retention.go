@@ -41,21 +41,8 @@ func (s *Store) RunRetention() (RetentionReport, error) {
 	if n == 0 {
 		return rep, nil
 	}
-	for _, sj := range s.subjectList() {
-		lo, visible := sj.bounds()
-		newMin, err := s.firstSeqAtOffset(sj, lo, visible, rep.Start)
-		if err != nil {
-			return rep, err
-		}
-		if newMin <= lo {
-			continue
-		}
-		sj.mu.Lock()
-		sj.min = newMin
-		sj.mu.Unlock()
-		if _, err := sj.log.DeleteBefore(newMin); err != nil {
-			return rep, fmt.Errorf("%w: %w", ErrIO, err)
-		}
+	if err := s.raiseMins(rep.Start); err != nil {
+		return rep, err
 	}
 	s.lg.Info("retention deleted message-log segments", zap.Int("segments", n), zap.Int64("bytes", rep.Bytes), zap.Int64("start", rep.Start))
 	return rep, nil
@@ -129,4 +116,27 @@ func (s *Store) firstSeqAtOffset(sj *subject, lo, hi, off int64) (int64, error) 
 		return e.size != 0 && e.offset >= off
 	})
 	return lo + int64(i), ferr
+}
+
+// raiseMins moves each subject's first kept sequence to its first entry at
+// or after the message-log offset start and deletes consume-log segments
+// below it.
+func (s *Store) raiseMins(start int64) error {
+	for _, sj := range s.subjectList() {
+		lo, visible := sj.bounds()
+		newMin, err := s.firstSeqAtOffset(sj, lo, visible, start)
+		if err != nil {
+			return err
+		}
+		if newMin <= lo {
+			continue
+		}
+		sj.mu.Lock()
+		sj.min = newMin
+		sj.mu.Unlock()
+		if _, err := sj.log.DeleteBefore(newMin); err != nil {
+			return fmt.Errorf("%w: %w", ErrIO, err)
+		}
+	}
+	return nil
 }

@@ -166,6 +166,10 @@ func (s *Store) recover() error {
 	if err := s.recoverMessages(ck); err != nil {
 		return err
 	}
+	// Retention may have deleted segments after the checkpoint was written.
+	if err := s.raiseMins(s.msgLog.Start()); err != nil {
+		return err
+	}
 	return s.recoverActions(ck)
 }
 

@@ -31,7 +31,6 @@ type subject struct {
 	flushed  int64
 	pending  []byte
 	appended int64 // message-log bytes appended since open (stats)
-	dirty    bool  // written since the last checkpoint
 }
 
 func (s *Store) newSubject(name string) (*subject, error) {
@@ -109,7 +108,6 @@ func (sj *subject) flushLocked() error {
 	}
 	sj.flushed += int64(len(sj.pending) / entryWidth)
 	sj.pending = sj.pending[:0]
-	sj.dirty = true
 	return nil
 }
 

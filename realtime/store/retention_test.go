@@ -1,0 +1,96 @@
+package store
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+func retentionOptions(clock *testClock) Options {
+	o := testOptions()
+	o.SegmentSize = 1 << 20
+	o.Limits.MaxBody = 64 << 10
+	o.Limits.MaxPropertyBytes = 64 << 10
+	o = withLimits(o)
+	o.ConsumeSegmentEntries = 16
+	o.Clock = clock.Now
+	return o
+}
+
+// fill appends 8 KiB messages until the log has n segments.
+func fill(t *testing.T, s *Store, subject string, segments int, clock *testClock) int {
+	t.Helper()
+	i := 0
+	for len(s.msgLog.Segments()) < segments {
+		appendAll(t, s, encode(t, subject, fmt.Sprint(subject, i), make([]byte, 8<<10)))
+		clock.Add(time.Second)
+		i++
+	}
+	return i
+}
+
+func TestRetentionByAge(t *testing.T) {
+	clock := newTestClock()
+	opts := retentionOptions(clock)
+	opts.RetentionAge = time.Hour
+	s := openStore(t, t.TempDir(), opts)
+	defer s.Close()
+	pull(t, s, PullRequest{Subject: "a", Group: "slow", Consumer: "c", Earliest: true})
+	n := fill(t, s, "a", 3, clock)
+	if rep, err := s.RunRetention(); err != nil || rep.Segments != 0 {
+		t.Fatalf("young log lost %d segments, %v", rep.Segments, err)
+	}
+	clock.Add(2 * time.Hour)
+	// Stats show what the pass will drop before any group consumed it.
+	st := s.Stats()
+	if st.RetentionBoundary != s.msgLog.Segments()[2].Base {
+		t.Fatalf("boundary %d", st.RetentionBoundary)
+	}
+	drop := st.Subjects[0].RetentionDropSeq
+	if st.Groups[0].AtRisk != drop || drop == 0 {
+		t.Fatalf("at risk %d, drop seq %d", st.Groups[0].AtRisk, drop)
+	}
+	rep, err := s.RunRetention()
+	if err != nil || rep.Segments != 2 {
+		t.Fatalf("deleted %d, %v", rep.Segments, err)
+	}
+	// The active segment is never deleted.
+	clock.Add(100 * time.Hour)
+	if rep, _ := s.RunRetention(); rep.Segments != 0 {
+		t.Fatalf("active segment deleted")
+	}
+	st = s.Stats()
+	if st.Subjects[0].MinSeq != drop || st.Subjects[0].NextSeq != int64(n) {
+		t.Fatalf("subject after retention %+v", st.Subjects[0])
+	}
+	r := pull(t, s, PullRequest{Subject: "a", Group: "slow", Consumer: "c", Max: 1000})
+	if r.Expired != drop || r.Messages[0].ConsumeSeq != drop || int64(len(r.Messages)) != int64(n)-drop {
+		t.Fatalf("pull after retention: expired %d first %d count %d", r.Expired, r.Messages[0].ConsumeSeq, len(r.Messages))
+	}
+}
+
+func TestRetentionBySize(t *testing.T) {
+	clock := newTestClock()
+	opts := retentionOptions(clock)
+	opts.RetentionBytes = 2 << 20
+	dir := t.TempDir()
+	s := openStore(t, dir, opts)
+	fill(t, s, "a", 5, clock)
+	pull(t, s, PullRequest{Subject: "b", Group: "g", Consumer: "c"})
+	rep, err := s.RunRetention()
+	if err != nil || rep.Segments != 3 {
+		t.Fatalf("deleted %d, %v", rep.Segments, err)
+	}
+	if st := s.Stats(); st.MessageLogBytes > 2<<20 {
+		t.Fatalf("log still %d bytes", st.MessageLogBytes)
+	}
+	min := s.Stats().Subjects[0].MinSeq
+	s.Close()
+	// Retention survives a restart.
+	s = openStore(t, dir, opts)
+	defer s.Close()
+	got, err := s.Read("a", 0, 10)
+	if err != nil || got[0].ConsumeSeq != min {
+		t.Fatalf("after reopen first %d, min %d, %v", got[0].ConsumeSeq, min, err)
+	}
+}

@@ -1,0 +1,65 @@
+package store
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// TestScale runs 10,000 subjects and 2,000 consumers with a small bound on
+// open files, and reports the memory each costs.
+func TestScale(t *testing.T) {
+	subjects, consumers := 10000, 2000
+	if testing.Short() {
+		subjects, consumers = 2000, 400
+	}
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.MaxOpenFiles = 64
+	opts.Flush = FlushAsync
+	s := openStore(t, dir, opts)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	var batch [][]byte
+	for i := 0; i < subjects; i++ {
+		batch = append(batch, encode(t, fmt.Sprint("s", i), "m", []byte("x")))
+		if len(batch) == 500 {
+			appendAll(t, s, batch...)
+			batch = nil
+		}
+	}
+	appendAll(t, s, batch...)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	perSubject := float64(after.HeapAlloc-before.HeapAlloc) / float64(subjects)
+	for i := 0; i < consumers; i++ {
+		r := pull(t, s, PullRequest{Subject: fmt.Sprint("s", i%200), Group: fmt.Sprint("g", i%7), Consumer: fmt.Sprint("c", i), Earliest: true})
+		_ = r
+	}
+	runtime.GC()
+	var after2 runtime.MemStats
+	runtime.ReadMemStats(&after2)
+	perConsumer := float64(int64(after2.HeapAlloc)-int64(after.HeapAlloc)) / float64(consumers)
+	if open, _ := s.pool.Stats(); open > opts.MaxOpenFiles {
+		t.Fatalf("%d files open, bound %d", open, opts.MaxOpenFiles)
+	}
+	t.Logf("%d subjects, %d consumers in %v; heap per subject %.0f B, per consumer %.0f B", subjects, consumers, time.Since(start), perSubject, perConsumer)
+	closeStart := time.Now()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("close (checkpoint of every consume log) took %v", time.Since(closeStart))
+	s = openStore(t, dir, opts)
+	defer s.Close()
+	st := s.Stats()
+	if len(st.Subjects) != subjects || st.OpenFiles > opts.MaxOpenFiles {
+		t.Fatalf("after reopen %d subjects, %d open files", len(st.Subjects), st.OpenFiles)
+	}
+	got, err := s.Read(fmt.Sprint("s", subjects-1), 0, 10)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("read last subject: %d %v", len(got), err)
+	}
+}
