@@ -39,6 +39,7 @@ type Conn struct {
 	held    int
 	frames  []protocol.Frame // OnTraffic scratch
 	batch   []*Request       // OnTraffic scratch
+	inline  Request          // the request passed to inline handlers
 	flushFn gnet.AsyncCallback
 
 	// inMu guards the serve goroutine's inbox.
@@ -53,7 +54,7 @@ type Conn struct {
 	outSpare    []byte
 	unwritten   int  // requests answered (or one-way and served) since the last flush
 	flushQueued bool // a flush task is queued on the event loop
-	corked      bool // serveLoop is running a batch; it flushes at its end
+	corks       int  // batches running (serveLoop, inline handlers); the last to end flushes
 	closed      bool
 }
 
@@ -120,7 +121,7 @@ func (c *Conn) serveLoop() {
 				oneWay++
 			}
 		}
-		c.uncork(oneWay)
+		c.uncork(oneWay, false)
 
 		clear(batch)
 		c.inMu.Lock()
@@ -131,28 +132,33 @@ func (c *Conn) serveLoop() {
 	}
 }
 
+// cork starts a batch: replies wait for its end to be flushed together.
 func (c *Conn) cork() {
 	c.outMu.Lock()
-	c.corked = true
+	c.corks++
 	c.outMu.Unlock()
 }
 
-// uncork ends a batch: served one-way requests count as written, and a
-// flush is queued for what the batch answered.
-func (c *Conn) uncork(oneWay int) {
+// uncork ends a batch: served one-way requests count as written, and the
+// last batch to end flushes what was answered meanwhile, writing at once
+// when it runs on the event loop and queueing a flush task otherwise.
+func (c *Conn) uncork(oneWay int, onLoop bool) {
 	c.outMu.Lock()
-	c.corked = false
+	c.corks--
 	if c.closed {
 		c.outMu.Unlock()
 		return
 	}
 	c.unwritten += oneWay
-	queue := c.unwritten > 0 && !c.flushQueued
-	if queue {
+	flush := c.corks == 0 && c.unwritten > 0 && !c.flushQueued
+	if flush {
 		c.flushQueued = true
 	}
 	c.outMu.Unlock()
-	if queue {
+	switch {
+	case flush && onLoop:
+		_ = c.flush(c.gc, nil)
+	case flush:
 		c.queueFlush()
 	}
 }
@@ -188,7 +194,7 @@ func (c *Conn) reply(requestID uint64, status protocol.Status, body [][]byte) {
 		c.closeWithReason("unsent replies over MaxOutboundBytes", zap.Int("limit", c.srv.opts.MaxOutboundBytes))
 		return
 	}
-	queue := !c.corked && !c.flushQueued
+	queue := c.corks == 0 && !c.flushQueued
 	if queue {
 		c.flushQueued = true
 	}

@@ -29,6 +29,7 @@ const gnetStopTimeout = 5 * time.Second
 type Server struct {
 	opts    Options
 	handler Handler
+	inline  InlineHandler // handler, when it serves some commands inline
 	lg      *zap.Logger
 	gnetLog *gnetLogger
 
@@ -72,6 +73,7 @@ func New(opts Options, h Handler, lg *zap.Logger) (*Server, error) {
 		booted:  make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
+	s.inline, _ = h.(InlineHandler)
 	s.gnetLog = newGnetLogger(lg.Named("gnet"))
 	s.events.srv = s
 	return s, nil
@@ -318,15 +320,17 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 		bodyBytes += len(f.Body)
 	}
 
-	// Copy the accepted requests out of gnet's buffer: one block for the
-	// bodies, one for the Request values.
+	// Serve inline commands now; copy the other requests out of gnet's
+	// buffer (one block for the bodies, one for the Request values).
 	var (
 		refused []byte
-		block   = make([]byte, 0, bodyBytes)
-		reqs    = make([]Request, len(frames))
+		block   []byte
+		reqs    []Request
 		batch   = c.batch[:0]
 		now     = time.Now()
 		closing = s.closing.Load()
+		inline  = 0 // requests served inline
+		oneWay  = 0 // of which one-way
 	)
 	for i, f := range frames {
 		h := f.Header
@@ -343,7 +347,22 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 			}
 			continue
 		}
-		r := &reqs[i]
+		if s.inline != nil && s.inline.Inline(h.Command()) {
+			if inline == 0 {
+				c.cork()
+			}
+			inline++
+			if h.IsOneWay() {
+				oneWay++
+			}
+			e.serveInline(c, f, now)
+			continue
+		}
+		if reqs == nil {
+			block = make([]byte, 0, bodyBytes)
+			reqs = make([]Request, len(frames)-i)
+		}
+		r := &reqs[len(batch)]
 		r.Header, r.Arrived, r.Conn = h, now, c
 		if len(f.Body) > 0 {
 			at := len(block)
@@ -351,6 +370,11 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 			r.Body = block[at:len(block):len(block)]
 		}
 		batch = append(batch, r)
+	}
+	if inline > 0 {
+		c.held += inline
+		s.busy.Add(int64(inline))
+		c.uncork(oneWay, true)
 	}
 	clear(frames) // drop references into gnet's buffer
 	c.frames = frames[:0]
@@ -366,4 +390,18 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 		_, _ = gc.Write(refused)
 	}
 	return gnet.None
+}
+
+// serveInline serves one request on the event loop with the connection's
+// reusable inline Request, whose body points into gnet's buffer.
+func (e *events) serveInline(c *Conn, f protocol.Frame, now time.Time) {
+	r := &c.inline
+	r.Header, r.Body, r.Arrived, r.Conn = f.Header, f.Body, now, c
+	r.replied.Store(false)
+	e.srv.handler.Serve(r)
+	if !r.replied.Load() && !r.Header.IsOneWay() {
+		e.srv.lg.Error("inline handler returned without replying", zap.Stringer("command", r.Command()))
+		r.ReplyError(protocol.Errorf(protocol.StatusInternal, "no reply"))
+	}
+	r.Body = nil
 }

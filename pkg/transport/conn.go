@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -258,6 +259,9 @@ func (c *conn) remove(id uint64) bool {
 	return ok
 }
 
+// errDeadline fails a request whose deadline passed.
+var errDeadline = fmt.Errorf("%w: %w", ErrTimeout, context.DeadlineExceeded)
+
 // expire fails every pending call whose deadline is not after now.
 func (c *conn) expire(now time.Duration) {
 	var expired []*call
@@ -270,7 +274,7 @@ func (c *conn) expire(now time.Duration) {
 	}
 	c.mu.Unlock()
 	for _, cl := range expired {
-		cl.complete(nil, ErrTimeout)
+		cl.complete(nil, errDeadline)
 	}
 }
 

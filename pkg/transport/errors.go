@@ -24,9 +24,9 @@ var (
 	// ErrConnClosed: the connection dropped (or the client closed) while the
 	// request was in flight. The request may have reached the server.
 	ErrConnClosed = errors.New("transport: connection closed")
-	// ErrTimeout: no response came before the request's deadline (it also
-	// matches context.DeadlineExceeded when the context's deadline passed).
-	// The request may have reached the server.
+	// ErrTimeout: no response came before the request's deadline. It also
+	// matches context.DeadlineExceeded. The request may have reached the
+	// server.
 	ErrTimeout = errors.New("transport: request timed out")
 	// ErrInvalidOptions: an Options field cannot work; the message names it.
 	ErrInvalidOptions = errors.New("transport: invalid options")

@@ -3,22 +3,34 @@ package main
 // The rpc suite: a ping request through pkg/netserver and pkg/transport,
 // side by side with a plain net server that the suite runs as the baseline.
 //
-// Both servers run in this process and answer CmdPing frames with the
-// request's body: ours is netserver with its Mux (the ping handler runs off
-// the event loop, as every real handler does, and replies are coalesced),
-// the baseline is a goroutine per connection with bufio on both sides that
-// flushes when no more input is buffered. Both are driven by the same
-// pkg/transport clients: one Client per connection (a Client keeps one
-// connection per address), each keeping a fixed number of requests in flight
-// with Client.Go. Client and servers share the machine's cores, as they do
-// for the baseline, so the ratio compares like with like. Rounds alternate
-// between the two servers to spread the noise of a shared machine evenly;
-// each figure sums all its rounds.
+// Three servers answer CmdPing frames with the request's body, all in this
+// process on loopback:
 //
-//	rpc_pipelined_req_per_s      netserver, 4 connections x 128 in flight, 64-byte payloads
-//	rpc_net_pipelined_req_per_s  the net baseline, same workload
-//	rpc_vs_net_ratio             the two above, ours / baseline
-//	rpc_sync_req_per_s           netserver, 1 connection, 1 request in flight (Call)
+//   - netserver with NewMux, which answers pings itself on the event loop
+//     (the server's own ping path; replies are coalesced into one write per
+//     read);
+//   - netserver with the ping registered as an ordinary handler
+//     (Mux.HandleFunc), so each read's requests go to the connection's
+//     serve goroutine and the replies come back through an AsyncWritev
+//     flush, the path every real handler takes;
+//   - the baseline: a goroutine per connection with bufio on both sides
+//     that flushes when no more input is buffered.
+//
+// All three are driven by the same pkg/transport clients: one Client per
+// connection (a Client keeps one connection per address), each keeping a
+// fixed number of requests in flight with Client.Go. Client and servers
+// share the machine's two cores, the same way for every server, so the
+// ratios compare like with like. The machine is shared and noisy, so the
+// suite runs several short rounds, rotating the order of the servers in
+// each, and each figure sums all of its rounds.
+//
+//	rpc_pipelined_req_per_s              netserver (ping on the loop), 4 connections x 128 in flight, 64-byte payloads
+//	rpc_net_pipelined_req_per_s          the net baseline, same workload
+//	rpc_vs_net_ratio                     the two above, ours / baseline
+//	rpc_handler_pipelined_req_per_s      netserver with ping as an off-loop handler, same workload
+//	rpc_handler_vs_net_ratio             that / baseline
+//	rpc_sync_req_per_s                   netserver (ping on the loop), 1 connection, 1 request in flight (Call)
+//	rpc_handler_sync_req_per_s           the same through the off-loop handler
 
 import (
 	"bufio"
@@ -40,57 +52,81 @@ const (
 	rpcConns       = 4
 	rpcWindow      = 128
 	rpcPayload     = 64
-	rpcRounds      = 3
-	rpcRoundLength = 2 * time.Second
+	rpcRounds      = 6
+	rpcRoundLength = time.Second
 	rpcSyncLength  = 2 * time.Second
 )
 
 func init() { register("rpc", runRPC) }
 
 func runRPC(env *Env) error {
-	srv, err := netserver.New(netserver.Options{Addr: "127.0.0.1:0"}, netserver.NewMux(), nil)
+	inline, err := startPingServer(netserver.NewMux())
 	if err != nil {
 		return err
 	}
-	if err := srv.Start(); err != nil {
+	defer inline.Close(context.Background())
+	offLoop := netserver.NewMux()
+	offLoop.HandleFunc(protocol.CmdPing, netserver.Ping)
+	handler, err := startPingServer(offLoop)
+	if err != nil {
 		return err
 	}
-	defer srv.Close(context.Background())
-
+	defer handler.Close(context.Background())
 	base, err := startNetEcho("127.0.0.1:0")
 	if err != nil {
 		return err
 	}
 	defer base.Close()
 
-	ours, theirs := rpcRate{}, rpcRate{}
+	type target struct {
+		name string
+		addr string
+		rate rpcRate
+	}
+	targets := []*target{
+		{name: "netserver", addr: inline.Addr().String()},
+		{name: "handler", addr: handler.Addr().String()},
+		{name: "net", addr: base.Addr().String()},
+	}
 	for round := range rpcRounds {
-		order := []struct {
-			addr string
-			into *rpcRate
-			name string
-		}{{srv.Addr().String(), &ours, "netserver"}, {base.Addr().String(), &theirs, "net"}}
-		if round%2 == 1 {
-			order[0], order[1] = order[1], order[0]
-		}
-		for _, o := range order {
-			n, d, err := pipelined(o.addr, rpcConns, rpcWindow, rpcPayload, rpcRoundLength)
+		for i := range targets {
+			t := targets[(round+i)%len(targets)]
+			n, d, err := pipelined(t.addr, rpcConns, rpcWindow, rpcPayload, rpcRoundLength)
 			if err != nil {
-				return fmt.Errorf("%s round %d: %w", o.name, round, err)
+				return fmt.Errorf("%s round %d: %w", t.name, round, err)
 			}
-			o.into.add(n, d)
-			env.Logf("round %d %-9s %.0f req/s", round, o.name, float64(n)/d.Seconds())
+			t.rate.add(n, d)
+			env.Logf("round %d %-9s %.0f req/s", round, t.name, float64(n)/d.Seconds())
 		}
 	}
-	n, d, err := synchronous(srv.Addr().String(), rpcPayload, rpcSyncLength)
+	syncN, syncD, err := synchronous(targets[0].addr, rpcPayload, rpcSyncLength)
 	if err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
-	env.Metric("rpc_pipelined_req_per_s", ours.perSecond(), "req/s")
-	env.Metric("rpc_net_pipelined_req_per_s", theirs.perSecond(), "req/s")
-	env.Metric("rpc_vs_net_ratio", ours.perSecond()/theirs.perSecond(), "x")
-	env.Metric("rpc_sync_req_per_s", float64(n)/d.Seconds(), "req/s")
+	hSyncN, hSyncD, err := synchronous(targets[1].addr, rpcPayload, rpcSyncLength)
+	if err != nil {
+		return fmt.Errorf("handler sync: %w", err)
+	}
+	ours, offLoopRate, theirs := targets[0].rate.perSecond(), targets[1].rate.perSecond(), targets[2].rate.perSecond()
+	env.Metric("rpc_pipelined_req_per_s", ours, "req/s")
+	env.Metric("rpc_net_pipelined_req_per_s", theirs, "req/s")
+	env.Metric("rpc_vs_net_ratio", ours/theirs, "x")
+	env.Metric("rpc_handler_pipelined_req_per_s", offLoopRate, "req/s")
+	env.Metric("rpc_handler_vs_net_ratio", offLoopRate/theirs, "x")
+	env.Metric("rpc_sync_req_per_s", float64(syncN)/syncD.Seconds(), "req/s")
+	env.Metric("rpc_handler_sync_req_per_s", float64(hSyncN)/hSyncD.Seconds(), "req/s")
 	return nil
+}
+
+func startPingServer(h netserver.Handler) (*netserver.Server, error) {
+	srv, err := netserver.New(netserver.Options{Addr: "127.0.0.1:0"}, h, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := srv.Start(); err != nil {
+		return nil, err
+	}
+	return srv, nil
 }
 
 type rpcRate struct {
