@@ -105,15 +105,20 @@ func (s *Store) firstTimestamp(sg segment.SegmentInfo) int64 {
 // or after off (offsets grow with sequences).
 func (s *Store) firstSeqAtOffset(sj *subject, lo, hi, off int64) (int64, error) {
 	var ferr error
+	var b [64 * entryWidth]byte
 	i := sort.Search(int(hi-lo), func(i int) bool {
-		var b [entryWidth]byte
+		// A hole (size 0) has no offset: judge by the next real entry.
 		n, err := sj.readEntries(lo+int64(i), b[:])
 		if err != nil || n == 0 {
 			ferr = err
 			return true
 		}
-		e, _ := decodeEntry(b[:])
-		return e.size != 0 && e.offset >= off
+		for k := 0; k < n; k++ {
+			if e, ok := decodeEntry(b[k*entryWidth:]); ok && e.size != 0 {
+				return e.offset >= off
+			}
+		}
+		return true
 	})
 	return lo + int64(i), ferr
 }
