@@ -23,6 +23,7 @@ type puller struct {
 	group   route.Group
 
 	known    int64        // highest pull seq received; pullLoop only
+	firstSeq atomic.Int64 // first pull seq received (-1: none yet): where acks start
 	received atomic.Int64 // messages handed on
 	finished atomic.Int64 // messages finished (acked or abandoned)
 
@@ -49,7 +50,7 @@ type delivery struct {
 
 func newPuller(s *Subscription, g route.Group, subject string) *puller {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &puller{
+	p := &puller{
 		s: s, subject: subject, group: g,
 		lg:         s.lg.With(zap.String("broker_group", g.Name), zap.String("pull_subject", subject)),
 		known:      -1,
@@ -61,6 +62,8 @@ func newPuller(s *Subscription, g route.Group, subject string) *puller {
 		pullDone:   make(chan struct{}),
 		ackDone:    make(chan struct{}),
 	}
+	p.firstSeq.Store(-1)
+	return p
 }
 
 func (p *puller) currentGroup() route.Group {
@@ -180,6 +183,7 @@ func (p *puller) pullFailed(err error, failures int) {
 // to the subscription. It returns false when the puller is stopping.
 func (p *puller) deliver(pm protocol.PulledMessage, g route.Group) bool {
 	p.received.Add(1)
+	p.firstSeq.CompareAndSwap(-1, int64(pm.PullSeq))
 	raw := append([]byte(nil), pm.Message...)
 	v, err := protocol.ParseMessage(raw)
 	d := &delivery{p: p, pullSeq: pm.PullSeq, raw: raw}
@@ -253,12 +257,13 @@ func (p *puller) ackLoop() {
 	defer heartbeat.Stop()
 	lastSent := time.Now()
 	absorb := func(seq uint64) {
-		if !started || seq < next {
-			if !started {
-				next, started = seq, true
-			} else {
-				return // already acked
-			}
+		if !started {
+			// Acks start at the first pull seq received, which is not
+			// always the first one finished.
+			next, started = uint64(p.firstSeq.Load()), true
+		}
+		if seq < next {
+			return // already acked
 		}
 		finished[seq] = true
 	}

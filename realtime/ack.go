@@ -1,0 +1,121 @@
+package realtime
+
+import (
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/netserver"
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/realtime/store"
+	"go.uber.org/zap"
+)
+
+// serveAck records a consumer's acks. An empty range is a heartbeat. Acks
+// above a gap mean the gap's acks were lost after the consumer handled or
+// failed those messages: they go to the group's retry subject. The release
+// flag hands the consumer's remaining un-acked entries back to the group.
+func (b *Broker) serveAck(r *netserver.Request) {
+	a, err := protocol.DecodeAckRequest(r.Body)
+	if err != nil {
+		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
+		return
+	}
+	if err := b.checkNames(a.Subject, a.Group, a.ConsumerID); err != nil {
+		r.ReplyError(err)
+		return
+	}
+	broadcast := a.Flags&protocol.AckBroadcast != 0
+	if !broadcast {
+		b.live.touch(a.Subject, a.Group, a.ConsumerID)
+	}
+	if a.First <= a.Last {
+		if a.Last > 1<<62 {
+			r.ReplyError(protocol.Errorf(protocol.StatusInvalid, "ack range out of bounds"))
+			return
+		}
+		res, err := b.store.Ack(store.AckRequest{
+			Subject: a.Subject, Group: a.Group, Consumer: a.ConsumerID,
+			First: int64(a.First), Last: int64(a.Last), Broadcast: broadcast,
+		})
+		if err != nil {
+			r.ReplyError(pullStatus(err))
+			return
+		}
+		b.metrics.acked.Inc()
+		if len(res.Gap) > 0 {
+			b.retryLostAcks(a.Subject, a.Group, res.Gap)
+		}
+	}
+	if a.Flags&protocol.AckRelease != 0 && !broadcast {
+		b.release(a.Subject, a.Group, a.ConsumerID, "consumer left")
+	}
+	r.Reply(protocol.StatusOK)
+}
+
+// release hands a consumer's un-acked entries back to its group and wakes
+// the group's waiting pulls.
+func (b *Broker) release(subject, group, consumer, why string) {
+	b.live.forget(subject, group, consumer)
+	n, err := b.store.ReturnUnacked(subject, group, consumer)
+	if err != nil {
+		b.lg.Debug("cannot return un-acked entries", zap.String("subject", subject), zap.String("group", group),
+			zap.String("consumer", consumer), zap.Error(err))
+		return
+	}
+	if n > 0 {
+		b.metrics.returned.Add(float64(n))
+		b.lg.Info("un-acked messages handed back to the group", zap.String("subject", subject), zap.String("group", group),
+			zap.String("consumer", consumer), zap.Int("messages", n), zap.String("why", why))
+		b.actorFor(actorKey{subject, group}).wakeAlways()
+	}
+}
+
+// wakeAlways sends a wake even when no pull is waiting yet.
+func (a *pullActor) wakeAlways() {
+	if a.wakePending.CompareAndSwap(false, true) {
+		if !a.actor.Send(pullEvent{kind: evWake}) {
+			a.wakePending.Store(false)
+		}
+	}
+}
+
+// retryLostAcks stores copies of messages whose acks were lost on the
+// group's retry subject, due after RetryDelay, with their attempt count
+// raised.
+func (b *Broker) retryLostAcks(subject, group string, gap []store.Pulled) {
+	retrySubject := subject
+	if !isRetrySubject(subject) {
+		retrySubject = protocol.RetrySubject(protocol.RealSubject(subject), group)
+	}
+	due := time.Now().Add(b.opts.RetryDelay)
+	batch := make([][]byte, 0, len(gap))
+	for _, p := range gap {
+		m, err := protocol.DecodeMessage(p.Message)
+		if err != nil {
+			b.lg.Error("cannot decode a stored message for retry", zap.Error(err))
+			continue
+		}
+		m.Subject = retrySubject
+		m.Attempts++
+		m.DeliverAt = due
+		raw, err := protocol.AppendMessage(nil, m, b.limits)
+		if err != nil {
+			b.lg.Error("cannot re-encode a message for retry", zap.String("id", m.ID), zap.Error(err))
+			continue
+		}
+		batch = append(batch, raw)
+	}
+	if len(batch) == 0 {
+		return
+	}
+	b.metrics.retried.Add(float64(len(batch)))
+	err := b.store.AppendAsync(batch, func(results []store.Result) {
+		for _, res := range results {
+			if res.Err != nil {
+				b.lg.Error("lost-ack retry not stored", zap.String("subject", retrySubject), zap.Error(res.Err))
+			}
+		}
+	})
+	if err != nil {
+		b.lg.Error("lost-ack retries not stored", zap.String("subject", retrySubject), zap.Int("messages", len(batch)), zap.Error(err))
+	}
+}

@@ -1,0 +1,218 @@
+package realtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/qmq-go/qmq/pkg/actor"
+	"github.com/qmq-go/qmq/pkg/netserver"
+	"github.com/qmq-go/qmq/pkg/opsserver"
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/realtime/store"
+	"go.uber.org/zap"
+)
+
+// Broker is a realtime broker: the master of one broker group. It serves
+// sends, pulls and acks over pkg/protocol and keeps its messages in a
+// realtime/store.
+type Broker struct {
+	opts    Options
+	lg      *zap.Logger
+	limits  protocol.Limits
+	store   *store.Store
+	server  *netserver.Server
+	ops     *opsserver.Server
+	sched   *actor.Scheduler
+	dedupe  *dedupe
+	live    *liveness
+	metrics *metrics
+	reg     *prometheus.Registry
+
+	actorsMu  sync.Mutex
+	actors    map[actorKey]*pullActor
+	bySubject map[string][]*pullActor
+
+	readonly atomic.Bool // no new messages (admin or self-reported)
+	closing  atomic.Bool
+	ready    atomic.Bool
+
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New opens the broker's store (recovering it) and prepares its servers;
+// Start begins serving.
+func New(opts Options, lg *zap.Logger) (*Broker, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	lg = lg.Named("realtime").With(zap.String("group", opts.Group))
+	b := &Broker{
+		opts:      opts,
+		lg:        lg,
+		limits:    protocol.DefaultLimits,
+		live:      newLiveness(),
+		actors:    map[actorKey]*pullActor{},
+		bySubject: map[string][]*pullActor{},
+		stop:      make(chan struct{}),
+		reg:       opsserver.NewRegistry(),
+	}
+	b.limits.MaxBody = opts.MaxBody
+	b.dedupe = newDedupe(opts.DedupeWindow, opts.DedupeCapacity, time.Now)
+	b.metrics = newMetrics(b.reg, opts.Group)
+
+	sopts := store.DefaultOptions
+	sopts.Flush = store.FlushPolicy(opts.Flush)
+	sopts.FlushInterval = opts.FlushInterval
+	sopts.SegmentSize = opts.SegmentSize
+	sopts.RetentionAge = opts.RetentionAge
+	sopts.RetentionBytes = opts.RetentionBytes
+	sopts.Limits = b.limits
+	sopts.OnAppend = b.onAppend
+	st, err := store.Open(opts.DataDir, sopts, lg)
+	if err != nil {
+		return nil, fmt.Errorf("realtime: open store: %w", err)
+	}
+	b.store = st
+	rep := st.OpenReport()
+	lg.Info("store opened", zap.String("dir", opts.DataDir), zap.Duration("took", rep.Duration),
+		zap.Int64("messages_replayed", rep.MessagesReplayed), zap.Int64("actions_replayed", rep.ActionsReplayed))
+
+	sched, err := actor.NewScheduler(actor.Options{Workers: opts.PullWorkers, Slice: opts.TimeSlice})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	b.sched = sched
+
+	mux := netserver.NewMux()
+	mux.HandleFunc(protocol.CmdSend, b.serveSend)
+	mux.HandleFunc(protocol.CmdPull, b.servePull)
+	mux.HandleFunc(protocol.CmdAck, b.serveAck)
+	mux.HandleFunc(protocol.CmdConsumerManage, b.serveConsumerManage)
+	mux.HandleFunc(protocol.CmdBrokerStats, b.serveBrokerStats)
+	mux.HandleFunc(protocol.CmdDeadLetters, b.serveDeadLetters)
+	srv, err := netserver.New(netserver.Options{Addr: opts.Addr, MaxFrameSize: opts.MaxFrameSize}, mux, lg)
+	if err != nil {
+		sched.Close()
+		st.Close()
+		return nil, err
+	}
+	b.server = srv
+	if opts.HTTPAddr != "" {
+		b.ops = opsserver.New(opsserver.Options{Addr: opts.HTTPAddr, Registry: b.reg, Ready: b.readyErr}, lg)
+	}
+	return b, nil
+}
+
+func (b *Broker) readyErr() error {
+	switch {
+	case b.closing.Load():
+		return errors.New("shutting down")
+	case !b.ready.Load():
+		return errors.New("starting")
+	}
+	return nil
+}
+
+// Start serves clients and starts the broker's loops.
+func (b *Broker) Start() error {
+	if err := b.server.Start(); err != nil {
+		return fmt.Errorf("realtime: %w", err)
+	}
+	if b.ops != nil {
+		if err := b.ops.Start(); err != nil {
+			b.server.Close(context.Background())
+			return fmt.Errorf("realtime: %w", err)
+		}
+	}
+	b.wg.Add(1)
+	go b.livenessLoop()
+	b.ready.Store(true)
+	b.lg.Info("serving", zap.Stringer("addr", b.server.Addr()), zap.String("flush", b.opts.Flush))
+	return nil
+}
+
+// Addr returns the client address (with the real port when listening on
+// port 0).
+func (b *Broker) Addr() net.Addr { return b.server.Addr() }
+
+// HTTPAddr returns the operations HTTP address, or nil when disabled.
+func (b *Broker) HTTPAddr() net.Addr {
+	if b.ops == nil {
+		return nil
+	}
+	return b.ops.Addr()
+}
+
+// Registry returns the broker's metrics registry.
+func (b *Broker) Registry() *prometheus.Registry { return b.reg }
+
+// SetReadonly makes the broker refuse (or take again) new messages.
+func (b *Broker) SetReadonly(on bool) { b.readonly.Store(on) }
+
+func (b *Broker) writable() error {
+	switch {
+	case b.closing.Load():
+		return protocol.Errorf(protocol.StatusShuttingDown, "broker group "+b.opts.Group+" is shutting down")
+	case b.readonly.Load():
+		return protocol.Errorf(protocol.StatusReadonly, "broker group "+b.opts.Group+" is readonly")
+	}
+	return nil
+}
+
+// checkNames validates the names of a pull or ack.
+func (b *Broker) checkNames(subject, group, consumer string) error {
+	if protocol.IsSystemSubject(subject) {
+		if _, _, _, ok := protocol.ParseSystemSubject(subject); !ok {
+			return protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf("malformed system subject %q", subject))
+		}
+	} else if err := b.limits.CheckSubject(subject); err != nil {
+		return err
+	}
+	if err := b.limits.CheckGroup(group); err != nil {
+		return err
+	}
+	return protocol.CheckConsumerID(consumer)
+}
+
+// Close shuts the broker down gracefully: it stops taking new messages,
+// answers waiting pulls, finishes the requests in flight, then flushes and
+// checkpoints the store. ctx bounds the wait.
+func (b *Broker) Close(ctx context.Context) error {
+	b.closeOnce.Do(func() { b.closeErr = b.close(ctx) })
+	return b.closeErr
+}
+
+func (b *Broker) close(ctx context.Context) error {
+	b.closing.Store(true)
+	b.shutdownPulls()
+	var errs []error
+	if err := b.server.Close(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	close(b.stop)
+	b.wg.Wait()
+	b.sched.Close()
+	if err := b.store.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("realtime: close store: %w", err))
+	}
+	if b.ops != nil {
+		if err := b.ops.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	b.lg.Info("closed")
+	return errors.Join(errs...)
+}

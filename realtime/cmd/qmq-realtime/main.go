@@ -1,0 +1,54 @@
+// Command qmq-realtime runs a realtime broker (the master of one broker
+// group). Flags override the YAML file given with --config.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/qmq-go/qmq/pkg/config"
+	"github.com/qmq-go/qmq/pkg/logging"
+	"github.com/qmq-go/qmq/realtime"
+	"go.uber.org/zap"
+)
+
+func main() {
+	opts := realtime.NewOptions()
+	fs := flag.NewFlagSet("qmq-realtime", flag.ExitOnError)
+	opts.AddFlags(fs)
+	if err := config.Parse(fs, os.Args[1:], &opts); err != nil {
+		fmt.Fprintln(os.Stderr, "qmq-realtime:", err)
+		os.Exit(2)
+	}
+	if err := opts.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "qmq-realtime:", err)
+		os.Exit(2)
+	}
+	lg, _, err := logging.New(opts.Log)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "qmq-realtime:", err)
+		os.Exit(2)
+	}
+	defer lg.Sync()
+	b, err := realtime.New(opts, lg)
+	if err != nil {
+		lg.Fatal("cannot open broker", zap.Error(err))
+	}
+	if err := b.Start(); err != nil {
+		lg.Fatal("cannot start broker", zap.Error(err))
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	<-sig
+	lg.Info("shutting down")
+	ctx, cancel := context.WithTimeout(context.Background(), opts.ShutdownTimeout)
+	defer cancel()
+	if err := b.Close(ctx); err != nil {
+		lg.Error("unclean shutdown", zap.Error(err))
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,52 @@
+package realtime
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the broker's Prometheus series (prefix qmq_realtime_).
+type metrics struct {
+	received    prometheus.Counter
+	stored      prometheus.Counter
+	duplicates  prometheus.Counter
+	rejected    *prometheus.CounterVec
+	pulled      prometheus.Counter
+	acked       prometheus.Counter
+	pullDropped prometheus.Counter
+	parked      prometheus.Gauge
+	returned    prometheus.Counter
+	retried     prometheus.Counter
+	appendSecs  prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer, group string) *metrics {
+	labels := prometheus.Labels{"group": group}
+	m := &metrics{
+		received: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_realtime_messages_received_total",
+			Help: "Messages received in send requests.", ConstLabels: labels}),
+		stored: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_realtime_messages_stored_total",
+			Help: "Messages stored.", ConstLabels: labels}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_realtime_messages_duplicate_total",
+			Help: "Messages dropped as copies of a stored message.", ConstLabels: labels}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "qmq_realtime_messages_rejected_total",
+			Help: "Messages rejected, by status.", ConstLabels: labels}, []string{"status"}),
+		pulled: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_realtime_messages_pulled_total",
+			Help: "Messages handed to consumers.", ConstLabels: labels}),
+		acked: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_realtime_acks_total",
+			Help: "Ack requests served.", ConstLabels: labels}),
+		pullDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_realtime_pulls_dropped_total",
+			Help: "Pull requests answered retry-later because they could not be served before their deadline.", ConstLabels: labels}),
+		parked: prometheus.NewGauge(prometheus.GaugeOpts{Name: "qmq_realtime_pulls_waiting",
+			Help: "Pull requests waiting for messages (long polls).", ConstLabels: labels}),
+		returned: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_realtime_messages_returned_total",
+			Help: "Un-acked messages handed back to their group by dead or leaving consumers.", ConstLabels: labels}),
+		retried: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_realtime_messages_lost_ack_retried_total",
+			Help: "Messages sent to a retry subject because their ack was lost.", ConstLabels: labels}),
+		appendSecs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "qmq_realtime_append_seconds",
+			Help: "Time from receiving a send request to its messages being stored.", ConstLabels: labels,
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+	}
+	reg.MustRegister(m.received, m.stored, m.duplicates, m.rejected, m.pulled, m.acked, m.pullDropped,
+		m.parked, m.returned, m.retried, m.appendSecs)
+	return m
+}

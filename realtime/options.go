@@ -1,0 +1,192 @@
+package realtime
+
+import (
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/logging"
+	"github.com/qmq-go/qmq/realtime/store"
+)
+
+// Options configure a Broker. NewOptions holds every default; zero values
+// are not defaults, so start from NewOptions.
+type Options struct {
+	// Group is the broker group this broker serves (default "rt1").
+	Group string `yaml:"group"`
+	// Addr is the TCP address for clients (default "127.0.0.1:20881"; port 0
+	// picks a free port).
+	Addr string `yaml:"addr"`
+	// HTTPAddr serves /metrics, /healthz and /readyz (default
+	// "127.0.0.1:20891"; empty disables it).
+	HTTPAddr string `yaml:"http_addr"`
+	// AdvertiseAddr is the address registered with the meta server (default:
+	// the address the broker listens on).
+	AdvertiseAddr string `yaml:"advertise_addr"`
+	// DataDir holds the store (default "./data/realtime").
+	DataDir string `yaml:"data_dir"`
+	// Flush is the durability policy: "sync" (default: fsync before the ack,
+	// with group commit) or "async" (ack from the page cache, fsync every
+	// FlushInterval).
+	Flush string `yaml:"flush"`
+	// FlushInterval is the fsync interval under async flush (default 200ms).
+	FlushInterval time.Duration `yaml:"flush_interval"`
+	// MetaServers are meta server addresses to register with; empty runs the
+	// broker standalone (clients then use static addresses).
+	MetaServers []string `yaml:"meta_servers"`
+	// HeartbeatInterval is how often the broker heartbeats to the meta
+	// server (default 2s).
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
+
+	// DedupeWindow is how long a message id is remembered so that a resent
+	// copy (same subject, id and attempt count) is not stored twice
+	// (default 10m). DedupeCapacity bounds the ids remembered (default
+	// 4,000,000, about 100 MB): past it the window is shorter.
+	DedupeWindow   time.Duration `yaml:"dedupe_window"`
+	DedupeCapacity int           `yaml:"dedupe_capacity"`
+
+	// PullWorkers is the number of goroutines serving pull actors (default
+	// 4 × GOMAXPROCS); TimeSlice is how long one actor may run before it
+	// yields (default 5ms).
+	PullWorkers int           `yaml:"pull_workers"`
+	TimeSlice   time.Duration `yaml:"time_slice"`
+	// MaxPullWait caps how long a pull may wait for messages (default 30s).
+	MaxPullWait time.Duration `yaml:"max_pull_wait"`
+	// PullGrace is how long past its wait a pull may sit in its actor's
+	// mailbox before it is dropped with a retry-later status (default 2s).
+	PullGrace time.Duration `yaml:"pull_grace"`
+	// MaxPullMessages caps one pull's batch (default 1000).
+	MaxPullMessages int `yaml:"max_pull_messages"`
+	// ConsumerTimeout: a consumer that neither pulls nor acks for this long
+	// loses its un-acked messages to the rest of its group (default 30s).
+	ConsumerTimeout time.Duration `yaml:"consumer_timeout"`
+	// RetryDelay is when a message whose ack was lost becomes due again on
+	// the retry subject (default 5s).
+	RetryDelay time.Duration `yaml:"retry_delay"`
+
+	// Retention of the message log (defaults 72h and no size limit).
+	RetentionAge   time.Duration `yaml:"retention_age"`
+	RetentionBytes int64         `yaml:"retention_bytes"`
+	// SegmentSize is the size of message-log segments (default 1 GiB).
+	SegmentSize int64 `yaml:"segment_size"`
+
+	// MaxFrameSize bounds a request (default 16 MiB).
+	MaxFrameSize int `yaml:"max_frame_size"`
+	// MaxBody bounds a message body (default 4 MiB).
+	MaxBody int `yaml:"max_body"`
+
+	// ShutdownTimeout bounds a graceful shutdown (default 10s).
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+
+	Log logging.Options `yaml:"log"`
+}
+
+// NewOptions returns the defaults.
+func NewOptions() Options {
+	return Options{
+		Group:             "rt1",
+		Addr:              "127.0.0.1:20881",
+		HTTPAddr:          "127.0.0.1:20891",
+		DataDir:           "./data/realtime",
+		Flush:             "sync",
+		FlushInterval:     200 * time.Millisecond,
+		HeartbeatInterval: 2 * time.Second,
+		DedupeWindow:      10 * time.Minute,
+		DedupeCapacity:    4_000_000,
+		TimeSlice:         5 * time.Millisecond,
+		MaxPullWait:       30 * time.Second,
+		PullGrace:         2 * time.Second,
+		MaxPullMessages:   1000,
+		ConsumerTimeout:   30 * time.Second,
+		RetryDelay:        5 * time.Second,
+		RetentionAge:      72 * time.Hour,
+		SegmentSize:       1 << 30,
+		MaxFrameSize:      16 << 20,
+		MaxBody:           4 << 20,
+		ShutdownTimeout:   10 * time.Second,
+		Log:               logging.NewOptions(),
+	}
+}
+
+// AddFlags binds the options to command-line flags.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.Group, "group", o.Group, "broker group name")
+	fs.StringVar(&o.Addr, "addr", o.Addr, "TCP address for clients")
+	fs.StringVar(&o.HTTPAddr, "http-addr", o.HTTPAddr, "HTTP address for /metrics, /healthz, /readyz (empty: off)")
+	fs.StringVar(&o.AdvertiseAddr, "advertise-addr", o.AdvertiseAddr, "address registered with the meta server (default: the listen address)")
+	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "data directory")
+	fs.StringVar(&o.Flush, "flush", o.Flush, "durability: sync (fsync before ack, group commit) or async")
+	fs.DurationVar(&o.FlushInterval, "flush-interval", o.FlushInterval, "fsync interval under --flush=async")
+	fs.Func("meta", "meta server address (repeat or comma-separate for several)", func(s string) error {
+		o.MetaServers = append(o.MetaServers, splitList(s)...)
+		return nil
+	})
+	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "heartbeat interval to the meta server")
+	fs.DurationVar(&o.DedupeWindow, "dedupe-window", o.DedupeWindow, "how long message ids are remembered to drop resent copies")
+	fs.IntVar(&o.DedupeCapacity, "dedupe-capacity", o.DedupeCapacity, "most message ids remembered")
+	fs.IntVar(&o.PullWorkers, "pull-workers", o.PullWorkers, "goroutines serving pulls (0: 4 × cores)")
+	fs.DurationVar(&o.TimeSlice, "time-slice", o.TimeSlice, "how long one consumer group's actor runs before yielding")
+	fs.DurationVar(&o.ConsumerTimeout, "consumer-timeout", o.ConsumerTimeout, "silence after which a consumer's un-acked messages go back to its group")
+	fs.DurationVar(&o.RetentionAge, "retention-age", o.RetentionAge, "delete message-log segments older than this (negative: keep)")
+	fs.Int64Var(&o.RetentionBytes, "retention-bytes", o.RetentionBytes, "delete the oldest segments past this total size (0: no limit)")
+	fs.Int64Var(&o.SegmentSize, "segment-size", o.SegmentSize, "message-log segment size in bytes")
+	fs.IntVar(&o.MaxBody, "max-body", o.MaxBody, "largest message body in bytes")
+	o.Log.AddFlags(fs)
+}
+
+// Validate reports the first setting that cannot work.
+func (o *Options) Validate() error {
+	switch {
+	case o.Group == "" || !isName(o.Group):
+		return fmt.Errorf("realtime: group %q must be a name of [A-Za-z0-9._-]", o.Group)
+	case o.Addr == "":
+		return fmt.Errorf("realtime: addr must be set")
+	case o.DataDir == "":
+		return fmt.Errorf("realtime: data dir must be set")
+	case o.Flush != string(store.FlushSync) && o.Flush != string(store.FlushAsync):
+		return fmt.Errorf("realtime: flush must be sync or async, got %q", o.Flush)
+	case o.FlushInterval <= 0:
+		return fmt.Errorf("realtime: flush interval must be positive")
+	case o.HeartbeatInterval <= 0:
+		return fmt.Errorf("realtime: heartbeat interval must be positive")
+	case o.DedupeWindow < 0 || o.DedupeCapacity < 0:
+		return fmt.Errorf("realtime: dedupe window and capacity must not be negative")
+	case o.PullWorkers < 0:
+		return fmt.Errorf("realtime: pull workers must not be negative")
+	case o.TimeSlice <= 0 || o.MaxPullWait <= 0 || o.PullGrace <= 0:
+		return fmt.Errorf("realtime: time slice, max pull wait and pull grace must be positive")
+	case o.MaxPullMessages <= 0:
+		return fmt.Errorf("realtime: max pull messages must be positive")
+	case o.ConsumerTimeout <= 0 || o.RetryDelay < 0:
+		return fmt.Errorf("realtime: consumer timeout must be positive and retry delay not negative")
+	case o.MaxBody <= 0 || o.MaxFrameSize <= o.MaxBody:
+		return fmt.Errorf("realtime: max body must be positive and below max frame size")
+	case o.ShutdownTimeout <= 0:
+		return fmt.Errorf("realtime: shutdown timeout must be positive")
+	}
+	return o.Log.Validate()
+}
+
+func isName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func splitList(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ',' {
+			if i > start {
+				out = append(out, s[start:i])
+			}
+			start = i + 1
+		}
+	}
+	return out
+}

@@ -1,0 +1,298 @@
+package realtime
+
+import (
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/actor"
+	"github.com/qmq-go/qmq/pkg/netserver"
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/realtime/store"
+	"go.uber.org/zap"
+)
+
+// actorKey names a pull actor: one per (subject, consumer group), and one
+// per (subject, consumer) for broadcast subscribers.
+type actorKey struct {
+	subject string
+	group   string
+}
+
+// pullActor serves the pulls of one consumer group of one subject on the
+// broker's actor scheduler: its handler runs on one worker at a time and
+// yields after a time slice, so a group with many consumers takes turns with
+// a group with few. It owns the group's waiting pulls (long polls).
+type pullActor struct {
+	b     *Broker
+	key   actorKey
+	actor *actor.Actor[pullEvent]
+
+	// owned by the actor's handler
+	waiting []*pullCall
+	timer   *time.Timer
+	timerAt time.Time
+
+	hasWaiting  atomic.Bool // some pull waits for messages
+	wakePending atomic.Bool // a wake event is in the mailbox
+}
+
+type eventKind uint8
+
+const (
+	evPull     eventKind = iota // a new pull request
+	evWake                      // new messages (or returned ones) for the subject
+	evTimer                     // a waiting pull's time (or a held message's due time) came
+	evShutdown                  // the broker is closing: answer every waiting pull
+)
+
+type pullEvent struct {
+	kind eventKind
+	call *pullCall
+}
+
+// pullCall is one pull request on its way through an actor.
+type pullCall struct {
+	r         *netserver.Request
+	req       store.PullRequest
+	waitUntil time.Time // when a waiting pull is answered empty
+	staleAt   time.Time // past this the client has given up: drop
+	nextDue   time.Time // a held message is due then
+}
+
+func (b *Broker) actorFor(key actorKey) *pullActor {
+	b.actorsMu.Lock()
+	defer b.actorsMu.Unlock()
+	if a := b.actors[key]; a != nil {
+		return a
+	}
+	a := &pullActor{b: b, key: key}
+	a.actor = actor.New(b.sched, key.subject+"/"+key.group, 10000, a.handle)
+	b.actors[key] = a
+	b.bySubject[key.subject] = append(b.bySubject[key.subject], a)
+	return a
+}
+
+// onAppend runs on the store's commit goroutine when subject has new
+// entries: it wakes the subject's actors that have waiting pulls.
+func (b *Broker) onAppend(subject string, _ int64) {
+	b.actorsMu.Lock()
+	actors := b.bySubject[subject]
+	b.actorsMu.Unlock()
+	for _, a := range actors {
+		a.wake()
+	}
+}
+
+func (a *pullActor) wake() {
+	if a.hasWaiting.Load() && a.wakePending.CompareAndSwap(false, true) {
+		if !a.actor.Send(pullEvent{kind: evWake}) {
+			a.wakePending.Store(false)
+		}
+	}
+}
+
+// servePull validates a pull and hands it to its group's actor.
+func (b *Broker) servePull(r *netserver.Request) {
+	p, err := protocol.DecodePullRequest(r.Body)
+	if err != nil {
+		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
+		return
+	}
+	if err := b.checkNames(p.Subject, p.Group, p.ConsumerID); err != nil {
+		r.ReplyError(err)
+		return
+	}
+	if b.offline(p.Subject, p.Group, p.ConsumerID) {
+		r.ReplyError(protocol.Errorf(protocol.StatusRetryLater, "consumer "+p.ConsumerID+" is offline"))
+		return
+	}
+	wait := min(p.Timeout, b.opts.MaxPullWait)
+	if b.closing.Load() {
+		wait = 0
+	}
+	broadcast := p.Flags&protocol.PullBroadcast != 0
+	call := &pullCall{
+		r: r,
+		req: store.PullRequest{
+			Subject: p.Subject, Group: p.Group, Consumer: p.ConsumerID,
+			Max:          int(min(max(p.Max, 1), uint32(b.opts.MaxPullMessages))),
+			KnownPullSeq: p.KnownPullSeq,
+			Broadcast:    broadcast,
+			Earliest:     p.Flags&protocol.PullEarliest != 0,
+			TagMode:      p.TagMode,
+			Tags:         p.Tags,
+			HoldUntilDue: isRetrySubject(p.Subject),
+		},
+		waitUntil: r.Arrived.Add(wait),
+		staleAt:   r.Arrived.Add(wait + b.opts.PullGrace),
+	}
+	key := actorKey{p.Subject, p.Group}
+	if broadcast {
+		key.group = "\x00" + p.ConsumerID
+	} else {
+		b.live.touch(p.Subject, p.Group, p.ConsumerID)
+	}
+	if !b.actorFor(key).actor.Send(pullEvent{kind: evPull, call: call}) {
+		b.metrics.pullDropped.Inc()
+		r.ReplyError(protocol.Errorf(protocol.StatusBusy, "too many pulls waiting for group "+p.Group))
+	}
+}
+
+func isRetrySubject(s string) bool {
+	kind, _, _, ok := protocol.ParseSystemSubject(s)
+	return ok && kind == protocol.KindRetry
+}
+
+// handle is the actor's handler.
+func (a *pullActor) handle(ev pullEvent) {
+	now := time.Now()
+	switch ev.kind {
+	case evPull:
+		c := ev.call
+		if now.After(c.staleAt) {
+			a.b.metrics.pullDropped.Inc()
+			c.r.ReplyError(protocol.Errorf(protocol.StatusRetryLater, "pull waited past its deadline"))
+			return
+		}
+		if !a.serve(c, now) {
+			a.waiting = append(a.waiting, c)
+			a.b.metrics.parked.Inc()
+		}
+	case evWake:
+		a.wakePending.Store(false)
+		a.serveWaiting(now, false)
+	case evTimer:
+		a.timerAt = time.Time{}
+		a.serveWaiting(now, false)
+	case evShutdown:
+		a.serveWaiting(now, true)
+	}
+	a.hasWaiting.Store(len(a.waiting) > 0)
+	a.arm(now)
+}
+
+// serve tries to answer c now; it reports false when c should wait.
+func (a *pullActor) serve(c *pullCall, now time.Time) bool {
+	select {
+	case <-c.r.Done():
+		return true // nobody waits for the answer
+	default:
+	}
+	res, err := a.b.store.Pull(c.req)
+	if err != nil {
+		c.r.ReplyError(pullStatus(err))
+		return true
+	}
+	if len(res.Messages) > 0 {
+		a.b.metrics.pulled.Add(float64(len(res.Messages)))
+		a.b.replyPulled(c.r, res.Messages)
+		return true
+	}
+	c.nextDue = time.Time{}
+	if res.NextDue > 0 {
+		c.nextDue = time.UnixMilli(res.NextDue)
+	}
+	if !now.Before(c.waitUntil) {
+		a.b.replyPulled(c.r, nil)
+		return true
+	}
+	return false
+}
+
+// serveWaiting retries the waiting pulls in arrival order; expired ones (or
+// all, at shutdown) are answered empty.
+func (a *pullActor) serveWaiting(now time.Time, all bool) {
+	kept := a.waiting[:0]
+	for _, c := range a.waiting {
+		switch {
+		case all || !now.Before(c.waitUntil):
+			a.b.replyPulled(c.r, nil)
+		case !a.serve(c, now):
+			kept = append(kept, c)
+			continue
+		}
+		a.b.metrics.parked.Dec()
+	}
+	for i := len(kept); i < len(a.waiting); i++ {
+		a.waiting[i] = nil
+	}
+	a.waiting = kept
+}
+
+// arm sets the timer to the earliest time a waiting pull must be answered
+// or a held message falls due.
+func (a *pullActor) arm(now time.Time) {
+	var next time.Time
+	for _, c := range a.waiting {
+		at := c.waitUntil
+		if !c.nextDue.IsZero() && c.nextDue.Before(at) {
+			at = c.nextDue
+		}
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	if next.IsZero() || (!a.timerAt.IsZero() && !a.timerAt.After(next)) {
+		return
+	}
+	a.timerAt = next
+	d := max(next.Sub(now), time.Millisecond)
+	if a.timer == nil {
+		a.timer = time.AfterFunc(d, a.fire)
+	} else {
+		a.timer.Reset(d)
+	}
+}
+
+func (a *pullActor) fire() {
+	if !a.actor.Send(pullEvent{kind: evTimer}) {
+		time.AfterFunc(10*time.Millisecond, a.fire)
+	}
+}
+
+// replyPulled answers a pull with messages (none for an empty answer).
+func (b *Broker) replyPulled(r *netserver.Request, msgs []store.Pulled) {
+	size := 4
+	for _, m := range msgs {
+		size += protocol.PullItemHeaderSize + len(m.Message)
+	}
+	body := make([]byte, 0, size)
+	body = append(body, byte(len(msgs)>>24), byte(len(msgs)>>16), byte(len(msgs)>>8), byte(len(msgs)))
+	for _, m := range msgs {
+		body = protocol.AppendPullItemHeader(body, uint64(m.PullSeq), uint64(m.ConsumeSeq), len(m.Message))
+		body = append(body, m.Message...)
+	}
+	r.Reply(protocol.StatusOK, body)
+}
+
+// pullStatus maps a store error of a pull or ack to a protocol error.
+func pullStatus(err error) error {
+	switch {
+	case errors.Is(err, store.ErrInvalidRequest):
+		return protocol.Errorf(protocol.StatusInvalid, err.Error())
+	case errors.Is(err, store.ErrUnknownGroup), errors.Is(err, store.ErrUnknownConsumer):
+		return protocol.Errorf(protocol.StatusUnknownGroup, err.Error())
+	case errors.Is(err, store.ErrUnknownSubject):
+		return protocol.Errorf(protocol.StatusNotFound, err.Error())
+	case errors.Is(err, store.ErrClosed):
+		return protocol.Errorf(protocol.StatusShuttingDown, err.Error())
+	}
+	return protocol.Errorf(protocol.StatusStoreError, err.Error())
+}
+
+// shutdownPulls answers every waiting pull (Close).
+func (b *Broker) shutdownPulls() {
+	b.actorsMu.Lock()
+	actors := make([]*pullActor, 0, len(b.actors))
+	for _, a := range b.actors {
+		actors = append(actors, a)
+	}
+	b.actorsMu.Unlock()
+	for _, a := range actors {
+		for !a.actor.Send(pullEvent{kind: evShutdown}) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	b.lg.Debug("waiting pulls answered", zap.Int("actors", len(actors)))
+}
