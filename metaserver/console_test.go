@@ -1,0 +1,303 @@
+package metaserver
+
+import (
+	"bufio"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+)
+
+// chromium drives a headless Chromium over the DevTools protocol on a pipe
+// (--remote-debugging-pipe: JSON messages ending in NUL on fds 3 and 4), so
+// the test needs no websocket client and no extra module.
+type chromium struct {
+	t       *testing.T
+	cmd     *exec.Cmd
+	toChrome *os.File
+	session string
+
+	mu      sync.Mutex
+	nextID  int
+	pending map[int]chan cdpReply
+}
+
+type cdpReply struct {
+	Result json.RawMessage `json:"result"`
+	Error  *struct {
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+type cdpMessage struct {
+	ID        int             `json:"id"`
+	Method    string          `json:"method"`
+	SessionID string          `json:"sessionId"`
+	Result    json.RawMessage `json:"result"`
+	Error     *struct {
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func chromiumPath() string {
+	for _, p := range []string{"/usr/bin/chromium", "/usr/bin/chromium-browser"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+func startChromium(t *testing.T) *chromium {
+	t.Helper()
+	bin := chromiumPath()
+	if bin == "" {
+		t.Skip("chromium is absent (apt-get install chromium)")
+	}
+	toChromeR, toChromeW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromChromeR, fromChromeW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+		"--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
+		"--user-data-dir="+t.TempDir(), "--remote-debugging-pipe", "about:blank")
+	cmd.ExtraFiles = []*os.File{toChromeR, fromChromeW} // fds 3 and 4
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	toChromeR.Close()
+	fromChromeW.Close()
+	c := &chromium{t: t, cmd: cmd, toChrome: toChromeW, pending: map[int]chan cdpReply{}}
+	t.Cleanup(func() {
+		toChromeW.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	go c.readLoop(bufio.NewReader(fromChromeR))
+	var target struct{ TargetID string }
+	c.call("", "Target.createTarget", map[string]any{"url": "about:blank"}, &target)
+	var att struct{ SessionID string }
+	c.call("", "Target.attachToTarget", map[string]any{"targetId": target.TargetID, "flatten": true}, &att)
+	c.session = att.SessionID
+	c.call(c.session, "Page.enable", nil, nil)
+	c.call(c.session, "Runtime.enable", nil, nil)
+	return c
+}
+
+func (c *chromium) readLoop(r *bufio.Reader) {
+	for {
+		b, err := r.ReadBytes(0)
+		if err != nil {
+			return
+		}
+		var m cdpMessage
+		if json.Unmarshal(b[:len(b)-1], &m) != nil {
+			continue
+		}
+		if m.Method == "Page.javascriptDialogOpening" { // confirm(): accept
+			go c.send(m.SessionID, "Page.handleJavaScriptDialog", map[string]any{"accept": true})
+			continue
+		}
+		if m.ID == 0 {
+			continue
+		}
+		c.mu.Lock()
+		ch := c.pending[m.ID]
+		delete(c.pending, m.ID)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- cdpReply{Result: m.Result, Error: m.Error}
+		}
+	}
+}
+
+func (c *chromium) send(session, method string, params any) chan cdpReply {
+	c.mu.Lock()
+	c.nextID++
+	id := c.nextID
+	ch := make(chan cdpReply, 1)
+	c.pending[id] = ch
+	c.mu.Unlock()
+	msg := map[string]any{"id": id, "method": method}
+	if params != nil {
+		msg["params"] = params
+	}
+	if session != "" {
+		msg["sessionId"] = session
+	}
+	b, _ := json.Marshal(msg)
+	_, _ = c.toChrome.Write(append(b, 0))
+	return ch
+}
+
+func (c *chromium) call(session, method string, params, out any) {
+	c.t.Helper()
+	select {
+	case r := <-c.send(session, method, params):
+		if r.Error != nil {
+			c.t.Fatalf("%s: %s", method, r.Error.Message)
+		}
+		if out != nil {
+			if err := json.Unmarshal(r.Result, out); err != nil {
+				c.t.Fatalf("%s: %v", method, err)
+			}
+		}
+	case <-time.After(30 * time.Second):
+		c.t.Fatalf("%s: no answer from chromium in 30s", method)
+	}
+}
+
+// eval evaluates a JavaScript expression in the page and returns its value
+// as a string (promises are awaited).
+func (c *chromium) eval(expr string) string {
+	c.t.Helper()
+	var out struct {
+		Result struct {
+			Value any `json:"value"`
+		} `json:"result"`
+		ExceptionDetails any `json:"exceptionDetails"`
+	}
+	c.call(c.session, "Runtime.evaluate", map[string]any{"expression": expr, "returnByValue": true, "awaitPromise": true}, &out)
+	if out.ExceptionDetails != nil {
+		c.t.Fatalf("evaluate %s: %v", expr, out.ExceptionDetails)
+	}
+	return fmt.Sprint(out.Result.Value)
+}
+
+func (c *chromium) navigate(url string) {
+	c.t.Helper()
+	c.call(c.session, "Page.navigate", map[string]any{"url": url}, nil)
+}
+
+// waitText waits until the page has rendered page name and its main text
+// holds every want.
+func (c *chromium) waitText(name string, want ...string) string {
+	c.t.Helper()
+	var text string
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if c.eval("document.body && document.body.dataset.loaded || ''") == name {
+			text = c.eval("document.getElementById('page').innerText")
+			ok := true
+			for _, w := range want {
+				ok = ok && strings.Contains(text, w)
+			}
+			if ok {
+				return text
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.t.Fatalf("page %s never showed %q; it shows:\n%s\nbody (loaded %q, hash %q):\n%s", name, want, text,
+		c.eval("document.body.dataset.loaded||''"), c.eval("location.hash"), c.eval("document.body.innerText"))
+	return ""
+}
+
+// screenshot saves a PNG of the page under $QMQ_CONSOLE_SCREENSHOTS, when
+// set, for people to look at.
+func (c *chromium) screenshot(name string) {
+	dir := os.Getenv("QMQ_CONSOLE_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	var out struct{ Data string }
+	c.call(c.session, "Page.captureScreenshot", map[string]any{"format": "png"}, &out)
+	b, err := base64.StdEncoding.DecodeString(out.Data)
+	if err == nil {
+		_ = os.WriteFile(filepath.Join(dir, name+".png"), b, 0o644)
+	}
+}
+
+// TestConsole_InHeadlessChromium loads every console page against a
+// running meta server with two (fake) brokers, checks what each renders,
+// and performs admin actions through the page: refused without a token,
+// done with it.
+func TestConsole_InHeadlessChromium(t *testing.T) {
+	if chromiumPath() == "" {
+		t.Skip("chromium is absent (apt-get install chromium)")
+	}
+	s := startServer(t, startEtcd(t), nil)
+	c := newClient(t)
+	b1, b2 := startFakeBroker(t, "g1"), startFakeBroker(t, "g2")
+	c.mustRegister(s, master("g1", b1.addr()))
+	c.mustRegister(s, master("g2", b2.addr()))
+	eventually(t, 5*time.Second, "two groups", func() bool { return len(s.groups()) == 2 })
+	c.mustLookup(s, protocol.LookupRequest{ClientType: protocol.ClientProducer, Subject: "orders"})
+	if _, err := c.heartbeat(s, protocol.ClientHeartbeatRequest{ClientType: protocol.ClientConsumer, Subject: "orders", Group: "billing", ClientID: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []*fakeBroker{b1, b2} {
+		b.stats = protocol.BrokerStatsResponse{Subjects: []protocol.SubjectStats{{Subject: "orders", Messages: 50, Groups: []protocol.GroupStats{{Group: "billing", Cursor: 45, Backlog: 5}}}}}
+		b.addDeadLetter(t, 1, "orders", "dl-"+b.group, "payload of "+b.group)
+	}
+	eventually(t, 5*time.Second, "consumer registered", func() bool {
+		s.view.mu.RLock()
+		defer s.view.mu.RUnlock()
+		return len(s.view.consumers) == 1
+	})
+
+	ch := startChromium(t)
+	base := "http://" + s.HTTPAddr().String() + "/"
+	ch.navigate(base + "#overview")
+	ch.waitText("overview", "meta servers", "brokers", "subjects", s.Addr().String())
+	if n := ch.eval("document.getElementById('n-groups').textContent"); n != "2" {
+		t.Fatalf("overview shows %s groups", n)
+	}
+	ch.screenshot("overview")
+	ch.navigate(base + "#groups")
+	ch.waitText("groups", "g1", "g2", "rw", b1.addr())
+	ch.screenshot("groups")
+	ch.navigate(base + "#subjects")
+	ch.waitText("subjects", "orders", "realtime", "g1", "g2")
+	ch.navigate(base + "#consumers")
+	ch.waitText("consumers", "billing", "c1", "online", "g1: 5")
+	if got := ch.eval("document.querySelector('tr[data-group=billing] .backlog').textContent"); got != "10" {
+		t.Fatalf("consumers page shows backlog %s, want 10", got)
+	}
+	ch.screenshot("consumers")
+	ch.navigate(base + "#dead/orders/billing")
+	ch.waitText("dead", "dl-g1", "dl-g2", "payload of g1", "2 dead letters")
+	ch.screenshot("dead")
+
+	// Mark g1 readonly through the page: first without a token (refused,
+	// nothing changes), then with it.
+	ch.navigate(base + "#groups")
+	ch.waitText("groups", "g1")
+	ch.eval("localStorage.removeItem('qmq.token')")
+	ch.eval("document.querySelector('button[data-action=mark-readonly][data-group=g1]').click()")
+	eventually(t, 10*time.Second, "the page to report the refusal", func() bool {
+		return strings.Contains(ch.eval("(document.getElementById('flash-err')||{}).textContent||''"), "unauthorized")
+	})
+	if g := s.group("g1"); g.State != "rw" {
+		t.Fatalf("g1 is %s after a refused action", g.State)
+	}
+	ch.eval("document.getElementById('token').value = '" + testToken + "'")
+	ch.eval("document.querySelector('#token-form button').click()")
+	ch.eval("document.querySelector('button[data-action=mark-readonly][data-group=g1]').click()")
+	eventually(t, 10*time.Second, "g1 readonly in the meta server", func() bool { return s.group("g1").State == "readonly" })
+	ch.waitText("groups", "readonly", "Unmark readonly")
+	ch.screenshot("groups-readonly")
+
+	// Re-drive a dead letter through the page.
+	ch.navigate(base + "#dead/orders/billing")
+	ch.waitText("dead", "dl-g1")
+	ch.eval("document.querySelector('tr[data-id=dl-g1] button[data-action=redrive]').click()")
+	eventually(t, 10*time.Second, "the dead letter re-driven on g1", func() bool {
+		b1.mu.Lock()
+		defer b1.mu.Unlock()
+		return len(b1.redriven) == 1
+	})
+	ch.waitText("dead", "1 dead letters")
+}
