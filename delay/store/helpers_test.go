@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -144,7 +145,10 @@ func (h *harness) waitCount(n int) {
 	deadline := time.Now().Add(20 * time.Second)
 	for h.count() < n {
 		if time.Now().After(deadline) {
-			h.t.Fatalf("received %d deliveries, want %d; stats %+v", h.count(), n, h.store.Stats())
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			h.t.Logf("goroutines:\n%s", buf)
+			h.t.Fatalf("received %d deliveries, want %d; %s", h.count(), n, h.summary())
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -164,7 +168,7 @@ func (h *harness) waitFor(what string, cond func() bool) {
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			h.t.Fatalf("timed out waiting for %s; stats %+v", what, h.store.Stats())
+			h.t.Fatalf("timed out waiting for %s; %s", what, h.summary())
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -176,4 +180,23 @@ func ids(prefix string, n int) []string {
 		out[i] = fmt.Sprintf("%s-%d", prefix, i)
 	}
 	return out
+}
+
+func encodeBody(id string, due time.Time, body []byte) ([]byte, error) {
+	m := &protocol.Message{Subject: "orders", ID: id, Body: body, Created: epoch, DeliverAt: due}
+	return protocol.AppendMessage(nil, m, protocol.DefaultLimits)
+}
+
+// summary describes the store's state in one line, without the hour list.
+func (h *harness) summary() string {
+	st := h.store.Stats()
+	loaded := 0
+	for _, hs := range st.Hours {
+		if hs.Loaded {
+			loaded++
+		}
+	}
+	return fmt.Sprintf("timers %d, clock %s, pending %d in %d hours (%d loaded), in wheel %d, in flight %d, oldest %s, appended %d fired %d dispatched %d corrupt %d",
+		h.clock.Timers(), h.clock.Now().Format(time.RFC3339Nano), st.Pending, len(st.Hours), loaded, st.InWheel, st.InFlight,
+		st.OldestPending.Format(time.RFC3339Nano), st.Appended, st.Fired, st.Dispatched, st.Corrupt)
 }

@@ -19,13 +19,17 @@ func (s *Store) indexLoop() {
 	timer := s.clock.NewTimer(0)
 	defer timer.Stop()
 	for {
-		s.indexOnce(false)
-		timer.Reset(s.indexWait())
+		now := s.clock.Now()
+		s.indexOnce(now, false)
+		timer.Reset(s.indexWait(now))
+		if clockMoved(s.clock, now) {
+			continue
+		}
 		select {
 		case <-s.indexWake:
 		case <-timer.C():
 		case reply := <-s.syncReq:
-			reply <- s.indexOnce(true)
+			reply <- s.indexOnce(s.clock.Now(), true)
 		case <-s.quit:
 			s.replay()
 			if err := s.checkpoint(true); err != nil {
@@ -37,9 +41,9 @@ func (s *Store) indexLoop() {
 }
 
 // indexOnce does the indexer's work that is due; force checkpoints now.
-func (s *Store) indexOnce(force bool) error {
+func (s *Store) indexOnce(nowTime time.Time, force bool) error {
 	s.replay()
-	now := s.clock.Now().UnixMilli()
+	now := nowTime.UnixMilli()
 	if s.caughtUp {
 		s.loadDue(now)
 	}
@@ -62,11 +66,10 @@ func (s *Store) indexOnce(force bool) error {
 
 // indexWait returns how long the indexer may sleep: until the next
 // checkpoint or the next hour load, whichever comes first.
-func (s *Store) indexWait() time.Duration {
+func (s *Store) indexWait(now time.Time) time.Duration {
 	wait := s.opts.CheckpointInterval
 	if len(s.unloaded) > 0 {
-		now := s.clock.Now().UnixMilli()
-		until := time.Duration(hourStart(s.unloaded[0])-s.opts.Window.Milliseconds()-now) * time.Millisecond
+		until := time.Duration(hourStart(s.unloaded[0])-s.opts.Window.Milliseconds()-now.UnixMilli()) * time.Millisecond
 		if until < wait {
 			wait = until
 		}
@@ -75,6 +78,14 @@ func (s *Store) indexWait() time.Duration {
 		wait = time.Millisecond
 	}
 	return wait
+}
+
+// clockMoved reports whether the clock jumped forward since since, by more
+// than a timer armed meanwhile may be late. A timer takes a duration, so a
+// jump between reading the clock and arming the timer would push the wake-up
+// back by the jump; the loops then go round again instead of sleeping.
+func clockMoved(c interface{ Now() time.Time }, since time.Time) bool {
+	return c.Now().Sub(since) > time.Millisecond
 }
 
 // replayLimit is how far the replay may read: what is durable, or under

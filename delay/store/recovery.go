@@ -212,6 +212,8 @@ func (s *Store) recoverSchedules(ckpt checkpoint) error {
 		st := &hourState{size: hc.size, records: hc.records, lastWAL: -1}
 		switch {
 		case info.Size() > hc.size:
+			s.lg.Info("cut schedule file back to its checkpoint", zap.String("hour", e.Name()),
+				zap.Int64("size", info.Size()), zap.Int64("checkpoint_size", hc.size))
 			if err := os.Truncate(path, hc.size); err != nil {
 				return err
 			}

@@ -58,7 +58,8 @@ func (s *Store) fireLoop() {
 	defer timer.Stop()
 	var fired []firedEntry
 	for {
-		now := s.clock.Now().UnixMilli()
+		nowTime := s.clock.Now()
+		now := nowTime.UnixMilli()
 		fired = fired[:0]
 		bytes := 0
 		collect := func(due int64, e entry) {
@@ -90,6 +91,9 @@ func (s *Store) fireLoop() {
 			}
 		}
 		timer.Reset(wait)
+		if clockMoved(s.clock, nowTime) {
+			continue
+		}
 		select {
 		case <-timer.C():
 		case <-s.fireWake:
