@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/qmq-go/qmq/pkg/protocol"
@@ -16,8 +17,13 @@ func TestAppendReadReopen(t *testing.T) {
 			dir := t.TempDir()
 			opts := testOptions()
 			opts.Flush = flush
+			var mu sync.Mutex
 			var notified []string
-			opts.OnAppend = func(subject string, next int64) { notified = append(notified, fmt.Sprint(subject, next)) }
+			opts.OnAppend = func(subject string, next int64) {
+				mu.Lock()
+				notified = append(notified, fmt.Sprint(subject, next))
+				mu.Unlock()
+			}
 			s := openStore(t, dir, opts)
 			a := appendN(t, s, "orders", "a", 120)
 			b := appendN(t, s, "users", "b", 30)
@@ -25,7 +31,10 @@ func TestAppendReadReopen(t *testing.T) {
 			if res[0].Seq != 120 {
 				t.Fatalf("seq %d", res[0].Seq)
 			}
-			if len(notified) == 0 {
+			mu.Lock()
+			n := len(notified)
+			mu.Unlock()
+			if n == 0 {
 				t.Fatal("OnAppend never called")
 			}
 			check := func(s *Store) {
