@@ -37,7 +37,6 @@ type Conn struct {
 
 	// Event-loop state.
 	held    int
-	frames  []protocol.Frame // OnTraffic scratch
 	batch   []*Request       // OnTraffic scratch
 	inline  Request          // the request passed to inline handlers
 	flushFn gnet.AsyncCallback

@@ -4,8 +4,8 @@
 //
 // # Use
 //
-//	mux := netserver.NewMux()                 // answers CmdPing itself
-//	mux.HandleFunc(protocol.CmdSend, b.send)  // func(r *netserver.Request)
+//	mux := netserver.NewMux()                 // answers CmdPing itself, on the event loop
+//	mux.HandleFunc(protocol.CmdSend, b.send)  // func(r *netserver.Request), off the loop
 //	srv, err := netserver.New(netserver.Options{Addr: "127.0.0.1:0"}, mux, lg)
 //	err = srv.Start()                         // returns once listening, or why not
 //	addr := srv.Addr()                        // the real port when asked for port 0
@@ -36,10 +36,20 @@
 // the next batch). Handlers must therefore return quickly and move blocking
 // work to their own goroutines.
 //
+// Inline handlers: a handler that implements InlineHandler (Mux does, for
+// commands registered with HandleInline; NewMux registers CmdPing that way)
+// serves the commands it names on the event loop itself, with a body that
+// points into gnet's buffer, and its replies are written at the end of the
+// read with a direct write. That saves the two goroutine hand-offs of the
+// normal path (loop to serve goroutine, serve goroutine to loop), which is
+// most of a cheap request's cost; it is only for work that cannot block:
+// ping, or answers made from memory.
+//
 // Replies are appended to the connection's reply buffer under a mutex.
-// While the serve goroutine runs a batch the buffer is corked; at the end of
-// the batch, or at once for a reply from another goroutine, one flush task
-// is queued on the event loop with AsyncWritev. The flush swaps the buffer
+// While the serve goroutine (or the loop's inline handlers) run a batch the
+// buffer is corked; at the end of the batch, or at once for a reply from
+// another goroutine, one flush task is queued on the event loop with
+// AsyncWritev (the loop writes directly at the end of its own batch). The flush swaps the buffer
 // out and writes all of it with one write (gnet copies what the socket does
 // not take into the connection's outbound buffer), so many replies cost one
 // system call. Reply copies the body slices into the reply buffer before it

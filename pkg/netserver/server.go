@@ -2,6 +2,7 @@ package netserver
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -295,29 +296,30 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 		return gnet.None // a partial body: wait for more bytes
 	}
 
-	// Split every whole frame out of everything buffered.
+	// Find every whole frame in everything buffered, checking each header.
 	buf, err := gc.Peek(-1)
 	if err != nil {
 		c.closeReason("reading buffered bytes", zap.Error(err))
 		return gnet.Close
 	}
-	frames, consumed, bodyBytes := c.frames[:0], 0, 0
-	for {
-		f, n, err := protocol.ReadFrame(buf[consumed:], s.opts.MaxFrameSize)
-		if err == protocol.ErrShortHeader || err == protocol.ErrShortFrame {
+	consumed, count, bodyBytes := 0, 0, 0
+	for len(buf)-consumed >= protocol.HeaderSize {
+		hb := buf[consumed:]
+		if !wellFormed(hb, s.opts.MaxFrameSize) {
+			if _, err := protocol.ParseHeader(hb, s.opts.MaxFrameSize); err != nil {
+				c.closeReason("malformed frame", zap.Error(err))
+			} else {
+				c.closeReason("client sent a response frame", zap.Uint64("request", binary.BigEndian.Uint64(hb[6:14])))
+			}
+			return gnet.Close
+		}
+		n := int(binary.BigEndian.Uint32(hb[14:18]))
+		if len(hb) < protocol.HeaderSize+n {
 			break // wait for the rest
 		}
-		if err != nil {
-			c.closeReason("malformed frame", zap.Error(err))
-			return gnet.Close
-		}
-		if f.Header.IsResponse() {
-			c.closeReason("client sent a response frame", zap.Uint64("request", f.Header.RequestID))
-			return gnet.Close
-		}
-		frames = append(frames, f)
-		consumed += n
-		bodyBytes += len(f.Body)
+		consumed += protocol.HeaderSize + n
+		bodyBytes += n
+		count++
 	}
 
 	// Serve inline commands now; copy the other requests out of gnet's
@@ -332,8 +334,10 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 		inline  = 0 // requests served inline
 		oneWay  = 0 // of which one-way
 	)
-	for i, f := range frames {
-		h := f.Header
+	for off, i := 0, 0; off < consumed; i++ {
+		h := decodeHeader(buf[off:])
+		body := buf[off+protocol.HeaderSize : off+protocol.HeaderSize+int(h.BodyLen)]
+		off += protocol.HeaderSize + int(h.BodyLen)
 		switch {
 		case closing:
 			if !h.IsOneWay() {
@@ -355,18 +359,18 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 			if h.IsOneWay() {
 				oneWay++
 			}
-			e.serveInline(c, f, now)
+			e.serveInline(c, h, body, now)
 			continue
 		}
 		if reqs == nil {
 			block = make([]byte, 0, bodyBytes)
-			reqs = make([]Request, len(frames)-i)
+			reqs = make([]Request, count-i)
 		}
 		r := &reqs[len(batch)]
 		r.Header, r.Arrived, r.Conn = h, now, c
-		if len(f.Body) > 0 {
+		if len(body) > 0 {
 			at := len(block)
-			block = append(block, f.Body...)
+			block = append(block, body...)
 			r.Body = block[at:len(block):len(block)]
 		}
 		batch = append(batch, r)
@@ -376,8 +380,6 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 		s.busy.Add(int64(inline))
 		c.uncork(oneWay, true)
 	}
-	clear(frames) // drop references into gnet's buffer
-	c.frames = frames[:0]
 	_, _ = gc.Discard(consumed)
 	if len(batch) > 0 {
 		c.held += len(batch)
@@ -394,9 +396,9 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 
 // serveInline serves one request on the event loop with the connection's
 // reusable inline Request, whose body points into gnet's buffer.
-func (e *events) serveInline(c *Conn, f protocol.Frame, now time.Time) {
+func (e *events) serveInline(c *Conn, h protocol.Header, body []byte, now time.Time) {
 	r := &c.inline
-	r.Header, r.Body, r.Arrived, r.Conn = f.Header, f.Body, now, c
+	r.Header, r.Body, r.Arrived, r.Conn = h, body, now, c
 	r.replied.Store(false)
 	e.srv.handler.Serve(r)
 	if !r.replied.Load() && !r.Header.IsOneWay() {
@@ -404,4 +406,24 @@ func (e *events) serveInline(c *Conn, f protocol.Frame, now time.Time) {
 		r.ReplyError(protocol.Errorf(protocol.StatusInternal, "no reply"))
 	}
 	r.Body = nil
+}
+
+// wellFormed reports whether b starts with the header of a request that
+// ParseHeader would accept: the fast path of the framing loop, which calls
+// ParseHeader only to name what is wrong.
+func wellFormed(b []byte, maxBody int) bool {
+	return binary.BigEndian.Uint16(b[0:2]) == protocol.Magic && b[2] == protocol.Version &&
+		protocol.Flags(b[3])&^protocol.FlagOneWay == 0 &&
+		int64(binary.BigEndian.Uint32(b[14:18])) <= int64(maxBody)
+}
+
+// decodeHeader decodes a header that wellFormed accepted.
+func decodeHeader(b []byte) protocol.Header {
+	return protocol.Header{
+		Version:   b[2],
+		Flags:     protocol.Flags(b[3]),
+		Code:      binary.BigEndian.Uint16(b[4:6]),
+		RequestID: binary.BigEndian.Uint64(b[6:14]),
+		BodyLen:   binary.BigEndian.Uint32(b[14:18]),
+	}
 }

@@ -501,3 +501,44 @@ func TestServer_ManyClientsConcurrently(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+func TestMux_InlineHandlers(t *testing.T) {
+	var oneWay atomic.Int64
+	mux := NewMux()
+	mux.HandleInline(protocol.CmdBrokerStats, HandlerFunc(func(r *Request) {
+		r.Reply(protocol.StatusOK, []byte("stats:"), r.Body)
+	}))
+	mux.HandleInline(protocol.CmdLookup, HandlerFunc(func(r *Request) {})) // forgets to reply
+	mux.HandleInline(protocol.CmdAck, HandlerFunc(func(r *Request) { oneWay.Add(1) }))
+	if !mux.Inline(protocol.CmdPing) || !mux.Inline(protocol.CmdBrokerStats) || mux.Inline(protocol.CmdSend) {
+		t.Fatal("Inline reports the wrong commands")
+	}
+	s := startServer(t, Options{}, mux)
+	c := dial(t, s)
+	b := protocol.AppendRequest(nil, protocol.CmdBrokerStats, 1, []byte("x"))
+	b = protocol.AppendRequest(b, protocol.CmdLookup, 2, nil)
+	b = protocol.AppendHeader(b, protocol.Header{Version: protocol.Version, Flags: protocol.FlagOneWay, Code: uint16(protocol.CmdAck), RequestID: 3})
+	b = protocol.AppendRequest(b, protocol.CmdPing, 4, []byte("p"))
+	c.send(t, b)
+	got := map[uint64]protocol.Frame{}
+	for range 3 {
+		f := c.readFrame(t)
+		got[f.Header.RequestID] = f
+	}
+	if f := got[1]; f.Header.Status() != protocol.StatusOK || string(f.Body) != "stats:x" {
+		t.Fatalf("inline stats: %+v %q", f.Header, f.Body)
+	}
+	if f := got[2]; f.Header.Status() != protocol.StatusInternal {
+		t.Fatalf("inline handler without a reply: %+v", f.Header)
+	}
+	if f := got[4]; string(f.Body) != "p" {
+		t.Fatalf("ping: %q", f.Body)
+	}
+	if oneWay.Load() != 1 {
+		t.Fatalf("inline one-way served %d times", oneWay.Load())
+	}
+	if _, err := c.tryReadFrame(50 * time.Millisecond); err == nil {
+		t.Fatal("an inline one-way request was answered")
+	}
+	waitFor(t, 5*time.Second, "nothing held", func() bool { return s.busy.Load() == 0 })
+}

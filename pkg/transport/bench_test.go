@@ -9,8 +9,14 @@ import (
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
-func startPingServer(b testing.TB) string {
-	srv, err := netserver.New(netserver.Options{}, netserver.NewMux(), nil)
+// startPingServer starts a netserver answering pings on its event loop, or
+// through an ordinary off-loop handler when offLoop is set.
+func startPingServer(b testing.TB, offLoop bool) string {
+	mux := netserver.NewMux()
+	if offLoop {
+		mux.HandleFunc(protocol.CmdPing, netserver.Ping)
+	}
+	srv, err := netserver.New(netserver.Options{}, mux, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -23,7 +29,7 @@ func startPingServer(b testing.TB) string {
 
 // BenchmarkCallSync is one request in flight on one connection.
 func BenchmarkCallSync(b *testing.B) {
-	addr := startPingServer(b)
+	addr := startPingServer(b, false)
 	c, err := New(Options{}, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -42,7 +48,11 @@ func BenchmarkCallSync(b *testing.B) {
 // BenchmarkGoPipelined keeps 128 requests in flight on each of 4
 // connections (one Client each), as the rpc bench suite does.
 func BenchmarkGoPipelined(b *testing.B) {
-	addr := startPingServer(b)
+	b.Run("inline", func(b *testing.B) { benchPipelined(b, startPingServer(b, false)) })
+	b.Run("handler", func(b *testing.B) { benchPipelined(b, startPingServer(b, true)) })
+}
+
+func benchPipelined(b *testing.B, addr string) {
 	const conns, window = 4, 128
 	body := make([]byte, 64)
 	clients := make([]*Client, conns)

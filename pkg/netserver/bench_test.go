@@ -1,0 +1,65 @@
+package netserver
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"strconv"
+	"testing"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+)
+
+// BenchmarkServer_Pipelined writes batches of 128 ping requests on one
+// connection and reads the 128 replies, through the inline ping and through
+// an off-loop handler, for several body sizes.
+func BenchmarkServer_Pipelined(b *testing.B) {
+	for _, size := range []int{64, 1024, 16 << 10} {
+		for _, offLoop := range []bool{false, true} {
+			name := "inline"
+			if offLoop {
+				name = "handler"
+			}
+			b.Run(name+"/"+byteSize(size), func(b *testing.B) { benchPipelined(b, size, offLoop) })
+		}
+	}
+}
+
+func byteSize(n int) string {
+	if n >= 1024 {
+		return strconv.Itoa(n/1024) + "KiB"
+	}
+	return strconv.Itoa(n) + "B"
+}
+
+func benchPipelined(b *testing.B, size int, offLoop bool) {
+	mux := NewMux()
+	if offLoop {
+		mux.HandleFunc(protocol.CmdPing, Ping)
+	}
+	s := startServer(b, Options{}, mux)
+	nc, err := net.Dial("tcp", s.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	const window = 128
+	var batch []byte
+	body := make([]byte, size)
+	for i := range window {
+		batch = protocol.AppendRequest(batch, protocol.CmdPing, uint64(i), body)
+	}
+	br := bufio.NewReaderSize(nc, 256<<10)
+	reply := make([]byte, window*(protocol.HeaderSize+size))
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for sent := 0; sent < b.N; sent += window {
+		if _, err := nc.Write(batch); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(br, reply); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
