@@ -37,8 +37,8 @@ type Conn struct {
 
 	// Event-loop state.
 	held    int
-	batch   []*Request       // OnTraffic scratch
-	inline  Request          // the request passed to inline handlers
+	batch   []*Request // OnTraffic scratch
+	inline  Request    // the request passed to inline handlers
 	flushFn gnet.AsyncCallback
 
 	// inMu guards the serve goroutine's inbox.
