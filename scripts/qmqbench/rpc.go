@@ -3,8 +3,7 @@ package main
 // The rpc suite: a ping request through pkg/netserver and pkg/transport,
 // side by side with a plain net server that the suite runs as the baseline.
 //
-// Three servers answer CmdPing frames with the request's body, all in this
-// process on loopback:
+// Three servers answer CmdPing frames with the request's body, on loopback:
 //
 //   - netserver with NewMux, which answers pings itself on the event loop
 //     (the server's own ping path; replies are coalesced into one write per
@@ -16,13 +15,17 @@ package main
 //   - the baseline: a goroutine per connection with bufio on both sides
 //     that flushes when no more input is buffered.
 //
+// The servers run in a child process (this binary re-executed with
+// QMQBENCH_RPC_SERVERS=1), the clients in this one, as servers and clients
+// run in production; both processes share the machine's two cores, the
+// same way for every server, so the ratios compare like with like. (With
+// everything in one process the gnet loop competes for the Go scheduler's
+// two Ps with the client's goroutines each time it returns from epoll_wait.)
 // All three are driven by the same pkg/transport clients: one Client per
 // connection (a Client keeps one connection per address), each keeping a
-// fixed number of requests in flight with Client.Go. Client and servers
-// share the machine's two cores, the same way for every server, so the
-// ratios compare like with like. The machine is shared and noisy, so the
-// suite runs several short rounds, rotating the order of the servers in
-// each, and each figure sums all of its rounds.
+// fixed number of requests in flight with Client.Go. The machine is shared
+// and noisy, so the suite runs several short rounds, rotating the order of
+// the servers in each, and each figure sums all of its rounds.
 //
 //	rpc_pipelined_req_per_s              netserver (ping on the loop), 4 connections x 128 in flight, 64-byte payloads
 //	rpc_net_pipelined_req_per_s          the net baseline, same workload
@@ -31,6 +34,7 @@ package main
 //	rpc_handler_vs_net_ratio             that / baseline
 //	rpc_sync_req_per_s                   netserver (ping on the loop), 1 connection, 1 request in flight (Call)
 //	rpc_handler_sync_req_per_s           the same through the off-loop handler
+//	rpc_net_sync_req_per_s               the baseline, 1 connection, 1 request in flight
 
 import (
 	"bufio"
@@ -39,6 +43,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,29 +61,95 @@ const (
 	rpcPayload     = 64
 	rpcRounds      = 6
 	rpcRoundLength = time.Second
-	rpcSyncLength  = 2 * time.Second
+	rpcSyncLength  = time.Second
 )
 
-func init() { register("rpc", runRPC) }
+// rpcServersEnv makes this binary run the suite's servers instead of a
+// suite (see rpcServersMain).
+const rpcServersEnv = "QMQBENCH_RPC_SERVERS"
 
-func runRPC(env *Env) error {
+func init() {
+	register("rpc", runRPC)
+	if os.Getenv(rpcServersEnv) == "1" {
+		os.Exit(rpcServersMain())
+	}
+}
+
+// rpcServersMain runs in the child process: it starts the three servers,
+// prints their addresses on one line, and serves until its stdin closes.
+func rpcServersMain() int {
 	inline, err := startPingServer(netserver.NewMux())
 	if err != nil {
-		return err
+		fmt.Fprintln(os.Stderr, "rpc servers:", err)
+		return 1
 	}
-	defer inline.Close(context.Background())
 	offLoop := netserver.NewMux()
 	offLoop.HandleFunc(protocol.CmdPing, netserver.Ping)
 	handler, err := startPingServer(offLoop)
 	if err != nil {
-		return err
+		fmt.Fprintln(os.Stderr, "rpc servers:", err)
+		return 1
 	}
-	defer handler.Close(context.Background())
 	base, err := startNetEcho("127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rpc servers:", err)
+		return 1
+	}
+	fmt.Printf("%s %s %s\n", inline.Addr(), handler.Addr(), base.Addr())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = inline.Close(ctx)
+	_ = handler.Close(ctx)
+	_ = base.Close()
+	return 0
+}
+
+// startRPCServers starts the child process and returns the servers'
+// addresses and a function that stops it.
+func startRPCServers() (addrs []string, stop func() error, err error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), rpcServersEnv+"=1")
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	stop = func() error {
+		stdin.Close()
+		return cmd.Wait()
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = stop()
+		return nil, nil, fmt.Errorf("rpc servers did not start: %w", err)
+	}
+	addrs = strings.Fields(line)
+	if len(addrs) != 3 {
+		_ = stop()
+		return nil, nil, fmt.Errorf("rpc servers printed %q", line)
+	}
+	return addrs, stop, nil
+}
+
+func runRPC(env *Env) error {
+	addrs, stop, err := startRPCServers()
 	if err != nil {
 		return err
 	}
-	defer base.Close()
+	defer stop()
 
 	type target struct {
 		name string
@@ -84,9 +157,9 @@ func runRPC(env *Env) error {
 		rate rpcRate
 	}
 	targets := []*target{
-		{name: "netserver", addr: inline.Addr().String()},
-		{name: "handler", addr: handler.Addr().String()},
-		{name: "net", addr: base.Addr().String()},
+		{name: "netserver", addr: addrs[0]},
+		{name: "handler", addr: addrs[1]},
+		{name: "net", addr: addrs[2]},
 	}
 	for round := range rpcRounds {
 		for i := range targets {
@@ -99,13 +172,13 @@ func runRPC(env *Env) error {
 			env.Logf("round %d %-9s %.0f req/s", round, t.name, float64(n)/d.Seconds())
 		}
 	}
-	syncN, syncD, err := synchronous(targets[0].addr, rpcPayload, rpcSyncLength)
-	if err != nil {
-		return fmt.Errorf("sync: %w", err)
-	}
-	hSyncN, hSyncD, err := synchronous(targets[1].addr, rpcPayload, rpcSyncLength)
-	if err != nil {
-		return fmt.Errorf("handler sync: %w", err)
+	var syncRates [3]float64
+	for i, t := range targets {
+		n, d, err := synchronous(t.addr, rpcPayload, rpcSyncLength)
+		if err != nil {
+			return fmt.Errorf("%s sync: %w", t.name, err)
+		}
+		syncRates[i] = float64(n) / d.Seconds()
 	}
 	ours, offLoopRate, theirs := targets[0].rate.perSecond(), targets[1].rate.perSecond(), targets[2].rate.perSecond()
 	env.Metric("rpc_pipelined_req_per_s", ours, "req/s")
@@ -113,8 +186,9 @@ func runRPC(env *Env) error {
 	env.Metric("rpc_vs_net_ratio", ours/theirs, "x")
 	env.Metric("rpc_handler_pipelined_req_per_s", offLoopRate, "req/s")
 	env.Metric("rpc_handler_vs_net_ratio", offLoopRate/theirs, "x")
-	env.Metric("rpc_sync_req_per_s", float64(syncN)/syncD.Seconds(), "req/s")
-	env.Metric("rpc_handler_sync_req_per_s", float64(hSyncN)/hSyncD.Seconds(), "req/s")
+	env.Metric("rpc_sync_req_per_s", syncRates[0], "req/s")
+	env.Metric("rpc_handler_sync_req_per_s", syncRates[1], "req/s")
+	env.Metric("rpc_net_sync_req_per_s", syncRates[2], "req/s")
 	return nil
 }
 
