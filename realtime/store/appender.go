@@ -23,6 +23,9 @@ type Result struct {
 	Err error
 }
 
+// validSubject stands in for a subject already validated (see AppendAsync).
+var validSubject = []byte("s")
+
 type msgMeta struct {
 	subj      *subject
 	deliverAt int64
@@ -75,10 +78,25 @@ func (s *Store) Append(ctx context.Context, msgs [][]byte) ([]Result, error) {
 // not called).
 func (s *Store) AppendAsync(msgs [][]byte, done func([]Result)) error {
 	r := &appendReq{msgs: msgs, done: done, results: make([]Result, len(msgs)), metas: make([]msgMeta, len(msgs))}
+	var prev *subject
 	for i, m := range msgs {
 		v, err := protocol.ParseMessage(m)
+		var sj *subject
 		if err == nil {
-			err = s.opts.Limits.CheckView(&v)
+			// A subject the store already has passed the subject rules when
+			// it was created: check the rest of the message only.
+			if prev != nil && string(v.Subject) == prev.name {
+				sj = prev
+			} else {
+				sj = s.lookupSubject(v.Subject)
+			}
+			if sj != nil {
+				known := v
+				known.Subject = validSubject
+				err = s.opts.Limits.CheckView(&known)
+			} else {
+				err = s.opts.Limits.CheckView(&v)
+			}
 		}
 		if err != nil {
 			var pe *protocol.Error
@@ -91,7 +109,8 @@ func (s *Store) AppendAsync(msgs [][]byte, done func([]Result)) error {
 		}
 		meta := &r.metas[i]
 		meta.subject = v.Subject
-		meta.subj = s.lookupSubject(v.Subject)
+		meta.subj = sj
+		prev = sj
 		meta.deliverAt = v.DeliverAtMillis
 		v.Tags(func(t []byte) bool { meta.bloom |= tagBloom(t); return true })
 		r.valid++
@@ -196,7 +215,9 @@ func (s *Store) appendLoop() {
 			continue
 		}
 		g.end = batch.End()
-		// Index: consume-log entries, visible only once published.
+		// Index: consume-log entries, visible only once published. Runs of
+		// one subject take its lock once.
+		var run *subject
 		for _, r := range g.reqs {
 			for i, m := range r.msgs {
 				res := &r.results[i]
@@ -204,11 +225,19 @@ func (s *Store) appendLoop() {
 					continue
 				}
 				meta := &r.metas[i]
-				e := entry{offset: res.Offset, size: uint32(recordOverhead + len(m)), timestamp: now, deliverAt: meta.deliverAt, bloom: meta.bloom}
-				if err := meta.subj.addEntry(&e); err != nil {
-					s.lg.Warn("consume log write failed; entries stay buffered", zap.String("subject", meta.subj.name), zap.Error(err))
+				if meta.subj != run {
+					if run != nil {
+						s.endEntries(run)
+					}
+					run = meta.subj
+					run.mu.Lock()
 				}
+				e := entry{offset: res.Offset, size: uint32(recordOverhead + len(m)), timestamp: now, deliverAt: meta.deliverAt, bloom: meta.bloom}
+				run.addEntryLocked(&e)
 			}
+		}
+		if run != nil {
+			s.endEntries(run)
 		}
 		for i, sj := range g.touched {
 			sj.touched = nil
@@ -220,6 +249,19 @@ func (s *Store) appendLoop() {
 		}
 		s.inflight.Add(1)
 		s.syncCh <- g
+	}
+}
+
+// endEntries ends a run of addEntryLocked calls: it flushes a full buffer
+// and unlocks the subject.
+func (s *Store) endEntries(sj *subject) {
+	var err error
+	if len(sj.pending) >= pendingFlushBytes {
+		err = sj.flushLocked()
+	}
+	sj.mu.Unlock()
+	if err != nil {
+		s.lg.Warn("consume log write failed; entries stay buffered", zap.String("subject", sj.name), zap.Error(err))
 	}
 }
 

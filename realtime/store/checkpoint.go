@@ -205,6 +205,10 @@ func (s *Store) checkpointLocked() error {
 			if cs.log == nil {
 				continue
 			}
+			if err := cs.flushPullLog(); err != nil {
+				g.mu.Unlock()
+				return err
+			}
 			if gen, dirty := cs.log.Dirty(); dirty {
 				dirtyLogs = append(dirtyLogs, dirtyLog{cs.log, gen})
 			}

@@ -55,6 +55,10 @@ type consumer struct {
 	acked int64
 	log   *segment.FixedLog // nil for broadcast
 	seen  time.Time
+	// Pull-log entries below plFlushed are in the file; plPending buffers
+	// the ones after it.
+	plFlushed int64
+	plPending []byte
 }
 
 func (s *Store) groupFor(key groupKey, create bool, earliest bool) (*group, bool, error) {
@@ -114,20 +118,61 @@ func (s *Store) consumerFor(g *group, id string) (*consumer, error) {
 	return c, nil
 }
 
-// writePullLog records consume seqs for pull seqs from first on.
+// pullFlushBytes is how many pull-log bytes a consumer buffers before
+// writing them to its file (pull logs are rebuilt from the action log, so
+// only checkpoints need them on disk).
+const pullFlushBytes = 4 << 10
+
+// writePullLog records consume seqs for pull seqs from first on. Entries are
+// buffered; a failed flush keeps them buffered (a checkpoint reports it).
 func (c *consumer) writePullLog(first int64, seqs []int64) error {
 	if c.log == nil || len(seqs) == 0 {
 		return nil
 	}
-	buf := make([]byte, len(seqs)*pullEntryWidth)
-	for i, v := range seqs {
-		binary.BigEndian.PutUint64(buf[i*pullEntryWidth:], uint64(v))
+	tail := c.plFlushed + int64(len(c.plPending)/pullEntryWidth)
+	if first < tail {
+		// Rewriting entries (recovery): go straight to the file.
+		if err := c.flushPullLog(); err != nil {
+			return err
+		}
+		buf := make([]byte, len(seqs)*pullEntryWidth)
+		for i, v := range seqs {
+			binary.BigEndian.PutUint64(buf[i*pullEntryWidth:], uint64(v))
+		}
+		if err := c.log.WriteAt(first, buf); err != nil {
+			c.log.Truncate(c.plFlushed)
+			return fmt.Errorf("%w: pull log of %s: %w", ErrIO, c.id, err)
+		}
+		c.plFlushed = max(c.plFlushed, first+int64(len(seqs)))
+		return nil
 	}
-	if err := c.log.WriteAt(first, buf); err != nil {
-		// Rewrite from a clean state next time.
-		c.log.Truncate(first)
+	for ; tail < first; tail++ {
+		c.plPending = binary.BigEndian.AppendUint64(c.plPending, ^uint64(0)) // voidEntry
+	}
+	for _, v := range seqs {
+		c.plPending = binary.BigEndian.AppendUint64(c.plPending, uint64(v))
+	}
+	if len(c.plPending) >= pullFlushBytes {
+		c.flushPullLog()
+	}
+	return nil
+}
+
+// flushPullLog writes buffered pull-log entries to the file.
+func (c *consumer) flushPullLog() error {
+	if c.log == nil || len(c.plPending) == 0 {
+		return nil
+	}
+	if c.log.Err() != nil {
+		if err := c.log.Truncate(c.plFlushed); err != nil {
+			return fmt.Errorf("%w: pull log of %s: %w", ErrIO, c.id, err)
+		}
+	}
+	if err := c.log.WriteAt(c.plFlushed, c.plPending); err != nil {
 		return fmt.Errorf("%w: pull log of %s: %w", ErrIO, c.id, err)
 	}
+	c.plFlushed += int64(len(c.plPending) / pullEntryWidth)
+	c.plPending = c.plPending[:0]
 	return nil
 }
 
@@ -137,14 +182,26 @@ func (c *consumer) readPullLog(from int64, n int64) ([]int64, error) {
 	if n == 0 {
 		return out, nil
 	}
-	buf := make([]byte, n*pullEntryWidth)
-	k, err := c.log.ReadAt(from, buf)
-	if err != nil {
-		return nil, fmt.Errorf("pull log of %s: %w", c.id, err)
+	i := int64(0)
+	if from < c.plFlushed {
+		k := min(n, c.plFlushed-from)
+		buf := make([]byte, k*pullEntryWidth)
+		got, err := c.log.ReadAt(from, buf)
+		if err != nil {
+			return nil, fmt.Errorf("pull log of %s: %w", c.id, err)
+		}
+		for ; i < k; i++ {
+			if i < int64(got) {
+				out[i] = int64(binary.BigEndian.Uint64(buf[i*pullEntryWidth:]))
+			} else {
+				out[i] = voidEntry
+			}
+		}
 	}
-	for i := range out {
-		if i < k {
-			out[i] = int64(binary.BigEndian.Uint64(buf[i*pullEntryWidth:]))
+	for ; i < n; i++ {
+		at := (from + i - c.plFlushed) * pullEntryWidth
+		if at+pullEntryWidth <= int64(len(c.plPending)) {
+			out[i] = int64(binary.BigEndian.Uint64(c.plPending[at:]))
 		} else {
 			out[i] = voidEntry
 		}

@@ -261,7 +261,7 @@ func (s *Store) recoverActions(ck *checkpoint) error {
 			if err != nil {
 				return fmt.Errorf("store: %w", err)
 			}
-			c.next, c.acked = cc.next, cc.acked
+			c.next, c.acked, c.plFlushed = cc.next, cc.acked, cc.next
 		}
 		s.groups[cg.key] = g
 	}

@@ -72,18 +72,23 @@ func (s *Store) lookupSubject(name []byte) *subject {
 	return sj
 }
 
-// addEntry appends the encoded entry for sequence seq (== flushed+pending).
+// addEntry appends the encoded entry of the next sequence.
 func (sj *subject) addEntry(e *entry) error {
 	sj.mu.Lock()
 	defer sj.mu.Unlock()
-	n := len(sj.pending)
-	sj.pending = append(sj.pending, make([]byte, entryWidth)...)
-	e.put(sj.pending[n:])
-	sj.appended += int64(e.size)
+	sj.addEntryLocked(e)
 	if len(sj.pending) >= pendingFlushBytes {
 		return sj.flushLocked()
 	}
 	return nil
+}
+
+// addEntryLocked buffers the entry of the next sequence; sj.mu is held.
+func (sj *subject) addEntryLocked(e *entry) {
+	n := len(sj.pending)
+	sj.pending = append(sj.pending, make([]byte, entryWidth)...)
+	e.put(sj.pending[n:])
+	sj.appended += int64(e.size)
 }
 
 // addHole records that sequence seq's message is lost (recovery).
