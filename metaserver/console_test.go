@@ -20,10 +20,10 @@ import (
 // (--remote-debugging-pipe: JSON messages ending in NUL on fds 3 and 4), so
 // the test needs no websocket client and no extra module.
 type chromium struct {
-	t       *testing.T
-	cmd     *exec.Cmd
+	t        *testing.T
+	cmd      *exec.Cmd
 	toChrome *os.File
-	session string
+	session  string
 
 	mu      sync.Mutex
 	nextID  int
@@ -228,7 +228,7 @@ func TestConsole_InHeadlessChromium(t *testing.T) {
 	if chromiumPath() == "" {
 		t.Skip("chromium is absent (apt-get install chromium)")
 	}
-	s := startServer(t, startEtcd(t), nil)
+	s := startServer(t, startEtcd(t), func(o *Options) { o.BrokerTTL = time.Minute }) // nothing heartbeats here
 	c := newClient(t)
 	b1, b2 := startFakeBroker(t, "g1"), startFakeBroker(t, "g2")
 	c.mustRegister(s, master("g1", b1.addr()))

@@ -36,7 +36,7 @@ func startServer(t testing.TB, endpoints []string, mod func(*Options)) *Server {
 	o.Addr, o.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	o.EtcdEndpoints = endpoints
 	o.AdminToken = testToken
-	o.BrokerTTL = 2 * time.Second
+	o.BrokerTTL = time.Minute // tests of expiry set their own
 	o.EtcdTimeout = 2 * time.Second
 	o.BrokerTimeout = 2 * time.Second
 	if mod != nil {

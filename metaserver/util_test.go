@@ -1,6 +1,8 @@
 package metaserver
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -9,8 +11,22 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-func clientOptsCountOnly() []clientv3.OpOption {
-	return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCountOnly()}
+// snapshot returns every key under the prefix but metaservers/ with its
+// mod revision and value, as one string to compare.
+func snapshot(t testing.TB, s *Server) string {
+	t.Helper()
+	resp, err := s.etcd.Get(context.Background(), s.keys.prefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, kv := range resp.Kvs {
+		if strings.HasPrefix(string(kv.Key), s.keys.prefix+dirMetaServers) {
+			continue
+		}
+		fmt.Fprintf(&b, "%s@%d=%s\n", kv.Key, kv.ModRevision, kv.Value)
+	}
+	return b.String()
 }
 
 func httpGet(t testing.TB, url string) string {
