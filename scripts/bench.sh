@@ -14,7 +14,7 @@ if [ $# -eq 0 ]; then
   exit 2
 fi
 mkdir -p bin
-go build -o bin/qmqbench ./scripts/qmqbench
+go build -o bin/ ./scripts/qmqbench ./realtime/cmd/qmq-realtime
 peers=""
 for s in "$@"; do
   case "$s" in
@@ -26,4 +26,4 @@ if [ -n "$peers" ] && [ -x scripts/peers/build.sh ]; then
 fi
 args=()
 [ -n "${QMQ_BENCH_DIR:-}" ] && mkdir -p "$QMQ_BENCH_DIR" && args+=(-dir "$QMQ_BENCH_DIR")
-exec bin/qmqbench "${args[@]}" -peers "$PWD/scripts/peers/bin" "$@"
+exec bin/qmqbench "${args[@]}" -bin "$PWD/bin" -peers "$PWD/scripts/peers/bin" "$@"

@@ -25,6 +25,9 @@ type Env struct {
 	// PeersBin holds peer binaries (nsqd, nats-server, …) built by
 	// scripts/peers/build.sh; empty when not built.
 	PeersBin string
+	// Bin holds the project's own binaries (qmq-realtime, …) built by
+	// scripts/bench.sh.
+	Bin string
 }
 
 // Metric prints one figure in the format scripts/bench.sh promises.
@@ -57,8 +60,12 @@ func register(name string, run func(*Env) error) {
 }
 
 func main() {
+	if runWorkerMode() {
+		os.Exit(0)
+	}
 	dir := flag.String("dir", "", "scratch directory root (default: a new temporary directory)")
 	peers := flag.String("peers", "", "directory of peer binaries")
+	bin := flag.String("bin", "bin", "directory of the project's binaries")
 	keep := flag.Bool("keep", false, "keep the scratch directory")
 	flag.Parse()
 	if flag.NArg() == 0 {
@@ -76,7 +83,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "qmqbench:", err)
 			os.Exit(1)
 		}
-		env := &Env{Dir: scratch, PeersBin: *peers}
+		env := &Env{Dir: scratch, PeersBin: *peers, Bin: *bin}
 		err = s.run(env)
 		if !*keep {
 			os.RemoveAll(scratch)
