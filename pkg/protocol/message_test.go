@@ -92,7 +92,9 @@ func TestMessage_AppendKeepsPrefix(t *testing.T) {
 }
 
 func TestParseMessage_DetectsEveryFlippedByte(t *testing.T) {
-	b, err := AppendMessage(nil, sampleMessage(), DefaultLimits)
+	m := sampleMessage()
+	m.Properties[1].Value = "short"
+	b, err := AppendMessage(nil, m, DefaultLimits)
 	if err != nil {
 		t.Fatal(err)
 	}
