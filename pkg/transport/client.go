@@ -167,8 +167,10 @@ func ctxError(err error) error {
 // Go sends a request without waiting: fn is called once with the response
 // body (the caller's) or the error, as Call would return them, within
 // timeout (0 means Options.RequestTimeout; the deadline is checked every
-// 10 ms). fn runs on the connection's reader goroutine or the client's
-// timeout sweep, so it must be quick; it may call Go again. When Go returns
+// 10 ms). fn runs on the connection's reader goroutine, the client's
+// timeout sweep, or whichever goroutine notices the connection drop, so it
+// must be quick and must not block on the caller of Go; it may call Go
+// again. When Go returns
 // an error (breaker open, dial failure, client closed, request too large)
 // the request was not sent and fn is never called. Go blocks only while the
 // address is being dialled; body is copied before Go returns.

@@ -501,3 +501,34 @@ func TestOptions_Validate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestClient_WriteTimeoutClosesStuckConnection(t *testing.T) {
+	// A server that accepts and never reads.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		nc, err := ln.Accept()
+		if err == nil {
+			accepted <- nc
+		}
+	}()
+	c := newClient(t, Options{WriteTimeout: 200 * time.Millisecond, RequestTimeout: time.Minute})
+	addr := ln.Addr().String()
+	var failed atomic.Int64
+	body := make([]byte, 1<<20)
+	for range 64 { // far more than the socket buffers hold
+		if err := c.Go(addr, protocol.CmdSend, body, 0, func(_ []byte, err error) {
+			if errors.Is(err, ErrConnClosed) {
+				failed.Add(1)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "the stuck connection to close", func() bool { return failed.Load() == 64 })
+	(<-accepted).Close()
+}

@@ -144,6 +144,7 @@ func (c *conn) writeLoop() {
 		if len(buf) == 0 {
 			continue
 		}
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.client.opts.WriteTimeout))
 		if _, err := c.nc.Write(buf); err != nil {
 			c.close(fmt.Errorf("write: %w", err))
 			return

@@ -34,9 +34,10 @@
 // already buffered, matches the batch to pending requests by request id
 // under one lock, copies their bodies into one block (a caller that keeps
 // one body keeps that read's block alive) and completes them. Responses may
-// come in any order. When the connection drops (read or write error, or a
-// malformed frame from the server) every pending request fails at once with
-// ErrConnClosed, and the next request redials. A failed dial makes requests
+// come in any order. When the connection drops (read or write error, a
+// write that takes longer than WriteTimeout because the server stopped
+// reading, or a malformed frame from the server) every pending request
+// fails at once with ErrConnClosed, and the next request redials. A failed dial makes requests
 // fail fast with ErrDial for a back-off that doubles from RedialBackoffMin
 // to RedialBackoffMax and resets on success.
 //

@@ -15,6 +15,10 @@ type Options struct {
 	// RequestTimeout bounds a request whose context has no deadline, and a
 	// Go request given no timeout. Default 5 s.
 	RequestTimeout time.Duration
+	// WriteTimeout bounds one write of queued requests to a connection; a
+	// server that stops reading for this long has its connection closed
+	// (its pending requests fail with ErrConnClosed). Default 10 s.
+	WriteTimeout time.Duration
 	// MaxFrameSize bounds a response body and a request body in bytes; a
 	// larger response closes the connection. Default
 	// protocol.DefaultMaxFrameSize (16 MiB).
@@ -49,6 +53,7 @@ type Options struct {
 const (
 	DefaultDialTimeout        = 3 * time.Second
 	DefaultRequestTimeout     = 5 * time.Second
+	DefaultWriteTimeout       = 10 * time.Second
 	DefaultRedialBackoffMin   = 50 * time.Millisecond
 	DefaultRedialBackoffMax   = 2 * time.Second
 	DefaultIdleTimeout        = 5 * time.Minute
@@ -66,6 +71,7 @@ func (o Options) withDefaults() Options {
 	}
 	set(&o.DialTimeout, DefaultDialTimeout)
 	set(&o.RequestTimeout, DefaultRequestTimeout)
+	set(&o.WriteTimeout, DefaultWriteTimeout)
 	set(&o.RedialBackoffMin, DefaultRedialBackoffMin)
 	set(&o.RedialBackoffMax, DefaultRedialBackoffMax)
 	set(&o.IdleTimeout, DefaultIdleTimeout)
@@ -91,7 +97,7 @@ func (o Options) Validate() error {
 		name string
 		v    time.Duration
 	}{
-		{"DialTimeout", o.DialTimeout}, {"RequestTimeout", o.RequestTimeout},
+		{"DialTimeout", o.DialTimeout}, {"RequestTimeout", o.RequestTimeout}, {"WriteTimeout", o.WriteTimeout},
 		{"RedialBackoffMin", o.RedialBackoffMin}, {"RedialBackoffMax", o.RedialBackoffMax},
 		{"IdleTimeout", o.IdleTimeout}, {"BreakerOpenTimeout", o.BreakerOpenTimeout},
 	} {
