@@ -226,6 +226,24 @@ func (s *Store) checkpointLocked() error {
 		return fmt.Errorf("%w: %w", ErrIO, err)
 	}
 	s.stats.checkpoints.Add(1)
+	// Recovery starts at the checkpoint: older action-log segments and
+	// pull-log segments wholly at or below each consumer's acked position
+	// are no longer read.
+	if _, err := s.actLog.DeleteBefore(c.actionOffset); err != nil {
+		return fmt.Errorf("%w: %w", ErrIO, err)
+	}
+	for _, g := range groups {
+		g.mu.Lock()
+		for _, cs := range g.consumers {
+			if cs.log != nil && cs.acked >= 0 {
+				if _, err := cs.log.DeleteBefore(min(cs.acked+1, cs.plFlushed)); err != nil {
+					g.mu.Unlock()
+					return fmt.Errorf("%w: %w", ErrIO, err)
+				}
+			}
+		}
+		g.mu.Unlock()
+	}
 	return nil
 }
 

@@ -2,6 +2,8 @@ package store
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -92,5 +94,52 @@ func TestRetentionBySize(t *testing.T) {
 	got, err := s.Read("a", 0, 10)
 	if err != nil || got[0].ConsumeSeq != min {
 		t.Fatalf("after reopen first %d, min %d, %v", got[0].ConsumeSeq, min, err)
+	}
+}
+
+// TestCheckpointTrimsLogs: a checkpoint deletes action-log segments before
+// its offset and pull-log segments wholly acked.
+func TestCheckpointTrimsLogs(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.ActionSegmentSize = 1 << 16
+	opts.PullSegmentEntries = 64
+	s := openStore(t, dir, opts)
+	defer s.Close()
+	pull(t, s, PullRequest{Subject: "a", Group: "g", Consumer: "c"})
+	appendN(t, s, "a", "m", 3000)
+	known := int64(-1)
+	for {
+		r, err := s.Pull(PullRequest{Subject: "a", Group: "g", Consumer: "c", Max: 2, KnownPullSeq: known})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Messages) == 0 {
+			break
+		}
+		known = r.Messages[len(r.Messages)-1].PullSeq
+		ack(t, s, "a", "g", "c", r.Messages[0].PullSeq, known)
+	}
+	if err := s.actions.flush(); err != nil {
+		t.Fatal(err)
+	}
+	before := len(s.actLog.Segments())
+	if err := s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if after := len(s.actLog.Segments()); before < 3 || after != 1 {
+		t.Fatalf("action-log segments %d -> %d", before, after)
+	}
+	files, err := os.ReadDir(filepath.Join(dir, "pulllog", dirName("a"), dirName("g"), dirName("c")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) > 1 {
+		t.Fatalf("%d pull-log files kept after everything was acked", len(files))
+	}
+	s.Close()
+	s = openStore(t, dir, opts)
+	if g := s.Stats().Groups[0]; g.Cursor != 3000 || g.Consumers[0].AckSeq != 2999 {
+		t.Fatalf("after reopen %+v", g)
 	}
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -104,5 +105,24 @@ func TestAppendRejectsBadMessages(t *testing.T) {
 	}
 	if _, err := s.Pull(PullRequest{Subject: "bad subject!", Group: "g", Consumer: "c", Max: 1}); !errors.Is(err, ErrInvalidRequest) {
 		t.Fatalf("invalid subject pull: %v", err)
+	}
+}
+
+func TestAppendRejectsInvalidSubject(t *testing.T) {
+	s := openStore(t, t.TempDir(), testOptions())
+	defer s.Close()
+	m := encode(t, "abc", "1", []byte("x"))
+	copy(m[25:28], "a/c") // subject bytes start after the 24-byte prefix and its length
+	binary.BigEndian.PutUint32(m, protocol.Checksum(m[4:]))
+	sys := encode(t, "ok", "2", nil)
+	res, err := s.Append(context.Background(), [][]byte{m, sys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(res[0].Err, protocol.ErrInvalid) || res[1].Err != nil {
+		t.Fatalf("results %v %v", res[0].Err, res[1].Err)
+	}
+	if _, err := s.Read("a/c", 0, 1); !errors.Is(err, ErrUnknownSubject) {
+		t.Fatalf("invalid subject stored: %v", err)
 	}
 }

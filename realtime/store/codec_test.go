@@ -1,0 +1,117 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func TestEntryRoundTrip(t *testing.T) {
+	e := entry{offset: 1 << 40, size: 300, timestamp: 1_700_000_000_123, deliverAt: 1_700_000_005_000, bloom: tagBloom([]byte("red")) | tagBloom([]byte("x"))}
+	var b [entryWidth]byte
+	e.put(b[:])
+	got, ok := decodeEntry(b[:])
+	if !ok || got != e {
+		t.Fatalf("got %+v ok %v", got, ok)
+	}
+	for i := range b {
+		c := b
+		c[i] ^= 0x04
+		if _, ok := decodeEntry(c[:]); ok {
+			t.Fatalf("flipped byte %d not detected", i)
+		}
+	}
+}
+
+func TestActionRoundTrip(t *testing.T) {
+	runs := []run{{start: 5, count: 3}, {start: 100, count: 1}}
+	p := encodeActionHead(nil, actPull, false, "subj", "grp", "cons", 42)
+	p = appendInt64(p, 7)
+	p = append(p, 0, 0, 0, 2)
+	p = appendInt64(p, 104)
+	p = appendRuns(p, runs)
+	a, err := decodeAction(actPull, p)
+	if err != nil || a.subject != "subj" || a.group != "grp" || a.consumer != "cons" || a.version != 42 || a.seq != 7 || a.taken != 2 || a.cursor != 104 || a.runCount != 4 {
+		t.Fatalf("decoded %+v, %v", a, err)
+	}
+	for n := 0; n < len(p); n++ {
+		if _, err := decodeAction(actPull, p[:n]); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("truncated to %d: %v", n, err)
+		}
+	}
+	if _, err := decodeAction(actPull, append(bytes.Clone(p), 0)); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("trailing byte accepted: %v", err)
+	}
+	if _, err := decodeAction(99, p); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("unknown action accepted: %v", err)
+	}
+}
+
+func appendInt64(b []byte, v int64) []byte {
+	for i := 7; i >= 0; i-- {
+		b = append(b, byte(v>>(8*i)))
+	}
+	return b
+}
+
+func TestCheckpointRoundTrip(t *testing.T) {
+	c := &checkpoint{msgOffset: 123456, actionOffset: 789,
+		subjects: []ckSubject{{"a", 10, 2}, {"%RETRY%a%g", 3, 0}},
+		groups: []ckGroup{{key: groupKey{"a", "g", false}, version: 9, cursor: 8, returned: []run{{1, 2}},
+			consumers: []ckConsumer{{"c1", 5, 3}, {"c2", 0, -1}}},
+			{key: groupKey{"a", "b1", true}, version: 2, cursor: 10}}}
+	b := c.encode()
+	got, err := decodeCheckpoint(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.msgOffset != c.msgOffset || got.actionOffset != c.actionOffset || len(got.subjects) != 2 || got.subjects[1] != c.subjects[1] ||
+		len(got.groups) != 2 || got.groups[0].consumers[1] != c.groups[0].consumers[1] || got.groups[0].returned[0] != c.groups[0].returned[0] || !got.groups[1].key.broadcast {
+		t.Fatalf("decoded %+v", got)
+	}
+	for i := range b {
+		d := bytes.Clone(b)
+		d[i] ^= 0x01
+		if _, err := decodeCheckpoint(d); err == nil {
+			t.Fatalf("flipped byte %d accepted", i)
+		}
+	}
+	for n := 0; n < len(b); n++ {
+		if _, err := decodeCheckpoint(b[:n]); err == nil {
+			t.Fatalf("truncated to %d accepted", n)
+		}
+	}
+}
+
+func FuzzDecodeAction(f *testing.F) {
+	p := encodeActionHead(nil, actPull, false, "s", "g", "c", 1)
+	p = appendInt64(p, 0)
+	p = append(p, 0, 0, 0, 0)
+	p = appendInt64(p, 1)
+	p = appendRuns(p, []run{{0, 1}})
+	f.Add(actPull, p)
+	f.Add(actAck, appendInt64(encodeActionHead(nil, actAck, false, "s", "g", "c", 2), 5))
+	f.Fuzz(func(t *testing.T, kind uint8, b []byte) {
+		a, err := decodeAction(kind, b)
+		if err != nil {
+			return
+		}
+		if int64(len(expandRuns(a.runs))) != a.runCount && a.kind == actPull {
+			t.Fatalf("run count %d", a.runCount)
+		}
+	})
+}
+
+func FuzzDecodeCheckpoint(f *testing.F) {
+	f.Add((&checkpoint{subjects: []ckSubject{{"a", 1, 0}}}).encode())
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := decodeCheckpoint(b)
+		if err != nil {
+			return
+		}
+		if !bytes.Equal(c.encode(), b) {
+			t.Fatal("decoded checkpoint does not re-encode to its bytes")
+		}
+	})
+}
