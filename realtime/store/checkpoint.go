@@ -175,6 +175,10 @@ func (s *Store) checkpointLocked() error {
 	for _, sj := range subjects {
 		sj.mu.Lock()
 		err := sj.flushLocked()
+		if err == nil && sj.appended == sj.appendedAtCheckpoint {
+			sj.pending = nil // idle since the last checkpoint: release the buffer
+		}
+		sj.appendedAtCheckpoint = sj.appended
 		c.subjects = append(c.subjects, ckSubject{name: sj.name, next: sj.visible, min: sj.min})
 		sj.mu.Unlock()
 		if err != nil {

@@ -34,6 +34,9 @@ type PullRequest struct {
 	HoldUntilDue bool
 }
 
+// MaxPull caps PullRequest.Max (as QMQ caps a pull's request count).
+const MaxPull = 10000
+
 // Pulled is one delivered message.
 type Pulled struct {
 	// PullSeq is the consumer's sequence for this delivery (what it acks).
@@ -166,6 +169,7 @@ func (s *Store) Pull(req PullRequest) (PullResult, error) {
 	if req.Max < 1 {
 		return PullResult{}, fmt.Errorf("%w: Max must be at least 1", ErrInvalidRequest)
 	}
+	req.Max = min(req.Max, MaxPull)
 	if s.isClosed() {
 		return PullResult{}, ErrClosed
 	}
@@ -378,7 +382,7 @@ func (s *Store) takeNew(g *group, req *PullRequest, f *filter, res *PullResult) 
 	var buf []byte
 scan:
 	for len(ds) < limit && cursor < visible && scanned < s.opts.MaxScan {
-		want := limit - len(ds)
+		want := min(limit-len(ds), 512)
 		if !f.all() {
 			want = min(256, s.opts.MaxScan-scanned)
 		}

@@ -31,6 +31,9 @@ type subject struct {
 	flushed  int64
 	pending  []byte
 	appended int64 // message-log bytes appended since open (stats)
+	// appendedAtCheckpoint is appended at the last checkpoint: a subject
+	// with no appends between two checkpoints releases its buffer.
+	appendedAtCheckpoint int64
 }
 
 func (s *Store) newSubject(name string) (*subject, error) {
