@@ -41,7 +41,9 @@ type Options struct {
 	// DedupeWindow is how long a message id is remembered so that a resent
 	// copy (same subject, id and attempt count) is not stored twice
 	// (default 10m). DedupeCapacity bounds the ids remembered (default
-	// 4,000,000, about 100 MB): past it the window is shorter.
+	// 1,000,000, a fixed 32 MB): past it the window is shorter — at
+	// 500,000 messages a second it still covers a producer's retries and a
+	// delay server's re-forwards, which come within seconds.
 	DedupeWindow   time.Duration `yaml:"dedupe_window"`
 	DedupeCapacity int           `yaml:"dedupe_capacity"`
 
@@ -92,7 +94,7 @@ func NewOptions() Options {
 		FlushInterval:     200 * time.Millisecond,
 		HeartbeatInterval: 2 * time.Second,
 		DedupeWindow:      10 * time.Minute,
-		DedupeCapacity:    4_000_000,
+		DedupeCapacity:    1_000_000,
 		TimeSlice:         5 * time.Millisecond,
 		MaxPullWait:       30 * time.Second,
 		PullGrace:         2 * time.Second,

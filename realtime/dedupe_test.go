@@ -1,0 +1,74 @@
+package realtime
+
+import (
+	"testing"
+	"time"
+)
+
+func TestDedupe_RemembersWithinWindow(t *testing.T) {
+	now := time.Unix(0, 0)
+	d := newDedupe(time.Minute, 1<<16, func() time.Time { return now })
+	k := d.key([]byte("s"), []byte("id-1"), 0)
+	if !d.reserve(k) || d.reserve(k) {
+		t.Fatal("first reserve must succeed and the second fail")
+	}
+	if k2 := d.key([]byte("s"), []byte("id-1"), 1); !d.reserve(k2) {
+		t.Fatal("another attempt of the same id is not a duplicate")
+	}
+	d.release(k)
+	if !d.reserve(k) {
+		t.Fatal("a released id is not remembered")
+	}
+	// Past the window (two rotations) the id is forgotten. Rotation is
+	// checked every 1024 inserts per shard, so insert enough.
+	for step := range 2 {
+		now = now.Add(31 * time.Second)
+		for i := range 1024 * dedupeShards * 2 {
+			d.reserve(uint64(step)<<40 | uint64(i)*0x9E3779B97F4A7C15)
+		}
+	}
+	if !d.reserve(k) {
+		t.Fatal("id still remembered after the window")
+	}
+}
+
+func TestDedupe_CapacityBoundsMemory(t *testing.T) {
+	d := newDedupe(time.Hour, 1024, time.Now)
+	for i := range 100000 {
+		d.reserve(uint64(i) * 0x9E3779B97F4A7C15)
+	}
+	for i := range d.shards {
+		if n := len(d.shards[i].cur.slots); n > 128 {
+			t.Fatalf("shard table grew to %d slots", n)
+		}
+	}
+	// The most recent ids are still remembered.
+	last := 99999
+	if d.reserve(uint64(last) * 0x9E3779B97F4A7C15) {
+		t.Fatal("latest id forgotten")
+	}
+}
+
+func TestHashSet(t *testing.T) {
+	h := newHashSet(8)
+	for _, k := range []uint64{0, 1, 2, 17, 1 << 63} {
+		h.add(k)
+		if !h.has(k) {
+			t.Fatalf("added %d but has() is false", k)
+		}
+	}
+	h.remove(17)
+	if h.has(17) || !h.has(2) {
+		t.Fatal("remove")
+	}
+}
+
+func BenchmarkDedupeReserve(b *testing.B) {
+	d := newDedupe(time.Hour, 4_000_000, time.Now)
+	k := uint64(1)
+	b.ReportAllocs()
+	for b.Loop() {
+		k = k*6364136223846793005 + 1442695040888963407
+		d.reserve(k)
+	}
+}
