@@ -364,6 +364,9 @@ func (s *Server) postReadonly(r *http.Request) (any, error) {
 	if !protocol.IsName(group) {
 		return nil, protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf("group %q must be A-Z a-z 0-9 . _ -", group))
 	}
+	if s.groupKind(group) == 0 {
+		return nil, protocol.Errorf(protocol.StatusNotFound, fmt.Sprintf("broker group %q is not registered", group))
+	}
 	subject, err := readonlySubject(in.Subject)
 	if err != nil {
 		return nil, err

@@ -75,15 +75,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Addr, "addr", o.Addr, "TCP address for brokers and clients")
 	fs.StringVar(&o.HTTPAddr, "http-addr", o.HTTPAddr, "HTTP address for the admin API, console and metrics")
 	fs.StringVar(&o.AdvertiseAddr, "advertise-addr", o.AdvertiseAddr, "TCP address others should use (default: --addr as bound)")
-	fs.Func("etcd-endpoints", "comma-separated external etcd endpoints (default: an embedded etcd under --data-dir)", func(s string) error {
-		o.EtcdEndpoints = nil
-		for _, e := range strings.Split(s, ",") {
-			if e = strings.TrimSpace(e); e != "" {
-				o.EtcdEndpoints = append(o.EtcdEndpoints, e)
-			}
-		}
-		return nil
-	})
+	fs.Var(listFlag{&o.EtcdEndpoints}, "etcd-endpoints", "comma-separated external etcd endpoints (default: an embedded etcd under --data-dir)")
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "embedded etcd data directory")
 	fs.StringVar(&o.Prefix, "prefix", o.Prefix, "etcd key prefix")
 	fs.DurationVar(&o.BrokerTTL, "broker-ttl", o.BrokerTTL, "lease TTL of broker registrations")
@@ -122,4 +114,25 @@ func (o *Options) Validate() error {
 		return bad("broker_timeout %v must be positive", o.BrokerTimeout)
 	}
 	return o.Log.Validate()
+}
+
+// listFlag is a comma-separated list flag whose String gives the list back
+// (config.Parse replays flags through String after loading a file).
+type listFlag struct{ p *[]string }
+
+func (l listFlag) String() string {
+	if l.p == nil {
+		return ""
+	}
+	return strings.Join(*l.p, ",")
+}
+
+func (l listFlag) Set(s string) error {
+	*l.p = nil
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			*l.p = append(*l.p, e)
+		}
+	}
+	return nil
 }

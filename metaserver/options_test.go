@@ -1,0 +1,54 @@
+package metaserver
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/config"
+)
+
+func TestOptions_Validate(t *testing.T) {
+	if o := NewOptions(); o.Validate() != nil {
+		t.Fatalf("defaults invalid: %v", o.Validate())
+	}
+	bad := map[string]func(*Options){
+		"empty addr":      func(o *Options) { o.Addr = "" },
+		"prefix no slash": func(o *Options) { o.Prefix = "qmq" },
+		"prefix root":     func(o *Options) { o.Prefix = "/" },
+		"short ttl":       func(o *Options) { o.BrokerTTL = 10 * time.Millisecond },
+		"no groups":       func(o *Options) { o.MinGroups = 0 },
+		"bad log level":   func(o *Options) { o.Log.Level = "loud" },
+	}
+	for name, mod := range bad {
+		o := NewOptions()
+		mod(&o)
+		if err := o.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	o := NewOptions()
+	if _, err := New(o, nil); !errors.Is(err, ErrInvalidOptions) {
+		t.Fatalf("New without etcd endpoints: err %v, want ErrInvalidOptions", err)
+	}
+}
+
+func TestOptions_FileAndFlags(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "meta.yaml")
+	yaml := "etcd_endpoints: [a:1, b:2]\nmin_groups: 3\nbroker_ttl: 4s\nprefix: /other/\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := NewOptions()
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := config.Parse(fs, []string{"--config", path, "--min-groups", "5", "--etcd-endpoints", "x:1, y:2"}, &o); err != nil {
+		t.Fatal(err)
+	}
+	if o.MinGroups != 5 || o.BrokerTTL != 4*time.Second || o.Prefix != "/other/" || len(o.EtcdEndpoints) != 2 || o.EtcdEndpoints[1] != "y:2" {
+		t.Fatalf("parsed %+v", o)
+	}
+}
