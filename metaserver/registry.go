@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/qmq-go/qmq/pkg/protocol"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -216,13 +215,16 @@ func (s *Server) keepAliveOnce(ctx context.Context, lease clientv3.LeaseID) (boo
 	ctx, cancel := s.store.ctx(ctx)
 	defer cancel()
 	_, err := s.etcd.KeepAliveOnce(ctx, lease)
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	if err == nil {
+		return true, nil
+	}
+	// An expired lease fails KeepAliveOnce; TimeToLive tells that apart
+	// from etcd being unreachable (it answers TTL -1 for an unknown lease).
+	ttl, terr := s.etcd.TimeToLive(ctx, lease)
+	if terr == nil && ttl.TTL == -1 {
 		return false, nil
 	}
-	if err != nil {
-		return false, unavailable(etcdErr("keep lease alive", err))
-	}
-	return true, nil
+	return false, unavailable(etcdErr("keep lease alive", err))
 }
 
 func (s *Server) grant(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, error) {
@@ -238,7 +240,10 @@ func (s *Server) grant(ctx context.Context, ttl time.Duration) (clientv3.LeaseID
 func (s *Server) revoke(ctx context.Context, lease clientv3.LeaseID) error {
 	ctx, cancel := s.store.ctx(ctx)
 	defer cancel()
-	if _, err := s.etcd.Revoke(ctx, lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	if _, err := s.etcd.Revoke(ctx, lease); err != nil {
+		if ttl, terr := s.etcd.TimeToLive(ctx, lease); terr == nil && ttl.TTL == -1 {
+			return nil // already gone
+		}
 		return unavailable(etcdErr("revoke lease", err))
 	}
 	return nil

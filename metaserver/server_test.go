@@ -17,8 +17,11 @@ func TestServer_RegisterLookupAndLeaseExpiry(t *testing.T) {
 	s := startServer(t, startEtcd(t), func(o *Options) { o.BrokerTTL = 2 * time.Second })
 	c := newClient(t)
 	r1 := c.mustRegister(s, master("g1", "127.0.0.1:1001"))
-	c.mustRegister(s, master("g2", "127.0.0.1:1002"))
-	c.mustRegister(s, master("g3", "127.0.0.1:1003"))
+	leases := map[string]int64{
+		"g1": r1.LeaseID,
+		"g2": c.mustRegister(s, master("g2", "127.0.0.1:1002")).LeaseID,
+		"g3": c.mustRegister(s, master("g3", "127.0.0.1:1003")).LeaseID,
+	}
 	if r1.LeaseID == 0 || r1.TTL != 2*time.Second {
 		t.Fatalf("register response %+v: want a lease and TTL 2s", r1)
 	}
@@ -82,6 +85,17 @@ func TestServer_RegisterLookupAndLeaseExpiry(t *testing.T) {
 			t.Fatalf("heartbeating group %s is %v", keep, g.State)
 		}
 	}
+	// The silent broker comes back with its expired lease: it gets a new
+	// lease and its group is writable again.
+	back := master(dead, "127.0.0.1:100"+dead[1:])
+	back.LeaseID = leases[dead]
+	again2 := c.mustRegister(s, back)
+	if again2.LeaseID == 0 || again2.LeaseID == back.LeaseID {
+		t.Fatalf("re-registration kept lease %d, want a new one", again2.LeaseID)
+	}
+	eventually(t, 5*time.Second, "the returning group writable again", func() bool {
+		return groupState(c.mustLookup(s, protocol.LookupRequest{ClientType: protocol.ClientProducer, Subject: "orders"}), dead) == protocol.GroupReadWrite
+	})
 }
 
 func sameGroups(a, b []protocol.RouteGroup) bool {
