@@ -114,3 +114,45 @@ func TestMetaclient_ProducerRoutesFollowReadonlyAndDeadGroups(t *testing.T) {
 		return len(writable()) == 0
 	})
 }
+
+// TestMetaclient_ConsumerRegistration registers a consumer through
+// metaclient with a real meta server: the admin API lists it, an admin
+// takes it offline and the consumer learns so, and Close unregisters it.
+func TestMetaclient_ConsumerRegistration(t *testing.T) {
+	s := startServer(t, startEtcd(t), func(o *Options) { o.ClientTTL = 3 * time.Second })
+	c := newClient(t)
+	c.mustRegister(s, master("g1", "127.0.0.1:1001"))
+	eventually(t, 5*time.Second, "g1", func() bool { return len(s.groups()) == 1 })
+	ctx := context.Background()
+	mc, err := metaclient.New([]string{s.Addr().String()}, "consumer-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	if _, err := mc.Lookup(ctx, protocol.ClientConsumer, "orders", "billing"); err != nil {
+		t.Fatal(err)
+	}
+	reg := mc.RegisterConsumer("orders", "billing", "consumer-1")
+	if !reg.Registered() {
+		t.Fatal("first heartbeat failed")
+	}
+	cl := admin(s, testToken)
+	eventually(t, 5*time.Second, "the consumer listed", func() bool {
+		gs, err := cl.Consumers(ctx, "orders")
+		return err == nil && len(gs) == 1 && len(gs[0].Consumers) == 1 && gs[0].Consumers[0].ClientID == "consumer-1"
+	})
+	if _, err := cl.SetConsumerOnline(ctx, "orders", "billing", "consumer-1", false); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Second, "the consumer to learn it is offline (heartbeat every TTL/3)", reg.Offline)
+	// Registered for longer than its TTL: the heartbeats keep it alive.
+	time.Sleep(3 * time.Second)
+	if gs, err := cl.Consumers(ctx, "orders"); err != nil || len(gs) != 1 || len(gs[0].Consumers) != 1 {
+		t.Fatalf("consumer gone while heartbeating: %+v, %v", gs, err)
+	}
+	reg.Close()
+	eventually(t, 2*time.Second, "the consumer unregistered at once", func() bool {
+		gs, err := cl.Consumers(ctx, "orders")
+		return err == nil && (len(gs) == 0 || len(gs[0].Consumers) == 0)
+	})
+}
