@@ -105,7 +105,7 @@ func TestCheckpointTrimsLogs(t *testing.T) {
 	opts.ActionSegmentSize = 1 << 16
 	opts.PullSegmentEntries = 64
 	s := openStore(t, dir, opts)
-	defer s.Close()
+	defer func() { s.Close() }()
 	pull(t, s, PullRequest{Subject: "a", Group: "g", Consumer: "c"})
 	appendN(t, s, "a", "m", 3000)
 	known := int64(-1)
