@@ -323,15 +323,13 @@ func voids(n int64) []int64 {
 	return out
 }
 
-// record applies a live action to the group and appends it to the action
-// log; g.mu must be held.
+// record appends a live action to the action log and applies it to the
+// group; g.mu must be held. The action is appended first so that an action
+// that cannot be logged changes nothing.
 func (s *Store) record(g *group, a *action) error {
 	a.version = g.version + 1
 	a.broadcast = g.key.broadcast
 	a.subject, a.group = g.key.subject, g.key.group
-	if err := g.apply(s, a); err != nil {
-		return err
-	}
 	p := encodeActionHead(make([]byte, 0, 64), a.kind, a.broadcast, a.subject, a.group, a.consumer, a.version)
 	switch a.kind {
 	case actCreate, actReset, actAck, actVoid:
@@ -345,5 +343,8 @@ func (s *Store) record(g *group, a *action) error {
 		p = binary.BigEndian.AppendUint64(p, uint64(a.seq))
 		p = appendRuns(p, a.runs)
 	}
-	return s.actions.append(a.kind, p)
+	if err := s.actions.append(a.kind, p); err != nil {
+		return fmt.Errorf("%w: action log: %w", ErrIO, err)
+	}
+	return g.apply(s, a)
 }
