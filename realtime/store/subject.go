@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -157,32 +158,37 @@ func (sj *subject) bounds() (min, visible int64) {
 }
 
 // readEntries copies readable entries from seq into buf (whole entries) and
-// returns how many; seq below min reads nothing and returns min.
+// returns how many; seq below min reads nothing. Buffered entries are copied
+// under the lock; entries already in the file (immutable below visible) are
+// read after it is released, so a slow read never holds up the appender.
 func (sj *subject) readEntries(seq int64, buf []byte) (int, error) {
 	sj.mu.RLock()
-	defer sj.mu.RUnlock()
 	if seq < sj.min {
+		sj.mu.RUnlock()
 		return 0, nil
 	}
 	n := min(int64(len(buf)/entryWidth), sj.visible-seq)
 	if n <= 0 {
+		sj.mu.RUnlock()
 		return 0, nil
 	}
-	got := int64(0)
-	if seq < sj.flushed {
-		k := min(n, sj.flushed-seq)
-		r, err := sj.log.ReadAt(seq, buf[:k*entryWidth])
+	inFile := min(n, max(0, sj.flushed-seq))
+	if inFile < n {
+		from := (seq + inFile - sj.flushed) * entryWidth
+		copy(buf[inFile*entryWidth:n*entryWidth], sj.pending[from:])
+	}
+	sj.mu.RUnlock()
+	if inFile > 0 {
+		r, err := sj.log.ReadAt(seq, buf[:inFile*entryWidth])
+		if errors.Is(err, segment.ErrNoRecord) {
+			return 0, nil // deleted by retention meanwhile
+		}
 		if err != nil {
 			return 0, fmt.Errorf("consume log of %s: %w", sj.name, err)
 		}
-		if int64(r) < k {
+		if int64(r) < inFile {
 			return r, nil
 		}
-		got = k
-	}
-	if got < n {
-		from := (seq + got - sj.flushed) * entryWidth
-		copy(buf[got*entryWidth:n*entryWidth], sj.pending[from:])
 	}
 	return int(n), nil
 }
