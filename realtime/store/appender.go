@@ -48,6 +48,7 @@ type commitGroup struct {
 	reqs    []*appendReq
 	touched []*subject
 	nexts   []int64
+	sizes   []int64 // bytes appended per touched subject
 	end     int64
 	err     error
 }
@@ -168,7 +169,7 @@ func (s *Store) appendLoop() {
 		batch.Reset()
 		now := max(s.opts.Clock().UnixMilli(), s.lastTs)
 		s.lastTs = now
-		g.touched, g.nexts = g.touched[:0], g.nexts[:0]
+		g.touched, g.nexts, g.sizes = g.touched[:0], g.nexts[:0], g.sizes[:0]
 		var gerr error
 		for _, r := range g.reqs {
 			for i, m := range r.msgs {
@@ -194,9 +195,12 @@ func (s *Store) appendLoop() {
 				r.results[i].Seq, r.results[i].Offset = sj.next, off
 				if sj.touched != g {
 					sj.touched = g
+					sj.touchedIdx = len(g.touched)
 					g.touched = append(g.touched, sj)
 					g.nexts = append(g.nexts, sj.next)
+					g.sizes = append(g.sizes, 0)
 				}
+				g.sizes[sj.touchedIdx] += int64(recordOverhead + len(m))
 				sj.next++
 			}
 		}
@@ -310,7 +314,7 @@ func (s *Store) syncLoop() {
 // the subjects' waiters.
 func (s *Store) publish(g *commitGroup) {
 	for i, sj := range g.touched {
-		sj.setVisible(g.nexts[i])
+		sj.setVisible(g.nexts[i], g.sizes[i])
 	}
 	s.goodEnd.Store(g.end)
 	n := 0
@@ -346,6 +350,7 @@ func (s *Store) putGroup(g *commitGroup) {
 	clear(g.touched)
 	g.touched = g.touched[:0]
 	g.nexts = g.nexts[:0]
+	g.sizes = g.sizes[:0]
 	groupPool.Put(g)
 }
 

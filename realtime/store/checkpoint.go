@@ -18,7 +18,7 @@ import (
 // (temp file, fsync, rename, fsync the directory). Big-endian:
 //
 //	magic u32 "QCKP" | version u8 | message-log offset i64 | action-log offset i64 |
-//	subject count u32 | subjects × (name s8 | next i64 | min i64) |
+//	subject count u32 | subjects × (name s8 | next i64 | min i64 | bytes i64) |
 //	group count u32 | groups × (flags u8 | subject s8 | group s8 | version u64 |
 //	    cursor i64 | returned run count u32 | runs × (start i64 | count u32) |
 //	    consumer count u32 | consumers × (id s8 | next i64 | acked i64)) |
@@ -36,8 +36,8 @@ const (
 )
 
 type ckSubject struct {
-	name      string
-	next, min int64
+	name             string
+	next, min, bytes int64
 }
 
 type ckConsumer struct {
@@ -69,6 +69,7 @@ func (c *checkpoint) encode() []byte {
 		b = appendString8(b, s.name)
 		b = binary.BigEndian.AppendUint64(b, uint64(s.next))
 		b = binary.BigEndian.AppendUint64(b, uint64(s.min))
+		b = binary.BigEndian.AppendUint64(b, uint64(s.bytes))
 	}
 	b = binary.BigEndian.AppendUint32(b, uint32(len(c.groups)))
 	for _, g := range c.groups {
@@ -106,7 +107,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	}
 	c := &checkpoint{msgOffset: int64(d.u64()), actionOffset: int64(d.u64())}
 	for n := d.u32(); n > 0 && d.err == nil; n-- {
-		c.subjects = append(c.subjects, ckSubject{name: d.string8(), next: int64(d.u64()), min: int64(d.u64())})
+		c.subjects = append(c.subjects, ckSubject{name: d.string8(), next: int64(d.u64()), min: int64(d.u64()), bytes: int64(d.u64())})
 	}
 	for n := d.u32(); n > 0 && d.err == nil; n-- {
 		g := ckGroup{}
@@ -179,7 +180,7 @@ func (s *Store) checkpointLocked() error {
 			sj.pending = nil // idle since the last checkpoint: release the buffer
 		}
 		sj.appendedAtCheckpoint = sj.appended
-		c.subjects = append(c.subjects, ckSubject{name: sj.name, next: sj.visible, min: sj.min})
+		c.subjects = append(c.subjects, ckSubject{name: sj.name, next: sj.visible, min: sj.min, bytes: sj.bytes})
 		sj.mu.Unlock()
 		if err != nil {
 			return err

@@ -56,7 +56,7 @@ func appendInt64(b []byte, v int64) []byte {
 
 func TestCheckpointRoundTrip(t *testing.T) {
 	c := &checkpoint{msgOffset: 123456, actionOffset: 789,
-		subjects: []ckSubject{{"a", 10, 2}, {"%RETRY%a%g", 3, 0}},
+		subjects: []ckSubject{{"a", 10, 2, 500}, {"%RETRY%a%g", 3, 0, 7}},
 		groups: []ckGroup{{key: groupKey{"a", "g", false}, version: 9, cursor: 8, returned: []run{{1, 2}},
 			consumers: []ckConsumer{{"c1", 5, 3}, {"c2", 0, -1}}},
 			{key: groupKey{"a", "b1", true}, version: 2, cursor: 10}}}
@@ -103,7 +103,7 @@ func FuzzDecodeAction(f *testing.F) {
 }
 
 func FuzzDecodeCheckpoint(f *testing.F) {
-	f.Add((&checkpoint{subjects: []ckSubject{{"a", 1, 0}}}).encode())
+	f.Add((&checkpoint{subjects: []ckSubject{{"a", 1, 0, 9}}}).encode())
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := decodeCheckpoint(b)

@@ -136,12 +136,33 @@ func (s *Store) raiseMins(start int64) error {
 		if newMin <= lo {
 			continue
 		}
+		dropped := s.sumSizes(sj, lo, newMin)
 		sj.mu.Lock()
 		sj.min = newMin
+		sj.bytes = max(0, sj.bytes-dropped)
 		sj.mu.Unlock()
 		if _, err := sj.log.DeleteBefore(newMin); err != nil {
 			return fmt.Errorf("%w: %w", ErrIO, err)
 		}
 	}
 	return nil
+}
+
+// sumSizes adds up the record sizes of entries [from, to).
+func (s *Store) sumSizes(sj *subject, from, to int64) int64 {
+	var b [1024 * entryWidth]byte
+	total := int64(0)
+	for from < to {
+		n, err := sj.readEntries(from, b[:min(int64(len(b)), (to-from)*entryWidth)])
+		if err != nil || n == 0 {
+			break
+		}
+		for k := 0; k < n; k++ {
+			if e, ok := decodeEntry(b[k*entryWidth:]); ok {
+				total += int64(e.size)
+			}
+		}
+		from += int64(n)
+	}
+	return total
 }

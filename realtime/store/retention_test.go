@@ -65,6 +65,14 @@ func TestRetentionByAge(t *testing.T) {
 	if st.Subjects[0].MinSeq != drop || st.Subjects[0].NextSeq != int64(n) {
 		t.Fatalf("subject after retention %+v", st.Subjects[0])
 	}
+	kept, _ := s.Read("a", drop, n)
+	var want int64
+	for _, m := range kept {
+		want += int64(len(m.Message) + recordOverhead)
+	}
+	if st.Subjects[0].Bytes != want {
+		t.Fatalf("bytes after retention %d, want %d", st.Subjects[0].Bytes, want)
+	}
 	r := pull(t, s, PullRequest{Subject: "a", Group: "slow", Consumer: "c", Max: 1000})
 	if r.Expired != drop || r.Messages[0].ConsumeSeq != drop || int64(len(r.Messages)) != int64(n)-drop {
 		t.Fatalf("pull after retention: expired %d first %d count %d", r.Expired, r.Messages[0].ConsumeSeq, len(r.Messages))

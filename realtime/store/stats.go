@@ -47,8 +47,8 @@ type SubjectStats struct {
 	// MinSeq is the first kept sequence, NextSeq the next to be assigned;
 	// Entries = NextSeq - MinSeq.
 	MinSeq, NextSeq, Entries int64
-	// AppendedBytes counts message-log bytes appended since Open.
-	AppendedBytes int64
+	// Bytes is the message-log bytes of the kept entries.
+	Bytes int64
 	// RetentionDropSeq: the next retention pass deletes sequences below it.
 	RetentionDropSeq int64
 }
@@ -107,7 +107,7 @@ func (s *Store) Stats() Stats {
 	drop := map[*subject]int64{}
 	for _, sj := range s.subjectList() {
 		sj.mu.RLock()
-		ss := SubjectStats{Subject: sj.name, MinSeq: sj.min, NextSeq: sj.visible, Entries: sj.visible - sj.min, AppendedBytes: sj.appended}
+		ss := SubjectStats{Subject: sj.name, MinSeq: sj.min, NextSeq: sj.visible, Entries: sj.visible - sj.min, Bytes: sj.bytes}
 		sj.mu.RUnlock()
 		ss.RetentionDropSeq = ss.MinSeq
 		if st.RetentionBoundary > st.MessageLogStart {

@@ -179,7 +179,7 @@ func (s *Store) recoverMessages(ck *checkpoint) error {
 		if err != nil {
 			return fmt.Errorf("store: %w", err)
 		}
-		sj.next, sj.flushed, sj.min = cs.next, cs.next, cs.min
+		sj.next, sj.flushed, sj.min, sj.bytes = cs.next, cs.next, cs.min, cs.bytes
 		sj.log.SetFirst(cs.min)
 	}
 	res, err := s.msgLog.Recover(ck.msgOffset, s.opts.SkipCorrupt, func(off int64, kind uint8, payload []byte) error {
@@ -213,6 +213,7 @@ func (s *Store) recoverMessages(ck *checkpoint) error {
 		if err := sj.addEntry(&e); err != nil {
 			return err
 		}
+		sj.bytes += int64(e.size)
 		sj.next++
 		s.lastTs = max(s.lastTs, ts)
 		s.open.MessagesReplayed++

@@ -52,6 +52,15 @@ func TestAppendReadReopen(t *testing.T) {
 				if len(got) != 5 || !bytes.Equal(got[0].Message, b[10]) {
 					t.Fatalf("users read: %d", len(got))
 				}
+				want := int64(0)
+				for _, m := range b {
+					want += int64(len(m) + recordOverhead)
+				}
+				for _, st := range s.Stats().Subjects {
+					if st.Subject == "users" && (st.Bytes != want || st.Entries != 30 || st.MinSeq != 0 || st.NextSeq != 30) {
+						t.Fatalf("users stats %+v, want %d bytes", st, want)
+					}
+				}
 			}
 			check(s)
 			if err := s.Close(); err != nil {

@@ -23,15 +23,17 @@ type subject struct {
 	name string
 	log  *segment.FixedLog
 
-	next    int64 // appender: next sequence to assign
-	touched *commitGroup
+	next       int64 // appender: next sequence to assign
+	touched    *commitGroup
+	touchedIdx int
 
 	mu       sync.RWMutex
 	visible  int64
 	min      int64
 	flushed  int64
 	pending  []byte
-	appended int64 // message-log bytes appended since open (stats)
+	bytes    int64 // message-log bytes of the kept, visible entries
+	appended int64 // entries buffered since open
 	// appendedAtCheckpoint is appended at the last checkpoint: a subject
 	// with no appends between two checkpoints releases its buffer.
 	appendedAtCheckpoint int64
@@ -92,7 +94,7 @@ func (sj *subject) addEntryLocked(e *entry) {
 	n := len(sj.pending)
 	sj.pending = append(sj.pending, make([]byte, entryWidth)...)
 	e.put(sj.pending[n:])
-	sj.appended += int64(e.size)
+	sj.appended++
 }
 
 // addHole records that sequence seq's message is lost (recovery).
@@ -127,11 +129,12 @@ func (sj *subject) flush() error {
 	return sj.flushLocked()
 }
 
-// setVisible makes entries below n readable.
-func (sj *subject) setVisible(n int64) {
+// setVisible makes entries below n readable; bytes is their size.
+func (sj *subject) setVisible(n, bytes int64) {
 	sj.mu.Lock()
 	if n > sj.visible {
 		sj.visible = n
+		sj.bytes += bytes
 	}
 	sj.mu.Unlock()
 }
