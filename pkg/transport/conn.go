@@ -77,6 +77,8 @@ type conn struct {
 	wbuf      []byte // frames waiting for writeLoop
 	wspare    []byte
 	signalled bool  // writeLoop has been woken for wbuf
+	writing   bool  // a goroutine is writing taken bytes; only one at a time
+	corked    bool  // readLoop is completing a batch; it writes wbuf at the end
 	closeErr  error // why the connection closed
 	wake      chan struct{}
 }
@@ -117,16 +119,78 @@ func (c *conn) send(cl *call, cmd protocol.Command, flags protocol.Flags, body [
 	c.wbuf = protocol.AppendHeader(c.wbuf, protocol.Header{
 		Version: protocol.Version, Flags: flags, Code: uint16(cmd), RequestID: id, BodyLen: uint32(len(body))})
 	c.wbuf = append(c.wbuf, body...)
-	signal := !c.signalled
-	c.signalled = true
-	c.mu.Unlock()
-	if signal {
-		c.wake <- struct{}{} // never blocks: only the first of a batch sends
+	switch {
+	case c.corked:
+		c.mu.Unlock() // readLoop writes at the end of its batch
+	case c.writing:
+		c.signalLocked() // the writer hands over to writeLoop when done
+		c.mu.Unlock()
+	default:
+		c.writeThroughLocked() // nobody writes: this caller writes now
 	}
 	return nil
 }
 
-// writeLoop writes everything queued since its last write with one write.
+// signalLocked makes sure writeLoop will look at wbuf. c.mu is held.
+func (c *conn) signalLocked() {
+	if !c.signalled {
+		c.signalled = true
+		c.wake <- struct{}{} // never blocks: at most one signal is pending
+	}
+}
+
+// writeThroughLocked takes wbuf and writes it on the calling goroutine;
+// what others queue meanwhile is left to writeLoop. It is called with c.mu
+// held and nobody writing, and returns with c.mu released. Writing on the
+// caller's goroutine saves a hand-off to writeLoop when the connection is
+// idle (one request in flight) and lets readLoop answer a whole batch of
+// callbacks with one write, as a server would.
+func (c *conn) writeThroughLocked() {
+	buf := c.takeLocked()
+	c.writing = true
+	c.mu.Unlock()
+	err := c.write(buf)
+	c.mu.Lock()
+	c.writing = false
+	if err == nil && len(c.wbuf) > 0 && !c.corked {
+		c.signalLocked()
+	}
+	c.mu.Unlock()
+	if err != nil {
+		c.close(fmt.Errorf("write: %w", err))
+	}
+}
+
+// takeLocked takes the queued bytes, leaving the spare buffer in their
+// place. c.mu is held.
+func (c *conn) takeLocked() []byte {
+	buf := c.wbuf
+	c.wbuf = c.wspare[:0]
+	c.wspare = nil
+	return buf
+}
+
+// write writes buf within WriteTimeout and keeps buf as the spare buffer.
+func (c *conn) write(buf []byte) error {
+	if len(buf) == 0 {
+		return nil
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.client.opts.WriteTimeout))
+	if _, err := c.nc.Write(buf); err != nil {
+		return err
+	}
+	if cap(buf) <= maxSpareWriteBuffer {
+		c.mu.Lock()
+		if c.wspare == nil {
+			c.wspare = buf[:0]
+		}
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// writeLoop writes what callers queued while another goroutine was
+// writing, everything queued since its last write with one write.
 func (c *conn) writeLoop() {
 	defer c.client.wg.Done()
 	for {
@@ -136,26 +200,31 @@ func (c *conn) writeLoop() {
 			return
 		}
 		c.mu.Lock()
-		buf := c.wbuf
-		c.wbuf = c.wspare[:0]
-		c.wspare = nil
 		c.signalled = false
-		c.mu.Unlock()
-		if len(buf) == 0 {
+		if c.writing || c.corked || len(c.wbuf) == 0 {
+			c.mu.Unlock() // the writer or readLoop takes care of it
 			continue
 		}
-		_ = c.nc.SetWriteDeadline(time.Now().Add(c.client.opts.WriteTimeout))
-		if _, err := c.nc.Write(buf); err != nil {
-			c.close(fmt.Errorf("write: %w", err))
+		c.writeThroughLocked()
+		if c.closed() {
 			return
 		}
-		if cap(buf) <= maxSpareWriteBuffer {
-			c.mu.Lock()
-			if c.wspare == nil {
-				c.wspare = buf[:0]
-			}
-			c.mu.Unlock()
-		}
+	}
+}
+
+// uncorkLocked ends readLoop's batch: readLoop writes what the callbacks
+// queued, unless another goroutine is writing. c.mu is held; it returns
+// with c.mu released.
+func (c *conn) uncorkLocked() {
+	c.corked = false
+	switch {
+	case len(c.wbuf) == 0:
+		c.mu.Unlock()
+	case c.writing:
+		c.signalLocked()
+		c.mu.Unlock()
+	default:
+		c.writeThroughLocked()
 	}
 }
 
@@ -235,6 +304,9 @@ func (c *conn) readLoop() {
 			batch[i].call = c.pending[id]
 			delete(c.pending, id)
 		}
+		if c.closeErr == nil {
+			c.corked = true // callbacks that send again are written together
+		}
 		c.mu.Unlock()
 		for i := range batch {
 			r := &batch[i]
@@ -247,6 +319,8 @@ func (c *conn) readLoop() {
 			}
 			*r = response{}
 		}
+		c.mu.Lock()
+		c.uncorkLocked()
 	}
 }
 

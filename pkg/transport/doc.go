@@ -28,9 +28,13 @@
 //
 // The first request to an address dials it (bounded by DialTimeout and the
 // caller's context; concurrent callers share the dial). Requests are framed
-// into the connection's write buffer under its mutex; a writer goroutine
-// writes everything queued since its last write in one system call, so
-// pipelined requests coalesce. A reader goroutine reads every whole frame
+// into the connection's write buffer under its mutex. A caller that finds
+// nobody writing writes the buffer itself (no hand-off for a lone request);
+// what others queue meanwhile goes to a writer goroutine, which writes
+// everything queued since its last write in one system call, so pipelined
+// requests coalesce. While the reader runs a batch of callbacks the buffer
+// is corked, and the requests those callbacks send are written together at
+// the end of the batch by the reader itself, as a server answers a read. A reader goroutine reads every whole frame
 // already buffered, matches the batch to pending requests by request id
 // under one lock, copies their bodies into one block (a caller that keeps
 // one body keeps that read's block alive) and completes them. Responses may
