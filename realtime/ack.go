@@ -51,22 +51,36 @@ func (b *Broker) serveAck(r *netserver.Request) {
 	r.Reply(protocol.StatusOK)
 }
 
-// release hands a consumer's un-acked entries back to its group and wakes
-// the group's waiting pulls.
+// release hands a consumer's un-acked entries back to its group. It goes
+// through the group's actor, after the pulls the consumer sent before, so a
+// pull still in the actor cannot take entries for a consumer that left.
 func (b *Broker) release(subject, group, consumer, why string) {
 	b.live.forget(subject, group, consumer)
+	a := b.actorFor(actorKey{subject, group})
+	for !a.actor.Send(pullEvent{kind: evRelease, consumer: consumer, why: why}) {
+		if b.closing.Load() {
+			return
+		}
+		time.Sleep(time.Millisecond) // a full mailbox drains within slices
+	}
+}
+
+// returnUnacked hands the entries back (on the group's actor); it reports
+// whether any went back.
+func (b *Broker) returnUnacked(subject, group, consumer, why string) bool {
 	n, err := b.store.ReturnUnacked(subject, group, consumer)
 	if err != nil {
 		b.lg.Debug("cannot return un-acked entries", zap.String("subject", subject), zap.String("group", group),
 			zap.String("consumer", consumer), zap.Error(err))
-		return
+		return false
 	}
-	if n > 0 {
-		b.metrics.returned.Add(float64(n))
-		b.lg.Info("un-acked messages handed back to the group", zap.String("subject", subject), zap.String("group", group),
-			zap.String("consumer", consumer), zap.Int("messages", n), zap.String("why", why))
-		b.actorFor(actorKey{subject, group}).wakeAlways()
+	if n == 0 {
+		return false
 	}
+	b.metrics.returned.Add(float64(n))
+	b.lg.Info("un-acked messages handed back to the group", zap.String("subject", subject), zap.String("group", group),
+		zap.String("consumer", consumer), zap.Int("messages", n), zap.String("why", why))
+	return true
 }
 
 // wakeAlways sends a wake even when no pull is waiting yet.

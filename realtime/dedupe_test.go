@@ -20,11 +20,11 @@ func TestDedupe_RemembersWithinWindow(t *testing.T) {
 		t.Fatal("a released id is not remembered")
 	}
 	// Past the window (two rotations) the id is forgotten. Rotation is
-	// checked every 1024 inserts per shard, so insert enough.
+	// checked every 1024 inserts into a shard: insert that many into k's.
 	for step := range 2 {
 		now = now.Add(31 * time.Second)
-		for i := range 1024 * dedupeShards * 2 {
-			d.reserve(uint64(step)<<40 | uint64(i)*0x9E3779B97F4A7C15)
+		for i := range 2048 {
+			d.reserve(k&(0xF<<60) | uint64(step+1)<<40 | uint64(i+7))
 		}
 	}
 	if !d.reserve(k) {

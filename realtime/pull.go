@@ -44,11 +44,14 @@ const (
 	evWake                      // new messages (or returned ones) for the subject
 	evTimer                     // a waiting pull's time (or a held message's due time) came
 	evShutdown                  // the broker is closing: answer every waiting pull
+	evRelease                   // a consumer left or died: hand its un-acked entries back
 )
 
 type pullEvent struct {
 	kind eventKind
 	call *pullCall
+	// consumer and why, for evRelease.
+	consumer, why string
 }
 
 // pullCall is one pull request on its way through an actor.
@@ -167,6 +170,25 @@ func (a *pullActor) handle(ev pullEvent) {
 		a.serveWaiting(now, false)
 	case evShutdown:
 		a.serveWaiting(now, true)
+	case evRelease:
+		// Pulls of the consumer that arrived before it left must not take
+		// entries after its release: answer its waiting pulls empty first.
+		kept := a.waiting[:0]
+		for _, c := range a.waiting {
+			if c.req.Consumer == ev.consumer {
+				a.b.replyPulled(c.r, nil)
+				a.b.metrics.parked.Dec()
+				continue
+			}
+			kept = append(kept, c)
+		}
+		for i := len(kept); i < len(a.waiting); i++ {
+			a.waiting[i] = nil
+		}
+		a.waiting = kept
+		if a.b.returnUnacked(a.key.subject, a.key.group, ev.consumer, ev.why) {
+			a.serveWaiting(now, false)
+		}
 	}
 	a.hasWaiting.Store(len(a.waiting) > 0)
 	a.arm(now)
@@ -185,6 +207,9 @@ func (a *pullActor) serve(c *pullCall, now time.Time) bool {
 		return true
 	}
 	if len(res.Messages) > 0 {
+		if !c.req.Broadcast {
+			a.b.live.touch(c.req.Subject, c.req.Group, c.req.Consumer)
+		}
 		a.b.metrics.pulled.Add(float64(len(res.Messages)))
 		a.b.replyPulled(c.r, res.Messages)
 		return true
