@@ -115,7 +115,7 @@ func (c *Conn) serveLoop() {
 		c.cork()
 		oneWay := 0
 		for _, r := range batch {
-			c.srv.handler.Serve(r)
+			c.srv.serve(r)
 			if r.Header.IsOneWay() {
 				oneWay++
 			}

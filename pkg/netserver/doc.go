@@ -70,7 +70,8 @@
 // at warn level as "closing connection" with the connection id, remote
 // address and a reason; a client that leaves in the middle of a frame is
 // logged the same way. The event loop never blocks, so other connections
-// are unaffected.
+// are unaffected. A handler that panics is logged with its stack and its
+// request answered StatusInternal; the server keeps running.
 //
 // # Shutdown
 //

@@ -400,7 +400,7 @@ func (e *events) serveInline(c *Conn, h protocol.Header, body []byte, now time.T
 	r := &c.inline
 	r.Header, r.Body, r.Arrived, r.Conn = h, body, now, c
 	r.replied.Store(false)
-	e.srv.handler.Serve(r)
+	e.srv.serve(r)
 	if !r.replied.Load() && !r.Header.IsOneWay() {
 		e.srv.lg.Error("inline handler returned without replying", zap.Stringer("command", r.Command()))
 		r.ReplyError(protocol.Errorf(protocol.StatusInternal, "no reply"))
@@ -426,4 +426,17 @@ func decodeHeader(b []byte) protocol.Header {
 		RequestID: binary.BigEndian.Uint64(b[6:14]),
 		BodyLen:   binary.BigEndian.Uint32(b[14:18]),
 	}
+}
+
+// serve calls the handler; a panic is logged and answered with
+// StatusInternal instead of taking the process down.
+func (s *Server) serve(r *Request) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.lg.Error("handler panic", zap.Stringer("command", r.Command()), zap.Uint64("conn", r.Conn.id),
+				zap.Any("panic", p), zap.StackSkip("stack", 2))
+			r.ReplyError(protocol.Errorf(protocol.StatusInternal, "handler panic"))
+		}
+	}()
+	s.handler.Serve(r)
 }

@@ -542,3 +542,22 @@ func TestMux_InlineHandlers(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "nothing held", func() bool { return s.busy.Load() == 0 })
 }
+
+func TestServer_HandlerPanic_AnsweredInternal(t *testing.T) {
+	mux := NewMux()
+	mux.HandleFunc(protocol.CmdSend, func(r *Request) { panic("boom") })
+	mux.HandleInline(protocol.CmdLookup, HandlerFunc(func(r *Request) { panic("inline boom") }))
+	s := startServer(t, Options{}, mux)
+	c := dial(t, s)
+	c.send(t, protocol.AppendRequest(nil, protocol.CmdSend, 1, nil))
+	c.send(t, protocol.AppendRequest(nil, protocol.CmdLookup, 2, nil))
+	for range 2 {
+		if f := c.readFrame(t); f.Header.Status() != protocol.StatusInternal {
+			t.Fatalf("panicking handler answered %+v", f.Header)
+		}
+	}
+	if s.logs.FilterMessage("handler panic").Len() != 2 {
+		t.Fatal("panics not logged")
+	}
+	ping(t, s)
+}
