@@ -233,5 +233,16 @@ func verifyCrash(t *testing.T, dir string, k int, acks func(func(subject, id str
 		if g.Cursor > next {
 			t.Fatalf("kill %d: group %s/%s cursor %d past next %d", k, g.Subject, g.Group, g.Cursor, next)
 		}
+		// The recovered group serves: its consumer's un-acked entries and
+		// then new ones, every message intact.
+		r, err := s.Pull(PullRequest{Subject: g.Subject, Group: g.Group, Consumer: "c", Max: 64, KnownPullSeq: -1})
+		if err != nil {
+			t.Fatalf("kill %d: pull after restart: %v", k, err)
+		}
+		for _, m := range r.Messages {
+			if _, err := protocol.ParseMessage(m.Message); err != nil {
+				t.Fatalf("kill %d: pulled message %d: %v", k, m.ConsumeSeq, err)
+			}
+		}
 	}
 }

@@ -266,3 +266,53 @@ func TestDerivedLogsRebuilt(t *testing.T) {
 		}
 	})
 }
+
+// TestCrashAtBoundaries: a crash between writing checkpoint.tmp and renaming
+// it, and a crash right after creating a new segment file.
+func TestCrashAtBoundaries(t *testing.T) {
+	src := t.TempDir()
+	s := openStore(t, src, testOptions())
+	defer s.Close()
+	pull(t, s, PullRequest{Subject: "a", Group: "g", Consumer: "c"})
+	appendN(t, s, "a", "m", 10)
+	if err := s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, s, "a", "n", 5)
+	if err := s.actions.flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		crash func(dir string)
+	}{
+		{"half-written checkpoint.tmp", func(dir string) {
+			os.WriteFile(filepath.Join(dir, checkpointName+".tmp"), []byte("QCKP garbage"), 0o644)
+		}},
+		{"empty new message segment", func(dir string) {
+			_, base := lastSegment(t, dir, "messagelog")
+			os.WriteFile(segFile(dir, "messagelog", base+testOptions().SegmentSize), nil, 0o644)
+		}},
+		{"zeroed new action segment", func(dir string) {
+			_, base := lastSegment(t, dir, "actionlog")
+			os.WriteFile(segFile(dir, "actionlog", base+testOptions().ActionSegmentSize), make([]byte, 4096), 0o644)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := crashCopy(t, src)
+			tc.crash(dir)
+			s2 := openStore(t, dir, testOptions())
+			defer s2.Close()
+			if got := readIDs(t, s2, "a"); len(got) != 15 {
+				t.Fatalf("%d messages", len(got))
+			}
+			r := appendAll(t, s2, encode(t, "a", "after", nil))
+			if r[0].Seq != 15 {
+				t.Fatalf("next seq %d", r[0].Seq)
+			}
+			if got := pull(t, s2, PullRequest{Subject: "a", Group: "g", Consumer: "c", Max: 100}); len(got.Messages) != 16 {
+				t.Fatalf("pulled %d", len(got.Messages))
+			}
+		})
+	}
+}
