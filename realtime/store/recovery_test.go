@@ -283,7 +283,7 @@ func TestCrashAtBoundaries(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		name string
+		name  string
 		crash func(dir string)
 	}{
 		{"half-written checkpoint.tmp", func(dir string) {
