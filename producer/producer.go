@@ -29,6 +29,7 @@ type Producer struct {
 	transport *transport.Client
 	ownsTrans bool
 	ids       *msgid.Generator
+	slab      slab
 
 	queue   chan *pending
 	results chan *result
@@ -41,13 +42,17 @@ type Producer struct {
 }
 
 // pending is one message on its way: queued, batched, in flight or waiting
-// to be retried.
+// to be retried. Pendings of SendAsync are recycled after their callback.
 type pending struct {
-	raw      []byte
-	subject  string
-	kind     route.Kind
-	id       string
-	callback func(error)
+	raw     []byte
+	subject string
+	kind    route.Kind
+	id      string
+	// Exactly one of these reports the outcome: asyncCB(msg, err) for
+	// SendAsync, syncCh for Send.
+	msg      *Message
+	asyncCB  func(*Message, error)
+	syncCh   chan error
 	deadline time.Time
 	tries    int
 	lastErr  error
@@ -96,7 +101,7 @@ func New(opts ...Option) (*Producer, error) {
 // send timeout passes. It fills in msg.ID and msg.Created when empty.
 func (p *Producer) Send(ctx context.Context, msg *Message) error {
 	ch := make(chan error, 1)
-	if err := p.enqueue(ctx, msg, func(err error) { ch <- err }); err != nil {
+	if err := p.enqueue(ctx, msg, nil, ch); err != nil {
 		return err
 	}
 	select {
@@ -114,26 +119,26 @@ func (p *Producer) Send(ctx context.Context, msg *Message) error {
 // unless the producer was built WithNonBlocking, when it returns
 // ErrQueueFull. An invalid message fails at once, as the returned error.
 func (p *Producer) SendAsync(msg *Message, callback func(*Message, error)) error {
-	var cb func(error)
-	if callback != nil {
-		cb = func(err error) { callback(msg, err) }
-	}
-	return p.enqueue(context.Background(), msg, cb)
+	return p.enqueue(context.Background(), msg, callback, nil)
 }
 
-func (p *Producer) enqueue(ctx context.Context, msg *Message, cb func(error)) error {
+var pendingPool = sync.Pool{New: func() any { return new(pending) }}
+
+func (p *Producer) enqueue(ctx context.Context, msg *Message, cb func(*Message, error), ch chan error) error {
 	now := p.cfg.now()
 	if msg.ID == "" {
-		msg.ID = p.ids.Next()
+		msg.ID = p.ids.NextAt(now)
 	}
 	if msg.Created.IsZero() {
 		msg.Created = now
 	}
-	raw, err := protocol.AppendMessage(make([]byte, 0, msg.EncodedSize()), msg, p.cfg.limits)
+	raw, err := protocol.AppendMessage(p.slab.alloc(msg.EncodedSize()), msg, p.cfg.limits)
 	if err != nil {
 		return fmt.Errorf("producer: message %s: %w", msg.ID, err)
 	}
-	pd := &pending{raw: raw, subject: msg.Subject, kind: route.Produce, id: msg.ID, callback: cb, deadline: now.Add(p.cfg.sendTimeout)}
+	pd := pendingPool.Get().(*pending)
+	*pd = pending{raw: raw, subject: msg.Subject, kind: route.Produce, id: msg.ID, msg: msg, asyncCB: cb, syncCh: ch,
+		deadline: now.Add(p.cfg.sendTimeout)}
 	if !msg.DeliverAt.IsZero() && msg.DeliverAt.Sub(now) >= p.cfg.delayMin {
 		pd.kind = route.ProduceDelay
 	}
@@ -158,17 +163,25 @@ func (p *Producer) enqueue(ctx context.Context, msg *Message, cb func(error)) er
 	}
 }
 
-// completion is a callback to run with its result.
+// completion is a message's outcome, to report.
 type completion struct {
-	callback func(error)
-	err      error
+	pd  *pending
+	err error
 }
 
 func (p *Producer) completeLoop() {
 	defer p.wg.Done()
 	for batch := range p.done {
 		for _, c := range batch {
-			c.callback(c.err)
+			pd := c.pd
+			switch {
+			case pd.syncCh != nil:
+				pd.syncCh <- c.err
+			case pd.asyncCB != nil:
+				pd.asyncCB(pd.msg, c.err)
+			}
+			*pd = pending{}
+			pendingPool.Put(pd)
 		}
 	}
 }

@@ -349,9 +349,7 @@ func (s *sender) dueRetries() {
 
 func (s *sender) complete(pd *pending, err error) {
 	s.outstanding--
-	if pd.callback != nil {
-		s.completions = append(s.completions, completion{pd.callback, err})
-	}
+	s.completions = append(s.completions, completion{pd, err})
 }
 
 // publish hands the completions gathered this turn to completeLoop.

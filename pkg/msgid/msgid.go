@@ -53,10 +53,19 @@ func (g *Generator) Next() string {
 	return string(b[:])
 }
 
+// NextAt returns a new id for a message created at now (saving a clock
+// read when the caller has the time).
+func (g *Generator) NextAt(now time.Time) string {
+	var b [Size]byte
+	g.appendAt(b[:0], now.UnixMilli())
+	return string(b[:])
+}
+
 // AppendNext appends a new id to dst.
-func (g *Generator) AppendNext(dst []byte) []byte {
+func (g *Generator) AppendNext(dst []byte) []byte { return g.appendAt(dst, g.now().UnixMilli()) }
+
+func (g *Generator) appendAt(dst []byte, ms int64) []byte {
 	g.mu.Lock()
-	ms := g.now().UnixMilli()
 	if ms > g.last {
 		g.last = ms
 		g.hi = uint16(g.rng.Uint64())

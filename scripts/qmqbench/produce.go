@@ -78,10 +78,13 @@ func produceWorker(args []string) (any, error) {
 	subjects := fs.Int("subjects", 1, "spread messages over this many subjects")
 	count := fs.Int64("count", 0, "send exactly this many messages (0: send for -duration)")
 	subject := fs.String("subject", "bench.s", "subject prefix")
+	inflight := fs.Int("inflight", 16, "send requests in flight per broker group")
+	batch := fs.Int("batch", 256, "messages per send request")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	p, err := producer.New(producer.WithBrokers(*addr), producer.WithQueueSize(50000), producer.WithMaxInFlight(16))
+	p, err := producer.New(producer.WithBrokers(*addr), producer.WithQueueSize(50000), producer.WithMaxInFlight(*inflight),
+		producer.WithBatch(*batch, 1<<20))
 	if err != nil {
 		return nil, err
 	}
