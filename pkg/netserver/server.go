@@ -260,7 +260,7 @@ func (e *events) OnClose(gc gnet.Conn, err error) gnet.Action {
 		return gnet.None
 	}
 	e.srv.conns.Add(-1)
-	if n := gc.InboundBuffered(); n > 0 && !c.reasonLogged.Load() {
+	if n := gc.InboundBuffered(); n > 0 && err != nil && !c.reasonLogged.Load() {
 		c.closeReason("closed by the client in the middle of a frame", zap.Int("buffered", n), zap.Error(err))
 	} else if err != nil {
 		e.srv.lg.Debug("connection closed", zap.Uint64("conn", c.id), zap.String("remote", c.remote), zap.Error(err))

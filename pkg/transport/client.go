@@ -116,7 +116,9 @@ func (c *Client) BreakerState(addr string) gobreaker.State {
 // protocol.ErrReadonly) works; transport failures return the sentinels in
 // errors.go (NotSent tells whether the request may have reached the
 // server); a cancelled ctx returns ctx.Err(). The returned body is the
-// caller's. body is copied before Call sends it.
+// caller's. body is copied before Call sends it. A dial is bounded by
+// DialTimeout and ctx; Call may also write queued requests to the socket
+// itself, which WriteTimeout bounds.
 func (c *Client) Call(ctx context.Context, addr string, cmd protocol.Command, body []byte) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, ctxError(err)
@@ -172,8 +174,9 @@ func ctxError(err error) error {
 // must be quick and must not block on the caller of Go; it may call Go
 // again. When Go returns
 // an error (breaker open, dial failure, client closed, request too large)
-// the request was not sent and fn is never called. Go blocks only while the
-// address is being dialled; body is copied before Go returns.
+// the request was not sent and fn is never called. Go may block while the
+// address is being dialled (DialTimeout) or while it writes queued requests
+// to the socket itself (WriteTimeout); body is copied before Go returns.
 func (c *Client) Go(addr string, cmd protocol.Command, body []byte, timeout time.Duration, fn func(body []byte, err error)) error {
 	if fn == nil {
 		return errors.New("transport: Go with a nil callback")
