@@ -1,0 +1,248 @@
+package store
+
+import (
+	"bufio"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+)
+
+// The crash test re-executes the test binary as a child that appends delayed
+// messages with FlushSync and prints "A <id>..." once they are acknowledged,
+// and prints "F <id> <due> <now>" for every message that comes out of Due
+// before marking it dispatched (the forwarder's order). The parent SIGKILLs
+// the child at random moments, restarts it, and finally lets one child run
+// until everything acknowledged has come out. It checks that every
+// acknowledged message came out, none before its due time, and that a message
+// came out twice only when it was handed out in a child that was killed and
+// not yet marked: at most one batch (FireBatch) per kill.
+//
+// QMQ_DELAY_CRASH_RUNS sets the number of kills (default 4 under -short,
+// 10 otherwise); e.g. QMQ_DELAY_CRASH_RUNS=50 for a long run.
+
+const (
+	crashDirEnv    = "QMQ_DELAY_CRASH_DIR"
+	crashRunEnv    = "QMQ_DELAY_CRASH_RUN"
+	crashAppendEnv = "QMQ_DELAY_CRASH_APPEND"
+	crashFireBatch = 32
+)
+
+func TestCrashChild(t *testing.T) {
+	dir := os.Getenv(crashDirEnv)
+	if dir == "" {
+		t.Skip("helper process of TestCrash_SIGKILL")
+	}
+	run := os.Getenv(crashRunEnv)
+	s, err := Open(dir, Options{FireBatch: crashFireBatch, CheckpointInterval: 100 * time.Millisecond}, nil, nil)
+	if err != nil {
+		fmt.Printf("X open: %v\n", err)
+		os.Exit(3)
+	}
+	var outMu sync.Mutex
+	emit := func(b []byte) {
+		outMu.Lock()
+		os.Stdout.Write(b)
+		outMu.Unlock()
+	}
+	go func() {
+		for batch := range s.Due() {
+			var b []byte
+			refs := make([]Ref, 0, len(batch))
+			for _, d := range batch {
+				v, err := protocol.ParseMessage(d.Message)
+				if err != nil {
+					b = fmt.Appendf(b, "X bad message: %v\n", err)
+					continue
+				}
+				b = fmt.Appendf(b, "F %s %d %d\n", v.ID, d.DueMillis, time.Now().UnixMilli())
+				refs = append(refs, d.Ref)
+			}
+			emit(b)
+			if err := s.MarkDispatched(refs); err != nil {
+				emit(fmt.Appendf(nil, "X mark: %v\n", err))
+			}
+		}
+	}()
+	if os.Getenv(crashAppendEnv) != "1" {
+		select {}
+	}
+	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	for seq := 0; ; {
+		msgs := make([][]byte, 0, 20)
+		ids := make([]string, 0, 20)
+		now := time.Now()
+		for i := 0; i < 20; i++ {
+			id := fmt.Sprintf("r%s-%d", run, seq)
+			seq++
+			var due time.Time
+			if rng.Intn(10) > 0 {
+				due = now.Add(time.Duration(rng.Intn(1500)) * time.Millisecond)
+			}
+			m, err := protocol.AppendMessage(nil, &protocol.Message{Subject: "crash", ID: id, Body: []byte(id), DeliverAt: due}, protocol.DefaultLimits)
+			if err != nil {
+				panic(err)
+			}
+			msgs = append(msgs, m)
+			ids = append(ids, id)
+		}
+		res := s.AppendWait(msgs)
+		var acked []string
+		for i, r := range res {
+			if r.Err == nil {
+				acked = append(acked, ids[i])
+			}
+		}
+		emit([]byte("A " + strings.Join(acked, " ") + "\n"))
+		time.Sleep(time.Duration(rng.Intn(3)) * time.Millisecond)
+	}
+}
+
+type crashLog struct {
+	mu     sync.Mutex
+	acked  map[string]bool
+	fired  map[string][]int // runs in which each id came out
+	early  []string
+	errors []string
+}
+
+func (c *crashLog) read(t *testing.T, run int, r *bufio.Scanner, done chan<- struct{}) {
+	defer close(done)
+	for r.Scan() {
+		f := strings.Fields(r.Text())
+		if len(f) == 0 {
+			continue
+		}
+		c.mu.Lock()
+		switch f[0] {
+		case "A":
+			for _, id := range f[1:] {
+				c.acked[id] = true
+			}
+		case "F":
+			if len(f) != 4 {
+				break // a line cut by the kill
+			}
+			due, _ := strconv.ParseInt(f[2], 10, 64)
+			now, _ := strconv.ParseInt(f[3], 10, 64)
+			if now < due {
+				c.early = append(c.early, fmt.Sprintf("%s due %d out at %d", f[1], due, now))
+			}
+			c.fired[f[1]] = append(c.fired[f[1]], run)
+		case "X":
+			c.errors = append(c.errors, r.Text())
+		}
+		c.mu.Unlock()
+	}
+}
+
+func startCrashChild(t *testing.T, dir string, run int, appendMode bool, log *crashLog) (*exec.Cmd, chan struct{}) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$")
+	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir, crashRunEnv+"="+strconv.Itoa(run))
+	if appendMode {
+		cmd.Env = append(cmd.Env, crashAppendEnv+"=1")
+	}
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	go log.read(t, run, sc, done)
+	return cmd, done
+}
+
+func TestCrash_SIGKILL(t *testing.T) {
+	kills := 10
+	if testing.Short() {
+		kills = 4
+	}
+	if v := os.Getenv("QMQ_DELAY_CRASH_RUNS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatalf("QMQ_DELAY_CRASH_RUNS=%q", v)
+		}
+		kills = n
+	}
+	dir := t.TempDir()
+	log := &crashLog{acked: make(map[string]bool), fired: make(map[string][]int)}
+	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	for run := 0; run < kills; run++ {
+		cmd, done := startCrashChild(t, dir, run, true, log)
+		time.Sleep(time.Duration(150+rng.Intn(600)) * time.Millisecond)
+		if err := cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Wait()
+		<-done
+	}
+	// A last child appends nothing and runs until everything acknowledged
+	// has come out.
+	cmd, done := startCrashChild(t, dir, kills, false, log)
+	deadline := time.Now().Add(30 * time.Second)
+	missing := func() []string {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		var m []string
+		for id := range log.acked {
+			if len(log.fired[id]) == 0 {
+				m = append(m, id)
+			}
+		}
+		return m
+	}
+	for len(missing()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // let duplicates, if any, show up
+	cmd.Process.Kill()
+	cmd.Wait()
+	<-done // every reader has finished: log is ours now
+
+	if len(log.errors) > 0 {
+		t.Fatalf("child errors: %v", log.errors)
+	}
+	if len(log.early) > 0 {
+		t.Fatalf("%d messages came out early, e.g. %v", len(log.early), log.early[:min(5, len(log.early))])
+	}
+	if m := missing(); len(m) > 0 {
+		t.Fatalf("%d of %d acknowledged messages never came out, e.g. %v", len(m), len(log.acked), m[:min(5, len(m))])
+	}
+	dupsFrom := make(map[int]int) // killed run → ids handed out there and again later
+	dups := 0
+	for id, runs := range log.fired {
+		if len(runs) == 1 {
+			continue
+		}
+		dups++
+		if runs[0] == kills {
+			t.Errorf("%s came out %d times in the final run", id, len(runs))
+		}
+		for i := 1; i < len(runs); i++ {
+			if runs[i] == runs[i-1] {
+				t.Errorf("%s came out twice in run %d", id, runs[i])
+			}
+		}
+		dupsFrom[runs[0]]++
+	}
+	for run, n := range dupsFrom {
+		if n > crashFireBatch {
+			t.Errorf("run %d was killed with %d messages handed out and not marked; at most one batch (%d) may be", run, n, crashFireBatch)
+		}
+	}
+	t.Logf("%d kills: %d messages acknowledged, %d came out (some were never acknowledged), %d sent again after a kill",
+		kills, len(log.acked), len(log.fired), dups)
+}
