@@ -40,7 +40,7 @@
 //	dir/messagelog/%020d.seg                   message log, 1 GiB segments (fallocate'd)
 //	dir/actionlog/%020d.seg                    action log, 64 MiB segments
 //	dir/consumelog/n-<subject>/%020d.seg       40-byte entries, 2^18 per file
-//	dir/pulllog/n-<subject>/n-<group>/n-<consumer>/%020d.seg   8-byte entries
+//	dir/pulllog/n-<subject>/n-<group>/n-<consumer>/%020d.seg   8-byte entries, 2^18 per file
 //
 // Segment files are named by their base (byte offset or entry sequence),
 // see pkg/segment. Names longer than 200 bytes are hashed (h-<sha256/16>).
@@ -114,12 +114,15 @@
 //
 // # Action log
 //
-// Every change to a group is an action applied to memory and appended to an
-// in-memory batch under the group's lock; actionFlushLoop writes and fsyncs
-// the batch every ActionFlushInterval (50 ms), and every checkpoint does so
-// first. Each action carries the group's version (a counter), so replaying
-// an action the checkpoint already holds is a no-op. Pull logs are rebuilt
-// from PULL actions.
+// Every change to a group is an action appended to an in-memory batch and
+// then applied to memory, under the group's lock; actionFlushLoop writes and
+// fsyncs the batch every ActionFlushInterval (50 ms), and every checkpoint
+// does so first. Each action carries the group's version (a counter), so
+// replaying an action the checkpoint already holds is a no-op. Pull logs are
+// rebuilt from PULL actions; their entries are buffered per consumer (4 KiB)
+// and written in bulk, and checkpoints write and sync them. A checkpoint
+// also deletes action-log segments before its offset and pull-log segments
+// wholly at or below each consumer's acked position.
 //
 // Because pulls are not made durable before they return, a crash can forget
 // the last ActionFlushInterval of pulls and acks. Forgotten pulls go back to
@@ -185,10 +188,21 @@
 // (an LRU, MaxOpenFiles, default 1024); message-log and action-log segments
 // stay open (one descriptor per GiB of message log). Measured in TestScale
 // (10,000 subjects, 2,000 consumers): about 480 bytes of heap per subject
-// (plus up to 16 KiB of buffered consume-log entries while it is being
-// appended to) and about 900 bytes per consumer (state, pull-log handle
-// metadata, map entries). Un-acked entries live in pull-log files, not in
+// (plus up to 16 KiB of buffered consume-log entries, and one group
+// commit's worth, while it is being appended to; released when it stays
+// idle between two checkpoints) and about 900 bytes per consumer (state,
+// pull-log metadata, map entries; plus up to 4 KiB of buffered pull-log
+// entries while it pulls). Un-acked entries live in pull-log files, not in
 // memory; returned queues are runs of sequences.
+//
+// # Known limits
+//
+//   - Pull-log entries carry no CRC: entries below the checkpoint are trusted
+//     as synced, entries after it are rebuilt from the action log.
+//   - A pull that cannot append its action (a full action log segment
+//     cannot happen with the default sizes) fails without changing state;
+//     a full disk makes checkpoints fail (logged) until space returns, while
+//     appends fail with ErrIO and pulls go on from memory buffers.
 //
 // # LOCKS
 //
