@@ -137,16 +137,25 @@ func (s *Store) returnLocked(g *group, c *consumer) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	kept := seqs[:0]
-	for _, v := range seqs {
-		if v != voidEntry {
-			kept = append(kept, v)
+	// One action per returnChunk pull seqs keeps every action small.
+	const returnChunk = 4096
+	n := 0
+	first := c.acked + 1
+	for i := 0; i < len(seqs); i += returnChunk {
+		chunk := seqs[i:min(i+returnChunk, len(seqs))]
+		var kept []int64
+		for _, v := range chunk {
+			if v != voidEntry {
+				kept = append(kept, v)
+			}
 		}
+		last := first + int64(i+len(chunk)) - 1
+		if err := s.record(g, &action{kind: actReturn, consumer: c.id, seq: last, runs: toRuns(kept)}); err != nil {
+			return n, err
+		}
+		n += len(kept)
 	}
-	if err := s.record(g, &action{kind: actReturn, consumer: c.id, seq: c.next - 1, runs: toRuns(kept)}); err != nil {
-		return 0, err
-	}
-	return len(kept), nil
+	return n, nil
 }
 
 // RemoveConsumer hands the consumer's un-acked entries back to its group and

@@ -30,7 +30,7 @@ func crashOptions() Options {
 	o.Limits = protocol.DefaultLimits
 	o.Limits.MaxBody = 64 << 10
 	o.Limits.MaxPropertyBytes = 64 << 10
-	o.ActionSegmentSize = 1 << 16
+	o.ActionSegmentSize = 256 << 10
 	o.ConsumeSegmentEntries = 1024
 	o.PullSegmentEntries = 1024
 	o.CheckpointInterval = 150 * time.Millisecond

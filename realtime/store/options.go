@@ -162,8 +162,9 @@ func (o Options) Validate() error {
 		return fmt.Errorf("store: FlushInterval must be positive, got %v", o.FlushInterval)
 	case o.SegmentSize < 1<<16:
 		return fmt.Errorf("store: SegmentSize must be at least 64 KiB, got %d", o.SegmentSize)
-	case o.ActionSegmentSize < 1<<16:
-		return fmt.Errorf("store: ActionSegmentSize must be at least 64 KiB, got %d", o.ActionSegmentSize)
+	case o.ActionSegmentSize < 256<<10:
+		// The largest action (a pull of MaxPull entries) must fit.
+		return fmt.Errorf("store: ActionSegmentSize must be at least 256 KiB, got %d", o.ActionSegmentSize)
 	case o.ConsumeSegmentEntries < 16 || o.PullSegmentEntries < 16:
 		return fmt.Errorf("store: ConsumeSegmentEntries and PullSegmentEntries must be at least 16")
 	case o.MaxOpenFiles < 8:

@@ -315,3 +315,33 @@ func TestLostPullActionsAreVoided(t *testing.T) {
 		t.Fatalf("c1 after void: %+v", ids(t, r.Messages))
 	}
 }
+
+// TestReturnManyUnacked returns more un-acked entries than one action holds.
+func TestReturnManyUnacked(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, testOptions())
+	defer s.Close()
+	pull(t, s, PullRequest{Subject: "big", Group: "g", Consumer: "c1"})
+	appendN(t, s, "big", "m", 9000)
+	r := pull(t, s, PullRequest{Subject: "big", Group: "g", Consumer: "c1", Max: MaxPull})
+	if len(r.Messages) != 9000 {
+		t.Fatalf("pulled %d", len(r.Messages))
+	}
+	ack(t, s, "big", "g", "c1", 0, 99)
+	n, err := s.ReturnUnacked("big", "g", "c1")
+	if err != nil || n != 8900 {
+		t.Fatalf("returned %d, %v", n, err)
+	}
+	if err := s.actions.flush(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openStore(t, crashCopy(t, dir), testOptions())
+	defer s2.Close()
+	if g := s2.Stats().Groups[0]; g.Returned != 8900 || g.Consumers[0].AckSeq != 8999 {
+		t.Fatalf("after crash: %+v", g)
+	}
+	r = pull(t, s2, PullRequest{Subject: "big", Group: "g", Consumer: "c2", Max: MaxPull})
+	if len(r.Messages) != 8900 || msgID(t, r.Messages[0].Message) != "m-100" || msgID(t, r.Messages[8899].Message) != "m-8999" {
+		t.Fatalf("c2 got %d", len(r.Messages))
+	}
+}

@@ -110,12 +110,12 @@ func TestRetentionBySize(t *testing.T) {
 func TestCheckpointTrimsLogs(t *testing.T) {
 	dir := t.TempDir()
 	opts := testOptions()
-	opts.ActionSegmentSize = 1 << 16
+	opts.ActionSegmentSize = 256 << 10
 	opts.PullSegmentEntries = 64
 	s := openStore(t, dir, opts)
 	defer func() { s.Close() }()
 	pull(t, s, PullRequest{Subject: "a", Group: "g", Consumer: "c"})
-	appendN(t, s, "a", "m", 3000)
+	appendN(t, s, "a", "m", 12000)
 	known := int64(-1)
 	for {
 		r, err := s.Pull(PullRequest{Subject: "a", Group: "g", Consumer: "c", Max: 2, KnownPullSeq: known})
@@ -147,7 +147,7 @@ func TestCheckpointTrimsLogs(t *testing.T) {
 	}
 	s.Close()
 	s = openStore(t, dir, opts)
-	if g := s.Stats().Groups[0]; g.Cursor != 3000 || g.Consumers[0].AckSeq != 2999 {
+	if g := s.Stats().Groups[0]; g.Cursor != 12000 || g.Consumers[0].AckSeq != 11999 {
 		t.Fatalf("after reopen %+v", g)
 	}
 }

@@ -30,7 +30,7 @@ func TestFullTmpfs(t *testing.T) {
 	dir := filepath.Join(mnt, "store")
 	opts := testOptions()
 	opts.SegmentSize = 1 << 20
-	opts.ActionSegmentSize = 1 << 16
+	opts.ActionSegmentSize = 256 << 10
 	opts.Limits.MaxBody = 64 << 10
 	opts.Limits.MaxPropertyBytes = 64 << 10
 	opts = withLimits(opts)
