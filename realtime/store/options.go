@@ -57,8 +57,8 @@ type Options struct {
 	// RetentionInterval is how often retention runs (default 1 min; negative
 	// disables the loop; RunRetention may still be called).
 	RetentionInterval time.Duration
-	// MaxScan bounds the consume-log entries one pull examines when a tag
-	// filter skips entries (default 4096).
+	// MaxScan bounds the consume-log entries one pull skips (tag filter
+	// misses, holes) before it answers with what it has (default 4096).
 	MaxScan int
 	// Limits are the message limits appends are checked against (default
 	// protocol.DefaultLimits).

@@ -305,7 +305,9 @@ func (s *Store) pullBroadcastLocked(g *group, c *consumer, req *PullRequest, f *
 			return ds, nil
 		}
 		if seq < g.cursor {
-			return nil, nil
+			// Nothing in the window matched: nothing there to re-deliver, so
+			// ack it and let the next pull look further.
+			return nil, s.record(g, &action{kind: actAck, consumer: c.id, seq: seq - 1})
 		}
 	}
 	ds, _, cursor, err := s.takeNew(g, req, f, res)
@@ -405,18 +407,21 @@ scan:
 				break scan
 			}
 			cursor++
-			scanned++
 			if !ok {
+				scanned++
 				s.stats.corruptReads.Add(1)
 				s.lg.Error("consume-log entry fails its crc; skipped", zap.String("subject", sj.name), zap.Int64("seq", seq))
 				continue
 			}
 			if e.size == 0 {
+				scanned++
 				continue
 			}
 			d := delivery{seq: seq, e: e}
 			if s.filterEntry(sj, f, &d) {
 				ds = append(ds, d)
+			} else {
+				scanned++
 			}
 		}
 	}
