@@ -348,9 +348,9 @@ func (s *Store) takeNew(g *group, req *PullRequest, f *filter, res *PullResult) 
 	sj := g.subj
 	limit := req.Max
 	var ds []delivery
-	taken := 0
+	taken, scanned := 0, 0
 	for _, r := range g.returned {
-		for k := int64(0); k < int64(r.count) && len(ds) < limit; k++ {
+		for k := int64(0); k < int64(r.count) && len(ds) < limit && scanned < s.opts.MaxScan; k++ {
 			seq := r.start + k
 			taken++
 			e, ok, err := s.entryAt(sj, seq)
@@ -359,14 +359,17 @@ func (s *Store) takeNew(g *group, req *PullRequest, f *filter, res *PullResult) 
 			}
 			if !ok {
 				res.Expired++
+				scanned++
 				continue
 			}
 			d := delivery{seq: seq, e: e}
 			if s.filterEntry(sj, f, &d) {
 				ds = append(ds, d)
+			} else {
+				scanned++
 			}
 		}
-		if len(ds) >= limit {
+		if len(ds) >= limit || scanned >= s.opts.MaxScan {
 			break
 		}
 	}
@@ -380,7 +383,6 @@ func (s *Store) takeNew(g *group, req *PullRequest, f *filter, res *PullResult) 
 	if req.HoldUntilDue {
 		now = s.opts.Clock().UnixMilli()
 	}
-	scanned := 0
 	var buf []byte
 scan:
 	for len(ds) < limit && cursor < visible && scanned < s.opts.MaxScan {
