@@ -86,6 +86,9 @@ func (s *Store) ackLocked(g *group, c *consumer, req AckRequest) ([]delivery, er
 	}
 	if req.Last >= c.next {
 		// Pull sequences this store does not know (lost in a crash): void.
+		if req.Last-c.next >= maxVoid {
+			return nil, fmt.Errorf("%w: ack of pull seq %d, consumer %s has pulled %d", ErrInvalidRequest, req.Last, c.id, c.next)
+		}
 		if err := c.writePullLog(c.next, voids(req.Last+1-c.next)); err != nil {
 			return nil, err
 		}

@@ -315,6 +315,11 @@ func (g *group) apply(s *Store, a *action) error {
 	return nil
 }
 
+// maxVoid bounds how many unknown pull sequences one pull or ack may void:
+// far more than a crash can lose (ActionFlushInterval of pulls), far less
+// than a bogus sequence would cost.
+const maxVoid = 1 << 20
+
 func voids(n int64) []int64 {
 	out := make([]int64, n)
 	for i := range out {

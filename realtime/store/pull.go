@@ -208,6 +208,9 @@ func (s *Store) pullLocked(g *group, c *consumer, req *PullRequest, f *filter, r
 	sj := g.subj
 	known := max(req.KnownPullSeq, c.acked)
 	if known >= c.next {
+		if known-c.next >= maxVoid {
+			return nil, fmt.Errorf("%w: known pull seq %d, consumer %s has pulled %d", ErrInvalidRequest, known, c.id, c.next)
+		}
 		// The consumer holds pull sequences this store does not know: their
 		// actions were lost in a crash, and the entries went back to the
 		// cursor. Void them so they can never name other messages.

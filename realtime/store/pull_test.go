@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -343,5 +344,24 @@ func TestReturnManyUnacked(t *testing.T) {
 	r = pull(t, s2, PullRequest{Subject: "big", Group: "g", Consumer: "c2", Max: MaxPull})
 	if len(r.Messages) != 8900 || msgID(t, r.Messages[0].Message) != "m-100" || msgID(t, r.Messages[8899].Message) != "m-8999" {
 		t.Fatalf("c2 got %d", len(r.Messages))
+	}
+}
+
+func TestBogusSequencesRejected(t *testing.T) {
+	s := openStore(t, t.TempDir(), testOptions())
+	defer s.Close()
+	pull(t, s, PullRequest{Subject: "a", Group: "g", Consumer: "c"})
+	appendN(t, s, "a", "m", 3)
+	if _, err := s.Pull(PullRequest{Subject: "a", Group: "g", Consumer: "c", Max: 1, KnownPullSeq: 1 << 40}); !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("pull with a bogus known seq: %v", err)
+	}
+	if _, err := s.Ack(AckRequest{Subject: "a", Group: "g", Consumer: "c", First: 0, Last: 1 << 50}); !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("ack far beyond the pulls: %v", err)
+	}
+	if _, err := s.Ack(AckRequest{Subject: "a", Group: "g", Consumer: "c", First: 5, Last: 2}); !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("empty range: %v", err)
+	}
+	if r := pull(t, s, PullRequest{Subject: "a", Group: "g", Consumer: "c", Max: 10}); len(r.Messages) != 3 {
+		t.Fatalf("state changed by bogus requests: %d", len(r.Messages))
 	}
 }
