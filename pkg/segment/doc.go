@@ -42,8 +42,9 @@
 //  1. Records are read from a start offset (the caller's checkpoint) to the
 //     end; every record's magic, version, length and CRC are checked, and each
 //     valid record is handed to the caller.
-//  2. At the first invalid record (or an all-zero header) the next
-//     ResyncWindow bytes of that segment are searched for a valid record.
+//  2. At the first invalid record (or an all-zero header) the rest of that
+//     segment is searched for a valid record: at most ResyncWindow bytes in
+//     the last segment (where a torn write ends), all of it in earlier ones.
 //  3. Nothing valid follows and it is the last segment: a torn tail. The log is
 //     truncated there (the rest of the segment is zeroed with
 //     truncate+fallocate) and Recover reports TornAt.

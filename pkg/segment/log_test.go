@@ -339,3 +339,42 @@ func TestLogDeleteBefore(t *testing.T) {
 		t.Fatalf("segments %d", len(l.Segments()))
 	}
 }
+
+// TestLogZeroedRecordFarFromEnd: a record zeroed in a segment that is not
+// the last, with valid records far behind it, is corruption, not an end.
+func TestLogZeroedRecordFarFromEnd(t *testing.T) {
+	dir := t.TempDir()
+	opts := LogOptions{SegmentSize: 1 << 20, ResyncWindow: 4096}
+	l, err := OpenLog(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []rec
+	b := l.NewBatch()
+	for i := 0; len(l.Segments()) < 2 || b.Records() > 0; i++ {
+		p := bytes.Repeat([]byte{byte(i)}, 8000)
+		off, _ := b.Append(1, p, nil)
+		want = append(want, rec{off, p})
+		if b.Records() == 10 {
+			if err := l.Write(b); err != nil {
+				t.Fatal(err)
+			}
+			b.Reset()
+		}
+		if len(l.Segments()) >= 2 && b.Records() == 0 {
+			break
+		}
+	}
+	l.Sync()
+	l.Close()
+	victim := want[1]
+	seg, base := segmentOf(t, dir, victim.off)
+	b2, _ := os.ReadFile(seg)
+	clear(b2[victim.off-base : victim.off-base+RecordSize(len(victim.payload))])
+	os.WriteFile(seg, b2, 0o644)
+	l, _ = OpenLog(dir, opts)
+	defer l.Close()
+	if _, _, err := recoverAll(t, l, false); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("zeroed record in an early segment: %v", err)
+	}
+}

@@ -88,7 +88,14 @@ func (l *Log) Recover(from int64, skipCorrupt bool, fn RecordFunc) (RecoverResul
 					continue
 				}
 			}
-			next, err := sc.resync(rel+1, l.opts.ResyncWindow)
+			// In the last segment only the window after a torn write is
+			// searched; in earlier segments the writer never leaves more than
+			// one record's worth of zeros, so the whole rest is searched.
+			window := l.opts.ResyncWindow
+			if !last {
+				window = s.cap
+			}
+			next, err := sc.resync(rel+1, window)
 			if err != nil {
 				return res, err
 			}
