@@ -2,9 +2,13 @@ package segment
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"syscall"
 	"testing"
+
+	"github.com/qmq-go/qmq/pkg/fsutil"
 )
 
 func entry(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
@@ -86,5 +90,34 @@ func TestFilePoolBound(t *testing.T) {
 		if n, err := l.ReadAt(0, buf); err != nil || n != 1 || binary.BigEndian.Uint64(buf) != uint64(i) {
 			t.Fatalf("log %d: %d %v", i, n, err)
 		}
+	}
+}
+
+func TestFixedLogPoisonAndTruncate(t *testing.T) {
+	ffs := fsutil.NewFaultFS(nil)
+	l, err := OpenFixed(filepath.Join(t.TempDir(), "p"), FixedOptions{FS: ffs, Width: 8, SegmentEntries: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.WriteAt(0, append(entry(1), entry(2)...)); err != nil {
+		t.Fatal(err)
+	}
+	ffs.Fail(fsutil.OpWrite, nil)
+	if err := l.WriteAt(2, entry(3)); !errors.Is(err, syscall.ENOSPC) || !errors.Is(err, ErrPoisoned) {
+		t.Fatalf("write on a full disk: %v", err)
+	}
+	ffs.Heal()
+	if err := l.WriteAt(2, entry(3)); !errors.Is(err, ErrPoisoned) {
+		t.Fatalf("poisoned log accepted a write: %v", err)
+	}
+	if err := l.Truncate(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.WriteAt(2, entry(3)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 24)
+	if n, _ := l.ReadAt(0, buf); n != 3 || binary.BigEndian.Uint64(buf[16:]) != 3 {
+		t.Fatalf("read %d", n)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+
+	"github.com/qmq-go/qmq/pkg/segment"
 )
 
 func TestEntryRoundTrip(t *testing.T) {
@@ -114,4 +116,53 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 			t.Fatal("decoded checkpoint does not re-encode to its bytes")
 		}
 	})
+}
+
+// TestPullLogBuffering drives a consumer's pull log across the buffer
+// threshold, the rewrite path and reads that span file and buffer.
+func TestPullLogBuffering(t *testing.T) {
+	l, err := segment.OpenFixed(t.TempDir(), segment.FixedOptions{Width: pullEntryWidth, SegmentEntries: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &consumer{id: "c", log: l, acked: -1}
+	var want []int64
+	for i := 0; i < 1500; i += 3 {
+		seqs := []int64{int64(i), int64(i + 1), int64(i + 2)}
+		if err := c.writePullLog(int64(len(want)), seqs); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, seqs...)
+	}
+	if c.plFlushed == 0 || len(c.plPending) == 0 {
+		t.Fatalf("flushed %d pending %d: expected both", c.plFlushed, len(c.plPending))
+	}
+	got, err := c.readPullLog(0, int64(len(want))+5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range want {
+		if got[i] != v {
+			t.Fatalf("entry %d: %d want %d", i, got[i], v)
+		}
+	}
+	for _, v := range got[len(want):] {
+		if v != voidEntry {
+			t.Fatalf("entry past the end is %d", v)
+		}
+	}
+	// A gap is filled with voids; a rewrite below the tail goes to the file.
+	if err := c.writePullLog(int64(len(want))+2, []int64{7}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.writePullLog(10, []int64{99}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = c.readPullLog(int64(len(want)), 3)
+	if got[0] != voidEntry || got[1] != voidEntry || got[2] != 7 {
+		t.Fatalf("gap: %v", got)
+	}
+	if got, _ := c.readPullLog(9, 3); got[0] != 9 || got[1] != 99 || got[2] != 11 {
+		t.Fatalf("rewrite: %v", got)
+	}
 }
