@@ -225,6 +225,7 @@ func (c *chromium) screenshot(name string) {
 // and performs admin actions through the page: refused without a token,
 // done with it.
 func TestConsole_InHeadlessChromium(t *testing.T) {
+	t.Parallel()
 	if chromiumPath() == "" {
 		t.Skip("chromium is absent (apt-get install chromium)")
 	}

@@ -15,6 +15,7 @@ import (
 // TestQmqctl_EveryCommand runs every qmqctl command against a meta server
 // with two (fake) realtime masters, checking output, JSON and exit codes.
 func TestQmqctl_EveryCommand(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, startEtcd(t), func(o *Options) { o.BrokerTTL = time.Minute }) // nothing heartbeats here
 	c := newClient(t)
 	b1, b2 := startFakeBroker(t, "g1"), startFakeBroker(t, "g2")

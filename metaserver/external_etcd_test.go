@@ -85,6 +85,7 @@ func etcdClient(t *testing.T, eps []string) *clientv3.Client {
 // checks that lookups, registrations, route assignment and admin changes go
 // on working.
 func TestServer_ExternalEtcdClusterSurvivesLosingAMember(t *testing.T) {
+	t.Parallel()
 	ms := startEtcdCluster(t)
 	eps := endpointsOf(ms)
 	a := startServer(t, eps, func(o *Options) { o.EtcdTimeout = time.Second; o.BrokerTTL = 5 * time.Second })

@@ -15,6 +15,7 @@ import (
 // producer does on a readonly or failed send, drops the group from its
 // writable set within moments, and consumers keep reading a readonly group.
 func TestMetaclient_ProducerRoutesFollowReadonlyAndDeadGroups(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, startEtcd(t), func(o *Options) { o.BrokerTTL = 2 * time.Second; o.MinGroups = 3 })
 	ctx := context.Background()
 	// g1 and g3 heartbeat through metaclient; g2 through a loop the test
@@ -119,6 +120,7 @@ func TestMetaclient_ProducerRoutesFollowReadonlyAndDeadGroups(t *testing.T) {
 // metaclient with a real meta server: the admin API lists it, an admin
 // takes it offline and the consumer learns so, and Close unregisters it.
 func TestMetaclient_ConsumerRegistration(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, startEtcd(t), func(o *Options) { o.ClientTTL = 3 * time.Second })
 	c := newClient(t)
 	c.mustRegister(s, master("g1", "127.0.0.1:1001"))

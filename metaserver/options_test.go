@@ -12,6 +12,7 @@ import (
 )
 
 func TestOptions_Validate(t *testing.T) {
+	t.Parallel()
 	if o := NewOptions(); o.Validate() != nil {
 		t.Fatalf("defaults invalid: %v", o.Validate())
 	}
@@ -37,6 +38,7 @@ func TestOptions_Validate(t *testing.T) {
 }
 
 func TestOptions_FileAndFlags(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "meta.yaml")
 	yaml := "etcd_endpoints: [a:1, b:2]\nmin_groups: 3\nbroker_ttl: 4s\nprefix: /other/\n"
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {

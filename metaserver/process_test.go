@@ -50,6 +50,7 @@ func runTestBroker(meta, group string) int {
 // process, kills it with SIGKILL, and checks its group turns unavailable in
 // lookups within the lease TTL (plus a little for the watch).
 func TestServer_SIGKILLedBrokerLeavesRoutesWithinTTL(t *testing.T) {
+	t.Parallel()
 	const ttl = 2 * time.Second
 	s := startServer(t, startEtcd(t), func(o *Options) { o.BrokerTTL = ttl })
 	c := newClient(t)
@@ -119,6 +120,7 @@ func freeAddr(t testing.TB) string {
 // routes, registrations fail cleanly with "unavailable", /readyz says not
 // ready; when etcd comes back the server catches up by itself.
 func TestServer_EtcdOutage(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	clientAddr, peerAddr := freeAddr(t), freeAddr(t)
 	e, err := devetcd.Start(devetcd.Options{Dir: dir, ClientAddr: clientAddr, PeerAddr: peerAddr, Fast: true}, nil)

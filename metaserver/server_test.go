@@ -14,6 +14,7 @@ import (
 )
 
 func TestServer_RegisterLookupAndLeaseExpiry(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, startEtcd(t), func(o *Options) { o.BrokerTTL = 2 * time.Second })
 	c := newClient(t)
 	r1 := c.mustRegister(s, master("g1", "127.0.0.1:1001"))
@@ -103,6 +104,7 @@ func sameGroups(a, b []protocol.RouteGroup) bool {
 }
 
 func TestServer_RegisterRejectsSecondMasterAndBadInput(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, startEtcd(t), nil)
 	c := newClient(t)
 	c.mustRegister(s, master("g1", "127.0.0.1:1001"))
@@ -138,6 +140,7 @@ func TestServer_RegisterRejectsSecondMasterAndBadInput(t *testing.T) {
 }
 
 func TestServer_LeavingRemovesRegistrationAtOnce(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, startEtcd(t), func(o *Options) { o.BrokerTTL = 30 * time.Second })
 	c := newClient(t)
 	c.mustRegister(s, master("g1", "127.0.0.1:1001"))
@@ -149,6 +152,7 @@ func TestServer_LeavingRemovesRegistrationAtOnce(t *testing.T) {
 }
 
 func TestServer_NoWritableGroupIsUnavailable(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, startEtcd(t), nil)
 	c := newClient(t)
 	if _, err := c.lookup(s, protocol.LookupRequest{ClientType: protocol.ClientProducer, Subject: "orders"}); !errors.Is(err, protocol.ErrUnavailable) {
@@ -157,6 +161,7 @@ func TestServer_NoWritableGroupIsUnavailable(t *testing.T) {
 }
 
 func TestServer_DelayProducersGetDelayGroups(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, startEtcd(t), nil)
 	c := newClient(t)
 	c.mustRegister(s, master("rt1", "127.0.0.1:1001"))
@@ -178,6 +183,7 @@ func TestServer_DelayProducersGetDelayGroups(t *testing.T) {
 // new subjects on two meta servers sharing one etcd: every answer for a
 // subject must name the same groups.
 func TestServer_RouteAssignmentFromTwoServers(t *testing.T) {
+	t.Parallel()
 	eps := startEtcd(t)
 	a := startServer(t, eps, nil)
 	b := startServer(t, eps, nil)
@@ -245,6 +251,7 @@ func TestServer_RouteAssignmentFromTwoServers(t *testing.T) {
 }
 
 func TestServer_LeastLoadedGroupsFirst(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, startEtcd(t), func(o *Options) { o.MinGroups = 1 })
 	c := newClient(t)
 	for i := 1; i <= 3; i++ {
@@ -264,6 +271,7 @@ func TestServer_LeastLoadedGroupsFirst(t *testing.T) {
 }
 
 func TestAdminAPI_ChangesNeedTheToken(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, startEtcd(t), nil)
 	c := newClient(t)
 	c.mustRegister(s, master("g1", "127.0.0.1:1001"))
@@ -306,6 +314,7 @@ func TestAdminAPI_ChangesNeedTheToken(t *testing.T) {
 }
 
 func TestAdminAPI_ReadonlyAndRouteChanges(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, startEtcd(t), nil)
 	c := newClient(t)
 	for i := 1; i <= 3; i++ {
@@ -390,6 +399,7 @@ func groupState(r protocol.LookupResponse, group string) protocol.GroupState {
 }
 
 func TestServer_ConsumerRegistrationAndOffline(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, startEtcd(t), func(o *Options) { o.ClientTTL = 2 * time.Second })
 	c := newClient(t)
 	b := startFakeBroker(t, "g1")
@@ -436,6 +446,7 @@ func TestServer_ConsumerRegistrationAndOffline(t *testing.T) {
 }
 
 func TestAdminAPI_RelaysToBrokers(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, startEtcd(t), nil)
 	c := newClient(t)
 	b1, b2 := startFakeBroker(t, "g1"), startFakeBroker(t, "g2")
@@ -527,6 +538,7 @@ func TestAdminAPI_RelaysToBrokers(t *testing.T) {
 }
 
 func TestServer_HealthReadyMetricsConsole(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, startEtcd(t), nil)
 	c := newClient(t)
 	c.mustRegister(s, master("g1", "127.0.0.1:1001"))
