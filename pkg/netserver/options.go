@@ -3,6 +3,7 @@ package netserver
 import (
 	"fmt"
 	"net"
+	"runtime"
 	"time"
 
 	"github.com/qmq-go/qmq/pkg/protocol"
@@ -28,9 +29,10 @@ type Options struct {
 	// not yet answered; a request over the limit is answered with
 	// StatusBusy at once. Default 4096.
 	MaxInFlight int
-	// EventLoops is the number of gnet event loops. Default 1: the loops only
-	// frame bytes and write replies, and on small machines one loop leaves
-	// the other cores to the handlers (measured, see doc.go).
+	// EventLoops is the number of gnet event loops. Default one per four
+	// CPUs, at least one: the loops only frame bytes and write replies, and
+	// the other cores are left to handlers (on the 2-core machine the rpc
+	// bench ran slower with two loops than with one; see doc.go).
 	EventLoops int
 	// ReadBufferSize is the bytes gnet reads from a socket at a time (rounded
 	// up to a power of two). Default 64 KiB.
@@ -46,7 +48,6 @@ const (
 	DefaultMaxConns         = 10000
 	DefaultMaxOutboundBytes = 64 << 20
 	DefaultMaxInFlight      = 4096
-	DefaultEventLoops       = 1
 	DefaultReadBufferSize   = 64 << 10
 	DefaultTCPKeepAlive     = time.Minute
 )
@@ -69,7 +70,7 @@ func (o Options) withDefaults() Options {
 		o.MaxInFlight = DefaultMaxInFlight
 	}
 	if o.EventLoops == 0 {
-		o.EventLoops = DefaultEventLoops
+		o.EventLoops = max(1, runtime.NumCPU()/4)
 	}
 	if o.ReadBufferSize == 0 {
 		o.ReadBufferSize = DefaultReadBufferSize
