@@ -62,6 +62,7 @@ type routeKey struct {
 	clientType protocol.ClientType
 	subject    string
 	group      string
+	clientID   string
 }
 
 type cacheEntry struct {
@@ -134,10 +135,13 @@ func newClient(opts []Option) *Client {
 // for consumers), from the cache when it holds one. Only a key's first
 // lookup waits for a meta server.
 func (c *Client) Lookup(ctx context.Context, clientType protocol.ClientType, subject, group string) (Route, error) {
+	return c.lookup(ctx, routeKey{clientType, subject, group, c.clientID})
+}
+
+func (c *Client) lookup(ctx context.Context, k routeKey) (Route, error) {
 	if c.static != nil {
-		return Route{ClientType: clientType, Subject: subject, Group: group, Groups: append([]protocol.RouteGroup(nil), c.static...)}, nil
+		return Route{ClientType: k.clientType, Subject: k.subject, Group: k.group, Groups: append([]protocol.RouteGroup(nil), c.static...)}, nil
 	}
-	k := routeKey{clientType, subject, group}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -156,10 +160,13 @@ func (c *Client) Lookup(ctx context.Context, clientType protocol.ClientType, sub
 // broker answers readonly, not routed or not master, or cannot be reached.
 // Early refreshes of one route are at least WithMinEarlyRefresh apart.
 func (c *Client) Refresh(clientType protocol.ClientType, subject, group string) {
+	c.refresh(routeKey{clientType, subject, group, c.clientID})
+}
+
+func (c *Client) refresh(k routeKey) {
 	if c.static != nil {
 		return
 	}
-	k := routeKey{clientType, subject, group}
 	c.mu.Lock()
 	e, ok := c.cache[k]
 	if !ok || c.closed || e.refreshing || time.Since(e.lastEarly) < c.cfg.minEarlyRefresh {
@@ -180,7 +187,7 @@ func (c *Client) Refresh(clientType protocol.ClientType, subject, group string) 
 
 // fetch asks the meta servers for k's route and caches the answer.
 func (c *Client) fetch(ctx context.Context, k routeKey) (Route, error) {
-	req := protocol.LookupRequest{ClientType: k.clientType, Subject: k.subject, Group: k.group, ClientID: c.clientID}
+	req := protocol.LookupRequest{ClientType: k.clientType, Subject: k.subject, Group: k.group, ClientID: k.clientID}
 	body := protocol.AppendLookupRequest(nil, &req)
 	resp, err := c.call(ctx, protocol.CmdLookup, body)
 	var lr protocol.LookupResponse

@@ -10,6 +10,7 @@ import (
 
 	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/route"
 )
 
 // fakeMeta is a meta server on netserver that answers lookups with a route
@@ -298,5 +299,32 @@ func TestRegister_HeartbeatsWithLeaseAndLeaves(t *testing.T) {
 	taken.Group = "taken"
 	if _, err := Register(context.Background(), []string{m.addr()}, taken); !errors.Is(err, protocol.ErrInvalid) {
 		t.Fatalf("register into a taken group: err %v, want ErrInvalid", err)
+	}
+}
+
+func TestClient_IsARouteResolver(t *testing.T) {
+	m := startFakeMeta(t)
+	m.set(3, rg("a", protocol.GroupReadWrite), rg("b", protocol.GroupReadonly), protocol.RouteGroup{Group: "c", State: protocol.GroupUnavailable})
+	c := newTestClient(t, []string{m.addr()}, WithRefreshInterval(time.Hour), WithMinEarlyRefresh(0))
+	ctx := context.Background()
+	gs, err := c.Resolve(ctx, route.Request{Kind: route.Produce, Subject: "orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []route.Group{{Name: "a", Addr: "127.0.0.1:9", State: route.ReadWrite}, {Name: "b", Addr: "127.0.0.1:9", State: route.Readonly}, {Name: "c", State: route.Unavailable}}
+	if len(gs) != 3 || gs[0] != want[0] || gs[1] != want[1] || gs[2] != want[2] {
+		t.Fatalf("resolved %+v, want %+v", gs, want)
+	}
+	if _, err := c.Resolve(ctx, route.Request{Kind: route.Consume, Subject: "orders", Group: "billing", ClientID: "c9"}); err != nil {
+		t.Fatal(err)
+	}
+	m.set(4)
+	c.Invalidate(route.Request{Kind: route.Produce, Subject: "orders"})
+	eventually(t, 2*time.Second, "an empty route after invalidation", func() bool {
+		_, err := c.Resolve(ctx, route.Request{Kind: route.Produce, Subject: "orders"})
+		return errors.Is(err, route.ErrNoGroups)
+	})
+	if _, err := c.Resolve(ctx, route.Request{Kind: 99, Subject: "orders"}); err == nil {
+		t.Fatal("unknown kind accepted")
 	}
 }
