@@ -39,13 +39,15 @@ type puller struct {
 	stopOnce   sync.Once
 }
 
-// delivery is one pulled message on its way through a handler.
+// delivery is one pulled message on its way through a handler; the
+// Message lives in it (one allocation per message).
 type delivery struct {
 	p       *puller
 	pullSeq uint64
-	raw     []byte
+	raw     []byte // the stored bytes: a slice of the pull response, which we own
 	msg     *Message
 	once    atomic.Bool
+	message Message
 }
 
 func newPuller(s *Subscription, g route.Group, subject string) *puller {
@@ -184,7 +186,7 @@ func (p *puller) pullFailed(err error, failures int) {
 func (p *puller) deliver(pm protocol.PulledMessage, g route.Group) bool {
 	p.received.Add(1)
 	p.firstSeq.CompareAndSwap(-1, int64(pm.PullSeq))
-	raw := append([]byte(nil), pm.Message...)
+	raw := pm.Message // the response body is ours: no copy
 	v, err := protocol.ParseMessage(raw)
 	d := &delivery{p: p, pullSeq: pm.PullSeq, raw: raw}
 	if err != nil {
@@ -194,8 +196,9 @@ func (p *puller) deliver(pm protocol.PulledMessage, g route.Group) bool {
 		d.finish(nil)
 		return true
 	}
-	d.msg = toMessage(&v, p.s.group, g.Name)
+	d.msg = &d.message
 	d.msg.delivery = d
+	d.msg.fill(&v, p.s.subject, p.s.group, g.Name)
 	if due := d.msg.DeliverAt; !due.IsZero() {
 		if wait := due.Sub(p.s.c.cfg.now()); wait > 0 {
 			t := time.NewTimer(wait)

@@ -47,10 +47,9 @@ type pullerKey struct {
 
 func newSubscription(c *Consumer, subject, group string, h Handler, cfg subConfig) *Subscription {
 	ctx, cancel := context.WithCancel(context.Background())
-	buffer := cfg.concurrency
-	if h == nil {
-		buffer = cfg.batch // a Puller: room for a whole pull
-	}
+	// Room for a whole pull or two, so pull loops hand over a batch and
+	// pull again while handlers work through it.
+	buffer := max(cfg.concurrency, 2*cfg.batch)
 	return &Subscription{
 		c: c, subject: subject, group: group, handler: h, cfg: cfg,
 		lg:        c.lg.With(zap.String("subject", subject), zap.String("group", group)),
