@@ -66,7 +66,7 @@ func (s *Server) registerBroker(ctx context.Context, req protocol.RegisterReques
 	if mine {
 		rec.RegisteredAt = cur.rec.RegisteredAt
 		if !fresh && rec == cur.rec {
-			return protocol.RegisterResponse{LeaseID: int64(lease), TTL: s.opts.BrokerTTL, Version: s.version()}, nil
+			return protocol.RegisterResponse{LeaseID: int64(lease), TTL: s.opts.BrokerTTL, Version: s.version(), Master: s.masterOf(req)}, nil
 		}
 	}
 	b, err := json.Marshal(rec)
@@ -111,12 +111,27 @@ func (s *Server) registerBroker(ctx context.Context, req protocol.RegisterReques
 		}
 		rev = presp.Header.Revision
 	}
+	out := protocol.RegisterResponse{LeaseID: int64(lease), TTL: s.opts.BrokerTTL, Version: uint64(rev), Master: s.masterOf(req)}
 	if fresh {
 		s.lg.Info("broker registered", zap.String("group", req.Group), zap.Stringer("role", req.Role),
 			zap.Stringer("kind", req.Kind), zap.String("broker", req.BrokerID), zap.String("address", req.Address),
 			zap.Int64("lease", int64(lease)))
 	}
-	return protocol.RegisterResponse{LeaseID: int64(lease), TTL: s.opts.BrokerTTL, Version: uint64(rev)}, nil
+	return out, nil
+}
+
+// masterOf returns the address of req's group's live master: the broker's
+// own for a master, the view's for a slave.
+func (s *Server) masterOf(req protocol.RegisterRequest) string {
+	if req.Role == protocol.RoleMaster {
+		return req.Address
+	}
+	s.view.mu.RLock()
+	defer s.view.mu.RUnlock()
+	if e, ok := s.view.brokers[brokerKey{req.Group, protocol.RoleMaster}]; ok {
+		return e.rec.Address
+	}
+	return ""
 }
 
 func checkRegister(r *protocol.RegisterRequest) error {

@@ -118,6 +118,16 @@ func TestServer_RegisterRejectsSecondMasterAndBadInput(t *testing.T) {
 	if _, err := c.register(s, master("g1", "127.0.0.1:1001")); err != nil {
 		t.Fatalf("re-register: %v", err)
 	}
+	// A slave learns its master's address; lookups show both.
+	slave := master("g1", "127.0.0.1:1501")
+	slave.Role, slave.BrokerID = protocol.RoleSlave, "g1-s"
+	if resp := c.mustRegister(s, slave); resp.Master != "127.0.0.1:1001" {
+		t.Fatalf("slave registration answered master %q", resp.Master)
+	}
+	eventually(t, 5*time.Second, "the slave in lookups", func() bool {
+		l := c.mustLookup(s, protocol.LookupRequest{ClientType: protocol.ClientConsumer, Subject: "orders", Group: "billing", ClientID: "c"})
+		return len(l.Groups) == 1 && l.Groups[0].Master == "127.0.0.1:1001" && l.Groups[0].Slave == "127.0.0.1:1501"
+	})
 	bad := []protocol.RegisterRequest{
 		{Kind: 9, Role: protocol.RoleMaster, Group: "g", BrokerID: "b", Address: "h:1"},
 		{Kind: protocol.KindRealtime, Role: 9, Group: "g", BrokerID: "b", Address: "h:1"},

@@ -36,6 +36,7 @@ type Registration struct {
 
 	preferred atomic.Int64
 	lease     atomic.Int64
+	master    atomic.Pointer[string]
 	ttl       atomic.Int64 // nanoseconds
 	healthy   atomic.Bool
 	lastErr   atomic.Pointer[error]
@@ -80,6 +81,15 @@ func (r *Registration) LeaseID() int64 { return r.lease.Load() }
 
 // TTL returns the lease TTL the meta server granted.
 func (r *Registration) TTL() time.Duration { return time.Duration(r.ttl.Load()) }
+
+// Master returns the address of the group's live master as of the last
+// heartbeat (a slave replicates from it); empty when the group has none.
+func (r *Registration) Master() string {
+	if p := r.master.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
 
 // Healthy reports whether the last heartbeat reached a meta server.
 func (r *Registration) Healthy() bool { return r.healthy.Load() }
@@ -138,6 +148,7 @@ func (r *Registration) heartbeat(ctx context.Context, flags uint8) (protocol.Reg
 			if flags&protocol.RegisterLeaving == 0 {
 				r.lease.Store(resp.LeaseID)
 				r.ttl.Store(int64(resp.TTL))
+				r.master.Store(&resp.Master)
 			}
 			r.healthy.Store(true)
 			return resp, nil

@@ -26,7 +26,10 @@ import (
 //
 // RegisterResponse:
 //
-//	lease id i64 | ttl ms u32 | version u64
+//	lease id i64 | ttl ms u32 | version u64 | master s8
+//
+// master is the address of the group's live master as the meta server
+// knows it (empty when none): what a slave replicates from.
 //
 // LookupRequest (client → meta server):
 //
@@ -220,13 +223,15 @@ type RegisterResponse struct {
 	LeaseID int64
 	TTL     time.Duration
 	Version uint64
+	Master  string // the group's live master's address; empty when none
 }
 
 // AppendRegisterResponse appends the body of r.
 func AppendRegisterResponse(dst []byte, r *RegisterResponse) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, uint64(r.LeaseID))
 	dst = binary.BigEndian.AppendUint32(dst, durationMillis(r.TTL))
-	return binary.BigEndian.AppendUint64(dst, r.Version)
+	dst = binary.BigEndian.AppendUint64(dst, r.Version)
+	return appendString8(dst, r.Master)
 }
 
 // DecodeRegisterResponse decodes a register response body.
@@ -235,6 +240,7 @@ func DecodeRegisterResponse(body []byte) (RegisterResponse, error) {
 	q := RegisterResponse{LeaseID: int64(r.u64())}
 	q.TTL = time.Duration(r.u32()) * time.Millisecond
 	q.Version = r.u64()
+	q.Master = r.string8()
 	if err := r.done(); err != nil {
 		return RegisterResponse{}, fmt.Errorf("%w: register response", err)
 	}

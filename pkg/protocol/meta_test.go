@@ -23,7 +23,7 @@ func metaCodecs() []bodyCodec {
 			Group: "g1", BrokerID: "b-1", Address: "127.0.0.1:2000", LeaseID: -5, Load: BrokerLoad{1, 2, 3, 1 << 40}},
 			func(v any) []byte { r := v.(RegisterRequest); return AppendRegisterRequest(nil, &r) },
 			func(b []byte) (any, error) { return DecodeRegisterRequest(b) }},
-		{"register response", RegisterResponse{LeaseID: 77, TTL: 10 * time.Second, Version: 9},
+		{"register response", RegisterResponse{LeaseID: 77, TTL: 10 * time.Second, Version: 9, Master: "127.0.0.1:2000"},
 			func(v any) []byte { r := v.(RegisterResponse); return AppendRegisterResponse(nil, &r) },
 			func(b []byte) (any, error) { return DecodeRegisterResponse(b) }},
 		{"lookup request", LookupRequest{ClientType: ClientConsumer, Subject: "%RETRY%" + strings.Repeat("s", 200) + "%" + strings.Repeat("g", 100), Group: "grp", ClientID: "c@host:1"},
