@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/segment"
@@ -64,6 +65,9 @@ type PullResult struct {
 	// Expired counts entries skipped because retention had deleted them.
 	Expired int64
 }
+
+// entryBufs lends buffers for reading consume-log entries.
+var entryBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512*entryWidth); return &b }}
 
 // filter matches a pull's tags against a message.
 type filter struct {
@@ -350,7 +354,8 @@ func (s *Store) filterEntry(sj *subject, f *filter, d *delivery) bool {
 func (s *Store) takeNew(g *group, req *PullRequest, f *filter, res *PullResult) ([]delivery, int, int64, error) {
 	sj := g.subj
 	limit := req.Max
-	var ds []delivery
+	lo, visible := sj.bounds()
+	ds := make([]delivery, 0, min(int64(limit), max(visible-g.cursor, 0)+runsLen(g.returned)))
 	taken, scanned := 0, 0
 	for _, r := range g.returned {
 		for k := int64(0); k < int64(r.count) && len(ds) < limit && scanned < s.opts.MaxScan; k++ {
@@ -377,7 +382,6 @@ func (s *Store) takeNew(g *group, req *PullRequest, f *filter, res *PullResult) 
 		}
 	}
 	cursor := g.cursor
-	lo, visible := sj.bounds()
 	if cursor < lo {
 		res.Expired += lo - cursor
 		cursor = lo
@@ -386,7 +390,9 @@ func (s *Store) takeNew(g *group, req *PullRequest, f *filter, res *PullResult) 
 	if req.HoldUntilDue {
 		now = s.opts.Clock().UnixMilli()
 	}
-	var buf []byte
+	bp := entryBufs.Get().(*[]byte)
+	defer entryBufs.Put(bp)
+	buf := (*bp)[:cap(*bp)]
 scan:
 	for len(ds) < limit && cursor < visible && scanned < s.opts.MaxScan {
 		want := min(limit-len(ds), 512)
@@ -396,6 +402,7 @@ scan:
 		want = int(min(int64(want), visible-cursor))
 		if cap(buf) < want*entryWidth {
 			buf = make([]byte, want*entryWidth)
+			*bp = buf
 		}
 		n, err := sj.readEntries(cursor, buf[:want*entryWidth])
 		if err != nil {
