@@ -74,9 +74,10 @@ func (s *Store) Append(ctx context.Context, msgs [][]byte) ([]Result, error) {
 
 // AppendAsync validates msgs and queues them; done receives one Result per
 // message, in order, once they are durable (FlushSync) or written
-// (FlushAsync). done runs on the store's commit goroutine: it must not block.
-// msgs must not change until done runs. The error is ErrClosed (done is then
-// not called).
+// (FlushAsync). done runs on the store's commit goroutine: it must not block
+// (and so must not call Append); when every message is rejected it runs
+// before AppendAsync returns, on the caller's goroutine. msgs must not change
+// until done runs. The error is ErrClosed (done is then not called).
 func (s *Store) AppendAsync(msgs [][]byte, done func([]Result)) error {
 	r := &appendReq{msgs: msgs, done: done, results: make([]Result, len(msgs)), metas: make([]msgMeta, len(msgs))}
 	var prev *subject
