@@ -181,14 +181,13 @@ func (s *Store) Pull(req PullRequest) (PullResult, error) {
 	if req.Broadcast {
 		key = groupKey{subject: req.Subject, group: req.Consumer, broadcast: true}
 	}
-	g, created, err := s.groupFor(key, true, req.Earliest)
+	g, _, err := s.groupFor(key, true, req.Earliest)
 	if err != nil {
 		return PullResult{}, err
 	}
 	f := newFilter(req.TagMode, req.Tags)
 	var res PullResult
 	var ds []delivery
-	_ = created
 	g.mu.Lock()
 	c, err := s.consumerFor(g, req.Consumer)
 	if err == nil {
