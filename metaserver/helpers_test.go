@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,6 +142,9 @@ type fakeBroker struct {
 	group string
 	srv   *netserver.Server
 
+	sent     atomic.Int64 // messages stored through CmdSend
+	readonly atomic.Bool  // answer sends with StatusReadonly
+
 	mu       sync.Mutex
 	manage   []protocol.ConsumerManageRequest
 	stats    protocol.BrokerStatsResponse
@@ -155,6 +159,7 @@ func startFakeBroker(t testing.TB, group string) *fakeBroker {
 	mux.HandleFunc(protocol.CmdConsumerManage, b.serveManage)
 	mux.HandleFunc(protocol.CmdBrokerStats, b.serveStats)
 	mux.HandleFunc(protocol.CmdDeadLetters, b.serveDead)
+	mux.HandleFunc(protocol.CmdSend, b.serveSend)
 	srv, err := netserver.New(netserver.Options{}, mux, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -168,6 +173,25 @@ func startFakeBroker(t testing.TB, group string) *fakeBroker {
 }
 
 func (b *fakeBroker) addr() string { return b.srv.Addr().String() }
+
+func (b *fakeBroker) serveSend(r *netserver.Request) {
+	req, err := protocol.DecodeSendRequest(r.Body)
+	if err != nil {
+		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
+		return
+	}
+	st := protocol.StatusOK
+	if b.readonly.Load() {
+		st = protocol.StatusReadonly
+	} else {
+		b.sent.Add(int64(len(req.Messages)))
+	}
+	statuses := make([]protocol.Status, len(req.Messages))
+	for i := range statuses {
+		statuses[i] = st
+	}
+	r.Reply(protocol.StatusOK, protocol.AppendSendResponse(nil, statuses))
+}
 
 func (b *fakeBroker) serveManage(r *netserver.Request) {
 	req, err := protocol.DecodeConsumerManageRequest(r.Body)
