@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/qmq-go/qmq/producer"
 	"net"
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -129,8 +131,9 @@ func TestServer_EtcdOutage(t *testing.T) {
 	}
 	s := startServer(t, e.Endpoints(), func(o *Options) { o.EtcdTimeout = 500 * time.Millisecond; o.BrokerTTL = 10 * time.Second })
 	c := newClient(t)
-	c.mustRegister(s, master("g1", "127.0.0.1:1001"))
-	c.mustRegister(s, master("g2", "127.0.0.1:1002"))
+	b1, b2 := startFakeBroker(t, "g1"), startFakeBroker(t, "g2")
+	c.mustRegister(s, master("g1", b1.addr()))
+	c.mustRegister(s, master("g2", b2.addr()))
 	eventually(t, 5*time.Second, "two groups", func() bool { return len(s.groups()) == 2 })
 	before := c.mustLookup(s, protocol.LookupRequest{ClientType: protocol.ClientProducer, Subject: "orders"})
 	mc, err := metaclient.New([]string{s.Addr().String()}, "outage-test", metaclient.WithRefreshInterval(50*time.Millisecond))
@@ -142,6 +145,39 @@ func TestServer_EtcdOutage(t *testing.T) {
 	if _, err := mc.Lookup(ctx, protocol.ClientProducer, "orders", ""); err != nil {
 		t.Fatal(err)
 	}
+	// A producer sends through the whole outage on its cached route.
+	p, err := producer.New(producer.WithResolver(mc), producer.WithSendTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(ctx)
+	var sent, failed atomic.Int64
+	loadStop, loadDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		for i := 0; ; i++ {
+			select {
+			case <-loadStop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			if err := p.Send(ctx, &producer.Message{Subject: "orders", ID: fmt.Sprintf("o-%d", i), Body: []byte("x")}); err != nil {
+				failed.Add(1)
+				continue
+			}
+			sent.Add(1)
+		}
+	}()
+	stopLoad := func() {
+		select {
+		case <-loadStop:
+		default:
+			close(loadStop)
+		}
+		<-loadDone
+	}
+	defer stopLoad()
+	eventually(t, 5*time.Second, "sends flowing", func() bool { return sent.Load() > 20 })
 
 	start := time.Now()
 	e.Close()
@@ -168,6 +204,8 @@ func TestServer_EtcdOutage(t *testing.T) {
 		t.Fatal("a new route was assigned while etcd was down")
 	}
 
+	duringOutage := b1.sent.Load() + b2.sent.Load()
+	eventually(t, 5*time.Second, "sends to go on during the outage", func() bool { return b1.sent.Load()+b2.sent.Load() > duringOutage+50 })
 	t.Logf("outage checks done after %v", time.Since(start))
 	e2, err := devetcd.Start(devetcd.Options{Dir: dir, ClientAddr: clientAddr, PeerAddr: peerAddr, Fast: true}, nil)
 	if err != nil {
@@ -181,5 +219,10 @@ func TestServer_EtcdOutage(t *testing.T) {
 		return err == nil
 	})
 	eventually(t, 5*time.Second, "g3 in the view", func() bool { return len(s.groups()) == 3 })
+	stopLoad()
+	if n := failed.Load(); n != 0 {
+		t.Fatalf("%d of %d sends failed across the etcd outage", n, n+sent.Load())
+	}
+	t.Logf("%d sends across the etcd outage, none failed", sent.Load())
 	_ = s.Close(ctx) // before etcd, so etcd's close need not wait for the watch
 }
