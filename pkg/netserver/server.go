@@ -390,6 +390,11 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 	c.batch = batch[:0]
 	if len(refused) > 0 {
 		_, _ = gc.Write(refused)
+		if n := gc.OutboundBuffered(); n > s.opts.MaxOutboundBytes {
+			c.closeReason("unsent replies over MaxOutboundBytes (the client does not read)",
+				zap.Int("unsent", n), zap.Int("limit", s.opts.MaxOutboundBytes))
+			return gnet.Close
+		}
 	}
 	return gnet.None
 }

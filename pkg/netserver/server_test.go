@@ -561,3 +561,38 @@ func TestServer_HandlerPanic_AnsweredInternal(t *testing.T) {
 	}
 	ping(t, s)
 }
+
+func TestServer_BadInput_FloodWithoutReading(t *testing.T) {
+	// Every request is held, so past MaxInFlight each is refused with a
+	// StatusBusy reply the client never reads: those must hit the cap too.
+	const limit = 128 << 10
+	release := make(chan struct{})
+	defer close(release)
+	mux := NewMux()
+	mux.HandleFunc(protocol.CmdSend, func(r *Request) {
+		go func() {
+			<-release
+			r.Reply(protocol.StatusOK)
+		}()
+	})
+	s := startServer(t, Options{MaxOutboundBytes: limit, MaxInFlight: 1}, mux)
+	other := dial(t, s)
+	flood := dial(t, s)
+	var batch []byte
+	for id := uint64(1); id <= 1000; id++ {
+		batch = protocol.AppendRequest(batch, protocol.CmdSend, id, nil)
+	}
+	go func() {
+		for {
+			_ = flood.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			if _, err := flood.Write(batch); err != nil {
+				return
+			}
+		}
+	}()
+	s.waitLog(t, "MaxOutboundBytes")
+	other.send(t, protocol.AppendRequest(nil, protocol.CmdPing, 1, []byte("ok")))
+	if f := other.readFrame(t); string(f.Body) != "ok" {
+		t.Fatalf("other client got %q", f.Body)
+	}
+}
