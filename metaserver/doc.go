@@ -34,8 +34,11 @@
 // A broker (realtime or delay, master or slave) sends CmdRegister to any
 // meta server every third of the broker TTL (default 10 s). The first one
 // grants an etcd lease of that TTL and writes the registration on it; the
-// lease id is stored in the registration and returned to the broker, which
-// sends it back, so any meta server can keep it alive with KeepAliveOnce. A
+// lease id is stored in the registration and returned to the broker (with
+// the address of its group's live master, which a slave replicates from),
+// and the broker sends it back, so any meta server can keep it alive with
+// KeepAliveOnce (an expired lease is told apart from an unreachable etcd
+// with TimeToLive, and replaced by a new one). A
 // heartbeat rewrites the registration only when the broker's state, address
 // or load changed. A broker that dies stops heartbeating and its
 // registration vanishes when the lease expires, at most one TTL after its
@@ -83,5 +86,17 @@
 // on the subject's route with protocol.CmdConsumerManage, CmdBrokerStats and
 // CmdDeadLetters (bodies in pkg/protocol/admin.go); the answer lists the
 // groups that failed. The web console (console/, embedded with go:embed) is
-// plain HTML and JavaScript over the same API.
+// plain HTML and JavaScript over the same API; qmqctl (package ctl) is the
+// command line over it.
+//
+// # Health
+//
+// /healthz answers while the process runs. /readyz answers 200 only while
+// etcd answers a probe (every second) and the watch is established; without
+// etcd a meta server still answers lookups of known routes and reads of the
+// admin API from its last view, but assigns no new route and takes no
+// registration or change (those answer StatusUnavailable / HTTP 503).
+// /metrics has lookups by client type, heartbeats, route assignments,
+// relayed admin requests, admin changes by outcome, groups by state, the
+// view's revision and whether etcd is up.
 package metaserver
