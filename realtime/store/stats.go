@@ -135,11 +135,8 @@ func (s *Store) Stats() Stats {
 		gs.Backlog = max(0, visible-max(g.cursor, lo)) + gs.Returned
 		gs.AtRisk = max(0, dropSeq-max(g.cursor, lo))
 		for _, r := range g.returned {
-			for k := int64(0); k < int64(r.count); k++ {
-				if v := r.start + k; v >= lo && v < dropSeq {
-					gs.AtRisk++
-				}
-			}
+			from, to := max(r.start, lo), min(r.start+int64(r.count), dropSeq)
+			gs.AtRisk += max(0, to-from)
 		}
 		for _, c := range g.consumers {
 			gs.Consumers = append(gs.Consumers, ConsumerStats{ID: c.id, PullSeq: c.next, AckSeq: c.acked, Unacked: max(0, c.next-1-c.acked), LastSeen: c.seen})
