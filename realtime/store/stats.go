@@ -63,8 +63,9 @@ type GroupStats struct {
 	Cursor, Backlog int64
 	// Returned counts entries handed back by dead consumers, not yet re-pulled.
 	Returned int64
-	// AtRisk counts entries the group has not consumed yet that the next
-	// retention pass would delete.
+	// AtRisk counts entries the group has not taken yet (from the cursor on,
+	// and returned entries) that the next retention pass would delete.
+	// Entries pulled and not yet acked are not counted.
 	AtRisk    int64
 	Consumers []ConsumerStats
 }
