@@ -66,6 +66,7 @@ func (o Options) Validate() error {
 // Etcd is a running embedded member.
 type Etcd struct {
 	e         *embed.Etcd
+	level     zap.AtomicLevel
 	endpoints []string
 	closeOnce sync.Once
 }
@@ -97,7 +98,11 @@ func Start(o Options, lg *zap.Logger) (*Etcd, error) {
 	if o.Fast {
 		cfg.TickMs, cfg.ElectionMs = 10, 100
 	}
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg.Named("etcd").WithOptions(zap.IncreaseLevel(zap.WarnLevel)))
+	// Warnings and errors only; Close raises the level further, because
+	// etcd logs its own orderly shutdown ("http: Server closed", "use of
+	// closed network connection") as errors.
+	level := zap.NewAtomicLevelAt(zap.WarnLevel)
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg.Named("etcd").WithOptions(zap.IncreaseLevel(level)))
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("devetcd: start: %w", err)
@@ -115,7 +120,7 @@ func Start(o Options, lg *zap.Logger) (*Etcd, error) {
 		e.Close()
 		return nil, fmt.Errorf("%w after %v", ErrNotReady, timeout)
 	}
-	return &Etcd{e: e, endpoints: []string{e.Clients[0].Addr().String()}}, nil
+	return &Etcd{e: e, level: level, endpoints: []string{e.Clients[0].Addr().String()}}, nil
 }
 
 // Endpoints returns the client addresses, host:port, for clientv3.Config.
@@ -123,5 +128,8 @@ func (d *Etcd) Endpoints() []string { return append([]string(nil), d.endpoints..
 
 // Close stops the member. It may be called more than once.
 func (d *Etcd) Close() {
-	d.closeOnce.Do(d.e.Close)
+	d.closeOnce.Do(func() {
+		d.level.SetLevel(zap.FatalLevel)
+		d.e.Close()
+	})
 }
