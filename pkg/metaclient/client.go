@@ -209,7 +209,7 @@ func (c *Client) fetch(ctx context.Context, k routeKey) (Route, error) {
 		c.cache[k] = e
 	}
 	e.lastErr, e.lastAttempt = nil, time.Now()
-	if lr.Version < e.route.Version {
+	if lr.Version < e.route.Version && time.Since(e.route.Fetched) < c.staleWindow() {
 		return e.route, nil // a lagging meta server: keep the newer answer
 	}
 	e.route = Route{
@@ -317,3 +317,9 @@ func (c *Client) Close() error {
 	}
 	return nil
 }
+
+// staleWindow is how long a cached answer outranks answers with a lower
+// version: long enough to ignore a meta server whose view lags, short
+// enough that a rebuilt etcd (whose revisions start again from 1) cannot
+// pin clients to old routes.
+func (c *Client) staleWindow() time.Duration { return 3 * c.cfg.refreshInterval }

@@ -328,3 +328,23 @@ func TestClient_IsARouteResolver(t *testing.T) {
 		t.Fatal("unknown kind accepted")
 	}
 }
+
+func TestClient_AcceptsLowerVersionsAfterTheStaleWindow(t *testing.T) {
+	m := startFakeMeta(t)
+	m.set(1000, rg("old-etcd", protocol.GroupReadWrite))
+	c := newTestClient(t, []string{m.addr()}, WithRefreshInterval(100*time.Millisecond))
+	ctx := context.Background()
+	if _, err := c.Lookup(ctx, protocol.ClientProducer, "orders", ""); err != nil {
+		t.Fatal(err)
+	}
+	// etcd was rebuilt: revisions start again near 1.
+	m.set(3, rg("new-etcd", protocol.GroupReadWrite))
+	r, _ := c.Lookup(ctx, protocol.ClientProducer, "orders", "")
+	if r.Groups[0].Group != "old-etcd" {
+		t.Fatalf("lower version taken at once: %+v", r)
+	}
+	eventually(t, 3*time.Second, "the lower-versioned answer after the stale window (300ms)", func() bool {
+		r, _ := c.Lookup(ctx, protocol.ClientProducer, "orders", "")
+		return r.Groups[0].Group == "new-etcd"
+	})
+}

@@ -12,8 +12,10 @@
 // request, not an outage. A refresh that fails keeps the cached route: while
 // every meta server (or etcd behind them) is down, clients go on with the
 // routes they have. A response whose version (the meta server's etcd
-// revision) is older than the cached one is ignored, so a lagging meta
-// server cannot undo a newer answer.
+// revision) is older than the cached one is ignored for three refresh
+// intervals, so a lagging meta server cannot undo a newer answer, while an
+// etcd rebuilt from scratch (revisions start again at 1) cannot pin clients
+// to old routes for longer than that.
 //
 // NewStatic returns a Client with fixed routes and no meta server, for tests
 // and one-off tools.
