@@ -2,9 +2,12 @@ package metaserver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -570,5 +573,47 @@ func TestServer_HealthReadyMetricsConsole(t *testing.T) {
 	st, err := admin(s, "").Status(context.Background())
 	if err != nil || len(st.MetaServers) != 1 || st.MetaServers[0].TCP != s.Addr().String() || st.Groups.ReadWrite != 1 || st.Subjects != 1 {
 		t.Fatalf("status: %+v, %v", st, err)
+	}
+}
+
+func TestAdminAPI_BadInput(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, startEtcd(t), nil)
+	c := newClient(t)
+	c.mustRegister(s, master("g1", "127.0.0.1:1001"))
+	eventually(t, 5*time.Second, "g1", func() bool { return len(s.groups()) == 1 })
+	base := "http://" + s.HTTPAddr().String() + "/api/v1"
+	cases := []struct {
+		method, path, body string
+		want               int
+	}{
+		{"POST", "/routes/orders/groups", `{"group":`, 400},
+		{"POST", "/routes/orders/groups", `{"group":"g1","extra":1}`, 400},
+		{"POST", "/routes/bad%20subject/groups", `{"group":"g1"}`, 400},
+		{"POST", "/consumers/orders/billing/reset", `{"to":"tomorrow"}`, 400},
+		{"POST", "/consumers/orders/bad%20group/reset", `{"to":"latest"}`, 400},
+		{"POST", "/consumers/orders/billing/bad%2Fid/offline", ``, 400},
+		{"GET", "/deadletters/orders/billing?after=abc", ``, 400},
+		{"POST", "/groups/nosuch/readonly", `{}`, 404},
+		{"GET", "/routes/nosuch", ``, 404},
+		{"GET", "/nosuch", ``, 404},
+		{"GET", "/routes/orders/groups", ``, 404}, // no GET there: the JSON catch-all answers
+	}
+	for _, tc := range cases {
+		req, err := http.NewRequest(tc.method, base+tc.path, strings.NewReader(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e api.Error
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s %s %s: HTTP %d (%s), want %d", tc.method, tc.path, tc.body, resp.StatusCode, e.Error, tc.want)
+		}
 	}
 }
