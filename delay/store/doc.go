@@ -60,7 +60,10 @@
 // comes within Window (default 30 min), so memory follows the messages due
 // within the next Window plus at most one hour, not everything pending.
 // A message whose hour is already loaded goes straight into the wheel when
-// it is replayed. Only the schedule files being written or read are open (an
+// it is replayed. Hours that have already ended when they are loaded (after
+// downtime, or a forward clock jump) are a backlog: they are loaded one by
+// one while the wheel holds fewer than MaxBacklog entries, so a long
+// backlog streams through memory. Only the schedule files being written or read are open (an
 // LRU of MaxOpenFiles handles); thousands of hour files cost a directory
 // entry and a small struct each.
 //

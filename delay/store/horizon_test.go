@@ -159,3 +159,59 @@ func TestRetention_RemovesDispatchedHoursAndTrimsLog(t *testing.T) {
 	h.expectOnce("wait", 1)
 	h.waitFor("retention of hour 20", func() bool { return files(scheduleDir) == 1 })
 }
+
+// TestBacklog_StreamsPastHoursThroughTheWheel restarts after a long
+// downtime with many ended hours pending: they are loaded as the wheel
+// drains, never more than MaxBacklog at once (plus one hour), and all come
+// out once.
+func TestBacklog_StreamsPastHoursThroughTheWheel(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	dir := t.TempDir()
+	h := newHarness(t, dir, Options{}, clk)
+	h.appendDue("b", 400, epoch.Add(2*time.Hour), 10*time.Minute) // 40 hours, 6 an hour
+	h.close()
+	clk.Advance(100 * time.Hour)
+	// Nobody reads Due at first: the fire loop holds one batch of one
+	// message and the rest stays in the wheel.
+	s, err := Open(dir, Options{MaxBacklog: 50, FireBatch: 1, DueQueue: 1}, clk, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for s.Stats().InWheel < 50 {
+		if time.Now().After(deadline) {
+			t.Fatalf("backlog not loaded: %+v", s.Stats().InWheel)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for i := 0; i < 5; i++ {
+		clk.Advance(time.Second) // the indexer looks again
+		s.Sync()
+	}
+	if n := s.Stats().InWheel; n > 50+6 {
+		t.Fatalf("%d entries in the wheel at once, MaxBacklog 50", n)
+	}
+	seen := make(map[string]int)
+	for len(seen) < 400 {
+		select {
+		case batch := <-s.Due():
+			for _, d := range batch {
+				seen[idOf(t, d.Message)]++
+				if err := s.MarkDispatched([]Ref{d.Ref}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		case <-time.After(time.Millisecond):
+			clk.Advance(time.Second)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("backlog not drained: %d of 400 out", len(seen))
+		}
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("%s came out %d times", id, n)
+		}
+	}
+}

@@ -239,12 +239,21 @@ func (s *Store) loadDue(now int64) {
 	limit := now + s.opts.Window.Milliseconds()
 	for len(s.unloaded) > 0 && hourStart(s.unloaded[0]) <= limit {
 		h := s.unloaded[0]
+		if hourStart(h+1) <= now && s.inWheel() >= s.opts.MaxBacklog {
+			return // a backlog hour: wait for the wheel to drain
+		}
 		if err := s.loadHour(h); err != nil {
 			s.lg.Error("load schedule hour failed; will retry", zap.String("hour", hourName(h)), zap.Error(err))
 			return
 		}
 		s.unloaded = s.unloaded[1:]
 	}
+}
+
+func (s *Store) inWheel() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.wheel.Len()
 }
 
 // loadBatch is how many entries loadHour adds to the wheel per lock.

@@ -57,6 +57,12 @@ type Options struct {
 	// FireBatchBytes bounds the message bytes of one Due batch (default 4 MiB;
 	// a batch always holds at least one message).
 	FireBatchBytes int
+	// MaxBacklog bounds the wheel while it catches up with hours that have
+	// already ended (after downtime or a forward clock jump): such an hour is
+	// loaded only while the wheel holds fewer entries than this (default
+	// 1,000,000), so a long backlog streams through memory instead of
+	// loading at once. Hours that have not ended load regardless.
+	MaxBacklog int
 	// DueQueue is the capacity, in batches, of the Due channel (default 4).
 	DueQueue int
 	// Limits are the message limits checked on Append (default
@@ -79,6 +85,7 @@ func DefaultOptions() Options {
 		MaxOpenFiles:       64,
 		FireBatch:          2048,
 		FireBatchBytes:     4 << 20,
+		MaxBacklog:         1_000_000,
 		DueQueue:           4,
 		Limits:             protocol.DefaultLimits,
 	}
@@ -123,6 +130,9 @@ func (o Options) withDefaults() Options {
 	if o.FireBatchBytes == 0 {
 		o.FireBatchBytes = d.FireBatchBytes
 	}
+	if o.MaxBacklog == 0 {
+		o.MaxBacklog = d.MaxBacklog
+	}
 	if o.DueQueue == 0 {
 		o.DueQueue = d.DueQueue
 	}
@@ -154,8 +164,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("delay/store: CheckpointInterval and RetentionInterval must be positive")
 	case o.MaxOpenFiles < 2:
 		return fmt.Errorf("delay/store: MaxOpenFiles must be at least 2, got %d", o.MaxOpenFiles)
-	case o.FireBatch < 1 || o.FireBatchBytes < 1 || o.DueQueue < 0:
-		return fmt.Errorf("delay/store: FireBatch, FireBatchBytes and DueQueue must be positive")
+	case o.FireBatch < 1 || o.FireBatchBytes < 1 || o.DueQueue < 0 || o.MaxBacklog < 1:
+		return fmt.Errorf("delay/store: FireBatch, FireBatchBytes, MaxBacklog and DueQueue must be positive")
 	}
 	return o.Limits.Validate()
 }
