@@ -48,10 +48,11 @@ type pending struct {
 	subject string
 	kind    route.Kind
 	id      string
-	// Exactly one of these reports the outcome: asyncCB(msg, err) for
-	// SendAsync, syncCh for Send.
+	// At most one of these reports the outcome: asyncCB(msg, err) for
+	// SendAsync, rawCB for SendEncoded, syncCh for Send.
 	msg      *Message
 	asyncCB  func(*Message, error)
+	rawCB    func(error)
 	syncCh   chan error
 	deadline time.Time
 	tries    int
@@ -122,6 +123,25 @@ func (p *Producer) SendAsync(msg *Message, callback func(*Message, error)) error
 	return p.enqueue(context.Background(), msg, callback, nil)
 }
 
+// SendEncoded sends a message already encoded (pkg/protocol), keeping its
+// bytes and id, to a realtime group of its subject whatever its deliver-at
+// time: the delay server forwards due messages with it. callback is called
+// once with the outcome, like SendAsync's. The message is checked (CRC,
+// limits) before it is queued; raw must not change until the callback.
+func (p *Producer) SendEncoded(raw []byte, callback func(error)) error {
+	v, err := protocol.ParseMessage(raw)
+	if err == nil {
+		err = p.cfg.limits.CheckView(&v)
+	}
+	if err != nil {
+		return fmt.Errorf("producer: encoded message: %w", err)
+	}
+	pd := pendingPool.Get().(*pending)
+	*pd = pending{raw: raw, subject: string(v.Subject), kind: route.Produce, id: string(v.ID), rawCB: callback,
+		deadline: p.cfg.now().Add(p.cfg.sendTimeout)}
+	return p.queuePending(context.Background(), pd)
+}
+
 var pendingPool = sync.Pool{New: func() any { return new(pending) }}
 
 func (p *Producer) enqueue(ctx context.Context, msg *Message, cb func(*Message, error), ch chan error) error {
@@ -142,6 +162,10 @@ func (p *Producer) enqueue(ctx context.Context, msg *Message, cb func(*Message, 
 	if !msg.DeliverAt.IsZero() && msg.DeliverAt.Sub(now) >= p.cfg.delayMin {
 		pd.kind = route.ProduceDelay
 	}
+	return p.queuePending(ctx, pd)
+}
+
+func (p *Producer) queuePending(ctx context.Context, pd *pending) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closing {
@@ -179,6 +203,8 @@ func (p *Producer) completeLoop() {
 				pd.syncCh <- c.err
 			case pd.asyncCB != nil:
 				pd.asyncCB(pd.msg, c.err)
+			case pd.rawCB != nil:
+				pd.rawCB(c.err)
 			}
 			*pd = pending{}
 			pendingPool.Put(pd)
