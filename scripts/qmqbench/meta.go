@@ -17,8 +17,19 @@ package main
 //	meta_lookups_per_s            16 connections x 8 lookups in flight
 //	meta_lookups_1inflight_per_s  16 connections x 1 lookup in flight (one waiting client per connection)
 //
-// The failover figures of the issue (broker_failover_s, failover_failed_sends)
-// need the realtime broker and are not measured here yet.
+// Failover: a second meta server (broker lease TTL 5 s, new routes get three
+// groups) and three realtime brokers, each a child process that registers
+// itself through pkg/metaclient. Four goroutines send steadily through
+// pkg/producer resolving through pkg/metaclient (route refresh every
+// second). The suite SIGKILLs one broker and measures the time until the
+// producers' own route shows that group unavailable — from then on no send
+// goes to it — while counting the sends that returned an error to the
+// application, through the failover and two seconds past it:
+//
+//	broker_failover_ttl_s         the lease TTL of that run
+//	broker_failover_s             SIGKILL until the producers route around the group (target: TTL + 2)
+//	failover_failed_sends         sends that returned an error (target: 0)
+//	failover_sends                sends that succeeded in the run
 
 import (
 	"bufio"
@@ -36,8 +47,11 @@ import (
 
 	"github.com/qmq-go/qmq/metaserver"
 	"github.com/qmq-go/qmq/pkg/devetcd"
+	"github.com/qmq-go/qmq/pkg/metaclient"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/transport"
+	"github.com/qmq-go/qmq/producer"
+	"github.com/qmq-go/qmq/realtime"
 )
 
 const (
@@ -49,10 +63,23 @@ const (
 	metaRound     = 2 * time.Second
 )
 
+const (
+	metaTTLEnv      = "QMQBENCH_META_TTL"     // broker TTL of the child meta server
+	metaFakesEnv    = "QMQBENCH_META_FAKES"   // "0": register no fake groups
+	metaBrokerEnv   = "QMQBENCH_META_BROKER"  // run a realtime broker of this group
+	metaBrokerDir   = "QMQBENCH_META_DIR"     // its data directory
+	metaBrokerMetas = "QMQBENCH_META_ADDRESS" // the meta server it registers with
+	failoverTTL     = 5 * time.Second
+	failoverSubject = "bench.failover"
+)
+
 func init() {
 	register("meta", runMeta)
 	if dir := os.Getenv(metaServerEnv); dir != "" {
 		os.Exit(metaServerMain(dir))
+	}
+	if group := os.Getenv(metaBrokerEnv); group != "" {
+		os.Exit(metaBrokerMain(group, os.Getenv(metaBrokerDir), os.Getenv(metaBrokerMetas)))
 	}
 }
 
@@ -69,6 +96,13 @@ func metaServerMain(dir string) int {
 	o := metaserver.NewOptions()
 	o.Addr, o.HTTPAddr, o.EtcdEndpoints, o.AdminToken = "127.0.0.1:0", "127.0.0.1:0", e.Endpoints(), "bench"
 	o.BrokerTTL = time.Minute
+	fakes := os.Getenv(metaFakesEnv) != "0"
+	if ttl, err := time.ParseDuration(os.Getenv(metaTTLEnv)); err == nil {
+		o.BrokerTTL = ttl
+	}
+	if !fakes {
+		o.MinGroups = 3
+	}
 	s, err := metaserver.New(o, nil)
 	if err != nil {
 		return fail(err)
@@ -84,6 +118,11 @@ func metaServerMain(dir string) int {
 	defer tr.Close()
 	ctx := context.Background()
 	addr := s.Addr().String()
+	if !fakes {
+		fmt.Println(addr)
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		return 0
+	}
 	for i := range 4 {
 		req := protocol.RegisterRequest{Kind: protocol.KindRealtime, Role: protocol.RoleMaster, State: protocol.GroupReadWrite,
 			Group: fmt.Sprintf("g%d", i), BrokerID: fmt.Sprintf("b%d", i), Address: fmt.Sprintf("127.0.0.1:%d", 30000+i)}
@@ -111,13 +150,13 @@ func metaServerMain(dir string) int {
 	return 0
 }
 
-func startMetaServer(dir string) (addr string, stop func() error, err error) {
+func startMetaServer(dir string, env ...string) (addr string, stop func() error, err error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return "", nil, err
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), metaServerEnv+"="+dir)
+	cmd.Env = append(append(os.Environ(), metaServerEnv+"="+dir), env...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -162,6 +201,155 @@ func runMeta(env *Env) error {
 	}
 	env.Metric("meta_lookups_per_s", piped.perSecond(), "lookups/s")
 	env.Metric("meta_lookups_1inflight_per_s", single.perSecond(), "lookups/s")
+	_ = stop()
+	return runFailover(env)
+}
+
+// metaBrokerMain runs in a child: a realtime broker of group, registered
+// with the meta server at meta through metaclient; it prints its address
+// and serves until killed (or its stdin closes).
+func metaBrokerMain(group, dir, meta string) int {
+	fail := func(err error) int { fmt.Fprintln(os.Stderr, "broker "+group+":", err); return 1 }
+	o := realtime.NewOptions()
+	o.Group, o.Addr, o.HTTPAddr, o.DataDir = group, "127.0.0.1:0", "", dir
+	o.SegmentSize = 64 << 20
+	b, err := realtime.New(o, nil)
+	if err != nil {
+		return fail(err)
+	}
+	if err := b.Start(); err != nil {
+		return fail(err)
+	}
+	ctx := context.Background()
+	reg, err := metaclient.Register(ctx, []string{meta}, metaclient.Broker{
+		Kind: protocol.KindRealtime, Role: protocol.RoleMaster, Group: group, Address: b.Addr().String(),
+	})
+	if err != nil {
+		return fail(err)
+	}
+	fmt.Println(b.Addr())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	_ = reg.Close(ctx)
+	_ = b.Close(ctx)
+	return 0
+}
+
+func runFailover(env *Env) error {
+	meta, stopMeta, err := startMetaServer(filepath.Join(env.Dir, "failover-meta"), metaFakesEnv+"=0", metaTTLEnv+"="+failoverTTL.String())
+	if err != nil {
+		return err
+	}
+	defer stopMeta()
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var brokers []*exec.Cmd
+	defer func() {
+		for _, b := range brokers {
+			_ = b.Process.Kill()
+			_ = b.Wait()
+		}
+	}()
+	for _, g := range []string{"rt1", "rt2", "rt3"} {
+		cmd := exec.Command(exe)
+		cmd.Env = append(os.Environ(), metaBrokerEnv+"="+g, metaBrokerDir+"="+filepath.Join(env.Dir, g), metaBrokerMetas+"="+meta)
+		cmd.Stderr = os.Stderr
+		if _, err := cmd.StdinPipe(); err != nil {
+			return err
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return err
+		}
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		brokers = append(brokers, cmd)
+		if _, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {
+			return fmt.Errorf("broker %s did not start: %w", g, err)
+		}
+	}
+	ctx := context.Background()
+	mc, err := metaclient.New([]string{meta}, "bench-producer", metaclient.WithRefreshInterval(time.Second))
+	if err != nil {
+		return err
+	}
+	defer mc.Close()
+	// Wait until the route holds the three groups, all writable.
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		r, err := mc.Lookup(ctx, protocol.ClientProducer, failoverSubject, "")
+		if err == nil && len(r.Writable()) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("route of %s never had three writable groups: %+v, %v", failoverSubject, r, err)
+		}
+		mc.Refresh(protocol.ClientProducer, failoverSubject, "")
+		time.Sleep(100 * time.Millisecond)
+	}
+	p, err := producer.New(producer.WithResolver(mc))
+	if err != nil {
+		return err
+	}
+	defer p.Close(ctx)
+	var sent, failed atomic.Int64
+	stopLoad := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stopLoad:
+					return
+				default:
+				}
+				err := p.Send(ctx, &producer.Message{Subject: failoverSubject, ID: fmt.Sprintf("f-%d-%d", w, i), Body: []byte("failover")})
+				if err != nil {
+					failed.Add(1)
+					env.Logf("send failed: %v", err)
+					continue
+				}
+				sent.Add(1)
+			}
+		}()
+	}
+	time.Sleep(3 * time.Second) // steady load on all three groups
+	victim := brokers[0]
+	killed := time.Now()
+	if err := victim.Process.Kill(); err != nil { // SIGKILL
+		return err
+	}
+	_ = victim.Wait()
+	brokers = brokers[1:]
+	var failover time.Duration
+	for {
+		r, err := mc.Lookup(ctx, protocol.ClientProducer, failoverSubject, "")
+		if err == nil && len(r.Writable()) == 2 {
+			failover = time.Since(killed)
+			break
+		}
+		if time.Since(killed) > failoverTTL+30*time.Second {
+			close(stopLoad)
+			wg.Wait()
+			return fmt.Errorf("producers still route to the killed group %v after the kill", time.Since(killed))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := sent.Load()
+	time.Sleep(2 * time.Second)
+	after := sent.Load()
+	close(stopLoad)
+	wg.Wait()
+	if after == before {
+		return fmt.Errorf("no send succeeded in the 2 s after the failover")
+	}
+	env.Metric("broker_failover_ttl_s", failoverTTL.Seconds(), "s")
+	env.Metric("broker_failover_s", failover.Seconds(), "s")
+	env.Metric("failover_failed_sends", float64(failed.Load()), "sends")
+	env.Metric("failover_sends", float64(sent.Load()), "sends")
 	return nil
 }
 
