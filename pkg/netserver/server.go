@@ -445,3 +445,17 @@ func (s *Server) serve(r *Request) {
 	}()
 	s.handler.Serve(r)
 }
+
+// Stats is a snapshot of a server's load, for metrics and health checks.
+type Stats struct {
+	// Conns is the number of open connections.
+	Conns int64
+	// InFlight is the number of requests handed to handlers whose replies
+	// are not yet written.
+	InFlight int64
+}
+
+// Stats returns the server's current load.
+func (s *Server) Stats() Stats {
+	return Stats{Conns: s.conns.Load(), InFlight: s.busy.Load()}
+}

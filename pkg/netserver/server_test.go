@@ -423,6 +423,9 @@ func TestServer_Close_DrainsInFlight(t *testing.T) {
 	c := dial(t, s)
 	c.send(t, protocol.AppendRequest(nil, protocol.CmdSend, 1, nil))
 	<-started
+	if st := s.Stats(); st.Conns != 1 || st.InFlight != 1 {
+		t.Fatalf("Stats() = %+v, want 1 connection and 1 request in flight", st)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	closed := make(chan error, 1)
