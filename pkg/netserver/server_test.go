@@ -411,11 +411,11 @@ func TestRequest_Done_ClosedWhenClientLeaves(t *testing.T) {
 }
 
 func TestServer_Close_DrainsInFlight(t *testing.T) {
-	started := make(chan struct{})
+	started, release := make(chan struct{}), make(chan struct{})
 	h := HandlerFunc(func(r *Request) {
 		close(started)
 		go func() {
-			time.Sleep(200 * time.Millisecond) // a slow request
+			<-release // a slow request
 			r.Reply(protocol.StatusOK, []byte("slow done"))
 		}()
 	})
@@ -431,19 +431,20 @@ func TestServer_Close_DrainsInFlight(t *testing.T) {
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close(ctx) }()
 
-	// New requests during the drain are refused; the slow one completes.
+	// New requests during the drain are refused; Close waits for the slow one.
 	waitFor(t, 5*time.Second, "the server to start closing", s.closing.Load)
 	c.send(t, protocol.AppendRequest(nil, protocol.CmdSend, 2, nil))
-	got := map[uint64]protocol.Frame{}
-	for range 2 {
-		f := c.readFrame(t)
-		got[f.Header.RequestID] = f
+	if f := c.readFrame(t); f.Header.RequestID != 2 || f.Header.Status() != protocol.StatusShuttingDown {
+		t.Fatalf("request during drain answered %+v", f.Header)
 	}
-	if got[2].Header.Status() != protocol.StatusShuttingDown {
-		t.Fatalf("request during drain answered %+v", got[2].Header)
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) with a request in flight", err)
+	case <-time.After(100 * time.Millisecond):
 	}
-	if string(got[1].Body) != "slow done" {
-		t.Fatalf("in-flight request answered %+v %q", got[1].Header, got[1].Body)
+	close(release)
+	if f := c.readFrame(t); f.Header.RequestID != 1 || string(f.Body) != "slow done" {
+		t.Fatalf("in-flight request answered %+v %q", f.Header, f.Body)
 	}
 	if err := <-closed; err != nil {
 		t.Fatalf("Close: %v", err)
