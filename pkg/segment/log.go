@@ -24,6 +24,10 @@ type LogOptions struct {
 	// ResyncWindow bounds how far Recover searches past an invalid record for
 	// a valid one (default 16 MiB).
 	ResyncWindow int64
+	// MaxRecordSize is the largest record (header included) the log holds
+	// (default SegmentSize); Recover treats a header claiming more as
+	// damaged instead of reading that much.
+	MaxRecordSize int64
 }
 
 // DefaultSegmentSize is the default size of a Log segment.
@@ -41,6 +45,9 @@ func (o *LogOptions) applyDefaults() error {
 	}
 	if o.ResyncWindow == 0 {
 		o.ResyncWindow = 16 << 20
+	}
+	if o.MaxRecordSize == 0 || o.MaxRecordSize > o.SegmentSize {
+		o.MaxRecordSize = o.SegmentSize
 	}
 	return nil
 }
@@ -249,8 +256,8 @@ func (b *Batch) End() int64 { return b.next }
 // offset. It fails with ErrTooLarge when the record cannot fit in a segment.
 func (b *Batch) Append(kind uint8, head, body []byte) (int64, error) {
 	size := RecordSize(len(head) + len(body))
-	if size > b.l.opts.SegmentSize {
-		return 0, fmt.Errorf("%w: %d bytes, segment size %d", ErrTooLarge, size, b.l.opts.SegmentSize)
+	if size > b.l.opts.MaxRecordSize {
+		return 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, size, b.l.opts.MaxRecordSize)
 	}
 	if b.next+size > b.segEnd {
 		b.next = b.segEnd

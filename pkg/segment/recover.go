@@ -50,7 +50,7 @@ func (l *Log) Recover(from int64, skipCorrupt bool, fn RecordFunc) (RecoverResul
 	if last := segs[len(segs)-1]; from > last.end() {
 		return res, fmt.Errorf("%w: recovery starts at %d, past the log's end %d", ErrCorrupt, from, last.end())
 	}
-	sc := &scanner{buf: make([]byte, 8<<20)}
+	sc := &scanner{buf: make([]byte, 8<<20), maxRecord: l.opts.MaxRecordSize}
 	end := from
 	for i, s := range segs {
 		if s.end() <= from {
@@ -131,10 +131,11 @@ func (l *Log) Recover(from int64, skipCorrupt bool, fn RecordFunc) (RecoverResul
 
 // scanner reads one segment through a large buffer.
 type scanner struct {
-	s      *logSegment
-	buf    []byte
-	bstart int64
-	blen   int
+	maxRecord int64
+	s         *logSegment
+	buf       []byte
+	bstart    int64
+	blen      int
 }
 
 func (sc *scanner) reset(s *logSegment) {
@@ -180,7 +181,7 @@ func (sc *scanner) valid(rel int64) (int, bool, error) {
 		return 0, false, nil
 	}
 	n, err := headerLen(h)
-	if err != nil || rel+int64(HeaderSize+n) > sc.s.cap {
+	if err != nil || rel+int64(HeaderSize+n) > sc.s.cap || int64(HeaderSize+n) > sc.maxRecord {
 		return 0, false, nil
 	}
 	rec, err := sc.at(rel, HeaderSize+n)

@@ -155,7 +155,9 @@ func (s *Store) isClosed() bool { return s.closedFlg.Load() }
 func (s *Store) recover() error {
 	ck := s.loadCheckpoint()
 	var err error
-	s.msgLog, err = segment.OpenLog(filepath.Join(s.dir, "messagelog"), segment.LogOptions{FS: s.opts.FS, SegmentSize: s.opts.SegmentSize})
+	s.msgLog, err = segment.OpenLog(filepath.Join(s.dir, "messagelog"), segment.LogOptions{FS: s.opts.FS, SegmentSize: s.opts.SegmentSize,
+		// Generous, so lowering the limits never turns old records into damage.
+		MaxRecordSize: max(int64(s.opts.Limits.MaxEncodedSize()+recordOverhead), 64<<20)})
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
