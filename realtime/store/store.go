@@ -388,7 +388,8 @@ func (s *Store) retentionLoop() {
 }
 
 // Close stops accepting work, completes every queued append, writes a final
-// checkpoint and closes the files.
+// checkpoint and closes the files. Pulls and acks still running when Close
+// is called may fail with errors; the broker stops serving first.
 func (s *Store) Close() error {
 	s.closeMu.Lock()
 	if s.closed {
