@@ -1,0 +1,159 @@
+package metaserver_test
+
+// End-to-end tests with the real realtime broker, producer and consumer,
+// all in this process and all finding each other through the meta server.
+// They are an external test package: the meta server package itself never
+// imports a broker.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/qmq-go/qmq/consumer"
+	"github.com/qmq-go/qmq/metaserver"
+	"github.com/qmq-go/qmq/pkg/devetcd"
+	"github.com/qmq-go/qmq/pkg/metaclient"
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/producer"
+	"github.com/qmq-go/qmq/realtime"
+)
+
+// TestE2E_SendAndReceiveThroughEtcdOutage: two realtime brokers registered
+// with a meta server; a producer and a consumer resolve through metaclient.
+// etcd stops; messages sent during the outage are all stored and received,
+// on the routes the clients had cached.
+func TestE2E_SendAndReceiveThroughEtcdOutage(t *testing.T) {
+	t.Parallel()
+	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir(), Fast: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var etcdOnce sync.Once
+	stopEtcd := func() { etcdOnce.Do(e.Close) }
+	t.Cleanup(stopEtcd)
+	o := metaserver.NewOptions()
+	o.Addr, o.HTTPAddr, o.EtcdEndpoints, o.AdminToken = "127.0.0.1:0", "127.0.0.1:0", e.Endpoints(), "t"
+	o.EtcdTimeout, o.BrokerTTL = 500*time.Millisecond, 10*time.Second
+	s, err := metaserver.New(o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	t.Cleanup(func() { _ = s.Close(ctx) })
+	metas := []string{s.Addr().String()}
+
+	for _, g := range []string{"rt1", "rt2"} {
+		bo := realtime.NewOptions()
+		bo.Group, bo.Addr, bo.HTTPAddr, bo.DataDir, bo.SegmentSize = g, "127.0.0.1:0", "", t.TempDir(), 8<<20
+		b, err := realtime.New(bo, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close(ctx) })
+		reg, err := metaclient.Register(ctx, metas, metaclient.Broker{
+			Kind: protocol.KindRealtime, Role: protocol.RoleMaster, Group: g, Address: b.Addr().String(),
+		}, metaclient.WithRequestTimeout(500*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = reg.Close(ctx) })
+	}
+	mc, err := metaclient.New(metas, "e2e", metaclient.WithRefreshInterval(200*time.Millisecond), metaclient.WithRequestTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mc.Close() })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := mc.Lookup(ctx, protocol.ClientProducer, "orders", "")
+		if err == nil && len(r.Writable()) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("route never had both groups: %+v, %v", r, err)
+		}
+		mc.Refresh(protocol.ClientProducer, "orders", "")
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	var mu sync.Mutex
+	received := map[string]string{} // message id → broker group
+	c, err := consumer.New(consumer.WithResolver(mc), consumer.WithConsumerID("e2e-consumer"), consumer.WithRouteRefresh(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(ctx) })
+	if _, err := c.Subscribe("orders", "billing", func(_ context.Context, m *consumer.Message) error {
+		mu.Lock()
+		received[m.ID] = m.BrokerGroup
+		mu.Unlock()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := producer.New(producer.WithResolver(mc), producer.WithSendTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(ctx) })
+
+	var failed atomic.Int64
+	send := func(prefix string, n int) {
+		for i := range n {
+			if err := p.Send(ctx, &producer.Message{Subject: "orders", ID: fmt.Sprintf("%s-%d", prefix, i), Body: []byte("x")}); err != nil {
+				failed.Add(1)
+				t.Logf("send %s-%d: %v", prefix, i, err)
+			}
+		}
+	}
+	waitReceived := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			mu.Lock()
+			got := len(received)
+			mu.Unlock()
+			if got >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("received %d of %d messages", got, n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	send("before", 200)
+	waitReceived(200)
+
+	stopEtcd()
+	time.Sleep(time.Second) // several failed refreshes and heartbeats
+	send("during", 200)
+	waitReceived(400)
+	if n := failed.Load(); n != 0 {
+		t.Fatalf("%d sends failed", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	groups := map[string]int{}
+	for i := range 200 {
+		g, ok := received[fmt.Sprintf("during-%d", i)]
+		if !ok {
+			t.Fatalf("during-%d was not received", i)
+		}
+		groups[g]++
+	}
+	if len(groups) != 2 {
+		t.Fatalf("messages sent during the outage went to %v, want both groups", groups)
+	}
+	t.Logf("during the etcd outage: 200 sent and received, per broker group %v", groups)
+}
