@@ -15,6 +15,7 @@ import (
 
 	"github.com/qmq-go/qmq/consumer"
 	"github.com/qmq-go/qmq/metaserver"
+	"github.com/qmq-go/qmq/metaserver/api"
 	"github.com/qmq-go/qmq/pkg/devetcd"
 	"github.com/qmq-go/qmq/pkg/metaclient"
 	"github.com/qmq-go/qmq/pkg/protocol"
@@ -26,8 +27,17 @@ import (
 // with a meta server; a producer and a consumer resolve through metaclient.
 // etcd stops; messages sent during the outage are all stored and received,
 // on the routes the clients had cached.
-func TestE2E_SendAndReceiveThroughEtcdOutage(t *testing.T) {
-	t.Parallel()
+// e2eCluster is a meta server (on its own embedded etcd) with two realtime
+// brokers registered through metaclient, and a metaclient for clients.
+type e2eCluster struct {
+	meta     *metaserver.Server
+	brokers  map[string]*realtime.Broker
+	mc       *metaclient.Client
+	stopEtcd func()
+}
+
+func startE2ECluster(t *testing.T) *e2eCluster {
+	t.Helper()
 	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir(), Fast: true}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +58,7 @@ func TestE2E_SendAndReceiveThroughEtcdOutage(t *testing.T) {
 	ctx := context.Background()
 	t.Cleanup(func() { _ = s.Close(ctx) })
 	metas := []string{s.Addr().String()}
+	brokers := map[string]*realtime.Broker{}
 
 	for _, g := range []string{"rt1", "rt2"} {
 		bo := realtime.NewOptions()
@@ -67,6 +78,7 @@ func TestE2E_SendAndReceiveThroughEtcdOutage(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = reg.Close(ctx) })
+		brokers[g] = b
 	}
 	mc, err := metaclient.New(metas, "e2e", metaclient.WithRefreshInterval(200*time.Millisecond), metaclient.WithRequestTimeout(500*time.Millisecond))
 	if err != nil {
@@ -86,6 +98,13 @@ func TestE2E_SendAndReceiveThroughEtcdOutage(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
+	return &e2eCluster{meta: s, brokers: brokers, mc: mc, stopEtcd: stopEtcd}
+}
+
+func TestE2E_SendAndReceiveThroughEtcdOutage(t *testing.T) {
+	t.Parallel()
+	cl := startE2ECluster(t)
+	mc, stopEtcd, ctx := cl.mc, cl.stopEtcd, context.Background()
 	var mu sync.Mutex
 	received := map[string]string{} // message id → broker group
 	c, err := consumer.New(consumer.WithResolver(mc), consumer.WithConsumerID("e2e-consumer"), consumer.WithRouteRefresh(200*time.Millisecond))
@@ -156,4 +175,112 @@ func TestE2E_SendAndReceiveThroughEtcdOutage(t *testing.T) {
 		t.Fatalf("messages sent during the outage went to %v, want both groups", groups)
 	}
 	t.Logf("during the etcd outage: 200 sent and received, per broker group %v", groups)
+}
+
+// TestE2E_AdminAgainstRealBrokers exercises the relayed admin actions and
+// readonly routing with real brokers: backlog per consumer group, offset
+// resets, dead-letter listing, and a broker that turns itself readonly.
+func TestE2E_AdminAgainstRealBrokers(t *testing.T) {
+	t.Parallel()
+	cl := startE2ECluster(t)
+	ctx := context.Background()
+	admin := api.NewClient(cl.meta.HTTPAddr().String(), "t", 5*time.Second)
+	p, err := producer.New(producer.WithResolver(cl.mc), producer.WithSendTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(ctx) })
+	send := func(prefix string, n int) {
+		t.Helper()
+		for i := range n {
+			if err := p.Send(ctx, &producer.Message{Subject: "orders", ID: fmt.Sprintf("%s-%d", prefix, i), Body: []byte("x")}); err != nil {
+				t.Fatalf("send %s-%d: %v", prefix, i, err)
+			}
+		}
+	}
+	// Create the consumer group "billing" and drain it.
+	var got atomic.Int64
+	c, err := consumer.New(consumer.WithResolver(cl.mc), consumer.WithConsumerID("admin-e2e"), consumer.WithRouteRefresh(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Subscribe("orders", "billing", func(context.Context, *consumer.Message) error { got.Add(1); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	send("a", 100)
+	waitFor(t, 20*time.Second, "100 received", func() bool { return got.Load() >= 100 })
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	backlog := func() uint64 {
+		gs, err := admin.Consumers(ctx, "orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range gs {
+			if g.Group == "billing" {
+				if len(g.Errors) > 0 {
+					t.Fatalf("broker errors: %+v", g.Errors)
+				}
+				return g.Backlog
+			}
+		}
+		t.Fatalf("no billing group in %+v", gs)
+		return 0
+	}
+	waitFor(t, 10*time.Second, "backlog 0 after draining", func() bool { return backlog() == 0 })
+	send("b", 50)
+	waitFor(t, 10*time.Second, "backlog 50", func() bool { return backlog() == 50 })
+	if r, err := admin.ResetOffset(ctx, "orders", "billing", "latest"); err != nil || len(r.OK) != 2 {
+		t.Fatalf("reset latest: %+v, %v", r, err)
+	}
+	if b := backlog(); b != 0 {
+		t.Fatalf("backlog %d after reset to latest", b)
+	}
+	if r, err := admin.ResetOffset(ctx, "orders", "billing", "earliest"); err != nil || len(r.OK) != 2 {
+		t.Fatalf("reset earliest: %+v, %v", r, err)
+	}
+	if b := backlog(); b != 150 {
+		t.Fatalf("backlog %d after reset to earliest, want 150", b)
+	}
+	d, err := admin.DeadLetters(ctx, "orders", "billing", 0, 10)
+	if err != nil || d.Total != 0 || len(d.Errors) != 0 {
+		t.Fatalf("dead letters of a clean group: %+v, %v", d, err)
+	}
+
+	// rt1 reports itself readonly: sends go on, all to rt2.
+	stored := func(group string) uint64 {
+		gs, err := admin.Consumers(ctx, "orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range gs {
+			for _, pb := range g.PerBroker {
+				if g.Group == "billing" && pb.BrokerGroup == group {
+					return pb.Messages
+				}
+			}
+		}
+		return 0
+	}
+	rt1, rt2 := stored("rt1"), stored("rt2")
+	cl.brokers["rt1"].SetReadonly(true)
+	send("c", 100)
+	if n := stored("rt1"); n != rt1 {
+		t.Fatalf("readonly rt1 stored %d more messages", n-rt1)
+	}
+	if n := stored("rt2"); n != rt2+100 {
+		t.Fatalf("rt2 stored %d more messages, want 100", n-rt2)
+	}
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
