@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/panjf2000/gnet/v2"
 	"go.uber.org/zap"
@@ -37,14 +38,13 @@ type Conn struct {
 
 	// Event-loop state.
 	held    int
-	batch   []*Request // OnTraffic scratch
-	inline  Request    // the request passed to inline handlers
+	inline  Request // the request passed to inline handlers
 	flushFn gnet.AsyncCallback
 
 	// inMu guards the serve goroutine's inbox.
 	inMu    sync.Mutex
-	inbox   []*Request
-	inSpare []*Request
+	inbox   []rawBatch
+	inSpare []rawBatch
 	serving bool // a serveLoop goroutine is running
 
 	// outMu guards the reply buffer and the connection's open state.
@@ -81,11 +81,20 @@ func (c *Conn) Done() <-chan struct{} { return c.done }
 // String describes the connection for logs.
 func (c *Conn) String() string { return "conn " + strconv.FormatUint(c.id, 10) + " " + c.remote }
 
+// rawBatch is requests of one read, copied out of gnet's buffer as whole
+// frames (headers already checked) for the serve goroutine to unpack, so
+// the event loop only copies bytes.
+type rawBatch struct {
+	frames  []byte
+	count   int
+	arrived time.Time
+}
+
 // enqueue hands a batch of requests to the serve goroutine, starting it
 // when none runs. It runs on the event loop and never blocks it.
-func (c *Conn) enqueue(batch []*Request) {
+func (c *Conn) enqueue(b rawBatch) {
 	c.inMu.Lock()
-	c.inbox = append(c.inbox, batch...)
+	c.inbox = append(c.inbox, b)
 	start := !c.serving
 	c.serving = true
 	c.inMu.Unlock()
@@ -102,8 +111,8 @@ func (c *Conn) serveLoop() {
 	defer c.srv.serving.Done()
 	for {
 		c.inMu.Lock()
-		batch := c.inbox
-		if len(batch) == 0 {
+		batches := c.inbox
+		if len(batches) == 0 {
 			c.serving = false
 			c.inMu.Unlock()
 			return
@@ -114,18 +123,29 @@ func (c *Conn) serveLoop() {
 
 		c.cork()
 		oneWay := 0
-		for _, r := range batch {
-			c.srv.serve(r)
-			if r.Header.IsOneWay() {
-				oneWay++
+		for _, b := range batches {
+			reqs := make([]Request, b.count)
+			for i, off := 0, 0; i < b.count; i++ {
+				h := decodeHeader(b.frames[off:])
+				start, end := off+protocol.HeaderSize, off+protocol.HeaderSize+int(h.BodyLen)
+				r := &reqs[i]
+				r.Header, r.Arrived, r.Conn = h, b.arrived, c
+				if end > start {
+					r.Body = b.frames[start:end:end]
+				}
+				off = end
+				c.srv.serve(r)
+				if h.IsOneWay() {
+					oneWay++
+				}
 			}
 		}
 		c.uncork(oneWay, false)
 
-		clear(batch)
+		clear(batches)
 		c.inMu.Lock()
 		if c.inSpare == nil {
-			c.inSpare = batch[:0]
+			c.inSpare = batches[:0]
 		}
 		c.inMu.Unlock()
 	}

@@ -28,12 +28,13 @@
 // the inbound buffer (a frame left behind would wait for the client's next
 // bytes). Until the first frame is whole it looks at that frame's header
 // only, so a large frame arriving over many reads is not copied again on
-// each read. Bodies are copied out of gnet's buffer into one block per read
-// (each Body's capacity ends at its length; a handler that keeps one
-// request keeps that read's block alive) and the batch goes to the
-// connection's serve goroutine, which runs the handler for each request in
-// arrival order and exits when it has nothing left (it is started again by
-// the next batch). Handlers must therefore return quickly and move blocking
+// each read. The read's frames are checked on the loop and copied out of
+// gnet's buffer into one block (consecutive frames with one copy); the
+// block goes to the connection's serve goroutine, which builds the Request
+// values (each Body points into the block and its capacity ends at its
+// length; a handler that keeps one request keeps that read's block alive),
+// runs the handler for each request in arrival order, and exits when it has
+// nothing left (it is started again by the next batch). Handlers must therefore return quickly and move blocking
 // work to their own goroutines.
 //
 // Inline handlers: a handler that implements InlineHandler (Mux does, for

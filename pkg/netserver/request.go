@@ -14,9 +14,11 @@ import (
 type Request struct {
 	// Header is the request's frame header (Command, RequestID, flags).
 	Header protocol.Header
-	// Body is the request body, owned by the handler. It may share a backing
-	// array with other requests of the same read, but its capacity ends at
-	// its length, so appending to it never touches them.
+	// Body is the request body, owned by the handler. It shares a backing
+	// array with the other requests of the same read (keeping it keeps that
+	// block alive), but its capacity ends at its length, so appending to it
+	// never touches them. For inline handlers it points into gnet's buffer
+	// and is valid only until Serve returns.
 	Body []byte
 	// Arrived is when the server read the request from the socket.
 	Arrived time.Time

@@ -322,29 +322,41 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 		count++
 	}
 
-	// Serve inline commands now; copy the other requests out of gnet's
-	// buffer (one block for the bodies, one for the Request values).
+	// Serve inline commands now; copy the other requests' frames out of
+	// gnet's buffer into one block for the serve goroutine (consecutive
+	// frames with one copy).
 	var (
-		refused []byte
-		block   []byte
-		reqs    []Request
-		batch   = c.batch[:0]
-		now     = time.Now()
-		closing = s.closing.Load()
-		inline  = 0 // requests served inline
-		oneWay  = 0 // of which one-way
+		refused  []byte
+		raw      rawBatch
+		runStart = -1 // start of the current run of frames to copy
+		now      = time.Now()
+		closing  = s.closing.Load()
+		inline   = 0 // requests served inline
+		oneWay   = 0 // of which one-way
 	)
-	for off, i := 0, 0; off < consumed; i++ {
+	endRun := func(at int) {
+		if runStart >= 0 {
+			if raw.frames == nil {
+				raw.frames = make([]byte, 0, consumed-runStart)
+			}
+			raw.frames = append(raw.frames, buf[runStart:at]...)
+			runStart = -1
+		}
+	}
+	for off := 0; off < consumed; {
+		at := off
 		h := decodeHeader(buf[off:])
 		body := buf[off+protocol.HeaderSize : off+protocol.HeaderSize+int(h.BodyLen)]
 		off += protocol.HeaderSize + int(h.BodyLen)
 		switch {
 		case closing:
+			endRun(at)
 			if !h.IsOneWay() {
 				refused = protocol.AppendResponse(refused, protocol.StatusShuttingDown, h.RequestID, nil)
 			}
 			continue
-		case c.held+len(batch) >= s.opts.MaxInFlight:
+		case c.held+raw.count >= s.opts.MaxInFlight:
+			endRun(at)
 			if !h.IsOneWay() {
 				refused = protocol.AppendResponse(refused, protocol.StatusBusy, h.RequestID,
 					[]byte("netserver: too many requests in flight on this connection"))
@@ -352,6 +364,7 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 			continue
 		}
 		if s.inline != nil && s.inline.Inline(h.Command()) {
+			endRun(at)
 			if inline == 0 {
 				c.cork()
 			}
@@ -362,32 +375,24 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 			e.serveInline(c, h, body, now)
 			continue
 		}
-		if reqs == nil {
-			block = make([]byte, 0, bodyBytes)
-			reqs = make([]Request, count-i)
+		if runStart < 0 {
+			runStart = at
 		}
-		r := &reqs[len(batch)]
-		r.Header, r.Arrived, r.Conn = h, now, c
-		if len(body) > 0 {
-			at := len(block)
-			block = append(block, body...)
-			r.Body = block[at:len(block):len(block)]
-		}
-		batch = append(batch, r)
+		raw.count++
 	}
+	endRun(consumed)
 	if inline > 0 {
 		c.held += inline
 		s.busy.Add(int64(inline))
 		c.uncork(oneWay, true)
 	}
 	_, _ = gc.Discard(consumed)
-	if len(batch) > 0 {
-		c.held += len(batch)
-		s.busy.Add(int64(len(batch)))
-		c.enqueue(batch)
+	if raw.count > 0 {
+		raw.arrived = now
+		c.held += raw.count
+		s.busy.Add(int64(raw.count))
+		c.enqueue(raw)
 	}
-	clear(batch)
-	c.batch = batch[:0]
 	if len(refused) > 0 {
 		_, _ = gc.Write(refused)
 		if n := gc.OutboundBuffered(); n > s.opts.MaxOutboundBytes {
