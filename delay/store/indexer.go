@@ -21,10 +21,7 @@ func (s *Store) indexLoop() {
 	for {
 		now := s.clock.Now()
 		s.indexOnce(now, false)
-		timer.Reset(s.indexWait(now))
-		if clockMoved(s.clock, now) {
-			continue
-		}
+		timer.ResetAt(now.Add(s.indexWait(now)))
 		select {
 		case <-s.indexWake:
 		case <-timer.C():
@@ -78,14 +75,6 @@ func (s *Store) indexWait(now time.Time) time.Duration {
 		wait = time.Millisecond
 	}
 	return wait
-}
-
-// clockMoved reports whether the clock jumped forward since since, by more
-// than a timer armed meanwhile may be late. A timer takes a duration, so a
-// jump between reading the clock and arming the timer would push the wake-up
-// back by the jump; the loops then go round again instead of sleeping.
-func clockMoved(c interface{ Now() time.Time }, since time.Time) bool {
-	return c.Now().Sub(since) > time.Millisecond
 }
 
 // replayLimit is how far the replay may read: what is durable, or under

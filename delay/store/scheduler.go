@@ -50,8 +50,9 @@ type firedEntry struct {
 
 // fireLoop hands out entries whose due time has come. It sleeps until the
 // earliest entry is due, but at most one tick, so a wall clock that jumps
-// forward is noticed within a tick; entries are compared with the clock at
-// fire time, so a clock that jumps back never makes one early.
+// forward is noticed within a tick (real timers run on the monotonic
+// clock); entries are compared with the clock at fire time, so a clock that
+// jumps back never makes one early.
 func (s *Store) fireLoop() {
 	defer s.wg.Done()
 	timer := s.clock.NewTimer(s.opts.Tick)
@@ -84,16 +85,13 @@ func (s *Store) fireLoop() {
 			}
 			continue
 		}
-		wait := s.opts.Tick
-		if ok {
-			if d := time.Duration(next-now) * time.Millisecond; d < wait {
-				wait = d
-			}
+		// Sleep until the next entry is due, or a tick at most. The deadline
+		// is absolute: a clock that moved since nowTime cannot delay it.
+		deadline := nowTime.Add(s.opts.Tick)
+		if ok && next < deadline.UnixMilli() {
+			deadline = time.UnixMilli(next)
 		}
-		timer.Reset(wait)
-		if clockMoved(s.clock, nowTime) {
-			continue
-		}
+		timer.ResetAt(deadline)
 		select {
 		case <-timer.C():
 		case <-s.fireWake:

@@ -22,6 +22,11 @@ type Timer interface {
 	// Reset re-arms the timer to fire after d; it reports whether it was
 	// armed.
 	Reset(d time.Duration) bool
+	// ResetAt re-arms the timer to fire when the clock reads t (at once if
+	// it already does); it reports whether it was armed. A loop that
+	// computed its deadline from an earlier reading of the clock arms with
+	// ResetAt, so a clock that moved meanwhile cannot push the wake-up back.
+	ResetAt(t time.Time) bool
 }
 
 // Real returns the machine's clock.
@@ -38,3 +43,4 @@ type realTimer struct{ t *time.Timer }
 func (t realTimer) C() <-chan time.Time        { return t.t.C }
 func (t realTimer) Stop() bool                 { return t.t.Stop() }
 func (t realTimer) Reset(d time.Duration) bool { return t.t.Reset(d) }
+func (t realTimer) ResetAt(at time.Time) bool  { return t.t.Reset(time.Until(at)) }

@@ -98,3 +98,28 @@ func TestFake_YearsAhead(t *testing.T) {
 		t.Fatalf("fired in %d", got)
 	}
 }
+
+func TestFake_ResetAtIsAbsolute(t *testing.T) {
+	start := time.Unix(1000, 0)
+	f := NewFake(start)
+	tm := f.NewTimer(time.Hour)
+	f.Advance(10 * time.Second) // the clock moves before the owner re-arms
+	tm.ResetAt(start.Add(5 * time.Second))
+	select {
+	case <-tm.C():
+	default:
+		t.Fatal("ResetAt to a time already passed did not fire")
+	}
+	tm.ResetAt(start.Add(time.Minute))
+	f.Advance(49 * time.Second)
+	select {
+	case <-tm.C():
+		t.Fatal("fired early")
+	default:
+	}
+	f.Advance(time.Second)
+	<-tm.C()
+	r := Real().NewTimer(time.Hour)
+	r.ResetAt(time.Now().Add(time.Millisecond))
+	<-r.C()
+}

@@ -97,6 +97,14 @@ func (t *fakeTimer) Reset(d time.Duration) bool {
 	return armed
 }
 
+func (t *fakeTimer) ResetAt(at time.Time) bool {
+	t.clock.mu.Lock()
+	defer t.clock.mu.Unlock()
+	armed := t.disarmLocked()
+	t.armLocked(at.Sub(t.clock.now))
+	return armed
+}
+
 // disarmLocked removes the timer and drains a value it already sent.
 func (t *fakeTimer) disarmLocked() bool {
 	_, armed := t.clock.timers[t]
