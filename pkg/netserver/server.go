@@ -270,10 +270,10 @@ func (e *events) OnClose(gc gnet.Conn, err error) gnet.Action {
 }
 
 // OnTraffic frames every complete request in the inbound buffer (gnet calls
-// it once per socket read, so it must not leave whole frames behind), copies
-// their bodies into one block, and hands them to the connection's serve
-// goroutine in one batch. Requests refused on the loop (busy, shutting down)
-// are answered with one write at the end.
+// it once per socket read, so it must not leave whole frames behind),
+// serves inline commands, copies the other frames into one block and hands
+// it to the connection's serve goroutine. Requests refused on the loop
+// (busy, shutting down) are answered with one write at the end.
 func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 	s := e.srv
 	c, ok := gc.Context().(*Conn)
