@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -268,6 +269,22 @@ func (s *Store) AppendWait(msgs [][]byte) []Result {
 	ch := make(chan []Result, 1)
 	s.Append(msgs, func(r []Result) { ch <- r })
 	return <-ch
+}
+
+// AppendContext is Append that waits for the results or for ctx to end. When
+// ctx ends first it returns ctx.Err(): the messages may or may not be stored
+// (the caller must not report them stored), and msgs must stay unchanged
+// until the store is done with them, which the caller cannot observe; pass
+// copies if that matters.
+func (s *Store) AppendContext(ctx context.Context, msgs [][]byte) ([]Result, error) {
+	ch := make(chan []Result, 1)
+	s.Append(msgs, func(r []Result) { ch <- r })
+	select {
+	case r := <-ch:
+		return r, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // Sync replays everything stored so far into the schedule files, fsyncs
