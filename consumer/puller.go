@@ -129,6 +129,15 @@ func (p *puller) pullLoop() {
 		if p.pullCtx.Err() != nil {
 			return
 		}
+		if s.offline() {
+			// Taken offline by an admin: pull nothing until brought back.
+			select {
+			case <-p.pullCtx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
 		max := min(cfg.batch, cfg.maxUnacked-int(p.unfinished()))
 		req := protocol.PullRequest{
 			Subject: p.subject, Group: s.group, ConsumerID: s.c.id, Max: uint32(max),

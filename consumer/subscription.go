@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/qmq-go/qmq/pkg/metaclient"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/route"
 	"go.uber.org/zap"
@@ -32,6 +33,8 @@ type Subscription struct {
 	mu      sync.Mutex
 	pullers map[pullerKey]*puller
 	closed  bool
+
+	registration *metaclient.ConsumerRegistration // with the meta servers, when the resolver is a meta client
 
 	pullWG    sync.WaitGroup // routeLoop and pull loops
 	workWG    sync.WaitGroup // handler loops
@@ -68,7 +71,21 @@ func (s *Subscription) Subject() string { return s.subject }
 // Group returns the consumer group.
 func (s *Subscription) Group() string { return s.group }
 
+// consumerRegistrar is a resolver that can register consumers with the meta
+// servers (pkg/metaclient), so operators see them and can take them offline.
+type consumerRegistrar interface {
+	RegisterConsumer(subject, group, clientID string) *metaclient.ConsumerRegistration
+}
+
+// offline reports whether an admin took this consumer offline.
+func (s *Subscription) offline() bool {
+	return s.registration != nil && s.registration.Offline()
+}
+
 func (s *Subscription) start() {
+	if r, ok := s.c.cfg.resolver.(consumerRegistrar); ok && !s.cfg.broadcast {
+		s.registration = r.RegisterConsumer(s.subject, s.group, s.c.id)
+	}
 	if s.handler != nil {
 		for i := 0; i < s.cfg.concurrency; i++ {
 			s.workWG.Add(1)
@@ -295,6 +312,9 @@ func (s *Subscription) close(ctx context.Context) error {
 	}
 	for _, p := range pullers {
 		p.stop(true)
+	}
+	if s.registration != nil {
+		s.registration.Close()
 	}
 	s.c.forget(s)
 	return err

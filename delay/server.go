@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/qmq-go/qmq/delay/store"
 	"github.com/qmq-go/qmq/pkg/clock"
+	"github.com/qmq-go/qmq/pkg/metaclient"
 	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/pkg/opsserver"
 	"github.com/qmq-go/qmq/pkg/protocol"
@@ -34,6 +35,9 @@ type Server struct {
 	resolver route.Resolver
 	metrics  *metrics
 	reg      *prometheus.Registry
+
+	meta   *metaclient.Client // route lookups, when forwarding through the meta servers
+	keeper *metaclient.Keeper // registration with the meta servers
 
 	marks   chan store.Ref // forwarded and acked: to markLoop
 	closing atomic.Bool
@@ -73,10 +77,15 @@ func New(opts Options, clk clock.Clock, resolver route.Resolver, lg *zap.Logger)
 	}
 	s.metrics = newMetrics(s.reg, opts.Group, s)
 	if resolver == nil {
-		if len(opts.Realtime) == 0 {
-			return nil, errors.New("delay: forwarding through the meta server is not wired yet: give --realtime")
+		if len(opts.Realtime) > 0 {
+			resolver = route.NewStatic(route.Groups(opts.Realtime...), nil)
+		} else {
+			mc, err := metaclient.New(opts.MetaServers, "delay-"+opts.Group, metaclient.WithLogger(lg))
+			if err != nil {
+				return nil, fmt.Errorf("delay: %w", err)
+			}
+			s.meta, resolver = mc, mc
 		}
-		resolver = route.NewStatic(route.Groups(opts.Realtime...), nil)
 	}
 	s.resolver = resolver
 
@@ -141,6 +150,19 @@ func (s *Server) Start() error {
 	}
 	go s.forwardLoop()
 	go s.markLoop()
+	if len(s.opts.MetaServers) > 0 {
+		addr := s.opts.AdvertiseAddr
+		if addr == "" {
+			addr = s.server.Addr().String()
+		}
+		s.keeper = metaclient.Keep(s.opts.MetaServers, metaclient.Broker{
+			Kind: protocol.KindDelay, Role: protocol.RoleMaster, Group: s.opts.Group, Address: addr,
+			Report: func() (protocol.GroupState, protocol.BrokerLoad) {
+				st := s.store.Stats()
+				return protocol.GroupReadWrite, protocol.BrokerLoad{StoredBytes: uint64(max(st.WALWritten, 0))}
+			},
+		}, s.lg, metaclient.WithRequestTimeout(2*time.Second))
+	}
 	s.ready.Store(true)
 	s.lg.Info("serving", zap.Stringer("addr", s.server.Addr()), zap.String("flush", s.opts.Flush))
 	return nil
@@ -286,6 +308,11 @@ func (s *Server) Close(ctx context.Context) error {
 func (s *Server) close(ctx context.Context) error {
 	s.closing.Store(true)
 	var errs []error
+	if s.keeper != nil {
+		if err := s.keeper.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := s.server.Close(ctx); err != nil {
 		errs = append(errs, err)
 	}
@@ -303,6 +330,9 @@ func (s *Server) close(ctx context.Context) error {
 	}
 	if err := s.store.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("delay: close store: %w", err))
+	}
+	if s.meta != nil {
+		s.meta.Close()
 	}
 	if s.ops != nil {
 		if err := s.ops.Close(ctx); err != nil {

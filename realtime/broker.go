@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/qmq-go/qmq/pkg/actor"
+	"github.com/qmq-go/qmq/pkg/metaclient"
 	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/pkg/opsserver"
 	"github.com/qmq-go/qmq/pkg/protocol"
@@ -33,6 +34,7 @@ type Broker struct {
 	live    *liveness
 	metrics *metrics
 	reg     *prometheus.Registry
+	keeper  *metaclient.Keeper // registration with the meta servers, when configured
 
 	actorsMu  sync.Mutex
 	actors    map[actorKey]*pullActor
@@ -139,6 +141,7 @@ func (b *Broker) Start() error {
 	}
 	b.wg.Add(1)
 	go b.livenessLoop()
+	b.register()
 	b.ready.Store(true)
 	b.lg.Info("serving", zap.Stringer("addr", b.server.Addr()), zap.String("flush", b.opts.Flush))
 	return nil
@@ -197,8 +200,14 @@ func (b *Broker) Close(ctx context.Context) error {
 
 func (b *Broker) close(ctx context.Context) error {
 	b.closing.Store(true)
-	b.shutdownPulls()
 	var errs []error
+	if b.keeper != nil {
+		// Leave the routes first so producers go elsewhere at once.
+		if err := b.keeper.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	b.shutdownPulls()
 	if err := b.server.Close(ctx); err != nil {
 		errs = append(errs, err)
 	}

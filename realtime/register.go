@@ -1,0 +1,57 @@
+package realtime
+
+import (
+	"sync"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/metaclient"
+	"github.com/qmq-go/qmq/pkg/protocol"
+)
+
+// register keeps the broker registered with the meta servers (when it has
+// any), reporting its state and load with every heartbeat.
+func (b *Broker) register() {
+	if len(b.opts.MetaServers) == 0 {
+		return
+	}
+	addr := b.opts.AdvertiseAddr
+	if addr == "" {
+		addr = b.server.Addr().String()
+	}
+	rates := &rateTracker{}
+	b.keeper = metaclient.Keep(b.opts.MetaServers, metaclient.Broker{
+		Kind: protocol.KindRealtime, Role: protocol.RoleMaster, Group: b.opts.Group, Address: addr,
+		Report: func() (protocol.GroupState, protocol.BrokerLoad) {
+			state := protocol.GroupReadWrite
+			if b.readonly.Load() {
+				state = protocol.GroupReadonly
+			}
+			st := b.store.Stats()
+			in, out := rates.update(st.Appended, st.Pulled)
+			return state, protocol.BrokerLoad{InPerSec: in, OutPerSec: out, Subjects: uint32(len(st.Subjects)),
+				StoredBytes: uint64(max(st.MessageLogEnd-st.MessageLogStart, 0))}
+		},
+	}, b.lg, metaclient.WithRequestTimeout(2*time.Second))
+}
+
+// rateTracker turns two counters into per-second rates between calls.
+type rateTracker struct {
+	mu      sync.Mutex
+	at      time.Time
+	in, out int64
+}
+
+func (r *rateTracker) update(in, out int64) (uint32, uint32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	var inRate, outRate uint32
+	if !r.at.IsZero() {
+		if secs := now.Sub(r.at).Seconds(); secs > 0 {
+			inRate = uint32(max(float64(in-r.in), 0) / secs)
+			outRate = uint32(max(float64(out-r.out), 0) / secs)
+		}
+	}
+	r.at, r.in, r.out = now, in, out
+	return inRate, outRate
+}
