@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -311,16 +312,8 @@ func (s *Store) loadHour(h int64) error {
 // dispatch logs, then records the replay position and hour sizes. It skips
 // the write when nothing changed, unless force.
 func (s *Store) checkpoint(force bool) error {
-	for h := range s.dirtyHours {
-		cf, err := s.schedules.acquire(h, false)
-		if err != nil {
-			return err
-		}
-		err = fdatasync(cf.f)
-		s.schedules.release(cf)
-		if err != nil {
-			return fmt.Errorf("sync schedule file %s: %w", hourName(h), err)
-		}
+	if err := s.syncSchedules(); err != nil {
+		return err
 	}
 	if err := s.dispatch.syncDirty(); err != nil {
 		s.lg.Error("sync dispatch logs failed", zap.Error(err))
@@ -341,6 +334,54 @@ func (s *Store) checkpoint(force bool) error {
 	if s.replayPos != s.ckptWAL {
 		s.ckptWAL = s.replayPos
 		s.trimWAL(s.replayPos)
+	}
+	return nil
+}
+
+// syncWorkers is how many fdatasyncs of schedule files a checkpoint runs at
+// once: with messages spread over hundreds of hours, each checkpoint syncs
+// hundreds of files, and the file system commits concurrent syncs together
+// (721 files: about 130 ms one by one, 40 ms sixteen at a time, here).
+const syncWorkers = 16
+
+// syncSchedules fdatasyncs the schedule files written since the last
+// checkpoint.
+func (s *Store) syncSchedules() error {
+	hours := make(chan int64)
+	errs := make(chan error, syncWorkers)
+	var wg sync.WaitGroup
+	for i := 0; i < min(syncWorkers, len(s.dirtyHours)); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var first error
+			for h := range hours {
+				if first != nil {
+					continue
+				}
+				cf, err := s.schedules.acquire(h, false)
+				if err != nil {
+					first = err
+					continue
+				}
+				if err := fdatasync(cf.f); err != nil {
+					first = fmt.Errorf("sync schedule file %s: %w", hourName(h), err)
+				}
+				s.schedules.release(cf)
+			}
+			errs <- first
+		}()
+	}
+	for h := range s.dirtyHours {
+		hours <- h
+	}
+	close(hours)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }
