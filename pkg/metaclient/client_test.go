@@ -345,3 +345,30 @@ func TestClient_AcceptsLowerVersionsAfterTheStaleWindow(t *testing.T) {
 		return r.Groups[0].Group == "new-etcd"
 	})
 }
+
+func TestRegister_HeartbeatInterval(t *testing.T) {
+	m := startFakeMeta(t) // grants a 600 ms TTL
+	b := Broker{Kind: protocol.KindRealtime, Role: protocol.RoleMaster, Group: "g1", Address: "127.0.0.1:5000"}
+	fast, err := Register(context.Background(), []string{m.addr()}, b, WithHeartbeatInterval(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fast.Close(context.Background())
+	if got := fast.interval(); got != 50*time.Millisecond {
+		t.Fatalf("interval %v, want 50ms", got)
+	}
+	eventually(t, 2*time.Second, "heartbeats every 50ms", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return len(m.registers) >= 6
+	})
+	b.Group = "g2"
+	slow, err := Register(context.Background(), []string{m.addr()}, b, WithHeartbeatInterval(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close(context.Background())
+	if got := slow.interval(); got != 300*time.Millisecond {
+		t.Fatalf("interval %v, want half the 600ms TTL", got)
+	}
+}

@@ -27,6 +27,7 @@ type config struct {
 	refreshInterval time.Duration
 	requestTimeout  time.Duration
 	minEarlyRefresh time.Duration
+	heartbeat       time.Duration
 }
 
 // Option configures a Client or a Registration.
@@ -49,6 +50,11 @@ func WithRequestTimeout(d time.Duration) Option { return func(o *config) { o.req
 // WithMinEarlyRefresh sets the least time between two early refreshes of
 // one route (default 200 ms), so a burst of errors costs one lookup.
 func WithMinEarlyRefresh(d time.Duration) Option { return func(o *config) { o.minEarlyRefresh = d } }
+
+// WithHeartbeatInterval sets how often a Registration heartbeats (default:
+// a third of the lease TTL the meta server grants; never more than half of
+// it, so one lost heartbeat cannot cost the lease).
+func WithHeartbeatInterval(d time.Duration) Option { return func(o *config) { o.heartbeat = d } }
 
 func newConfig(opts []Option) config {
 	c := config{

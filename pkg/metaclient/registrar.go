@@ -120,6 +120,9 @@ func (r *Registration) interval() time.Duration {
 	if ttl <= 0 {
 		return time.Second
 	}
+	if d := r.cfg.heartbeat; d > 0 {
+		return max(min(d, ttl/2), 50*time.Millisecond)
+	}
 	return max(ttl/3, 100*time.Millisecond)
 }
 
