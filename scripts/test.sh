@@ -8,8 +8,8 @@
 # 1. gofmt: no file may need formatting.
 # 2. go vet ./...
 # 3. go build ./...
-# 4. go test -short -race on the quick packages, go test -short (no race) on
-#    the heavy ones (HEAVY below: long crash and cluster tests whose race
+# 4. go test -short -race on the quick packages (then their TestTiming*
+#    tests without -race), go test -short (no race) on the heavy ones (HEAVY below: long crash and cluster tests whose race
 #    builds would not fit the budget). Long suites (full crash tests, long
 #    fuzzing, benchmarks) are not here: see scripts/crash-*.sh, scripts/fuzz.sh
 #    and scripts/bench.sh.
@@ -44,6 +44,10 @@ status=0
 if [ -n "$quick" ]; then
   step "go test -race -short (quick packages)"
   go test -race -short -count=1 -timeout 10m $quick || status=1
+  # Tests named TestTiming* measure time and skip under the race detector;
+  # they run here without it.
+  step "go test -short -run TestTiming (quick packages, no race)"
+  go test -short -count=1 -timeout 5m -run '^TestTiming' $quick || status=1
 fi
 if [ -n "$heavy" ]; then
   step "go test -short (heavy packages)"

@@ -1,0 +1,5 @@
+//go:build !race
+
+package realtime_test
+
+const raceEnabled = false
