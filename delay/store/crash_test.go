@@ -32,6 +32,7 @@ const (
 	crashDirEnv    = "QMQ_DELAY_CRASH_DIR"
 	crashRunEnv    = "QMQ_DELAY_CRASH_RUN"
 	crashAppendEnv = "QMQ_DELAY_CRASH_APPEND"
+	crashFlushEnv  = "QMQ_DELAY_CRASH_FLUSH"
 	crashFireBatch = 32
 )
 
@@ -41,7 +42,8 @@ func TestCrashChild(t *testing.T) {
 		t.Skip("helper process of TestCrash_SIGKILL")
 	}
 	run := os.Getenv(crashRunEnv)
-	s, err := Open(dir, Options{FireBatch: crashFireBatch, CheckpointInterval: 100 * time.Millisecond}, nil, nil)
+	opts := Options{FireBatch: crashFireBatch, CheckpointInterval: 100 * time.Millisecond, Flush: FlushMode(os.Getenv(crashFlushEnv))}
+	s, err := Open(dir, opts, nil, nil)
 	if err != nil {
 		fmt.Printf("X open: %v\n", err)
 		os.Exit(3)
@@ -143,10 +145,10 @@ func (c *crashLog) read(t *testing.T, run int, r *bufio.Scanner, done chan<- str
 	}
 }
 
-func startCrashChild(t *testing.T, dir string, run int, appendMode bool, log *crashLog) (*exec.Cmd, chan struct{}) {
+func startCrashChild(t *testing.T, dir string, flush FlushMode, run int, appendMode bool, log *crashLog) (*exec.Cmd, chan struct{}) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$")
-	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir, crashRunEnv+"="+strconv.Itoa(run))
+	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir, crashRunEnv+"="+strconv.Itoa(run), crashFlushEnv+"="+string(flush))
 	if appendMode {
 		cmd.Env = append(cmd.Env, crashAppendEnv+"=1")
 	}
@@ -165,7 +167,17 @@ func startCrashChild(t *testing.T, dir string, run int, appendMode bool, log *cr
 	return cmd, done
 }
 
+// TestCrash_SIGKILL runs the crash test with FlushSync and, without -short,
+// with FlushAsync (whose acknowledged writes survive a killed process too:
+// they are in the page cache).
 func TestCrash_SIGKILL(t *testing.T) {
+	t.Run("sync", func(t *testing.T) { crashTest(t, FlushSync) })
+	if !testing.Short() {
+		t.Run("async", func(t *testing.T) { crashTest(t, FlushAsync) })
+	}
+}
+
+func crashTest(t *testing.T, flush FlushMode) {
 	kills := 10
 	if testing.Short() {
 		kills = 4
@@ -181,7 +193,7 @@ func TestCrash_SIGKILL(t *testing.T) {
 	log := &crashLog{acked: make(map[string]bool), fired: make(map[string][]int)}
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
 	for run := 0; run < kills; run++ {
-		cmd, done := startCrashChild(t, dir, run, true, log)
+		cmd, done := startCrashChild(t, dir, flush, run, true, log)
 		time.Sleep(time.Duration(150+rng.Intn(600)) * time.Millisecond)
 		if err := cmd.Process.Kill(); err != nil {
 			t.Fatal(err)
@@ -191,7 +203,7 @@ func TestCrash_SIGKILL(t *testing.T) {
 	}
 	// A last child appends nothing and runs until everything acknowledged
 	// has come out.
-	cmd, done := startCrashChild(t, dir, kills, false, log)
+	cmd, done := startCrashChild(t, dir, flush, kills, false, log)
 	deadline := time.Now().Add(30 * time.Second)
 	missing := func() []string {
 		log.mu.Lock()

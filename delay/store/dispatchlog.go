@@ -61,6 +61,7 @@ func parseDispatch(b []byte) ([]int64, int64) {
 // and their sizes: every write of a dispatch file happens under it.
 type dispatchLogs struct {
 	dir    string
+	sync   bool // fdatasync every append
 	mu     sync.Mutex
 	files  *fileCache
 	sizes  map[int64]int64 // valid size of each hour file checked this run
@@ -69,9 +70,10 @@ type dispatchLogs struct {
 	closed bool
 }
 
-func newDispatchLogs(dir string, maxOpen int) *dispatchLogs {
+func newDispatchLogs(dir string, maxOpen int, syncEach bool) *dispatchLogs {
 	return &dispatchLogs{
 		dir:   dir,
+		sync:  syncEach,
 		files: newFileCache(dir, maxOpen),
 		sizes: make(map[int64]int64),
 		dirty: make(map[int64]struct{}),
@@ -108,7 +110,7 @@ func (d *dispatchLogs) loadLocked(h int64) ([]int64, error) {
 
 // append records offsets of hour h as dispatched. The entries reach the
 // operating system before it returns (they survive the process being
-// killed); syncDirty makes them durable.
+// killed); syncDirty makes them durable, or append itself when sync is set.
 func (d *dispatchLogs) append(h int64, offs []int64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -135,6 +137,12 @@ func (d *dispatchLogs) append(h int64, offs []int64) error {
 		return fmt.Errorf("write dispatch log %s: %w", hourName(h), err)
 	}
 	d.sizes[h] = size + int64(len(d.buf))
+	if d.sync {
+		if err := fdatasync(cf.f); err != nil {
+			return fmt.Errorf("sync dispatch log %s: %w", hourName(h), err)
+		}
+		return nil
+	}
 	d.dirty[h] = struct{}{}
 	return nil
 }

@@ -92,7 +92,8 @@
 //     through Due and not yet passed to MarkDispatched: at most the batches
 //     in flight in the server (the realtime broker drops them by message id);
 //   - after a machine crash, also those marked within the last
-//     CheckpointInterval.
+//     CheckpointInterval, unless SyncDispatch is set (then MarkDispatched
+//     fdatasyncs before it returns).
 //
 // # Recovery
 //

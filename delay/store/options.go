@@ -47,6 +47,11 @@ type Options struct {
 	// CheckpointInterval is how often replay progress is checkpointed and
 	// dispatch logs are fsynced (default 1s).
 	CheckpointInterval time.Duration
+	// SyncDispatch makes MarkDispatched fdatasync the dispatch log before it
+	// returns, so that even a machine crash sends nothing again that was
+	// marked; it costs one fdatasync per call (default false: marks reach the
+	// operating system at once and are fsynced every CheckpointInterval).
+	SyncDispatch bool
 	// RetentionInterval is how often retention runs (default 1m).
 	RetentionInterval time.Duration
 	// MaxOpenFiles bounds the open schedule files and, separately, the open

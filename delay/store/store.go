@@ -133,7 +133,7 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 		inflight:   make(map[uint64]*firedBatch),
 		dirtyHours: make(map[int64]struct{}),
 		schedules:  newFileCache(filepath.Join(dir, scheduleDir), opts.MaxOpenFiles),
-		dispatch:   newDispatchLogs(filepath.Join(dir, dispatchDir), opts.MaxOpenFiles),
+		dispatch:   newDispatchLogs(filepath.Join(dir, dispatchDir), opts.MaxOpenFiles, opts.SyncDispatch),
 		due:        make(chan []Due, opts.DueQueue),
 		indexWake:  make(chan struct{}, 1),
 		fireWake:   make(chan struct{}, 1),

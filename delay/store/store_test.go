@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -88,9 +89,17 @@ func TestStore_RejectsBadMessages(t *testing.T) {
 }
 
 func TestStore_RestartRebuildsWheelMinusDispatched(t *testing.T) {
+	for _, syncDispatch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("SyncDispatch=%v", syncDispatch), func(t *testing.T) {
+			restartRebuilds(t, Options{SyncDispatch: syncDispatch})
+		})
+	}
+}
+
+func restartRebuilds(t *testing.T, opts Options) {
 	clk := clock.NewFake(epoch)
 	dir := t.TempDir()
-	h := newHarness(t, dir, Options{}, clk)
+	h := newHarness(t, dir, opts, clk)
 	var msgs [][]byte
 	for i, id := range ids("m", 300) {
 		msgs = append(msgs, encode(t, id, epoch.Add(time.Duration(i)*time.Second)))
