@@ -28,7 +28,10 @@ type fakeMeta struct {
 	ttl       time.Duration
 }
 
-func startFakeMeta(t *testing.T) *fakeMeta {
+func startFakeMeta(t *testing.T) *fakeMeta { return startFakeMetaAt(t, "") }
+
+// startFakeMetaAt starts the fake meta server on addr ("": a free port).
+func startFakeMetaAt(t *testing.T, addr string) *fakeMeta {
 	t.Helper()
 	m := &fakeMeta{version: 1, ttl: 600 * time.Millisecond,
 		groups: []protocol.RouteGroup{{Group: "g1", Kind: protocol.KindRealtime, State: protocol.GroupReadWrite, Master: "127.0.0.1:1"}}}
@@ -78,7 +81,7 @@ func startFakeMeta(t *testing.T) *fakeMeta {
 		m.mu.Unlock()
 		r.Reply(protocol.StatusOK, protocol.AppendClientHeartbeatResponse(nil, &resp))
 	})
-	srv, err := netserver.New(netserver.Options{}, mux, nil)
+	srv, err := netserver.New(netserver.Options{Addr: addr}, mux, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
