@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/qmq-go/qmq/pkg/fsutil"
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
@@ -216,7 +217,7 @@ func (s *Store) syncOnce() {
 		}
 	}
 	if job.newSegment && err == nil {
-		err = syncDir(filepath.Join(s.dir, walDir))
+		err = fsutil.SyncDir(filepath.Join(s.dir, walDir))
 	}
 	if err != nil {
 		err = fmt.Errorf("sync message log: %w", err)

@@ -24,7 +24,7 @@
 //
 // # Files
 //
-//	dir/LOCK                      flock: one process per directory
+//	dir/LOCK                      flock (pkg/fsutil.LockDir): one process per directory
 //	dir/wal/<20-digit base>.wal   message log (write-ahead log), preallocated segments
 //	dir/schedule/yyyyMMddHH       one schedule file per hour of due time (UTC)
 //	dir/dispatch/yyyyMMddHH       what of that hour has been forwarded
@@ -147,7 +147,8 @@
 // counters (appended, rejected, fired, dispatched, corrupt) for the server's
 // metrics.
 //
-// pkg/segment and pkg/fsutil did not exist when this package was written:
-// the segment files and the atomic-write helpers here are the package's own
-// (wal.go, fsutil.go) and can move onto them later.
+// The checkpoint's atomic write, directory fsyncs and the directory lock
+// come from pkg/fsutil. The segment files are this package's own (wal.go):
+// pkg/segment did not exist when it was written, and its records differ
+// (they carry the append time that makes the replay deterministic).
 package store

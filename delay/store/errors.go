@@ -1,6 +1,10 @@
 package store
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/qmq-go/qmq/pkg/fsutil"
+)
 
 // Errors returned by the store. Append reports per-message failures as
 // *protocol.Error values (match them with errors.Is against
@@ -8,8 +12,9 @@ import "errors"
 // protocol.ErrStoreError and protocol.ErrShuttingDown); the sentinels below
 // are for Open and the maintenance calls.
 var (
-	// ErrLocked: another process holds the store directory.
-	ErrLocked = errors.New("delay/store: directory is locked by another process")
+	// ErrLocked: another process (or another open Store) holds the store
+	// directory.
+	ErrLocked = fsutil.ErrLocked
 	// ErrClosed: the store is closed.
 	ErrClosed = errors.New("delay/store: closed")
 	// ErrCorrupt: a file holds bytes that fail their checksum or structure

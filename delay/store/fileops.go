@@ -3,48 +3,11 @@ package store
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"syscall"
 )
 
-// These helpers stand in for pkg/fsutil until it exists; they are small on
-// purpose so they can be swapped for it.
-
-// writeFileAtomic replaces path with data: write a temporary file, fsync it,
-// rename it over path, fsync the directory.
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-// syncDir fsyncs a directory so that entries created, renamed or removed in
-// it survive a crash.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
+// The atomic checkpoint write, directory fsync and directory lock come from
+// pkg/fsutil; these two act on an *os.File directly.
 
 // fdatasync flushes f's data (and the metadata needed to read it back).
 func fdatasync(f *os.File) error {
@@ -68,20 +31,4 @@ func preallocate(f *os.File, size int64) error {
 		return f.Truncate(size)
 	}
 	return fmt.Errorf("fallocate %s: %w", f.Name(), err)
-}
-
-// lockDir takes an exclusive advisory lock on dir/LOCK.
-func lockDir(dir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if err == syscall.EWOULDBLOCK {
-			return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
-		}
-		return nil, err
-	}
-	return f, nil
 }

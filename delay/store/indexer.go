@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/qmq-go/qmq/pkg/fsutil"
 )
 
 // indexLoop replays the message log into schedule files, loads hours into
@@ -326,7 +328,7 @@ func (s *Store) checkpoint(force bool) error {
 		c.hours = append(c.hours, hourCheckpoint{hour: h, size: st.size, records: st.records})
 	}
 	sort.Slice(c.hours, func(i, j int) bool { return c.hours[i].hour < c.hours[j].hour })
-	if err := writeFileAtomic(filepath.Join(s.dir, checkpointFile), c.encode()); err != nil {
+	if err := fsutil.WriteFileAtomic(fsutil.OS, filepath.Join(s.dir, checkpointFile), c.encode()); err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
 	clear(s.dirtyHours)

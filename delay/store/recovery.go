@@ -8,6 +8,8 @@ import (
 	"sort"
 
 	"go.uber.org/zap"
+
+	"github.com/qmq-go/qmq/pkg/fsutil"
 )
 
 // recover brings the files back to a consistent state before the goroutines
@@ -153,7 +155,7 @@ func (s *Store) recoverWAL(segs []int64, start, validEnd int64, records int, las
 			return err
 		}
 		w.f, w.base, w.pos = f, base, 0
-		return syncDir(dir)
+		return fsutil.SyncDir(dir)
 	}
 	if err != nil {
 		return err
@@ -176,7 +178,7 @@ func (s *Store) recoverWAL(segs []int64, start, validEnd int64, records int, las
 		return err
 	}
 	w.f, w.base, w.pos, w.alloc = f, base, pos, alloc
-	return syncDir(dir)
+	return fsutil.SyncDir(dir)
 }
 
 // recoverSchedules cuts every schedule file back to its checkpointed size;

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/qmq-go/qmq/pkg/clock"
+	"github.com/qmq-go/qmq/pkg/fsutil"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/timewheel"
 )
@@ -23,7 +24,7 @@ type Store struct {
 	opts       Options
 	clock      clock.Clock
 	lg         *zap.Logger
-	lock       *os.File
+	lock       *fsutil.DirLock
 	maxMessage int64 // largest encoded message accepted
 
 	// Append path: writeLoop owns wal; syncLoop completes waiters.
@@ -115,7 +116,7 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 			return nil, err
 		}
 	}
-	lock, err := lockDir(dir)
+	lock, err := fsutil.LockDir(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +147,7 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 	now := clk.Now().UnixMilli()
 	slots := int((opts.Window+time.Hour)/opts.Tick) + 1
 	if s.wheel, err = timewheel.New[entry](opts.Tick, slots, now); err != nil {
-		lock.Close()
+		lock.Unlock()
 		return nil, err
 	}
 	if err := s.recover(); err != nil {
@@ -195,7 +196,7 @@ func (s *Store) closeFiles() {
 	}
 	s.schedules.closeAll()
 	s.dispatch.close()
-	s.lock.Close()
+	s.lock.Unlock()
 }
 
 // Due returns the channel on which due messages are delivered, in batches
