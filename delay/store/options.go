@@ -23,6 +23,10 @@ const (
 // day included.
 const DefaultHorizon = 731 * 24 * time.Hour
 
+// maxHorizon keeps due times within years of four digits, which hour file
+// names (yyyyMMddHH) can hold.
+const maxHorizon = 100 * 365 * 24 * time.Hour
+
 // Options configure a Store. A zero field takes its default.
 type Options struct {
 	// Flush is FlushSync (default) or FlushAsync.
@@ -39,7 +43,8 @@ type Options struct {
 	// due time regardless; the tick also bounds how long a forward clock
 	// jump goes unnoticed.
 	Tick time.Duration
-	// Horizon is how far ahead a message may be due (default DefaultHorizon).
+	// Horizon is how far ahead a message may be due (default DefaultHorizon,
+	// at most 100 years).
 	Horizon time.Duration
 	// Keep is how long the files of a fully dispatched hour are kept after
 	// the hour ends (default 24h).
@@ -161,8 +166,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("delay/store: Tick must be at least 1ms, got %v", o.Tick)
 	case o.Window < o.Tick:
 		return fmt.Errorf("delay/store: Window must be at least Tick (%v), got %v", o.Tick, o.Window)
-	case o.Horizon < 0:
-		return fmt.Errorf("delay/store: Horizon must be positive, got %v", o.Horizon)
+	case o.Horizon < 0 || o.Horizon > maxHorizon:
+		return fmt.Errorf("delay/store: Horizon must be in 0..%v, got %v", maxHorizon, o.Horizon)
 	case o.Keep < 0:
 		return fmt.Errorf("delay/store: Keep must not be negative, got %v", o.Keep)
 	case o.CheckpointInterval < 0 || o.RetentionInterval < 0:

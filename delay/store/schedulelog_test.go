@@ -198,6 +198,7 @@ func TestOptions_Validate(t *testing.T) {
 		{Tick: time.Second, Window: time.Millisecond},
 		{MaxOpenFiles: 1},
 		{FireBatch: -1},
+		{Horizon: 200 * 365 * 24 * time.Hour},
 	} {
 		if err := o.Validate(); err == nil {
 			t.Errorf("%+v accepted", o)
