@@ -39,6 +39,7 @@ type Conn struct {
 	// Event-loop state.
 	held    int
 	inline  Request // the request passed to inline handlers
+	loopOut []byte  // replies made on the loop, written at the end of OnTraffic
 	flushFn gnet.AsyncCallback
 
 	// inMu guards the serve goroutine's inbox.
@@ -53,7 +54,7 @@ type Conn struct {
 	outSpare    []byte
 	unwritten   int  // requests answered (or one-way and served) since the last flush
 	flushQueued bool // a flush task is queued on the event loop
-	corks       int  // batches running (serveLoop, inline handlers); the last to end flushes
+	corks       int  // batches running (serveLoop); the last to end flushes
 	closed      bool
 }
 
@@ -66,6 +67,7 @@ func newConn(s *Server, gc gnet.Conn) *Conn {
 		done:   make(chan struct{}),
 	}
 	c.flushFn = c.flush
+	c.inline.onLoop = true
 	return c
 }
 
@@ -140,7 +142,7 @@ func (c *Conn) serveLoop() {
 				}
 			}
 		}
-		c.uncork(oneWay, false)
+		c.uncork(oneWay)
 
 		clear(batches)
 		c.inMu.Lock()
@@ -159,9 +161,8 @@ func (c *Conn) cork() {
 }
 
 // uncork ends a batch: served one-way requests count as written, and the
-// last batch to end flushes what was answered meanwhile, writing at once
-// when it runs on the event loop and queueing a flush task otherwise.
-func (c *Conn) uncork(oneWay int, onLoop bool) {
+// last batch to end queues a flush of what was answered meanwhile.
+func (c *Conn) uncork(oneWay int) {
 	c.outMu.Lock()
 	c.corks--
 	if c.closed {
@@ -174,18 +175,15 @@ func (c *Conn) uncork(oneWay int, onLoop bool) {
 		c.flushQueued = true
 	}
 	c.outMu.Unlock()
-	switch {
-	case flush && onLoop:
-		_ = c.flush(c.gc, nil)
-	case flush:
+	if flush {
 		c.queueFlush()
 	}
 }
 
-// reply appends one response frame to the reply buffer and makes sure a
-// flush is queued, unless the serve goroutine will queue one at the end of
-// its batch.
-func (c *Conn) reply(requestID uint64, status protocol.Status, body [][]byte) {
+// replyBody checks a reply's size: a body over MaxFrameSize is replaced by
+// a StatusInternal error. It returns the status, body and body length to
+// send.
+func (c *Conn) replyBody(requestID uint64, status protocol.Status, body [][]byte) (protocol.Status, [][]byte, int) {
 	n := 0
 	for _, b := range body {
 		n += len(b)
@@ -193,11 +191,27 @@ func (c *Conn) reply(requestID uint64, status protocol.Status, body [][]byte) {
 	if n > c.srv.opts.MaxFrameSize {
 		c.srv.lg.Error("reply over the maximum frame size",
 			zap.Uint64("conn", c.id), zap.Uint64("request", requestID), zap.Int("bytes", n))
-		status = protocol.StatusInternal
-		body = [][]byte{[]byte("netserver: reply of " + strconv.Itoa(n) + " bytes is over the maximum frame size")}
-		n = len(body[0])
+		msg := []byte("netserver: reply of " + strconv.Itoa(n) + " bytes is over the maximum frame size")
+		return protocol.StatusInternal, [][]byte{msg}, len(msg)
 	}
+	return status, body, n
+}
 
+// replyOnLoop appends a reply made by an inline handler to the loop buffer,
+// which OnTraffic writes when the read is done; no lock is needed.
+func (c *Conn) replyOnLoop(requestID uint64, status protocol.Status, body [][]byte) {
+	status, body, n := c.replyBody(requestID, status, body)
+	c.loopOut = appendResponseHeader(c.loopOut, status, requestID, n)
+	for _, b := range body {
+		c.loopOut = append(c.loopOut, b...)
+	}
+}
+
+// reply appends one response frame to the reply buffer and makes sure a
+// flush is queued, unless the serve goroutine will queue one at the end of
+// its batch.
+func (c *Conn) reply(requestID uint64, status protocol.Status, body [][]byte) {
+	status, body, n := c.replyBody(requestID, status, body)
 	c.outMu.Lock()
 	if c.closed {
 		c.outMu.Unlock()

@@ -47,10 +47,12 @@
 // ping, or answers made from memory.
 //
 // Replies are appended to the connection's reply buffer under a mutex.
-// While the serve goroutine (or the loop's inline handlers) run a batch the
-// buffer is corked; at the end of the batch, or at once for a reply from
-// another goroutine, one flush task is queued on the event loop with
-// AsyncWritev (the loop writes directly at the end of its own batch). The flush swaps the buffer
+// While the serve goroutine runs a batch the buffer is corked; at the end
+// of the batch, or at once for a reply from another goroutine, one flush
+// task is queued on the event loop with AsyncWritev. (Replies made on the
+// loop itself, by inline handlers or for refused requests, go to a second
+// buffer that only the loop touches, written without a lock at the end of
+// the read.) The flush swaps the buffer
 // out and writes all of it with one write (gnet copies what the socket does
 // not take into the connection's outbound buffer), so many replies cost one
 // system call. Reply copies the body slices into the reply buffer before it

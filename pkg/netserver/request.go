@@ -26,6 +26,7 @@ type Request struct {
 	Conn *Conn
 
 	replied atomic.Bool
+	onLoop  bool // the connection's inline request: replies go to its loop buffer
 }
 
 // Command returns the request's command.
@@ -46,6 +47,10 @@ func (r *Request) Done() <-chan struct{} { return r.Conn.done }
 // MaxFrameSize is replaced by a StatusInternal error response.
 func (r *Request) Reply(status protocol.Status, body ...[]byte) {
 	if !r.replied.CompareAndSwap(false, true) || r.Header.IsOneWay() {
+		return
+	}
+	if r.onLoop {
+		r.Conn.replyOnLoop(r.Header.RequestID, status, body)
 		return
 	}
 	r.Conn.reply(r.Header.RequestID, status, body)

@@ -272,8 +272,9 @@ func (e *events) OnClose(gc gnet.Conn, err error) gnet.Action {
 // OnTraffic frames every complete request in the inbound buffer (gnet calls
 // it once per socket read, so it must not leave whole frames behind),
 // serves inline commands, copies the other frames into one block and hands
-// it to the connection's serve goroutine. Requests refused on the loop
-// (busy, shutting down) are answered with one write at the end.
+// it to the connection's serve goroutine. Replies made on the loop (inline
+// handlers, requests refused as busy or shutting down) are collected in the
+// connection's loop buffer and written with one write at the end.
 func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 	s := e.srv
 	c, ok := gc.Context().(*Conn)
@@ -326,13 +327,10 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 	// gnet's buffer into one block for the serve goroutine (consecutive
 	// frames with one copy).
 	var (
-		refused  []byte
 		raw      rawBatch
 		runStart = -1 // start of the current run of frames to copy
 		now      = time.Now()
 		closing  = s.closing.Load()
-		inline   = 0 // requests served inline
-		oneWay   = 0 // of which one-way
 	)
 	endRun := func(at int) {
 		if runStart >= 0 {
@@ -352,26 +350,19 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 		case closing:
 			endRun(at)
 			if !h.IsOneWay() {
-				refused = protocol.AppendResponse(refused, protocol.StatusShuttingDown, h.RequestID, nil)
+				c.loopOut = protocol.AppendResponse(c.loopOut, protocol.StatusShuttingDown, h.RequestID, nil)
 			}
 			continue
 		case c.held+raw.count >= s.opts.MaxInFlight:
 			endRun(at)
 			if !h.IsOneWay() {
-				refused = protocol.AppendResponse(refused, protocol.StatusBusy, h.RequestID,
+				c.loopOut = protocol.AppendResponse(c.loopOut, protocol.StatusBusy, h.RequestID,
 					[]byte("netserver: too many requests in flight on this connection"))
 			}
 			continue
 		}
 		if s.inline != nil && s.inline.Inline(h.Command()) {
 			endRun(at)
-			if inline == 0 {
-				c.cork()
-			}
-			inline++
-			if h.IsOneWay() {
-				oneWay++
-			}
 			e.serveInline(c, h, body, now)
 			continue
 		}
@@ -381,11 +372,6 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 		raw.count++
 	}
 	endRun(consumed)
-	if inline > 0 {
-		c.held += inline
-		s.busy.Add(int64(inline))
-		c.uncork(oneWay, true)
-	}
 	_, _ = gc.Discard(consumed)
 	if raw.count > 0 {
 		raw.arrived = now
@@ -393,8 +379,13 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 		s.busy.Add(int64(raw.count))
 		c.enqueue(raw)
 	}
-	if len(refused) > 0 {
-		_, _ = gc.Write(refused)
+	if len(c.loopOut) > 0 {
+		_, _ = gc.Write(c.loopOut) // gnet copies what the socket does not take
+		if cap(c.loopOut) > maxSpareReplyBuffer {
+			c.loopOut = nil
+		} else {
+			c.loopOut = c.loopOut[:0]
+		}
 		if n := gc.OutboundBuffered(); n > s.opts.MaxOutboundBytes {
 			c.closeReason("unsent replies over MaxOutboundBytes (the client does not read)",
 				zap.Int("unsent", n), zap.Int("limit", s.opts.MaxOutboundBytes))
