@@ -55,17 +55,21 @@
 // segments) as soon as a checkpoint covers it, long before messages are due.
 //
 // The wheel (pkg/timewheel, 500 ms ticks) holds only index entries — due
-// time, hour, offset and size, 24 bytes each — and only for loaded hours: an
-// hour is loaded whole (its records minus its dispatch log) when its start
-// comes within Window (default 30 min), so memory follows the messages due
-// within the next Window plus at most one hour, not everything pending.
-// A message whose hour is already loaded goes straight into the wheel when
-// it is replayed. Hours that have already ended when they are loaded (after
+// time, hour, offset and size, 24 bytes each — and only for messages due
+// within Window (default 30 min): each hour has a load mark, and its
+// messages due at or before the mark are in the wheel (or handed out, or
+// dispatched). When an hour's start comes within the window its file is
+// scanned (minus its dispatch log) up to now+Window, and scanned again each
+// time the window has moved on by Window/6, adding what falls due in between;
+// so a message enters the wheel between Window and 5/6 Window before it is
+// due, and memory follows the messages due within the window, not everything
+// pending. A replayed message due at or before its hour's mark goes straight
+// into the wheel. Hours that have already ended when they are loaded (after
 // downtime, or a forward clock jump) are a backlog: they are loaded one by
 // one while the wheel holds fewer than MaxBacklog entries, so a long
-// backlog streams through memory. Only the schedule files being written or read are open (an
-// LRU of MaxOpenFiles handles); thousands of hour files cost a directory
-// entry and a small struct each.
+// backlog streams through memory. Only the schedule files being written or
+// read are open (an LRU of MaxOpenFiles handles); thousands of hour files
+// cost a directory entry and a small struct each.
 //
 // fireLoop sleeps until the earliest entry's due time (at most one tick),
 // takes the entries whose due time is <= the clock's time at that moment, in

@@ -68,9 +68,8 @@ func (s *Store) indexOnce(nowTime time.Time, force bool) error {
 // checkpoint or the next hour load, whichever comes first.
 func (s *Store) indexWait(now time.Time) time.Duration {
 	wait := s.opts.CheckpointInterval
-	if len(s.unloaded) > 0 {
-		until := time.Duration(hourStart(s.unloaded[0])-s.opts.Window.Milliseconds()-now.UnixMilli()) * time.Millisecond
-		if until < wait {
+	if at, ok := s.nextLoad(); ok {
+		if until := time.Duration(at-now.UnixMilli()) * time.Millisecond; until < wait {
 			wait = until
 		}
 	}
@@ -108,7 +107,8 @@ type wheelAdd struct {
 }
 
 // replay appends message-log records up to the limit to their schedule
-// files, adding those of loaded hours straight to the wheel.
+// files, adding those due within their hour's load mark straight to the
+// wheel.
 func (s *Store) replay() {
 	if s.replayErr != nil {
 		return
@@ -145,7 +145,7 @@ func (s *Store) replay() {
 			off := hb.base + int64(len(hb.buf))
 			hb.buf = appendScheduleRecord(hb.buf, rec.offset, msg)
 			hb.count++
-			if st.loaded {
+			if due <= st.loadedTo {
 				adds = append(adds, wheelAdd{due: due, e: entry{hour: int32(h), size: uint32(len(msg)), offset: off}})
 			}
 			n++
@@ -198,22 +198,23 @@ func (s *Store) writeSchedule(h int64, hb *hourBuf) error {
 	return nil
 }
 
-// hourFor returns hour h's state, creating it. A new hour within the window
-// counts as loaded at once (its records go straight to the wheel) once the
-// replay has caught up with what recovery found.
+// hourFor returns hour h's state, creating it. Once the replay has caught
+// up with what recovery found, a new hour that starts within the window is
+// loaded up to the window's end at once (its file is empty), so its records
+// due by then go straight to the wheel.
 func (s *Store) hourFor(h int64) *hourState {
 	if st := s.hours[h]; st != nil {
 		return st
 	}
-	st := &hourState{lastWAL: -1}
+	st := &hourState{lastWAL: -1, loadedTo: notLoaded}
 	if !s.caughtUp {
 		if info, err := os.Stat(filepath.Join(s.dir, dispatchDir, hourName(h))); err == nil {
 			st.dispatched = info.Size() / dispatchEntrySize
 		}
-	} else if hourStart(h) <= s.clock.Now().UnixMilli()+s.opts.Window.Milliseconds() {
-		st.loaded = true
+	} else if to := s.clock.Now().UnixMilli() + s.opts.Window.Milliseconds(); hourStart(h) <= to {
+		st.loadedTo = min(to, hourStart(h+1)-1)
 	}
-	if !st.loaded {
+	if !st.full(h) {
 		i := sort.Search(len(s.unloaded), func(i int) bool { return s.unloaded[i] >= h })
 		s.unloaded = append(s.unloaded, 0)
 		copy(s.unloaded[i+1:], s.unloaded[i:])
@@ -226,20 +227,57 @@ func (s *Store) hourFor(h int64) *hourState {
 	return st
 }
 
-// loadDue loads every hour that starts within the window.
+// loadStep is how far the window moves before a partly loaded hour is
+// scanned again: a message is in the wheel at least Window-loadStep before
+// it is due.
+func (s *Store) loadStep() int64 { return max(s.opts.Window.Milliseconds()/6, 1) }
+
+// loadDue loads into the wheel what falls due within the window: hours
+// whose start comes within it are scanned, and scanned again each time the
+// window has moved on by loadStep, each scan adding the messages due between
+// the previous scan's end and the window's end.
 func (s *Store) loadDue(now int64) {
-	limit := now + s.opts.Window.Milliseconds()
-	for len(s.unloaded) > 0 && hourStart(s.unloaded[0]) <= limit {
-		h := s.unloaded[0]
-		if hourStart(h+1) <= now && s.inWheel() >= s.opts.MaxBacklog {
+	to := now + s.opts.Window.Milliseconds()
+	step := s.loadStep()
+	for i := 0; i < len(s.unloaded); {
+		h := s.unloaded[i]
+		if hourStart(h) > to {
+			return
+		}
+		st := s.hours[h]
+		if st.loaded() && st.loadedTo > to-step {
+			i++ // scanned recently enough
+			continue
+		}
+		if !st.loaded() && hourStart(h+1) <= now && s.inWheel() >= s.opts.MaxBacklog {
 			return // a backlog hour: wait for the wheel to drain
 		}
-		if err := s.loadHour(h); err != nil {
+		if err := s.loadHour(h, min(to, hourStart(h+1)-1)); err != nil {
 			s.lg.Error("load schedule hour failed; will retry", zap.String("hour", hourName(h)), zap.Error(err))
 			return
 		}
-		s.unloaded = s.unloaded[1:]
+		if st.full(h) {
+			s.unloaded = append(s.unloaded[:i], s.unloaded[i+1:]...)
+		} else {
+			i++
+		}
 	}
+}
+
+// nextLoad returns when loadDue next has work (Unix ms), or false.
+func (s *Store) nextLoad() (int64, bool) {
+	window, step := s.opts.Window.Milliseconds(), s.loadStep()
+	next, ok := int64(0), false
+	for _, h := range s.unloaded[:min(len(s.unloaded), 4)] {
+		at := hourStart(h) - window
+		if st := s.hours[h]; st.loaded() {
+			at = st.loadedTo + step - window
+		}
+		if !ok || at < next {
+			next, ok = at, true
+		}
+	}
+	return next, ok
 }
 
 func (s *Store) inWheel() int {
@@ -251,18 +289,22 @@ func (s *Store) inWheel() int {
 // loadBatch is how many entries loadHour adds to the wheel per lock.
 const loadBatch = 4096
 
-// loadHour adds hour h's undispatched records to the wheel and marks it
-// loaded, so that later records go straight to the wheel.
-func (s *Store) loadHour(h int64) error {
+// loadHour adds hour h's undispatched records due after its previous
+// load's end and at or before to, and moves its load mark to to, so that
+// later records due by then go straight to the wheel.
+func (s *Store) loadHour(h int64, to int64) error {
 	st := s.hours[h]
+	from, first := st.loadedTo, !st.loaded()
+	// The dispatch log is read on every scan: after a restart with the clock
+	// set back, messages beyond the first scan may have gone out already.
 	offs, err := s.dispatch.load(h)
 	if err != nil {
 		return err
 	}
 	limit := st.size
-	if int64(len(offs)) >= st.records {
+	if first && int64(len(offs)) >= st.records {
 		s.mu.Lock()
-		st.loaded, st.dispatched = true, int64(len(offs))
+		st.loadedTo, st.dispatched = to, int64(len(offs))
 		s.mu.Unlock()
 		return nil
 	}
@@ -272,7 +314,11 @@ func (s *Store) loadHour(h int64) error {
 	}
 	defer s.schedules.release(cf)
 	s.mu.Lock()
-	st.loaded, st.dispatched = true, int64(len(offs))
+	st.loadedTo = to
+	if first {
+		// Exact from the file; later MarkDispatched calls count on from it.
+		st.dispatched = int64(len(offs))
+	}
 	s.mu.Unlock()
 	batch := make([]wheelAdd, 0, loadBatch)
 	flush := func() {
@@ -287,26 +333,31 @@ func (s *Store) loadHour(h int64) error {
 	j := 0
 	loaded := 0
 	scan := scanSchedule(cf.f, limit, s.maxMessage, func(off int64, msg []byte) {
+		due := dueOf(msg)
+		if (!first && due <= from) || due > to {
+			return
+		}
 		for j < len(offs) && offs[j] < off {
 			j++
 		}
 		if j < len(offs) && offs[j] == off {
 			return
 		}
-		batch = append(batch, wheelAdd{due: dueOf(msg), e: entry{hour: int32(h), size: uint32(len(msg)), offset: off}})
+		batch = append(batch, wheelAdd{due: due, e: entry{hour: int32(h), size: uint32(len(msg)), offset: off}})
 		loaded++
 		if len(batch) == loadBatch {
 			flush()
 		}
 	})
 	flush()
-	if scan.err != nil {
+	if scan.err != nil && first {
 		s.counters.corrupt.Add(uint64(st.records - scan.records))
 		s.lg.Error("schedule file has invalid records; the rest of the hour is not loaded",
 			zap.String("hour", hourName(h)), zap.Int64("offset", scan.end), zap.Int64("records", st.records),
 			zap.Int64("valid", scan.records), zap.Error(scan.err))
 	}
-	s.lg.Debug("loaded hour", zap.String("hour", hourName(h)), zap.Int("entries", loaded), zap.Int("dispatched", len(offs)))
+	s.lg.Debug("loaded hour", zap.String("hour", hourName(h)), zap.Time("to", time.UnixMilli(to)),
+		zap.Int("entries", loaded), zap.Int("dispatched", len(offs)))
 	return nil
 }
 
@@ -411,7 +462,7 @@ func (s *Store) retain(now int64) {
 	var drop []int64
 	s.mu.Lock()
 	for h, st := range s.hours {
-		if _, dirty := s.dirtyHours[h]; st.loaded && !dirty && st.dispatched >= st.records && hourStart(h+1) <= cut {
+		if _, dirty := s.dirtyHours[h]; st.full(h) && !dirty && st.dispatched >= st.records && hourStart(h+1) <= cut {
 			drop = append(drop, h)
 		}
 	}

@@ -36,8 +36,8 @@ type Options struct {
 	// SegmentSize is the size of a message-log segment (default 64 MiB,
 	// at least 1 MiB).
 	SegmentSize int64
-	// Window is how far ahead schedule files are loaded into the wheel
-	// (default 30m). An hour is loaded whole once its start is within Window.
+	// Window is how far ahead messages are loaded into the wheel (default
+	// 30m): each enters it between Window and 5/6 Window before it is due.
 	Window time.Duration
 	// Tick is the wheel's tick (default 500ms). Entries fire at their exact
 	// due time regardless; the tick also bounds how long a forward clock

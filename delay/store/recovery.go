@@ -211,7 +211,7 @@ func (s *Store) recoverSchedules(ckpt checkpoint) error {
 		if err != nil {
 			return err
 		}
-		st := &hourState{size: hc.size, records: hc.records, lastWAL: -1}
+		st := &hourState{size: hc.size, records: hc.records, lastWAL: -1, loadedTo: notLoaded}
 		switch {
 		case info.Size() > hc.size:
 			s.lg.Info("cut schedule file back to its checkpoint", zap.String("hour", e.Name()),
@@ -283,7 +283,7 @@ func (s *Store) scanSchedules() error {
 				return err
 			}
 		}
-		s.hours[h] = &hourState{size: scan.end, records: scan.records, lastWAL: scan.lastWAL}
+		s.hours[h] = &hourState{size: scan.end, records: scan.records, lastWAL: scan.lastWAL, loadedTo: notLoaded}
 	}
 	return nil
 }

@@ -15,8 +15,9 @@ type Stats struct {
 	InFlight int64
 	// Hours lists every hour that has a schedule file, ascending.
 	Hours []HourStats
-	// OldestPending is the due time of the oldest undispatched message (the
-	// start of its hour when that hour is not loaded yet); zero when none.
+	// OldestPending is the due time of the oldest undispatched message (at
+	// most that: the start of its hour, or its hour's load mark, when it is
+	// not loaded yet); zero when none.
 	OldestPending time.Time
 	// WALWritten, WALDurable and Replayed are message-log offsets: written,
 	// fdatasynced, and replayed into schedule files.
@@ -34,8 +35,10 @@ type HourStats struct {
 	// Records and Dispatched count the hour's messages and the ones marked
 	// dispatched.
 	Records, Dispatched int64
-	// Loaded says the hour's messages are in the wheel.
-	Loaded bool
+	// Loaded says the hour's messages are in the wheel up to LoadedTo: those
+	// due by then are in the wheel, handed out or dispatched.
+	Loaded   bool
+	LoadedTo time.Time
 }
 
 // Pending returns the hour's messages not yet dispatched.
@@ -66,11 +69,18 @@ func (s *Store) Stats() Stats {
 	s.mu.Lock()
 	st.Hours = make([]HourStats, 0, len(s.hours))
 	for h, hs := range s.hours {
-		hst := HourStats{Hour: time.UnixMilli(hourStart(h)).UTC(), Records: hs.records, Dispatched: hs.dispatched, Loaded: hs.loaded}
+		hst := HourStats{Hour: time.UnixMilli(hourStart(h)).UTC(), Records: hs.records, Dispatched: hs.dispatched, Loaded: hs.loaded()}
+		if hst.Loaded {
+			hst.LoadedTo = time.UnixMilli(hs.loadedTo).UTC()
+		}
 		st.Hours = append(st.Hours, hst)
 		st.Pending += hst.Pending()
-		if !hs.loaded && hst.Pending() > 0 {
+		switch {
+		case hst.Pending() == 0:
+		case !hs.loaded():
 			older(hourStart(h))
+		case !hs.full(h):
+			older(hs.loadedTo + 1) // perhaps messages past the load mark
 		}
 	}
 	st.InWheel = s.wheel.Len()

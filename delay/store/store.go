@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -57,7 +58,7 @@ type Store struct {
 	recoveredEnd int64
 	caughtUp     bool
 	replayErr    error
-	unloaded     []int64 // hours not loaded into the wheel, ascending
+	unloaded     []int64 // hours not fully loaded into the wheel, ascending
 	dirtyHours   map[int64]struct{}
 	ckptDirty    bool
 	ckptWAL      int64
@@ -83,8 +84,20 @@ type hourState struct {
 	records    int64
 	dispatched int64 // dispatch entries (exact once loaded)
 	lastWAL    int64 // WAL offset of the last record already in the file (rebuild only)
-	loaded     bool  // its records are in the wheel; new ones go straight there
+	// loadedTo is the hour's load mark (Unix ms): its messages due at or
+	// before it are in the wheel, handed out or dispatched, and replayed
+	// records due by then go straight to the wheel. notLoaded: none yet.
+	loadedTo int64
 }
+
+// notLoaded is the load mark of an hour not loaded at all.
+const notLoaded = math.MinInt64
+
+func (st *hourState) loaded() bool { return st.loadedTo != notLoaded }
+
+// full reports whether every message hour h can hold is within its load
+// mark (a message of hour h is due before the hour ends).
+func (st *hourState) full(h int64) bool { return st.loadedTo >= hourStart(h+1)-1 }
 
 // entry is what the wheel keeps per message besides its due time: 16 bytes,
 // 24 with the due time.
