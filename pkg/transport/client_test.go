@@ -553,3 +553,32 @@ func TestClient_WriteTimeoutClosesStuckConnection(t *testing.T) {
 		t.Fatal("the stuck connection was never closed")
 	}
 }
+
+func TestClient_BreakerOpensOnTimeouts_ProbeWithBusinessErrorCloses(t *testing.T) {
+	hs := startHoldServer(t) // holds CmdSend; answers CmdPing
+	c := newClient(t, Options{BreakerFailures: 3, BreakerOpenTimeout: 100 * time.Millisecond})
+	addr := hs.Addr().String()
+	for range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		_, err := c.Call(ctx, addr, protocol.CmdSend, nil)
+		cancel()
+		if !errors.Is(err, ErrTimeout) {
+			t.Fatalf("Call = %v, want ErrTimeout", err)
+		}
+	}
+	if st := c.BreakerState(addr); st != gobreaker.StateOpen {
+		t.Fatalf("breaker %v after 3 timeouts", st)
+	}
+	if _, err := c.Call(context.Background(), addr, protocol.CmdPing, nil); !errors.Is(err, ErrBreakerOpen) {
+		t.Fatalf("Call with the breaker open = %v", err)
+	}
+	// After the open timeout, one probe goes through; an answer (even an
+	// unknown-command error) closes the breaker.
+	waitFor(t, 5*time.Second, "the breaker to let a probe through", func() bool {
+		_, err := c.Call(context.Background(), addr, protocol.Command(999), nil)
+		return errors.Is(err, protocol.ErrUnknownCommand)
+	})
+	if st := c.BreakerState(addr); st != gobreaker.StateClosed {
+		t.Fatalf("breaker %v after a probe got an answer", st)
+	}
+}
