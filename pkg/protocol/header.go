@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 )
 
@@ -118,10 +119,16 @@ func AppendResponse(dst []byte, status Status, requestID uint64, body []byte) []
 }
 
 // AppendErrorResponse appends a response frame whose body is the error's
-// message. A *Error keeps its status; any other error is StatusInternal.
+// message for people. A *Error keeps its status and sends its Message (the
+// receiver rebuilds the "qmq: <status>" prefix); any other error is
+// StatusInternal with its whole text.
 func AppendErrorResponse(dst []byte, requestID uint64, err error) []byte {
 	st, msg := StatusOf(err), ""
-	if err != nil {
+	var pe *Error
+	switch {
+	case errors.As(err, &pe) && pe.Error() == err.Error():
+		msg = pe.Message
+	case err != nil:
 		msg = err.Error()
 	}
 	return AppendResponse(dst, st, requestID, []byte(msg))

@@ -83,6 +83,9 @@ func TestErrorResponse_CarriesStatus(t *testing.T) {
 	if f.Header.Status() != StatusTooLarge || string(f.Body) == "" {
 		t.Fatalf("got %v %q", f.Header.Status(), f.Body)
 	}
+	if string(f.Body) != "body is 5 MiB" {
+		t.Fatalf("body %q repeats the status prefix", f.Body)
+	}
 	rebuilt := StatusError(f.Header.Status(), string(f.Body))
 	if !errors.Is(rebuilt, ErrTooLarge) || errors.Is(rebuilt, ErrReadonly) {
 		t.Fatalf("errors.Is mismatch for %v", rebuilt)
