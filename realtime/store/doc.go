@@ -219,8 +219,10 @@
 //	                 for each other; consumers of one group share this lock.
 //	subjectsMu (RW)  the subjects map.
 //	subject.mu (RW)  a subject's visible range and buffered entries; the
-//	                 appender takes it once per message to add an entry and
-//	                 the commit goroutine to publish; readers take it shared.
+//	                 appender takes it once per run of the subject's messages
+//	                 in a group and the commit goroutine to publish; readers
+//	                 take it shared to copy buffered entries and read entries
+//	                 already in the file after releasing it.
 //	actionLog.flushMu > actionLog.mu   the action batch (appends take only mu).
 //	FilePool.mu, segment.Log.mu, FixedLog.mu   leaf locks inside pkg/segment.
 //
