@@ -49,6 +49,7 @@ type commitGroup struct {
 	touched []*subject
 	nexts   []int64
 	sizes   []int64 // bytes appended per touched subject
+	ts      int64   // the group's append time
 	end     int64
 	err     error
 }
@@ -220,6 +221,7 @@ func (s *Store) appendLoop() {
 			continue
 		}
 		g.end = batch.End()
+		g.ts = now
 		// Index: consume-log entries, visible only once published. Runs of
 		// one subject take its lock once.
 		var run *subject
@@ -318,6 +320,7 @@ func (s *Store) publish(g *commitGroup) {
 		sj.setVisible(g.nexts[i], g.sizes[i])
 	}
 	s.goodEnd.Store(g.end)
+	s.lastPublishedTs.Store(g.ts)
 	n := 0
 	for _, r := range g.reqs {
 		n += r.valid

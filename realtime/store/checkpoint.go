@@ -18,6 +18,7 @@ import (
 // (temp file, fsync, rename, fsync the directory). Big-endian:
 //
 //	magic u32 "QCKP" | version u8 | message-log offset i64 | action-log offset i64 |
+//	last append time ms i64 |
 //	subject count u32 | subjects × (name s8 | next i64 | min i64 | bytes i64) |
 //	group count u32 | groups × (flags u8 | subject s8 | group s8 | version u64 |
 //	    cursor i64 | returned run count u32 | runs × (start i64 | count u32) |
@@ -55,6 +56,7 @@ type ckGroup struct {
 
 type checkpoint struct {
 	msgOffset, actionOffset int64
+	lastTs                  int64 // append times never go below it
 	subjects                []ckSubject
 	groups                  []ckGroup
 }
@@ -64,6 +66,7 @@ func (c *checkpoint) encode() []byte {
 	b = append(b, checkpointVersion)
 	b = binary.BigEndian.AppendUint64(b, uint64(c.msgOffset))
 	b = binary.BigEndian.AppendUint64(b, uint64(c.actionOffset))
+	b = binary.BigEndian.AppendUint64(b, uint64(c.lastTs))
 	b = binary.BigEndian.AppendUint32(b, uint32(len(c.subjects)))
 	for _, s := range c.subjects {
 		b = appendString8(b, s.name)
@@ -105,7 +108,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	if d.u32() != checkpointMagic || d.u8() != checkpointVersion {
 		return nil, fmt.Errorf("%w: checkpoint magic or version", ErrCorrupt)
 	}
-	c := &checkpoint{msgOffset: int64(d.u64()), actionOffset: int64(d.u64())}
+	c := &checkpoint{msgOffset: int64(d.u64()), actionOffset: int64(d.u64()), lastTs: int64(d.u64())}
 	for n := d.u32(); n > 0 && d.err == nil; n-- {
 		c.subjects = append(c.subjects, ckSubject{name: d.string8(), next: int64(d.u64()), min: int64(d.u64()), bytes: int64(d.u64())})
 	}
@@ -163,6 +166,7 @@ func (s *Store) checkpointLocked() error {
 	c := &checkpoint{}
 	// Messages: the durable end, and each subject's entries below it.
 	c.msgOffset = s.goodEnd.Load()
+	c.lastTs = s.lastPublishedTs.Load()
 	s.subjectsMu.RLock()
 	subjects := make([]*subject, 0, len(s.subjects))
 	for _, sj := range s.subjects {

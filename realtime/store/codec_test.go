@@ -57,7 +57,7 @@ func appendInt64(b []byte, v int64) []byte {
 }
 
 func TestCheckpointRoundTrip(t *testing.T) {
-	c := &checkpoint{msgOffset: 123456, actionOffset: 789,
+	c := &checkpoint{msgOffset: 123456, actionOffset: 789, lastTs: 1_700_000_000_000,
 		subjects: []ckSubject{{"a", 10, 2, 500}, {"%RETRY%a%g", 3, 0, 7}},
 		groups: []ckGroup{{key: groupKey{"a", "g", false}, version: 9, cursor: 8, returned: []run{{1, 2}},
 			consumers: []ckConsumer{{"c1", 5, 3}, {"c2", 0, -1}}},
@@ -67,7 +67,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.msgOffset != c.msgOffset || got.actionOffset != c.actionOffset || len(got.subjects) != 2 || got.subjects[1] != c.subjects[1] ||
+	if got.msgOffset != c.msgOffset || got.actionOffset != c.actionOffset || got.lastTs != c.lastTs || len(got.subjects) != 2 || got.subjects[1] != c.subjects[1] ||
 		len(got.groups) != 2 || got.groups[0].consumers[1] != c.groups[0].consumers[1] || got.groups[0].returned[0] != c.groups[0].returned[0] || !got.groups[1].key.broadcast {
 		t.Fatalf("decoded %+v", got)
 	}

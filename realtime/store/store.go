@@ -40,6 +40,8 @@ type Store struct {
 	goodEnd     atomic.Int64 // end of the last published group
 	writeFailed atomic.Bool
 	lastTs      int64 // appender: last append timestamp
+	// lastPublishedTs is lastTs as of the last published group (checkpoints).
+	lastPublishedTs atomic.Int64
 
 	closeMu   sync.RWMutex
 	closed    bool
@@ -176,6 +178,7 @@ func (s *Store) recover() error {
 }
 
 func (s *Store) recoverMessages(ck *checkpoint) error {
+	s.lastTs = ck.lastTs
 	for _, cs := range ck.subjects {
 		sj, err := s.subjectFor(cs.name, true)
 		if err != nil {
@@ -248,6 +251,7 @@ func (s *Store) recoverMessages(ck *checkpoint) error {
 		sj.visible = sj.next
 	}
 	s.goodEnd.Store(res.End)
+	s.lastPublishedTs.Store(s.lastTs)
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
@@ -133,5 +134,31 @@ func TestAppendRejectsInvalidSubject(t *testing.T) {
 	}
 	if _, err := s.Read("a/c", 0, 1); !errors.Is(err, ErrUnknownSubject) {
 		t.Fatalf("invalid subject stored: %v", err)
+	}
+}
+
+// TestAppendTimesNeverGoBack: a clock that jumps back, even across a
+// restart, does not make append times decrease (ResetTime and retention by
+// age rely on it).
+func TestAppendTimesNeverGoBack(t *testing.T) {
+	clock := newTestClock()
+	opts := testOptions()
+	opts.Clock = clock.Now
+	dir := t.TempDir()
+	s := openStore(t, dir, opts)
+	appendAll(t, s, encode(t, "a", "1", nil))
+	clock.Add(-time.Hour)
+	appendAll(t, s, encode(t, "a", "2", nil))
+	s.Close()
+	clock.Add(-time.Hour)
+	s = openStore(t, dir, opts)
+	defer s.Close()
+	appendAll(t, s, encode(t, "a", "3", nil))
+	got, err := s.Read("a", 0, 10)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("read %d, %v", len(got), err)
+	}
+	if got[1].Timestamp < got[0].Timestamp || got[2].Timestamp < got[1].Timestamp {
+		t.Fatalf("append times went back: %d %d %d", got[0].Timestamp, got[1].Timestamp, got[2].Timestamp)
 	}
 }
