@@ -117,7 +117,7 @@ func TestE2E_SendAndReceiveThroughEtcdOutage(t *testing.T) {
 		received[m.ID] = m.BrokerGroup
 		mu.Unlock()
 		return nil
-	}); err != nil {
+	}, consumer.StartEarliest()); err != nil { // the group may reach a broker after the first sends
 		t.Fatal(err)
 	}
 	p, err := producer.New(producer.WithResolver(mc), producer.WithSendTimeout(10*time.Second))
@@ -204,7 +204,8 @@ func TestE2E_AdminAgainstRealBrokers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Subscribe("orders", "billing", func(context.Context, *consumer.Message) error { got.Add(1); return nil }); err != nil {
+	if _, err := c.Subscribe("orders", "billing", func(context.Context, *consumer.Message) error { got.Add(1); return nil },
+		consumer.StartEarliest()); err != nil {
 		t.Fatal(err)
 	}
 	send("a", 100)

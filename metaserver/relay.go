@@ -155,7 +155,9 @@ func (s *Server) consumerGroups(ctx context.Context, subject string) ([]api.Cons
 	} else {
 		targets = s.realtimeMasters()
 	}
-	body := protocol.AppendBrokerStatsRequest(nil, &protocol.BrokerStatsRequest{Subject: subject})
+	// Ask for every subject: a group's retry subject (%RETRY%<subject>%<group>)
+	// is a subject of its own on the broker, folded into the group's row.
+	body := protocol.AppendBrokerStatsRequest(nil, &protocol.BrokerStatsRequest{})
 	var failures []api.BrokerFailure
 	for _, r := range s.relay(ctx, targets, protocol.CmdBrokerStats, body) {
 		if r.err != nil {
@@ -168,11 +170,24 @@ func (s *Server) consumerGroups(ctx context.Context, subject string) ([]api.Cons
 			continue
 		}
 		for _, ss := range st.Subjects {
-			if subject != "" && ss.Subject != subject {
+			kind, real, retryGroup, system := protocol.ParseSystemSubject(ss.Subject)
+			switch {
+			case system && kind != protocol.KindRetry:
+				continue // dead letters are listed on their own
+			case !system:
+				real = ss.Subject
+			}
+			if subject != "" && real != subject {
 				continue
 			}
 			for _, gs := range ss.Groups {
-				cg := get(cgKey{ss.Subject, gs.Group})
+				if system {
+					if gs.Group == retryGroup {
+						get(cgKey{real, gs.Group}).RetryBacklog += gs.Backlog
+					}
+					continue
+				}
+				cg := get(cgKey{real, gs.Group})
 				cg.Backlog += gs.Backlog
 				cg.PerBroker = append(cg.PerBroker, api.GroupBacklog{BrokerGroup: r.group, Messages: ss.Messages, Cursor: gs.Cursor, Backlog: gs.Backlog})
 			}

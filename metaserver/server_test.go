@@ -471,6 +471,9 @@ func TestAdminAPI_RelaysToBrokers(t *testing.T) {
 		b.stats = protocol.BrokerStatsResponse{Subjects: []protocol.SubjectStats{{Subject: "orders", Messages: 100, Groups: []protocol.GroupStats{
 			{Group: "billing", Cursor: 90, Backlog: uint64(10 * (i + 1))}}}}}
 	}
+	b1.stats.Subjects = append(b1.stats.Subjects,
+		protocol.SubjectStats{Subject: protocol.RetrySubject("orders", "billing"), Messages: 7, Groups: []protocol.GroupStats{{Group: "billing", Backlog: 7}}},
+		protocol.SubjectStats{Subject: protocol.DeadSubject("orders", "billing"), Messages: 3})
 	b1.addDeadLetter(t, 1, "orders", "m-1", "hello")
 	b1.addDeadLetter(t, 2, "orders", "m-2", "world")
 	b2.addDeadLetter(t, 1, "orders", "m-3", string([]byte{0xff, 0xfe}))
@@ -478,8 +481,11 @@ func TestAdminAPI_RelaysToBrokers(t *testing.T) {
 	cl := admin(s, testToken)
 
 	gs, err := cl.Consumers(ctx, "orders")
-	if err != nil || len(gs) != 1 || gs[0].Backlog != 30 || len(gs[0].PerBroker) != 2 {
+	if err != nil || len(gs) != 1 || gs[0].Backlog != 30 || gs[0].RetryBacklog != 7 || len(gs[0].PerBroker) != 2 {
 		t.Fatalf("consumer groups: %+v, %v", gs, err)
+	}
+	if all, err := cl.Consumers(ctx, ""); err != nil || len(all) != 1 {
+		t.Fatalf("every consumer group: %+v, %v (retry and dead subjects must fold into orders/billing)", all, err)
 	}
 	for _, to := range []string{"earliest", "latest", "2026-01-02T03:04:05Z"} {
 		res, err := cl.ResetOffset(ctx, "orders", "billing", to)

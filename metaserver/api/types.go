@@ -64,12 +64,15 @@ type Consumer struct {
 // ConsumerGroup is a consumer group of a subject with its consumers and the
 // backlog its route's masters report.
 type ConsumerGroup struct {
-	Subject   string          `json:"subject"`
-	Group     string          `json:"group"`
-	Consumers []Consumer      `json:"consumers"`
-	Backlog   uint64          `json:"backlog"`
-	PerBroker []GroupBacklog  `json:"perBroker"`
-	Errors    []BrokerFailure `json:"errors,omitempty"`
+	Subject   string     `json:"subject"`
+	Group     string     `json:"group"`
+	Consumers []Consumer `json:"consumers"`
+	// Backlog is the messages of the subject the group has yet to take or
+	// ack; RetryBacklog those waiting on its retry subject (%RETRY%…).
+	Backlog      uint64          `json:"backlog"`
+	RetryBacklog uint64          `json:"retryBacklog"`
+	PerBroker    []GroupBacklog  `json:"perBroker"`
+	Errors       []BrokerFailure `json:"errors,omitempty"`
 }
 
 // GroupBacklog is one broker group's share of a consumer group's backlog.

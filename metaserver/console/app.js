@@ -126,7 +126,7 @@ async function subjects() {
 async function consumers() {
   const cgs = await api("GET", "/consumers");
   const rows = cgs.map(cg => el("tr", { "data-subject": cg.subject, "data-group": cg.group },
-    el("td", {}, cg.subject), el("td", {}, cg.group), el("td", { class: "backlog" }, cg.backlog),
+    el("td", {}, cg.subject), el("td", {}, cg.group), el("td", { class: "backlog" }, cg.backlog), el("td", { class: "retry-backlog" }, cg.retryBacklog),
     el("td", {}, cg.perBroker.map(p => p.brokerGroup + ": " + p.backlog).join(", ") || "-"),
     el("td", {}, cg.consumers.length ? cg.consumers.map(c => el("div", {},
       c.clientId + " ", el("span", { class: c.online ? "state-rw" : "state-unavailable" }, c.online ? "online" : "offline"), " ",
@@ -141,7 +141,7 @@ async function consumers() {
   const form = el("form", { class: "inline", id: "reset-form", onsubmit: e => { e.preventDefault(); act("reset " + subject.value + "/" + group.value + " to " + to.value, "POST", "/consumers/" + enc(subject.value) + "/" + enc(group.value) + "/reset", { to: to.value }); } },
     subject, group, to, el("button", { type: "submit" }, "Reset offset"));
   const errs = cgs.length && cgs[0].errors ? cgs[0].errors.map(e => el("p", { class: "muted" }, "broker group " + e.brokerGroup + " did not answer: " + e.error)) : [];
-  return [el("h2", {}, "Consumer groups"), table(["subject", "group", "backlog", "per broker group", "consumers"], rows), ...errs,
+  return [el("h2", {}, "Consumer groups"), table(["subject", "group", "backlog", "retrying", "per broker group", "consumers"], rows), ...errs,
     el("h2", {}, "Reset a group's offset"), form];
 }
 

@@ -316,7 +316,7 @@ func consumersCmd(g *globals) *cobra.Command {
 				return err
 			}
 			return g.print(cgs, func(w *tabwriter.Writer) {
-				fmt.Fprintln(w, "SUBJECT\tGROUP\tBACKLOG\tCONSUMERS\tOFFLINE\tBROKER GROUPS")
+				fmt.Fprintln(w, "SUBJECT\tGROUP\tBACKLOG\tRETRYING\tCONSUMERS\tOFFLINE\tBROKER GROUPS")
 				for _, x := range cgs {
 					var ids, off, per []string
 					for _, c := range x.Consumers {
@@ -328,7 +328,7 @@ func consumersCmd(g *globals) *cobra.Command {
 					for _, p := range x.PerBroker {
 						per = append(per, p.BrokerGroup+"="+strconv.FormatUint(p.Backlog, 10))
 					}
-					fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", x.Subject, x.Group, x.Backlog, dash(strings.Join(ids, ",")),
+					fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", x.Subject, x.Group, x.Backlog, x.RetryBacklog, dash(strings.Join(ids, ",")),
 						dash(strings.Join(off, ",")), dash(strings.Join(per, " ")))
 				}
 				if len(cgs) > 0 {
