@@ -14,6 +14,8 @@
 //	}
 //	s.Stats(); s.Sync(); s.Close()
 //
+// AppendWait and AppendContext are Append for callers that block.
+//
 // Append takes messages in the pkg/protocol encoding; DeliverAtMillis is the
 // due time (0 or a past time means at once). Each message is checked with
 // protocol.ParseMessage (CRC and structure) and Limits.CheckView, and refused
@@ -62,8 +64,10 @@
 // scanned (minus its dispatch log) up to now+Window, and scanned again each
 // time the window has moved on by Window/6, adding what falls due in between;
 // so a message enters the wheel between Window and 5/6 Window before it is
-// due, and memory follows the messages due within the window, not everything
-// pending. A replayed message due at or before its hour's mark goes straight
+// due (or when it is stored, if later), and memory follows the messages due
+// within the window, not everything pending. The price is that each hour
+// file is read about thirteen times while the window passes over it, mostly
+// from the page cache. A replayed message due at or before its hour's mark goes straight
 // into the wheel. Hours that have already ended when they are loaded (after
 // downtime, or a forward clock jump) are a backlog: they are loaded one by
 // one while the wheel holds fewer than MaxBacklog entries, so a long
@@ -138,8 +142,7 @@
 // writeLoop (owns the active segment), syncLoop (completes appends),
 // indexLoop (the only writer of schedule files and the checkpoint; owns the
 // replay reader) and fireLoop. Store.mu guards the hour table, the wheel and
-// the in-flight table; it is never held during file I/O except for appends
-// to the wheel. dispatchLogs.mu serialises dispatch-log writes; fileCache.mu
+// the in-flight table; it is never held during file I/O. dispatchLogs.mu serialises dispatch-log writes; fileCache.mu
 // guards open handles. Order: Store.mu is never held while taking the
 // others.
 //
