@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"testing"
 
@@ -164,5 +165,20 @@ func TestPullLogBuffering(t *testing.T) {
 	}
 	if got, _ := c.readPullLog(9, 3); got[0] != 9 || got[1] != 99 || got[2] != 11 {
 		t.Fatalf("rewrite: %v", got)
+	}
+	// A damaged entry in the file reads as void and is counted.
+	var b [pullEntryWidth]byte
+	binary.BigEndian.PutUint64(b[:], encodePullEntry(5, 5)^0x100)
+	if err := l.WriteAt(5, b[:]); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := c.readPullLog(4, 3); got[0] != 4 || got[1] != voidEntry || got[2] != 6 || c.bad != 1 {
+		t.Fatalf("damaged entry: %v, bad %d", got, c.bad)
+	}
+	// An entry moved to another pull seq fails its check too.
+	binary.BigEndian.PutUint64(b[:], encodePullEntry(7, 7))
+	l.WriteAt(8, b[:])
+	if got, _ := c.readPullLog(8, 1); got[0] != voidEntry || c.bad != 2 {
+		t.Fatalf("misplaced entry: %v, bad %d", got, c.bad)
 	}
 }

@@ -197,8 +197,6 @@
 //
 // # Known limits
 //
-//   - Pull-log entries carry no CRC: entries below the checkpoint are trusted
-//     as synced, entries after it are rebuilt from the action log.
 //   - A pull that cannot append its action (a full action log segment
 //     cannot happen with the default sizes) fails without changing state;
 //     a full disk makes checkpoints fail (logged) until space returns, while

@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"path/filepath"
 	"sync"
 	"time"
@@ -10,18 +11,50 @@ import (
 	"github.com/qmq-go/qmq/pkg/segment"
 )
 
-// Pull-log entry: 8 bytes, big-endian, entry p of a consumer is the consume
-// sequence it got as pull sequence p; voidEntry marks a pull sequence that
-// maps to nothing (see actVoid).
+// Pull-log entry: 8 bytes, big-endian; entry p of a consumer names the
+// consume sequence it got as pull sequence p:
 //
-//	0                8
-//	+----------------+
-//	| consume seq i64|
-//	+----------------+
+//	0                          6            8
+//	+--------------------------+------------+
+//	| consume seq (48 bits)    |  check u16 |
+//	+--------------------------+------------+
+//
+// check is the low 16 bits of CRC-32C over (p, consume seq) as two
+// big-endian i64s, so a damaged, stale or misplaced entry is recognised and
+// never served (it reads as void). All ones is a void entry: a pull sequence
+// that maps to nothing (see actVoid).
 const (
 	pullEntryWidth       = 8
 	voidEntry      int64 = -1
+	voidBits             = ^uint64(0)
 )
+
+func pullCheck(p, seq int64) uint64 {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[0:], uint64(p))
+	binary.BigEndian.PutUint64(b[8:], uint64(seq))
+	return uint64(crc32.Checksum(b[:], castagnoli) & 0xffff)
+}
+
+func encodePullEntry(p, seq int64) uint64 {
+	if seq < 0 {
+		return voidBits
+	}
+	return uint64(seq)<<16 | pullCheck(p, seq)
+}
+
+// decodePullEntry returns the consume seq of entry p, voidEntry for a void
+// one, and ok false when the entry fails its check.
+func decodePullEntry(p int64, v uint64) (int64, bool) {
+	if v == voidBits {
+		return voidEntry, true
+	}
+	seq := int64(v >> 16)
+	if v&0xffff != pullCheck(p, seq) {
+		return voidEntry, false
+	}
+	return seq, true
+}
 
 // groupKey names a consumer group of a subject. A broadcast subscription is
 // a group of its own named by the consumer id.
@@ -59,6 +92,8 @@ type consumer struct {
 	// the ones after it.
 	plFlushed int64
 	plPending []byte
+	// bad counts pull-log entries that failed their check.
+	bad int64
 }
 
 func (s *Store) groupFor(key groupKey, create bool, earliest bool) (*group, bool, error) {
@@ -137,7 +172,7 @@ func (c *consumer) writePullLog(first int64, seqs []int64) error {
 		}
 		buf := make([]byte, len(seqs)*pullEntryWidth)
 		for i, v := range seqs {
-			binary.BigEndian.PutUint64(buf[i*pullEntryWidth:], uint64(v))
+			binary.BigEndian.PutUint64(buf[i*pullEntryWidth:], encodePullEntry(first+int64(i), v))
 		}
 		if err := c.log.WriteAt(first, buf); err != nil {
 			c.log.Truncate(c.plFlushed)
@@ -147,10 +182,10 @@ func (c *consumer) writePullLog(first int64, seqs []int64) error {
 		return nil
 	}
 	for ; tail < first; tail++ {
-		c.plPending = binary.BigEndian.AppendUint64(c.plPending, ^uint64(0)) // voidEntry
+		c.plPending = binary.BigEndian.AppendUint64(c.plPending, voidBits)
 	}
-	for _, v := range seqs {
-		c.plPending = binary.BigEndian.AppendUint64(c.plPending, uint64(v))
+	for i, v := range seqs {
+		c.plPending = binary.BigEndian.AppendUint64(c.plPending, encodePullEntry(first+int64(i), v))
 	}
 	if len(c.plPending) >= pullFlushBytes {
 		c.flushPullLog()
@@ -176,11 +211,19 @@ func (c *consumer) flushPullLog() error {
 	return nil
 }
 
-// readPullLog returns the consume seqs of pull seqs [from, from+n).
+// readPullLog returns the consume seqs of pull seqs [from, from+n); entries
+// that fail their check read as void and are counted in c.bad.
 func (c *consumer) readPullLog(from int64, n int64) ([]int64, error) {
 	out := make([]int64, n)
 	if n == 0 {
 		return out, nil
+	}
+	decode := func(p int64, v uint64) int64 {
+		seq, ok := decodePullEntry(p, v)
+		if !ok {
+			c.bad++
+		}
+		return seq
 	}
 	i := int64(0)
 	if from < c.plFlushed {
@@ -192,7 +235,7 @@ func (c *consumer) readPullLog(from int64, n int64) ([]int64, error) {
 		}
 		for ; i < k; i++ {
 			if i < int64(got) {
-				out[i] = int64(binary.BigEndian.Uint64(buf[i*pullEntryWidth:]))
+				out[i] = decode(from+i, binary.BigEndian.Uint64(buf[i*pullEntryWidth:]))
 			} else {
 				out[i] = voidEntry
 			}
@@ -201,7 +244,7 @@ func (c *consumer) readPullLog(from int64, n int64) ([]int64, error) {
 	for ; i < n; i++ {
 		at := (from + i - c.plFlushed) * pullEntryWidth
 		if at+pullEntryWidth <= int64(len(c.plPending)) {
-			out[i] = int64(binary.BigEndian.Uint64(c.plPending[at:]))
+			out[i] = decode(from+i, binary.BigEndian.Uint64(c.plPending[at:]))
 		} else {
 			out[i] = voidEntry
 		}

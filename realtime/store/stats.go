@@ -140,6 +140,7 @@ func (s *Store) Stats() Stats {
 			gs.AtRisk += max(0, to-from)
 		}
 		for _, c := range g.consumers {
+			st.CorruptReads += c.bad
 			gs.Consumers = append(gs.Consumers, ConsumerStats{ID: c.id, PullSeq: c.next, AckSeq: c.acked, Unacked: max(0, c.next-1-c.acked), LastSeen: c.seen})
 		}
 		g.mu.Unlock()
