@@ -3,7 +3,6 @@ package store
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"path/filepath"
 	"sync"
 	"time"
@@ -19,9 +18,9 @@ import (
 //	| consume seq (48 bits)    |  check u16 |
 //	+--------------------------+------------+
 //
-// check is the low 16 bits of CRC-32C over (p, consume seq) as two
-// big-endian i64s, so a damaged, stale or misplaced entry is recognised and
-// never served (it reads as void). All ones is a void entry: a pull sequence
+// check is 16 bits of a hash of (p, consume seq) (pullCheck), so a damaged,
+// stale or misplaced entry is recognised (but for 1 in 65,536) and never
+// served: it reads as void. All ones is a void entry: a pull sequence
 // that maps to nothing (see actVoid).
 const (
 	pullEntryWidth       = 8
@@ -29,11 +28,15 @@ const (
 	voidBits             = ^uint64(0)
 )
 
+// pullCheck mixes (p, seq) with splitmix64's finaliser and keeps 16 bits.
 func pullCheck(p, seq int64) uint64 {
-	var b [16]byte
-	binary.BigEndian.PutUint64(b[0:], uint64(p))
-	binary.BigEndian.PutUint64(b[8:], uint64(seq))
-	return uint64(crc32.Checksum(b[:], castagnoli) & 0xffff)
+	x := uint64(p)*0x9E3779B97F4A7C15 ^ uint64(seq)
+	x ^= x >> 30
+	x *= 0xBF58476D1CE4E5B9
+	x ^= x >> 27
+	x *= 0x94D049BB133111EB
+	x ^= x >> 31
+	return x & 0xffff
 }
 
 func encodePullEntry(p, seq int64) uint64 {
