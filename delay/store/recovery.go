@@ -38,7 +38,7 @@ func (s *Store) recover() error {
 	// 1. The message log: find where its valid records end, from the replay
 	// position on, and which hours they go to.
 	touched := make(map[int64]struct{})
-	r := newWALReader(walPath, start, s.maxMessage)
+	r := newWALReader(walPath, start, maxRecordSize)
 	records, lastBase := 0, int64(-1)
 	for {
 		rec, ok, err := r.next(-1)
@@ -120,7 +120,7 @@ func (s *Store) recover() error {
 	s.caughtUp = start >= validEnd
 	s.written.Store(validEnd)
 	s.durable.Store(validEnd)
-	s.reader = newWALReader(walPath, start, s.maxMessage)
+	s.reader = newWALReader(walPath, start, maxRecordSize)
 	s.lg.Info("recovered",
 		zap.Bool("checkpoint", found), zap.Int64("replay_from", start), zap.Int64("wal_end", validEnd),
 		zap.Int("records_to_replay", records), zap.Int("hours", len(s.hours)))
@@ -222,7 +222,7 @@ func (s *Store) recoverSchedules(ckpt checkpoint) error {
 		case info.Size() < hc.size:
 			// Bytes that were fsynced before the checkpoint are gone: keep
 			// what is still valid and say what was lost.
-			scan, err := scanFile(path, s.maxMessage)
+			scan, err := scanFile(path, maxRecordSize)
 			if err != nil {
 				return err
 			}
@@ -273,7 +273,7 @@ func (s *Store) scanSchedules() error {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
-		scan, err := scanFile(path, s.maxMessage)
+		scan, err := scanFile(path, maxRecordSize)
 		if err != nil {
 			return err
 		}

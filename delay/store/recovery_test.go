@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/qmq-go/qmq/pkg/clock"
+	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
 // appendDue appends n messages named prefix-i, due at base + i*step.
@@ -315,4 +316,36 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 			t.Fatalf("re-encode: %v", err)
 		}
 	})
+}
+
+// TestRecovery_LowerLimitsKeepStoredMessages reopens with a smaller message
+// limit: messages stored under the old limit are still delivered, from the
+// message log and from the schedule files.
+func TestRecovery_LowerLimitsKeepStoredMessages(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	dir := t.TempDir()
+	h := newHarness(t, dir, Options{}, clk)
+	big, err := encodeBody("big", epoch.Add(2*time.Hour), make([]byte, 2<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.append(big)
+	if err := h.store.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	old := mustRead(t, filepath.Join(dir, checkpointFile))
+	big2, _ := encodeBody("big2", epoch.Add(2*time.Hour), make([]byte, 2<<20))
+	h.append(big2)
+	h.close()
+	mustWrite(t, filepath.Join(dir, checkpointFile), old) // big2 replays from the log
+	h.opts.Limits = protocol.DefaultLimits
+	h.opts.Limits.MaxBody = 1 << 20
+	h.opts.Limits.MaxPropertyBytes = 1
+	h.open()
+	clk.Advance(3 * time.Hour)
+	h.waitCount(2)
+	h.settle()
+	if h.times("big") != 1 || h.times("big2") != 1 {
+		t.Fatalf("delivered %v", h.received)
+	}
 }

@@ -78,6 +78,12 @@ type Store struct {
 	counters counters
 }
 
+// maxRecordSize bounds the message length that readers of the message log
+// and the schedule files accept. It does not follow Options.Limits, so that
+// lowering the limits never makes stored messages look corrupt; lengths
+// are checked against the file's size before anything is read.
+const maxRecordSize = 1 << 30
+
 // hourState describes one hour's schedule file.
 type hourState struct {
 	size       int64 // bytes replayed into the file
@@ -154,8 +160,8 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 		syncReq:    make(chan chan error),
 		quit:       make(chan struct{}),
 	}
-	if s.maxMessage > 1<<31 {
-		s.maxMessage = 1 << 31
+	if s.maxMessage > maxRecordSize {
+		s.maxMessage = maxRecordSize
 	}
 	now := clk.Now().UnixMilli()
 	slots := int((opts.Window+time.Hour)/opts.Tick) + 1
