@@ -14,7 +14,7 @@ if [ $# -eq 0 ]; then
   exit 2
 fi
 mkdir -p bin
-go build -o bin/ ./scripts/qmqbench ./realtime/cmd/qmq-realtime
+go build -o bin/ ./scripts/qmqbench ./realtime/cmd/qmq-realtime ./delay/cmd/qmq-delay
 peers=""
 for s in "$@"; do
   case "$s" in

@@ -4,7 +4,9 @@ go 1.26.8
 
 require (
 	github.com/nats-io/nats-server/v2 v2.15.2
+	github.com/nats-io/nats.go v1.53.1
 	github.com/nats-io/natscli v0.5.0
+	github.com/nsqio/go-nsq v1.1.0
 	github.com/nsqio/nsq v1.3.0
 )
 
@@ -56,13 +58,11 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/nats-io/jsm.go v0.5.0 // indirect
 	github.com/nats-io/jwt/v2 v2.8.2 // indirect
-	github.com/nats-io/nats.go v1.53.1 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nsc/v2 v2.15.0 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/nsf/termbox-go v1.1.2 // indirect
 	github.com/nsqio/go-diskqueue v1.1.0 // indirect
-	github.com/nsqio/go-nsq v1.1.0 // indirect
 	github.com/prometheus/client_golang v1.24.1 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.71.0 // indirect
