@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qmq-go/qmq/pkg/clock"
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
@@ -33,6 +34,9 @@ const (
 	crashRunEnv    = "QMQ_DELAY_CRASH_RUN"
 	crashAppendEnv = "QMQ_DELAY_CRASH_APPEND"
 	crashFlushEnv  = "QMQ_DELAY_CRASH_FLUSH"
+	crashSpeedEnv  = "QMQ_DELAY_CRASH_SPEED" // with crashT0Env: a clock running that many times too fast
+	crashT0Env     = "QMQ_DELAY_CRASH_T0"
+	crashSpanEnv   = "QMQ_DELAY_CRASH_SPAN" // delays are uniform in [0, span)
 	crashFireBatch = 32
 )
 
@@ -43,7 +47,18 @@ func TestCrashChild(t *testing.T) {
 	}
 	run := os.Getenv(crashRunEnv)
 	opts := Options{FireBatch: crashFireBatch, CheckpointInterval: 100 * time.Millisecond, Flush: FlushMode(os.Getenv(crashFlushEnv))}
-	s, err := Open(dir, opts, nil, nil)
+	var clk clock.Clock = clock.Real()
+	span := 1500 * time.Millisecond
+	if v := os.Getenv(crashSpeedEnv); v != "" {
+		speed, _ := strconv.ParseInt(v, 10, 64)
+		t0, _ := strconv.ParseInt(os.Getenv(crashT0Env), 10, 64)
+		clk = &fastClock{t0: time.Unix(0, t0), speed: speed, epoch: epoch}
+		span, _ = time.ParseDuration(os.Getenv(crashSpanEnv))
+		// The store's periodic work runs on the fast clock too.
+		opts.CheckpointInterval = time.Duration(speed) * 100 * time.Millisecond
+		opts.Tick = time.Duration(speed) * 10 * time.Millisecond
+	}
+	s, err := Open(dir, opts, clk, nil)
 	if err != nil {
 		fmt.Printf("X open: %v\n", err)
 		os.Exit(3)
@@ -64,7 +79,7 @@ func TestCrashChild(t *testing.T) {
 					b = fmt.Appendf(b, "X bad message: %v\n", err)
 					continue
 				}
-				b = fmt.Appendf(b, "F %s %d %d\n", v.ID, d.DueMillis, time.Now().UnixMilli())
+				b = fmt.Appendf(b, "F %s %d %d\n", v.ID, d.DueMillis, clk.Now().UnixMilli())
 				refs = append(refs, d.Ref)
 			}
 			emit(b)
@@ -80,13 +95,13 @@ func TestCrashChild(t *testing.T) {
 	for seq := 0; ; {
 		msgs := make([][]byte, 0, 20)
 		ids := make([]string, 0, 20)
-		now := time.Now()
+		now := clk.Now()
 		for i := 0; i < 20; i++ {
 			id := fmt.Sprintf("r%s-%d", run, seq)
 			seq++
 			var due time.Time
 			if rng.Intn(10) > 0 {
-				due = now.Add(time.Duration(rng.Intn(1500)) * time.Millisecond)
+				due = now.Add(time.Duration(rng.Int63n(int64(span))))
 			}
 			m, err := protocol.AppendMessage(nil, &protocol.Message{Subject: "crash", ID: id, Body: []byte(id), DeliverAt: due}, protocol.DefaultLimits)
 			if err != nil {
@@ -106,6 +121,34 @@ func TestCrashChild(t *testing.T) {
 		time.Sleep(time.Duration(rng.Intn(3)) * time.Millisecond)
 	}
 }
+
+// fastClock runs speed times faster than the machine's clock from epoch at
+// t0, the same in every child, so the time it tells goes on across restarts.
+type fastClock struct {
+	t0    time.Time
+	speed int64
+	epoch time.Time
+}
+
+func (c *fastClock) Now() time.Time {
+	return c.epoch.Add(time.Duration(int64(time.Since(c.t0)) * c.speed))
+}
+
+func (c *fastClock) NewTimer(d time.Duration) clock.Timer {
+	return &fastTimer{c: c, t: time.NewTimer(d / time.Duration(c.speed))}
+}
+
+type fastTimer struct {
+	c *fastClock
+	t *time.Timer
+}
+
+func (t *fastTimer) C() <-chan time.Time { return t.t.C }
+func (t *fastTimer) Stop() bool          { return t.t.Stop() }
+func (t *fastTimer) Reset(d time.Duration) bool {
+	return t.t.Reset(d / time.Duration(t.c.speed))
+}
+func (t *fastTimer) ResetAt(at time.Time) bool { return t.Reset(at.Sub(t.c.Now())) }
 
 type crashLog struct {
 	mu     sync.Mutex
@@ -145,10 +188,23 @@ func (c *crashLog) read(t *testing.T, run int, r *bufio.Scanner, done chan<- str
 	}
 }
 
-func startCrashChild(t *testing.T, dir string, flush FlushMode, run int, appendMode bool, log *crashLog) (*exec.Cmd, chan struct{}) {
+// crashSetup says how children run: flush policy, and optionally a fast
+// clock (speed > 0) with delays spread over span of its time.
+type crashSetup struct {
+	flush FlushMode
+	speed int64
+	t0    int64
+	span  time.Duration
+}
+
+func startCrashChild(t *testing.T, dir string, cs crashSetup, run int, appendMode bool, log *crashLog) (*exec.Cmd, chan struct{}) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$")
-	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir, crashRunEnv+"="+strconv.Itoa(run), crashFlushEnv+"="+string(flush))
+	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir, crashRunEnv+"="+strconv.Itoa(run), crashFlushEnv+"="+string(cs.flush))
+	if cs.speed > 0 {
+		cmd.Env = append(cmd.Env, crashSpeedEnv+"="+strconv.FormatInt(cs.speed, 10),
+			crashT0Env+"="+strconv.FormatInt(cs.t0, 10), crashSpanEnv+"="+cs.span.String())
+	}
 	if appendMode {
 		cmd.Env = append(cmd.Env, crashAppendEnv+"=1")
 	}
@@ -170,14 +226,21 @@ func startCrashChild(t *testing.T, dir string, flush FlushMode, run int, appendM
 // TestCrash_SIGKILL runs the crash test with FlushSync and, without -short,
 // with FlushAsync (whose acknowledged writes survive a killed process too:
 // they are in the page cache).
+//
+// The "hours" variant runs the children on a clock 600 times too fast, with
+// delays of up to 90 (fast) minutes: kills then hit hours being loaded in
+// steps as the window moves, checkpoints and hour boundaries.
 func TestCrash_SIGKILL(t *testing.T) {
-	t.Run("sync", func(t *testing.T) { crashTest(t, FlushSync) })
+	t.Run("sync", func(t *testing.T) { crashTest(t, crashSetup{flush: FlushSync}) })
+	t.Run("hours", func(t *testing.T) {
+		crashTest(t, crashSetup{flush: FlushSync, speed: 600, t0: time.Now().UnixNano(), span: 90 * time.Minute})
+	})
 	if !testing.Short() {
-		t.Run("async", func(t *testing.T) { crashTest(t, FlushAsync) })
+		t.Run("async", func(t *testing.T) { crashTest(t, crashSetup{flush: FlushAsync}) })
 	}
 }
 
-func crashTest(t *testing.T, flush FlushMode) {
+func crashTest(t *testing.T, cs crashSetup) {
 	kills := 10
 	if testing.Short() {
 		kills = 4
@@ -193,7 +256,7 @@ func crashTest(t *testing.T, flush FlushMode) {
 	log := &crashLog{acked: make(map[string]bool), fired: make(map[string][]int)}
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
 	for run := 0; run < kills; run++ {
-		cmd, done := startCrashChild(t, dir, flush, run, true, log)
+		cmd, done := startCrashChild(t, dir, cs, run, true, log)
 		time.Sleep(time.Duration(150+rng.Intn(600)) * time.Millisecond)
 		if err := cmd.Process.Kill(); err != nil {
 			t.Fatal(err)
@@ -203,7 +266,7 @@ func crashTest(t *testing.T, flush FlushMode) {
 	}
 	// A last child appends nothing and runs until everything acknowledged
 	// has come out.
-	cmd, done := startCrashChild(t, dir, flush, kills, false, log)
+	cmd, done := startCrashChild(t, dir, cs, kills, false, log)
 	deadline := time.Now().Add(30 * time.Second)
 	missing := func() []string {
 		log.mu.Lock()
