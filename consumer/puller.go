@@ -27,7 +27,9 @@ type puller struct {
 	received atomic.Int64 // messages handed on
 	finished atomic.Int64 // messages finished (acked or abandoned)
 
-	doneSeqs chan uint64   // finished pull seqs, to ackLoop
+	doneMu   sync.Mutex
+	doneSeqs []uint64      // finished pull seqs, for ackLoop (guarded by doneMu)
+	doneSig  chan struct{} // signals ackLoop that doneSeqs has entries
 	progress chan struct{} // ackLoop → pullLoop: messages finished
 
 	pullCtx    context.Context
@@ -56,7 +58,7 @@ func newPuller(s *Subscription, g route.Group, subject string) *puller {
 		s: s, subject: subject, group: g,
 		lg:         s.lg.With(zap.String("broker_group", g.Name), zap.String("pull_subject", subject)),
 		known:      -1,
-		doneSeqs:   make(chan uint64, s.cfg.maxUnacked*2+s.cfg.batch),
+		doneSig:    make(chan struct{}, 1),
 		progress:   make(chan struct{}, 1),
 		pullCtx:    ctx,
 		cancelPull: cancel,
@@ -249,11 +251,26 @@ func (d *delivery) finish(err error) {
 
 func (p *puller) done(seq uint64) {
 	p.finished.Add(1)
-	p.doneSeqs <- seq
+	p.doneMu.Lock()
+	p.doneSeqs = append(p.doneSeqs, seq)
+	p.doneMu.Unlock()
+	select {
+	case p.doneSig <- struct{}{}:
+	default:
+	}
 	select {
 	case p.progress <- struct{}{}:
 	default:
 	}
+}
+
+// takeDone swaps the finished pull seqs out, handing back spare for reuse.
+func (p *puller) takeDone(spare []uint64) []uint64 {
+	p.doneMu.Lock()
+	out := p.doneSeqs
+	p.doneSeqs = spare[:0]
+	p.doneMu.Unlock()
+	return out
 }
 
 // ackLoop acks the longest finished prefix of pull sequences, one ack in
@@ -268,6 +285,7 @@ func (p *puller) ackLoop() {
 	heartbeat := time.NewTicker(s.cfg.heartbeat)
 	defer heartbeat.Stop()
 	lastSent := time.Now()
+	var spare []uint64
 	absorb := func(seq uint64) {
 		if !started {
 			// Acks start at the first pull seq received, which is not
@@ -323,15 +341,10 @@ func (p *puller) ackLoop() {
 	}
 	for {
 		select {
-		case seq := <-p.doneSeqs:
-			absorb(seq)
-			for drained := false; !drained; {
-				select {
-				case seq := <-p.doneSeqs:
-					absorb(seq)
-				default:
-					drained = true
-				}
+		case <-p.doneSig:
+			spare = p.takeDone(spare)
+			for _, seq := range spare {
+				absorb(seq)
 			}
 			if started {
 				send(false)
@@ -343,13 +356,9 @@ func (p *puller) ackLoop() {
 				lastSent = time.Now()
 			}
 		case <-p.stopAcks:
-			for drained := false; !drained; {
-				select {
-				case seq := <-p.doneSeqs:
-					absorb(seq)
-				default:
-					drained = true
-				}
+			spare = p.takeDone(spare)
+			for _, seq := range spare {
+				absorb(seq)
 			}
 			if started || p.release.Load() {
 				send(true)
