@@ -14,7 +14,9 @@
 //	}
 //	s.Stats(); s.Sync(); s.Close()
 //
-// AppendWait and AppendContext are Append for callers that block.
+// AppendWait and AppendContext are Append for callers that block. A
+// forwarder that cannot deliver for a while can Postpone what it was handed
+// instead of holding it: the store hands it out again later.
 //
 // Append takes messages in the pkg/protocol encoding; DeliverAtMillis is the
 // due time (0 or a past time means at once). Each message is checked with

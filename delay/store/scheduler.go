@@ -13,7 +13,8 @@ type Due struct {
 	// Ref identifies the message for MarkDispatched.
 	Ref Ref
 	// DueMillis is the message's due time in Unix milliseconds (0 for a
-	// message sent without one).
+	// message sent without one), also when it comes out again after
+	// Postpone.
 	DueMillis int64
 	// Message is the message exactly as it was appended. The slice belongs
 	// to the receiver.
@@ -26,6 +27,7 @@ type Ref struct {
 	hour   int64
 	offset int64
 	batch  uint64
+	size   uint32
 }
 
 // Hour returns the start of the hour file holding the message.
@@ -164,8 +166,8 @@ func (s *Store) readFired(fired []firedEntry) []Due {
 			continue
 		}
 		out = append(out, Due{
-			Ref:       Ref{hour: int64(f.e.hour), offset: f.e.offset},
-			DueMillis: f.due,
+			Ref:       Ref{hour: int64(f.e.hour), offset: f.e.offset, size: f.e.size},
+			DueMillis: dueOf(msg),
 			Message:   msg[:len(msg):len(msg)],
 		})
 	}
@@ -175,7 +177,7 @@ func (s *Store) readFired(fired []firedEntry) []Due {
 	s.mu.Lock()
 	s.batchSeq++
 	seq := s.batchSeq
-	s.inflight[seq] = &firedBatch{minDue: out[0].DueMillis, outstanding: len(out)}
+	s.inflight[seq] = &firedBatch{minDue: fired[0].due, outstanding: len(out)}
 	s.mu.Unlock()
 	for i := range out {
 		out[i].Ref.batch = seq
@@ -242,4 +244,27 @@ func (s *Store) MarkDispatched(refs []Ref) error {
 	s.mu.Unlock()
 	s.counters.dispatched.Add(uint64(len(refs)))
 	return first
+}
+
+// Postpone gives messages handed out through Due back to the store, to be
+// handed out again when the clock reads at; the receiver drops its copies.
+// A forwarder that cannot deliver for a while (a realtime broker down) uses
+// it so that waiting messages cost a wheel entry each instead of their bytes.
+// A postponed message is not dispatched: after a restart it comes out at
+// once (its due time has passed). Each Ref handed out must end in exactly
+// one MarkDispatched or Postpone; a postponed message comes out again with a
+// new Ref.
+func (s *Store) Postpone(refs []Ref, at time.Time) {
+	ms := at.UnixMilli()
+	s.mu.Lock()
+	for _, r := range refs {
+		s.wheel.Add(ms, entry{hour: int32(r.hour), size: r.size, offset: r.offset})
+		if b := s.inflight[r.batch]; b != nil {
+			if b.outstanding--; b.outstanding <= 0 {
+				delete(s.inflight, r.batch)
+			}
+		}
+	}
+	s.mu.Unlock()
+	signal(s.fireWake)
 }

@@ -121,3 +121,43 @@ func restartRebuilds(t *testing.T, opts Options) {
 		}
 	}
 }
+
+func TestStore_PostponeHandsOutAgainLater(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	dir := t.TempDir()
+	h := newHarness(t, dir, Options{}, clk)
+	h.noMark = true
+	h.appendDue("p", 3, epoch.Add(time.Second), 0)
+	clk.Advance(time.Second)
+	h.waitCount(3)
+	h.mu.Lock()
+	refs := h.unmarked
+	h.unmarked = nil
+	h.noMark = false
+	h.mu.Unlock()
+	h.store.Postpone(refs[:2], epoch.Add(11*time.Second)) // the broker is down
+	if err := h.store.MarkDispatched(refs[2:]); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.store.Stats(); st.InWheel != 2 || st.InFlight != 0 || st.Pending != 2 {
+		t.Fatalf("after Postpone: %s", h.summary())
+	}
+	clk.Advance(9999 * time.Millisecond)
+	h.settle()
+	if h.count() != 3 {
+		t.Fatalf("postponed messages came back early: %v", h.order)
+	}
+	clk.Advance(time.Millisecond)
+	h.waitCount(5)
+	h.settle()
+	for _, id := range ids("p", 2) {
+		if h.times(id) != 2 {
+			t.Fatalf("%s handed out %d times, want 2", id, h.times(id))
+		}
+	}
+	h.reopen()
+	h.settle()
+	if h.count() != 5 {
+		t.Fatalf("dispatched messages came back after a restart: %v", h.order)
+	}
+}
