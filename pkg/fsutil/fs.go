@@ -1,11 +1,9 @@
 package fsutil
 
 import (
-	"errors"
 	"io"
 	"io/fs"
 	"os"
-	"syscall"
 )
 
 // File is the subset of *os.File that storage code uses. Every segment file
@@ -63,54 +61,7 @@ func (osFS) MkdirAll(name string, perm fs.FileMode) error { return os.MkdirAll(n
 func (osFS) ReadDir(name string) ([]fs.DirEntry, error)   { return os.ReadDir(name) }
 func (osFS) SyncDir(name string) error                    { return SyncDir(name) }
 
-func (osFS) SyncFS(name string) error {
-	d, err := os.Open(name)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if _, _, errno := syscall.Syscall(sysSyncfs, d.Fd(), 0, 0); errno != 0 {
-		return &fs.PathError{Op: "syncfs", Path: name, Err: errno}
-	}
-	return nil
-}
-
 type osFile struct{ *os.File }
-
-func (f osFile) Sync() error {
-	for {
-		err := syscall.Fdatasync(int(f.Fd()))
-		if err != syscall.EINTR {
-			if err != nil {
-				return &fs.PathError{Op: "fdatasync", Path: f.File.Name(), Err: err}
-			}
-			return nil
-		}
-	}
-}
-
-func (f osFile) Allocate(off, size int64) error {
-	for {
-		err := syscall.Fallocate(int(f.Fd()), 0, off, size)
-		switch {
-		case err == nil:
-			return nil
-		case err == syscall.EINTR:
-			continue
-		case errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOSYS):
-			cur, serr := f.Size()
-			if serr != nil {
-				return serr
-			}
-			if off+size > cur {
-				return f.File.Truncate(off + size)
-			}
-			return nil
-		default:
-			return &fs.PathError{Op: "fallocate", Path: f.File.Name(), Err: err}
-		}
-	}
-}
 
 func (f osFile) Size() (int64, error) {
 	st, err := f.File.Stat()

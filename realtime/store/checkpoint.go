@@ -267,13 +267,17 @@ type dirtyLog struct {
 
 func (s *Store) syncLogs(logs []dirtyLog) error {
 	if len(logs) > syncFSThreshold {
-		if err := s.opts.FS.SyncFS(s.dir); err != nil {
+		err := s.opts.FS.SyncFS(s.dir)
+		if err == nil {
+			for _, l := range logs {
+				l.log.MarkSynced(l.gen)
+			}
+			return nil
+		}
+		if !errors.Is(err, errors.ErrUnsupported) {
 			return fmt.Errorf("%w: %w", ErrIO, err)
 		}
-		for _, l := range logs {
-			l.log.MarkSynced(l.gen)
-		}
-		return nil
+		// No syncfs here: fsync each log below.
 	}
 	for _, l := range logs {
 		if err := l.log.Sync(); err != nil {

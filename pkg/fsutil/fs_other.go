@@ -1,0 +1,29 @@
+//go:build !linux
+
+package fsutil
+
+import (
+	"errors"
+	"io/fs"
+)
+
+// SyncFS reports an error where syncfs(2) does not exist; callers then fsync
+// each file.
+func (osFS) SyncFS(name string) error {
+	return &fs.PathError{Op: "syncfs", Path: name, Err: errors.ErrUnsupported}
+}
+
+// Sync is fsync where fdatasync does not exist.
+func (f osFile) Sync() error { return f.File.Sync() }
+
+// Allocate extends the file with Truncate where fallocate does not exist.
+func (f osFile) Allocate(off, size int64) error {
+	cur, err := f.Size()
+	if err != nil {
+		return err
+	}
+	if off+size > cur {
+		return f.File.Truncate(off + size)
+	}
+	return nil
+}
