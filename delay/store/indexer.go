@@ -48,10 +48,25 @@ func (s *Store) indexOnce(nowTime time.Time, force bool) error {
 		s.loadDue(now)
 	}
 	var err error
-	if force || now-s.lastCkpt >= s.opts.CheckpointInterval.Milliseconds() || now < s.lastCkpt {
-		s.lastCkpt = now
+	interval := s.opts.CheckpointInterval.Milliseconds()
+	// A checkpoint fsyncs every schedule file written since the last one:
+	// with messages spread over thousands of hours that is thousands of
+	// fsyncs, so checkpoints come no more often than ten times their own
+	// cost, leaving the indexer most of its time for the replay. Dispatch
+	// logs are fsynced every interval regardless.
+	every := max(interval, 10*s.ckptCost.Milliseconds())
+	switch {
+	case force || now-s.lastCkpt >= every || now < s.lastCkpt:
+		s.lastCkpt, s.lastDispatchSync = now, now
+		start := time.Now()
 		if err = s.checkpoint(force); err != nil {
 			s.lg.Error("checkpoint failed", zap.Error(err))
+		}
+		s.ckptCost = time.Since(start)
+	case now-s.lastDispatchSync >= interval || now < s.lastDispatchSync:
+		s.lastDispatchSync = now
+		if err := s.dispatch.syncDirty(); err != nil {
+			s.lg.Error("sync dispatch logs failed", zap.Error(err))
 		}
 	}
 	if s.caughtUp && (now-s.lastRetain >= s.opts.RetentionInterval.Milliseconds() || now < s.lastRetain) {

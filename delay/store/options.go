@@ -49,8 +49,9 @@ type Options struct {
 	// Keep is how long the files of a fully dispatched hour are kept after
 	// the hour ends (default 24h).
 	Keep time.Duration
-	// CheckpointInterval is how often replay progress is checkpointed and
-	// dispatch logs are fsynced (default 1s).
+	// CheckpointInterval is how often replay progress is checkpointed
+	// (default 1s; less often when a checkpoint takes over a tenth of it) and
+	// dispatch logs are fsynced.
 	CheckpointInterval time.Duration
 	// SyncDispatch makes MarkDispatched fdatasync the dispatch log before it
 	// returns, so that even a machine crash sends nothing again that was

@@ -53,17 +53,19 @@ type Store struct {
 	batchSeq uint64
 
 	// Owned by indexLoop.
-	reader       *walReader
-	replayPos    int64
-	recoveredEnd int64
-	caughtUp     bool
-	replayErr    error
-	unloaded     []int64 // hours not fully loaded into the wheel, ascending
-	dirtyHours   map[int64]struct{}
-	ckptDirty    bool
-	ckptWAL      int64
-	lastCkpt     int64
-	lastRetain   int64
+	reader           *walReader
+	replayPos        int64
+	recoveredEnd     int64
+	caughtUp         bool
+	replayErr        error
+	unloaded         []int64 // hours not fully loaded into the wheel, ascending
+	dirtyHours       map[int64]struct{}
+	ckptDirty        bool
+	ckptWAL          int64
+	lastCkpt         int64
+	ckptCost         time.Duration // how long the last checkpoint took
+	lastDispatchSync int64
+	lastRetain       int64
 
 	schedules *fileCache
 	dispatch  *dispatchLogs
@@ -173,7 +175,7 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 		s.closeFiles()
 		return nil, fmt.Errorf("delay/store: recover %s: %w", dir, err)
 	}
-	s.lastCkpt, s.lastRetain = now, now
+	s.lastCkpt, s.lastRetain, s.lastDispatchSync = now, now, now
 	s.appendWG.Add(2)
 	go s.writeLoop()
 	go s.syncLoop()
