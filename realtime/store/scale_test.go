@@ -43,6 +43,18 @@ func TestScale(t *testing.T) {
 	var after2 runtime.MemStats
 	runtime.ReadMemStats(&after2)
 	perConsumer := float64(int64(after2.HeapAlloc)-int64(after.HeapAlloc)) / float64(consumers)
+	// Two checkpoints: the second releases the buffers of idle subjects.
+	if err := s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	runtime.GC()
+	var idle runtime.MemStats
+	runtime.ReadMemStats(&idle)
+	t.Logf("heap after idle subjects released their buffers: %.0f B per subject+consumer share",
+		float64(idle.HeapAlloc-before.HeapAlloc)/float64(subjects))
 	if open, _ := s.pool.Stats(); open > opts.MaxOpenFiles {
 		t.Fatalf("%d files open, bound %d", open, opts.MaxOpenFiles)
 	}
