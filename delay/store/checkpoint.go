@@ -5,8 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
+	"sync"
 
+	"go.uber.org/zap"
+
+	"github.com/qmq-go/qmq/pkg/fsutil"
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
@@ -107,4 +112,97 @@ func readCheckpoint(path string) (c checkpoint, found bool, err error) {
 	}
 	c, err = decodeCheckpoint(b)
 	return c, err == nil, err
+}
+
+// checkpoint fsyncs the schedule files written since the last one and the
+// dispatch logs, then records the replay position and hour sizes. It skips
+// the write when nothing changed, unless force.
+func (s *Store) checkpoint(force bool) error {
+	if err := s.syncSchedules(); err != nil {
+		return err
+	}
+	if err := s.dispatch.syncDirty(); err != nil {
+		s.lg.Error("sync dispatch logs failed", zap.Error(err))
+	}
+	if !s.ckptDirty && !force && len(s.dirtyHours) == 0 {
+		return nil
+	}
+	c := checkpoint{walOffset: s.replayPos, hours: make([]hourCheckpoint, 0, len(s.hours))}
+	for h, st := range s.hours {
+		c.hours = append(c.hours, hourCheckpoint{hour: h, size: st.size, records: st.records})
+	}
+	sort.Slice(c.hours, func(i, j int) bool { return c.hours[i].hour < c.hours[j].hour })
+	if err := fsutil.WriteFileAtomic(fsutil.OS, filepath.Join(s.dir, checkpointFile), c.encode()); err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	clear(s.dirtyHours)
+	s.ckptDirty = false
+	if s.replayPos != s.ckptWAL {
+		s.ckptWAL = s.replayPos
+		s.trimWAL(s.replayPos)
+	}
+	return nil
+}
+
+// syncWorkers is how many fdatasyncs of schedule files a checkpoint runs at
+// once: with messages spread over hundreds of hours, each checkpoint syncs
+// hundreds of files, and the file system commits concurrent syncs together
+// (721 files: about 130 ms one by one, 40 ms sixteen at a time, here).
+const syncWorkers = 16
+
+// syncSchedules fdatasyncs the schedule files written since the last
+// checkpoint.
+func (s *Store) syncSchedules() error {
+	hours := make(chan int64)
+	errs := make(chan error, syncWorkers)
+	var wg sync.WaitGroup
+	for i := 0; i < min(syncWorkers, len(s.dirtyHours)); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var first error
+			for h := range hours {
+				if first != nil {
+					continue
+				}
+				cf, err := s.schedules.acquire(h, false)
+				if err != nil {
+					first = err
+					continue
+				}
+				if err := fdatasync(cf.f); err != nil {
+					first = fmt.Errorf("sync schedule file %s: %w", hourName(h), err)
+				}
+				s.schedules.release(cf)
+			}
+			errs <- first
+		}()
+	}
+	for h := range s.dirtyHours {
+		hours <- h
+	}
+	close(hours)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// trimWAL deletes message-log segments that lie wholly before pos.
+func (s *Store) trimWAL(pos int64) {
+	dir := filepath.Join(s.dir, walDir)
+	segs, err := listSegments(dir)
+	if err != nil {
+		s.lg.Warn("list message-log segments", zap.Error(err))
+		return
+	}
+	for i := 0; i+1 < len(segs) && segs[i+1] <= pos; i++ {
+		if err := os.Remove(filepath.Join(dir, segmentName(segs[i]))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.lg.Warn("trim message log", zap.Int64("base", segs[i]), zap.Error(err))
+		}
+	}
 }
