@@ -6,10 +6,15 @@ package metaserver_test
 // imports a broker.
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -283,5 +288,150 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 			t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// e2eBrokerEnv makes the test binary run a real realtime broker process
+// (see init): the value is "group,meta address,data dir".
+const e2eBrokerEnv = "QMQ_E2E_BROKER"
+
+func init() {
+	if v := os.Getenv(e2eBrokerEnv); v != "" {
+		os.Exit(runE2EBroker(strings.Split(v, ",")))
+	}
+}
+
+// runE2EBroker runs a realtime broker that registers itself with the meta
+// server (its own wiring, realtime.Options.MetaServers), prints its address
+// and serves until killed.
+func runE2EBroker(args []string) int {
+	o := realtime.NewOptions()
+	o.Group, o.MetaServers, o.DataDir = args[0], []string{args[1]}, args[2]
+	o.Addr, o.HTTPAddr, o.SegmentSize = "127.0.0.1:0", "", 8<<20
+	b, err := realtime.New(o, nil)
+	if err == nil {
+		err = b.Start()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "broker:", err)
+		return 1
+	}
+	fmt.Println(b.Addr())
+	select {}
+}
+
+// TestE2E_SIGKILLedBrokerUnderLoad runs three real brokers as processes that
+// register themselves, sends steadily through the producer, SIGKILLs one
+// broker, and checks that no send fails and that the producers route around
+// the dead group within the lease TTL plus 2 s.
+func TestE2E_SIGKILLedBrokerUnderLoad(t *testing.T) {
+	// Not parallel: the timing it checks should not compete with other tests.
+	const ttl = 2 * time.Second
+	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir(), Fast: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	o := metaserver.NewOptions()
+	o.Addr, o.HTTPAddr, o.EtcdEndpoints, o.AdminToken = "127.0.0.1:0", "127.0.0.1:0", e.Endpoints(), "t"
+	o.BrokerTTL, o.MinGroups = ttl, 3
+	s, err := metaserver.New(o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	t.Cleanup(func() { _ = s.Close(ctx) })
+	meta := s.Addr().String()
+	procs := map[string]*exec.Cmd{}
+	for _, g := range []string{"rt1", "rt2", "rt3"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), e2eBrokerEnv+"="+g+","+meta+","+t.TempDir())
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+			t.Fatalf("broker %s did not start: %v", g, err)
+		}
+		procs[g] = cmd
+	}
+	mc, err := metaclient.New([]string{meta}, "e2e-producer", metaclient.WithRefreshInterval(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mc.Close() })
+	// The brokers register in the background: wait for all three before
+	// the subject's first lookup assigns its route.
+	waitFor(t, 15*time.Second, "three registered groups", func() bool {
+		gs, err := api.NewClient(s.HTTPAddr().String(), "", time.Second).Groups(ctx)
+		return err == nil && len(gs) == 3
+	})
+	if r, err := mc.Lookup(ctx, protocol.ClientProducer, "orders", ""); err != nil || len(r.Writable()) != 3 {
+		t.Fatalf("route %+v, %v: want three writable groups", r, err)
+	}
+	p, err := producer.New(producer.WithResolver(mc), producer.WithSendTimeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(ctx) })
+	var sent, failed atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := p.Send(ctx, &producer.Message{Subject: "orders", ID: fmt.Sprintf("k-%d-%d", w, i), Body: []byte("x")}); err != nil {
+					failed.Add(1)
+					t.Logf("send failed: %v", err)
+					continue
+				}
+				sent.Add(1)
+			}
+		}()
+	}
+	stopLoad := func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		wg.Wait()
+	}
+	t.Cleanup(stopLoad)
+	waitFor(t, 10*time.Second, "steady load", func() bool { return sent.Load() > 500 })
+
+	killed := time.Now()
+	if err := procs["rt1"].Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ttl+5*time.Second, "the producers' route to drop rt1", func() bool {
+		r, err := mc.Lookup(ctx, protocol.ClientProducer, "orders", "")
+		return err == nil && len(r.Writable()) == 2
+	})
+	failover := time.Since(killed)
+	before := sent.Load()
+	waitFor(t, 5*time.Second, "sends to go on", func() bool { return sent.Load() > before+200 })
+	stopLoad()
+	t.Logf("SIGKILL to rt1: producers off it after %v (TTL %v); %d sends, %d failed", failover, ttl, sent.Load(), failed.Load())
+	if failover > ttl+2*time.Second {
+		t.Errorf("failover took %v, over TTL + 2s", failover)
+	}
+	if n := failed.Load(); n != 0 {
+		t.Errorf("%d sends failed", n)
 	}
 }
