@@ -1,7 +1,9 @@
 package realtime
 
 import (
+	"encoding/binary"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -276,20 +278,38 @@ func (a *pullActor) fire() {
 	}
 }
 
-// replyPulled answers a pull with messages (none for an empty answer).
+// replyPulled answers a pull with messages (none for an empty answer). The
+// per-message headers go into one buffer and the stored bytes are passed as
+// they are: Reply copies every part once into the connection's buffer.
 func (b *Broker) replyPulled(r *netserver.Request, msgs []store.Pulled) {
-	size := 4
-	for _, m := range msgs {
-		size += protocol.PullItemHeaderSize + len(m.Message)
+	if len(msgs) == 0 {
+		r.Reply(protocol.StatusOK, emptyPull)
+		return
 	}
-	body := make([]byte, 0, size)
-	body = append(body, byte(len(msgs)>>24), byte(len(msgs)>>16), byte(len(msgs)>>8), byte(len(msgs)))
+	rb := replyPool.Get().(*replyBuf)
+	rb.heads = rb.heads[:0]
+	rb.heads = binary.BigEndian.AppendUint32(rb.heads, uint32(len(msgs)))
 	for _, m := range msgs {
-		body = protocol.AppendPullItemHeader(body, uint64(m.PullSeq), uint64(m.ConsumeSeq), len(m.Message))
-		body = append(body, m.Message...)
+		rb.heads = protocol.AppendPullItemHeader(rb.heads, uint64(m.PullSeq), uint64(m.ConsumeSeq), len(m.Message))
 	}
-	r.Reply(protocol.StatusOK, body)
+	rb.parts = append(rb.parts[:0], rb.heads[:4])
+	for i, m := range msgs {
+		at := 4 + i*protocol.PullItemHeaderSize
+		rb.parts = append(rb.parts, rb.heads[at:at+protocol.PullItemHeaderSize], m.Message)
+	}
+	r.Reply(protocol.StatusOK, rb.parts...)
+	clear(rb.parts)
+	replyPool.Put(rb)
 }
+
+var emptyPull = []byte{0, 0, 0, 0}
+
+type replyBuf struct {
+	heads []byte
+	parts [][]byte
+}
+
+var replyPool = sync.Pool{New: func() any { return new(replyBuf) }}
 
 // pullStatus maps a store error of a pull or ack to a protocol error.
 func pullStatus(err error) error {
