@@ -19,7 +19,7 @@ package main
 //
 // Failover: a second meta server (broker lease TTL 5 s, new routes get three
 // groups) and three realtime brokers, each a child process that registers
-// itself through pkg/metaclient. Four goroutines send steadily through
+// itself (realtime.Options.MetaServers, through pkg/metaclient). Four goroutines send steadily through
 // pkg/producer resolving through pkg/metaclient (route refresh every
 // second). The suite SIGKILLs one broker and measures the time until the
 // producers' own route shows that group unavailable — from then on no send
@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/qmq-go/qmq/metaserver"
+	"github.com/qmq-go/qmq/metaserver/api"
 	"github.com/qmq-go/qmq/pkg/devetcd"
 	"github.com/qmq-go/qmq/pkg/metaclient"
 	"github.com/qmq-go/qmq/pkg/protocol"
@@ -119,7 +120,7 @@ func metaServerMain(dir string) int {
 	ctx := context.Background()
 	addr := s.Addr().String()
 	if !fakes {
-		fmt.Println(addr)
+		fmt.Println(addr, s.HTTPAddr())
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		return 0
 	}
@@ -205,41 +206,35 @@ func runMeta(env *Env) error {
 	return runFailover(env)
 }
 
-// metaBrokerMain runs in a child: a realtime broker of group, registered
-// with the meta server at meta through metaclient; it prints its address
-// and serves until killed (or its stdin closes).
+// metaBrokerMain runs in a child: a realtime broker of group that
+// registers itself with the meta server at meta (realtime.Options
+// .MetaServers); it prints its address and serves until killed (or its
+// stdin closes).
 func metaBrokerMain(group, dir, meta string) int {
-	fail := func(err error) int { fmt.Fprintln(os.Stderr, "broker "+group+":", err); return 1 }
 	o := realtime.NewOptions()
-	o.Group, o.Addr, o.HTTPAddr, o.DataDir = group, "127.0.0.1:0", "", dir
+	o.Group, o.Addr, o.HTTPAddr, o.DataDir, o.MetaServers = group, "127.0.0.1:0", "", dir, []string{meta}
 	o.SegmentSize = 64 << 20
 	b, err := realtime.New(o, nil)
-	if err != nil {
-		return fail(err)
+	if err == nil {
+		err = b.Start()
 	}
-	if err := b.Start(); err != nil {
-		return fail(err)
-	}
-	ctx := context.Background()
-	reg, err := metaclient.Register(ctx, []string{meta}, metaclient.Broker{
-		Kind: protocol.KindRealtime, Role: protocol.RoleMaster, Group: group, Address: b.Addr().String(),
-	})
 	if err != nil {
-		return fail(err)
+		fmt.Fprintln(os.Stderr, "broker "+group+":", err)
+		return 1
 	}
 	fmt.Println(b.Addr())
 	_, _ = io.Copy(io.Discard, os.Stdin)
-	_ = reg.Close(ctx)
-	_ = b.Close(ctx)
+	_ = b.Close(context.Background())
 	return 0
 }
 
 func runFailover(env *Env) error {
-	meta, stopMeta, err := startMetaServer(filepath.Join(env.Dir, "failover-meta"), metaFakesEnv+"=0", metaTTLEnv+"="+failoverTTL.String())
+	addrs, stopMeta, err := startMetaServer(filepath.Join(env.Dir, "failover-meta"), metaFakesEnv+"=0", metaTTLEnv+"="+failoverTTL.String())
 	if err != nil {
 		return err
 	}
 	defer stopMeta()
+	meta, metaHTTP, _ := strings.Cut(addrs, " ")
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -276,17 +271,21 @@ func runFailover(env *Env) error {
 		return err
 	}
 	defer mc.Close()
-	// Wait until the route holds the three groups, all writable.
+	// The brokers register in the background: wait until all three are
+	// registered before the subject's first lookup assigns its route.
+	admin := api.NewClient(metaHTTP, "", 5*time.Second)
 	for deadline := time.Now().Add(15 * time.Second); ; {
-		r, err := mc.Lookup(ctx, protocol.ClientProducer, failoverSubject, "")
-		if err == nil && len(r.Writable()) == 3 {
+		gs, err := admin.Groups(ctx)
+		if err == nil && len(gs) == 3 {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("route of %s never had three writable groups: %+v, %v", failoverSubject, r, err)
+			return fmt.Errorf("the three brokers never registered: %+v, %v", gs, err)
 		}
-		mc.Refresh(protocol.ClientProducer, failoverSubject, "")
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
+	}
+	if r, err := mc.Lookup(ctx, protocol.ClientProducer, failoverSubject, ""); err != nil || len(r.Writable()) != 3 {
+		return fmt.Errorf("route of %s: %+v, %v: want three writable groups", failoverSubject, r, err)
 	}
 	p, err := producer.New(producer.WithResolver(mc))
 	if err != nil {
