@@ -29,7 +29,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -119,11 +121,12 @@ func (e *Env) runDelayOurs(dir string, r delayRun) (latenessResult, error) {
 		return res, err
 	}
 	defer rt.stop()
-	dl, dlAddr, _, err := e.startDelay(filepath.Join(dir, "delay"), "", rtAddr)
+	dl, dlAddr, dlHTTP, err := e.startDelay(filepath.Join(dir, "delay"), "", rtAddr)
 	if err != nil {
 		return res, err
 	}
 	defer dl.stop()
+	defer e.logLatenessHistograms(dlHTTP)
 	consumed := make(chan error, 1)
 	go func() {
 		consumed <- runWorker("delay-consume", &res, "-addr", rtAddr, "-subject", delaySubject,
@@ -448,6 +451,49 @@ func runDelayCapacity(env *Env) error {
 	env.Metric("delay_rss_peak_mb_while_storing", float64(peak.Load())/1024, "MB")
 	env.Metric("delay_rss_mb_10m_pending", float64(kb)/1024, "MB")
 	return nil
+}
+
+// logLatenessHistograms logs the delay server's own lateness histograms
+// (due → out of the wheel, due → stored by the realtime broker) as the
+// share of messages within each bucket: where our lateness comes from.
+func (e *Env) logLatenessHistograms(httpAddr string) {
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		e.Logf("metrics: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, name := range []string{"qmq_delay_fire_lateness_seconds", "qmq_delay_forward_lateness_seconds"} {
+		var buckets []string
+		var counts []float64
+		total := 0.0
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, name+"_bucket{"); ok {
+				i := strings.Index(rest, `le="`)
+				j := strings.LastIndexByte(rest, ' ')
+				if i < 0 || j < 0 {
+					continue
+				}
+				le := rest[i+4:]
+				le = le[:strings.IndexByte(le, '"')]
+				n, _ := strconv.ParseFloat(rest[j+1:], 64)
+				buckets, counts = append(buckets, le), append(counts, n)
+			} else if rest, ok := strings.CutPrefix(line, name+"_count"); ok {
+				if j := strings.LastIndexByte(rest, ' '); j >= 0 {
+					total, _ = strconv.ParseFloat(rest[j+1:], 64)
+				}
+			}
+		}
+		if total == 0 {
+			continue
+		}
+		var sb strings.Builder
+		for i, le := range buckets {
+			fmt.Fprintf(&sb, " ≤%ss:%.2f%%", le, 100*counts[i]/total)
+		}
+		e.Logf("%s (%.0f):%s", name, total, sb.String())
+	}
 }
 
 // vmRSSKB reads VmRSS of pid from /proc/PID/status, in KiB.
