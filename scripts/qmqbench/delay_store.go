@@ -246,9 +246,9 @@ func benchDelayBurst(env *Env) error {
 		lastAt.Store(now.UnixNano())
 	})
 	before := heapInUse()
-	// Every message is due within one second, 45 s from now: inside the
+	// Every message is due within one second, 60 s from now: inside the
 	// window, so each goes into the wheel as it is replayed.
-	second := time.Now().Add(45 * time.Second).Truncate(time.Second)
+	second := time.Now().Add(60 * time.Second).Truncate(time.Second)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := 0; w < 16; w++ {
@@ -281,8 +281,9 @@ func benchDelayBurst(env *Env) error {
 		env.Logf("only %d of %d entries were in the wheel before they fell due; no memory figure", inWheel, n)
 	}
 	env.Logf("appended %d messages in %v", n, appendTime)
-	if time.Now().After(second) {
-		return fmt.Errorf("burst: appending and loading took past the due second (%v)", time.Since(start))
+	late := time.Now().After(second)
+	if late {
+		env.Logf("burst: appending and loading took past the due second (%v); the machine is too busy for a burst figure", time.Since(start))
 	}
 	deadline := second.Add(120 * time.Second)
 	for got.Load() < n && time.Now().Before(deadline) {
@@ -293,7 +294,9 @@ func benchDelayBurst(env *Env) error {
 	if got.Load() < n {
 		return fmt.Errorf("burst: %d of %d messages came out", got.Load(), n)
 	}
-	env.Metric("delay_store_burst_1m_seconds", float64(lastAt.Load()-second.UnixNano())/1e9, "s")
+	if !late {
+		env.Metric("delay_store_burst_1m_seconds", float64(lastAt.Load()-second.UnixNano())/1e9, "s")
+	}
 	env.Metric("delay_store_burst_early_count", float64(early.Load()), "msg")
 	return nil
 }
