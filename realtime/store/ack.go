@@ -33,6 +33,9 @@ type AckResult struct {
 // or below the acked position are duplicates and change nothing; acks above
 // a gap report the gap (see AckResult.Gap) and ack through Last.
 func (s *Store) Ack(req AckRequest) (AckResult, error) {
+	if err := s.errIfReplica(); err != nil {
+		return AckResult{}, err
+	}
 	if req.First < 0 || req.Last < req.First {
 		return AckResult{}, fmt.Errorf("%w: ack range %d..%d", ErrInvalidRequest, req.First, req.Last)
 	}
@@ -124,6 +127,9 @@ func (s *Store) ackLocked(g *group, c *consumer, req AckRequest) ([]delivery, er
 // entries, and the consumer's acked position moves to its pull position. It
 // returns how many entries went back.
 func (s *Store) ReturnUnacked(subject, group, consumerID string) (int, error) {
+	if err := s.errIfReplica(); err != nil {
+		return 0, err
+	}
 	g, c, err := s.lockConsumer(subject, group, consumerID)
 	if err != nil {
 		return 0, err
@@ -164,6 +170,9 @@ func (s *Store) returnLocked(g *group, c *consumer) (int, error) {
 // RemoveConsumer hands the consumer's un-acked entries back to its group and
 // forgets it, deleting its pull log (a consumer gone for good).
 func (s *Store) RemoveConsumer(subject, group, consumerID string) error {
+	if err := s.errIfReplica(); err != nil {
+		return err
+	}
 	g, c, err := s.lockConsumer(subject, group, consumerID)
 	if err != nil {
 		return err
@@ -209,6 +218,9 @@ const (
 // clears its returned queue; consumers keep their un-acked entries. It
 // returns the new cursor.
 func (s *Store) ResetGroup(subject, group string, kind ResetKind, at time.Time) (int64, error) {
+	if err := s.errIfReplica(); err != nil {
+		return 0, err
+	}
 	if err := s.checkNames(subject, group, "reset", false); err != nil {
 		return 0, err
 	}

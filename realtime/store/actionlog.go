@@ -193,6 +193,8 @@ type actionLog struct {
 	flushMu sync.Mutex // guards spare and failed
 	spare   *segment.Batch
 	failed  bool
+	// onFlush runs after records were written and synced.
+	onFlush func()
 }
 
 func newActionLog(l *segment.Log) *actionLog {
@@ -207,6 +209,13 @@ func (a *actionLog) append(kind uint8, payload []byte) error {
 	defer a.mu.Unlock()
 	_, err := a.cur.Append(kind, payload, nil)
 	return err
+}
+
+// appendAt adds a record and returns its offset (replication).
+func (a *actionLog) appendAt(kind uint8, payload []byte) (int64, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cur.Append(kind, payload, nil)
 }
 
 // end returns the offset after every appended action.
@@ -250,5 +259,8 @@ func (a *actionLog) writeSpare() error {
 		return fmt.Errorf("%w: action log: %w", ErrIO, err)
 	}
 	a.failed = false
+	if a.onFlush != nil {
+		a.onFlush()
+	}
 	return nil
 }

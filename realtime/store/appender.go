@@ -80,6 +80,9 @@ func (s *Store) Append(ctx context.Context, msgs [][]byte) ([]Result, error) {
 // before AppendAsync returns, on the caller's goroutine. msgs must not change
 // until done runs. The error is ErrClosed (done is then not called).
 func (s *Store) AppendAsync(msgs [][]byte, done func([]Result)) error {
+	if err := s.errIfReplica(); err != nil {
+		return err
+	}
 	r := &appendReq{msgs: msgs, done: done, results: make([]Result, len(msgs)), metas: make([]msgMeta, len(msgs))}
 	var prev *subject
 	for i, m := range msgs {
@@ -327,6 +330,7 @@ func (s *Store) publish(g *commitGroup) {
 		r.done(r.results)
 	}
 	s.stats.appended.Add(int64(n))
+	s.signalCommit()
 	if s.opts.OnAppend != nil {
 		for i, sj := range g.touched {
 			s.opts.OnAppend(sj.name, g.nexts[i])

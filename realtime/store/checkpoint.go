@@ -238,7 +238,13 @@ func (s *Store) checkpointLocked() error {
 	// Recovery starts at the checkpoint: older action-log segments and
 	// pull-log segments wholly at or below each consumer's acked position
 	// are no longer read.
-	if _, err := s.actLog.DeleteBefore(c.actionOffset); err != nil {
+	keep := c.actionOffset
+	if s.opts.ActionLogFloor != nil {
+		if floor := s.opts.ActionLogFloor(); floor >= 0 {
+			keep = min(keep, floor)
+		}
+	}
+	if _, err := s.actLog.DeleteBefore(keep); err != nil {
 		return fmt.Errorf("%w: %w", ErrIO, err)
 	}
 	for _, g := range groups {

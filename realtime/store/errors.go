@@ -24,4 +24,22 @@ var (
 	// ErrInvalidRequest means a pull, ack or reset names an invalid subject,
 	// group or consumer, or an empty range.
 	ErrInvalidRequest = errors.New("store: invalid request")
+	// ErrReplica means the store is a replica (Options.Replica): it takes
+	// its changes from its master's logs, never from clients.
+	ErrReplica = errors.New("store: replica refuses changes from clients")
+	// ErrNotReplica means ReplicateMessages or ReplicateActions was called
+	// on a store that is not a replica.
+	ErrNotReplica = errors.New("store: not a replica")
+	// ErrBadOffset means a log read asked for an offset past the committed
+	// end or one where no record starts.
+	ErrBadOffset = errors.New("store: bad log offset")
+	// ErrBadChunk means a replicated chunk holds bytes that are not valid
+	// records.
+	ErrBadChunk = errors.New("store: bad replicated chunk")
+	// ErrReplicaMismatch means a replicated chunk does not continue this
+	// copy's log at the same offsets.
+	ErrReplicaMismatch = errors.New("store: replicated chunk does not continue this copy")
+	// ErrReplicaGap means the master no longer keeps actions this copy
+	// lacks; the copy must start again from empty.
+	ErrReplicaGap = errors.New("store: master's action log no longer covers this copy")
 )

@@ -77,6 +77,14 @@ type Options struct {
 	// readable (durable under FlushSync); next is the subject's next sequence.
 	// It runs on the store's commit goroutine and must not block.
 	OnAppend func(subject string, next int64)
+	// Replica opens the store as a copy of a master's (see "Replication" in
+	// doc.go): appends, pulls, acks and consumer changes fail with
+	// ErrReplica, and ReplicateMessages and ReplicateActions feed it.
+	Replica bool
+	// ActionLogFloor, when set, returns an action-log offset that
+	// checkpoints must keep segments from (a slave still copying them), or
+	// a negative value for none.
+	ActionLogFloor func() int64
 }
 
 // DefaultOptions holds every default.

@@ -167,6 +167,9 @@ func (s *Store) checkNames(subject, group, consumer string, broadcast bool) erro
 // cursor. It never blocks on other groups or on the appender; long polling
 // is the caller's (see Options.OnAppend).
 func (s *Store) Pull(req PullRequest) (PullResult, error) {
+	if err := s.errIfReplica(); err != nil {
+		return PullResult{}, err
+	}
 	if err := s.checkNames(req.Subject, req.Group, req.Consumer, req.Broadcast); err != nil {
 		return PullResult{}, err
 	}

@@ -54,6 +54,14 @@ type Store struct {
 	ckptMu sync.Mutex
 	retMu  sync.Mutex
 
+	// Replication (replica.go): commit notifications, the replicating
+	// goroutine's lock and its last append time, and the ends recovery
+	// found (committed: they were on disk when the store opened).
+	commit                           commitSignal
+	replMu                           sync.Mutex
+	replTs                           int64
+	recoveredMsgEnd, recoveredActEnd int64
+
 	stats counters
 	open  OpenReport
 }
@@ -252,6 +260,7 @@ func (s *Store) recoverMessages(ck *checkpoint) error {
 	}
 	s.goodEnd.Store(res.End)
 	s.lastPublishedTs.Store(s.lastTs)
+	s.recoveredMsgEnd, s.replTs = res.End, s.lastTs
 	return nil
 }
 
@@ -321,6 +330,8 @@ func (s *Store) recoverActions(ck *checkpoint) error {
 		}
 	}
 	s.actions = newActionLog(s.actLog)
+	s.actions.onFlush = s.signalCommit
+	s.recoveredActEnd = s.actLog.End()
 	return nil
 }
 

@@ -1,0 +1,447 @@
+package store
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/segment"
+	"go.uber.org/zap"
+)
+
+// LogChunk is a run of whole records of the message log or the action log,
+// byte for byte as the log holds them (see "Replication" in doc.go). A chunk
+// never spans two segments.
+type LogChunk struct {
+	// Start is the first offset the log still keeps (retention and
+	// checkpoints delete whole segments below it).
+	Start int64
+	// End is the log's committed end: every byte below it is durable.
+	End int64
+	// Offset is where Data starts: the offset asked for, or later when the
+	// rest of that segment is padding (the next segment's base) or when the
+	// log no longer keeps it (Start).
+	Offset int64
+	// Data holds whole records.
+	Data []byte
+}
+
+// minChunk is the least a chunk read asks for: one record header.
+const minChunk = segment.HeaderSize
+
+// commitSignal hands out a channel that is closed when either log's
+// committed end moves (CommitSignal).
+type commitSignal struct {
+	mu   sync.Mutex
+	ch   chan struct{}
+	used bool
+}
+
+// CommitSignal returns a channel closed the next time new bytes become
+// committed in the message log or the action log; a master's sync service
+// long-polls on it. Take the channel before reading, so no commit is missed.
+func (s *Store) CommitSignal() <-chan struct{} {
+	c := &s.commit
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ch == nil {
+		c.ch = make(chan struct{})
+	}
+	c.used = true
+	return c.ch
+}
+
+func (s *Store) signalCommit() {
+	c := &s.commit
+	c.mu.Lock()
+	if c.used {
+		close(c.ch)
+		c.ch = make(chan struct{})
+		c.used = false
+	}
+	c.mu.Unlock()
+}
+
+// SegmentSizes returns the message-log and action-log segment sizes; a
+// master and its slave must use the same ones.
+func (s *Store) SegmentSizes() (message, action int64) {
+	return s.opts.SegmentSize, s.opts.ActionSegmentSize
+}
+
+// CommittedEnds returns the committed (durable) ends of the message log and
+// the action log. On a slave they are the offsets to ask the master for next
+// and the message-log one is its durable copy (the "slave ack").
+func (s *Store) CommittedEnds() (message, action int64) {
+	return s.committedMessages(), s.committedActions()
+}
+
+func (s *Store) committedMessages() int64 {
+	good := s.goodEnd.Load()
+	if s.opts.Flush == FlushSync {
+		return good // published only after its fdatasync
+	}
+	return min(good, max(s.msgLog.Synced(), s.recoveredMsgEnd))
+}
+
+func (s *Store) committedActions() int64 {
+	return max(s.actLog.Synced(), s.recoveredActEnd)
+}
+
+// ReadMessageLog returns up to max bytes of whole committed message-log
+// records from offset from on (more when the first record is larger). An
+// offset past the committed end, or one that is not the start of a record,
+// fails with an error wrapping ErrBadOffset.
+func (s *Store) ReadMessageLog(from int64, max int) (LogChunk, error) {
+	return readChunk(s.msgLog, s.committedMessages(), from, max)
+}
+
+// ReadActionLog is ReadMessageLog for the action log.
+func (s *Store) ReadActionLog(from int64, max int) (LogChunk, error) {
+	return readChunk(s.actLog, s.committedActions(), from, max)
+}
+
+func readChunk(l *segment.Log, committed, from int64, maxBytes int) (LogChunk, error) {
+	c := LogChunk{Start: l.Start(), End: committed, Offset: from}
+	switch {
+	case from < 0:
+		return c, fmt.Errorf("%w: negative offset %d", ErrBadOffset, from)
+	case from > committed:
+		return c, fmt.Errorf("%w: offset %d is past the committed end %d", ErrBadOffset, from, committed)
+	}
+	if from < c.Start {
+		from = c.Start
+	}
+	maxBytes = max(maxBytes, minChunk)
+	for from < committed {
+		c.Offset = from
+		segEnd := segmentEnd(l, from)
+		if segEnd < 0 {
+			return c, fmt.Errorf("%w: no segment holds offset %d", ErrBadOffset, from)
+		}
+		limit := min(committed, segEnd)
+		if limit-from < segment.HeaderSize {
+			from = segEnd // the padding at a segment's end
+			continue
+		}
+		buf := make([]byte, min(limit-from, int64(maxBytes)))
+		if err := l.ReadAt(buf, from); err != nil {
+			return c, fmt.Errorf("%w: read at %d: %w", ErrIO, from, err)
+		}
+		if isZero(buf[:segment.HeaderSize]) {
+			from = segEnd
+			continue
+		}
+		size, err := recordSize(buf)
+		if err != nil || size > limit-from {
+			return c, fmt.Errorf("%w: no record starts at offset %d", ErrBadOffset, from)
+		}
+		if size > int64(len(buf)) {
+			buf = make([]byte, size)
+			if err := l.ReadAt(buf, from); err != nil {
+				return c, fmt.Errorf("%w: read at %d: %w", ErrIO, from, err)
+			}
+		}
+		n := 0
+		for n+segment.HeaderSize <= len(buf) && !isZero(buf[n:n+segment.HeaderSize]) {
+			_, _, k, err := segment.ParseRecord(buf[n:])
+			if err != nil {
+				if n == 0 {
+					return c, fmt.Errorf("%w: no valid record at offset %d: %w", ErrBadOffset, from, err)
+				}
+				break // a record cut by maxBytes (or damage: the next call reports it)
+			}
+			n += k
+		}
+		c.Data = buf[:n]
+		return c, nil
+	}
+	c.Offset = from
+	return c, nil
+}
+
+// segmentEnd returns the end of the segment holding off, or -1.
+func segmentEnd(l *segment.Log, off int64) int64 {
+	for _, sg := range l.Segments() {
+		if off >= sg.Base && off < sg.Base+sg.Size {
+			return sg.Base + sg.Size
+		}
+	}
+	return -1
+}
+
+// recordSize reads a record header's total size without checking the CRC.
+func recordSize(h []byte) (int64, error) {
+	if len(h) < segment.HeaderSize || binary.BigEndian.Uint16(h) != segment.Magic || h[2] != segment.Version || h[3] == 0 {
+		return 0, ErrBadOffset
+	}
+	return segment.RecordSize(int(binary.BigEndian.Uint32(h[4:]))), nil
+}
+
+func isZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// ReplicateMessages writes a chunk of the master's message log at the same
+// offsets in this store's message log (a store opened with Options.Replica),
+// fdatasyncs it and indexes it exactly as recovery does, so the subjects'
+// consume logs are derived, not copied. When the master no longer keeps
+// what this store lacks (Offset is the master's Start and above this
+// store's end), the log restarts at Offset and the lost sequences become
+// holes. One goroutine replicates.
+func (s *Store) ReplicateMessages(c LogChunk) error {
+	if !s.opts.Replica {
+		return ErrNotReplica
+	}
+	s.replMu.Lock()
+	defer s.replMu.Unlock()
+	if s.isClosed() {
+		return ErrClosed
+	}
+	end := s.goodEnd.Load()
+	if c.Offset < end {
+		return fmt.Errorf("%w: message chunk at %d, this copy ends at %d", ErrReplicaMismatch, c.Offset, end)
+	}
+	if len(c.Data) == 0 {
+		return nil
+	}
+	jumped := false
+	if c.Offset > end && c.Offset == c.Start {
+		// The master deleted what this copy lacks: start over at its start.
+		if err := s.msgLog.Reset(0); err != nil {
+			return fmt.Errorf("%w: %w", ErrIO, err)
+		}
+		if err := s.msgLog.Reset(c.Offset); err != nil {
+			return fmt.Errorf("%w: %w", ErrIO, err)
+		}
+		s.lg.Warn("message log restarts at the master's first kept offset", zap.Int64("from", end), zap.Int64("to", c.Offset))
+		jumped = true
+	}
+	batch := s.msgLog.NewBatch()
+	for p := 0; p < len(c.Data); {
+		kind, payload, size, err := segment.ParseRecord(c.Data[p:])
+		if err != nil {
+			return fmt.Errorf("%w: message chunk at %d: %w", ErrBadChunk, c.Offset+int64(p), err)
+		}
+		off, err := batch.Append(kind, payload, nil)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrBadChunk, err)
+		}
+		if off != c.Offset+int64(p) {
+			return fmt.Errorf("%w: master record at %d would land at %d here", ErrReplicaMismatch, c.Offset+int64(p), off)
+		}
+		p += size
+	}
+	if err := s.msgLog.Write(batch); err != nil {
+		return s.replicaWriteFailed(err)
+	}
+	if err := s.msgLog.Sync(); err != nil {
+		return s.replicaWriteFailed(err)
+	}
+	s.stats.syncs.Add(1)
+	return s.indexReplicated(c, batch.End(), jumped)
+}
+
+// replicaWriteFailed cuts the message log back to its last indexed end.
+func (s *Store) replicaWriteFailed(err error) error {
+	if rerr := s.msgLog.Reset(s.goodEnd.Load()); rerr != nil {
+		s.lg.Error("message log reset after a failed replicated write failed", zap.Error(rerr))
+	}
+	return fmt.Errorf("%w: %w", ErrIO, err)
+}
+
+// indexReplicated adds consume-log entries for the records of a written
+// chunk (as recoverMessages does) and publishes them.
+func (s *Store) indexReplicated(c LogChunk, end int64, jumped bool) error {
+	type touched struct {
+		sj    *subject
+		bytes int64
+		first int64 // the chunk's first sequence of the subject
+	}
+	var ts []touched
+	idx := map[*subject]int{}
+	n := int64(0)
+	for p := 0; p < len(c.Data); {
+		off := c.Offset + int64(p)
+		kind, payload, size, _ := segment.ParseRecord(c.Data[p:])
+		p += size
+		if kind != recordMessage {
+			s.lg.Error("unknown message-log record kind replicated; skipped", zap.Int64("offset", off), zap.Uint8("kind", kind))
+			continue
+		}
+		seq, at, msg, err := parseRecordPayload(payload)
+		var v protocol.View
+		if err == nil {
+			v, err = protocol.ParseMessageNoCRC(msg)
+		}
+		if err != nil {
+			s.lg.Error("replicated message record does not parse; skipped", zap.Int64("offset", off), zap.Error(err))
+			continue
+		}
+		sj, err := s.subjectFor(string(v.Subject), true)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrIO, err)
+		}
+		if seq < sj.next {
+			continue // indexed already
+		}
+		for sj.next < seq {
+			sj.addHole()
+			sj.next++
+		}
+		e := entry{offset: off, size: uint32(size), timestamp: at, deliverAt: v.DeliverAtMillis}
+		v.Tags(func(t []byte) bool { e.bloom |= tagBloom(t); return true })
+		if err := sj.addEntry(&e); err != nil {
+			return err
+		}
+		sj.next++
+		i, ok := idx[sj]
+		if !ok {
+			i = len(ts)
+			idx[sj] = i
+			ts = append(ts, touched{sj: sj, first: seq})
+		}
+		ts[i].bytes += int64(size)
+		s.replTs = max(s.replTs, at)
+		n++
+	}
+	for _, t := range ts {
+		t.sj.setVisible(t.sj.next, t.bytes)
+	}
+	s.goodEnd.Store(end)
+	s.lastPublishedTs.Store(s.replTs)
+	s.stats.appended.Add(n)
+	if jumped {
+		// Everything below a subject's first record after the jump is
+		// gone (old entries or holes).
+		for _, t := range ts {
+			t.sj.mu.Lock()
+			if t.first > t.sj.min {
+				t.sj.min = t.first
+				t.sj.bytes = t.bytes
+			}
+			t.sj.mu.Unlock()
+			if _, err := t.sj.log.DeleteBefore(t.first); err != nil {
+				return fmt.Errorf("%w: %w", ErrIO, err)
+			}
+		}
+		if err := s.raiseMins(c.Offset); err != nil {
+			return err
+		}
+	}
+	if s.opts.OnAppend != nil {
+		for _, t := range ts {
+			s.opts.OnAppend(t.sj.name, t.sj.next)
+		}
+	}
+	s.signalCommit()
+	return nil
+}
+
+// ReplicateActions writes a chunk of the master's action log at the same
+// offsets in this store's action log and applies every action to its group
+// as recovery does (pull logs, cursors, acks, returned queues), then syncs
+// the log. A chunk that starts past this copy's end at the master's Start
+// fails with ErrReplicaGap: the master no longer has actions this copy
+// lacks, and only a fresh copy can follow it (see doc.go).
+func (s *Store) ReplicateActions(c LogChunk) error {
+	if !s.opts.Replica {
+		return ErrNotReplica
+	}
+	s.replMu.Lock()
+	defer s.replMu.Unlock()
+	if s.isClosed() {
+		return ErrClosed
+	}
+	end := s.actions.end()
+	if c.Offset < end {
+		return fmt.Errorf("%w: action chunk at %d, this copy ends at %d", ErrReplicaMismatch, c.Offset, end)
+	}
+	if len(c.Data) == 0 {
+		return nil
+	}
+	if c.Offset > end && c.Offset == c.Start {
+		return fmt.Errorf("%w: the master's action log starts at %d, this copy ends at %d", ErrReplicaGap, c.Start, end)
+	}
+	// Check the whole chunk first: nothing of a bad chunk is appended.
+	for p := 0; p < len(c.Data); {
+		_, _, size, err := segment.ParseRecord(c.Data[p:])
+		if err != nil {
+			return fmt.Errorf("%w: action chunk at %d: %w", ErrBadChunk, c.Offset+int64(p), err)
+		}
+		p += size
+	}
+	for p := 0; p < len(c.Data); {
+		kind, payload, size, _ := segment.ParseRecord(c.Data[p:])
+		if err := s.replicateAction(c.Offset+int64(p), kind, payload); err != nil {
+			return err
+		}
+		p += size
+	}
+	if err := s.actions.flush(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// replicateAction appends one action and applies it under its group's lock,
+// as a live action is (so a checkpoint's action offset never runs ahead of
+// the groups it records).
+func (s *Store) replicateAction(want int64, kind uint8, payload []byte) error {
+	a, derr := decodeAction(kind, payload)
+	var g *group
+	if derr == nil {
+		key := groupKey{subject: a.subject, group: a.group, broadcast: a.broadcast}
+		s.groupsMu.Lock()
+		g = s.groups[key]
+		if g == nil {
+			sj, err := s.subjectFor(a.subject, true)
+			if err != nil {
+				s.groupsMu.Unlock()
+				return fmt.Errorf("%w: %w", ErrIO, err)
+			}
+			g = s.newGroup(key, sj)
+			s.groups[key] = g
+		}
+		s.groupsMu.Unlock()
+		g.mu.Lock()
+		defer g.mu.Unlock()
+	} else {
+		s.lg.Error("replicated action does not parse; kept but not applied", zap.Int64("offset", want), zap.Error(derr))
+	}
+	off, err := s.actions.appendAt(kind, payload)
+	if err != nil {
+		return fmt.Errorf("%w: action log: %w", ErrIO, err)
+	}
+	if off != want {
+		return fmt.Errorf("%w: master action at %d would land at %d here", ErrReplicaMismatch, want, off)
+	}
+	if g == nil || a.version <= g.version {
+		return nil
+	}
+	if err := g.apply(s, &a); err != nil {
+		return err
+	}
+	if a.kind == actPull && !g.key.broadcast && len(a.runs) > 0 {
+		if err := g.consumers[a.consumer].writePullLog(a.seq, expandRuns(a.runs)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// IsReplica reports whether the store was opened as a replica.
+func (s *Store) IsReplica() bool { return s.opts.Replica }
+
+// errIfReplica refuses changes from clients on a replica.
+func (s *Store) errIfReplica() error {
+	if s.opts.Replica {
+		return ErrReplica
+	}
+	return nil
+}

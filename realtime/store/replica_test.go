@@ -1,0 +1,233 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// replicate copies everything committed in m into r the way a slave does,
+// in chunks of at most chunk bytes, until r has m's committed ends.
+func replicate(t *testing.T, m, r *Store, chunk int) {
+	t.Helper()
+	for i := 0; ; i++ {
+		if i > 100000 {
+			t.Fatal("replication does not converge")
+		}
+		mEnd, aEnd := r.CommittedEnds()
+		mc, err := m.ReadMessageLog(mEnd, chunk)
+		if err != nil {
+			t.Fatalf("read message log at %d: %v", mEnd, err)
+		}
+		if err := r.ReplicateMessages(mc); err != nil {
+			t.Fatalf("replicate messages at %d: %v", mc.Offset, err)
+		}
+		ac, err := m.ReadActionLog(aEnd, chunk)
+		if err != nil {
+			t.Fatalf("read action log at %d: %v", aEnd, err)
+		}
+		if err := r.ReplicateActions(ac); err != nil {
+			t.Fatalf("replicate actions at %d: %v", ac.Offset, err)
+		}
+		if len(mc.Data) == 0 && len(ac.Data) == 0 && mc.Offset == mc.End && ac.Offset == ac.End {
+			return
+		}
+	}
+}
+
+// replicaState is what must be the same on a master and its replica.
+type replicaState struct {
+	Start    int64
+	End      int64
+	Subjects []SubjectStats
+	Groups   []GroupStats
+}
+
+func stateOf(s *Store) replicaState {
+	st := s.Stats()
+	for i := range st.Groups {
+		// A consumer that never got an entry has no state in the action
+		// log (nothing to lose): only the master's memory knows it.
+		var cs []ConsumerStats
+		for _, c := range st.Groups[i].Consumers {
+			if c.PullSeq > 0 || c.AckSeq >= 0 {
+				c.LastSeen = time.Time{}
+				cs = append(cs, c)
+			}
+		}
+		st.Groups[i].Consumers = cs
+		st.Groups[i].AtRisk = 0
+	}
+	for i := range st.Subjects {
+		st.Subjects[i].RetentionDropSeq = 0
+	}
+	return replicaState{Start: st.MessageLogStart, End: st.MessageLogEnd, Subjects: st.Subjects, Groups: st.Groups}
+}
+
+func replicaOptions() Options {
+	o := testOptions()
+	o.SegmentSize = 64 << 10
+	o.ActionSegmentSize = 256 << 10
+	o.Limits.MaxBody = 16 << 10
+	o.Limits.MaxPropertyBytes = 16 << 10
+	return withLimits(o)
+}
+
+func TestReplicaFollowsMasterAcrossSegments(t *testing.T) {
+	opts := replicaOptions()
+	m := openStore(t, t.TempDir(), opts)
+	defer m.Close()
+	ropts := opts
+	ropts.Replica = true
+	rdir := t.TempDir()
+	r := openStore(t, rdir, ropts)
+
+	body := make([]byte, 700)
+	for round := 0; round < 4; round++ {
+		for i := 0; i < 60; i++ {
+			appendAll(t, m, encode(t, fmt.Sprintf("s%d", i%3), fmt.Sprintf("r%d-%d", round, i), body, "t"))
+		}
+		for k := 0; k < 3; k++ {
+			res, err := m.Pull(PullRequest{Subject: fmt.Sprintf("s%d", k), Group: "g", Consumer: "c1", Max: 15, KnownPullSeq: -1, Earliest: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := len(res.Messages); n > 0 {
+				if _, err := m.Ack(AckRequest{Subject: fmt.Sprintf("s%d", k), Group: "g", Consumer: "c1", First: res.Messages[0].PullSeq, Last: res.Messages[n/2].PullSeq}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := m.Checkpoint(); err != nil { // flushes the action log
+			t.Fatal(err)
+		}
+		replicate(t, m, r, 5000)
+		if got, want := stateOf(r), stateOf(m); !reflect.DeepEqual(got, want) {
+			t.Fatalf("round %d: replica differs:\n got %+v\nwant %+v", round, got, want)
+		}
+	}
+	if segs := len(m.msgLog.Segments()); segs < 3 {
+		t.Fatalf("test needs several segments, master has %d", segs)
+	}
+	// A replica refuses clients.
+	if _, err := r.Append(t.Context(), [][]byte{encode(t, "s0", "x", nil)}); !errors.Is(err, ErrReplica) {
+		t.Fatalf("append on a replica: %v", err)
+	}
+	if _, err := r.Pull(PullRequest{Subject: "s0", Group: "g", Consumer: "c1", Max: 1}); !errors.Is(err, ErrReplica) {
+		t.Fatalf("pull on a replica: %v", err)
+	}
+	// Reopened, the replica recovers the same state from its own files.
+	want := stateOf(m)
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r = openStore(t, rdir, ropts)
+	defer r.Close()
+	if got := stateOf(r); !reflect.DeepEqual(got, want) {
+		t.Fatalf("reopened replica differs:\n got %+v\nwant %+v", got, want)
+	}
+	// The replica's messages are the master's, byte for byte.
+	for k := 0; k < 3; k++ {
+		subj := fmt.Sprintf("s%d", k)
+		a, err := m.Read(subj, 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := r.Read(subj, 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(a) != len(b) || len(a) != 80 {
+			t.Fatalf("%s: master has %d messages, replica %d", subj, len(a), len(b))
+		}
+		for i := range a {
+			if string(a[i].Message) != string(b[i].Message) {
+				t.Fatalf("%s message %d differs", subj, i)
+			}
+		}
+	}
+}
+
+func TestReplicaCatchesUpAfterRetention(t *testing.T) {
+	opts := replicaOptions()
+	opts.RetentionBytes = 3 * opts.SegmentSize
+	opts.RetentionAge = -1
+	m := openStore(t, t.TempDir(), opts)
+	defer m.Close()
+	body := make([]byte, 900)
+	for i := 0; i < 400; i++ {
+		appendAll(t, m, encode(t, "s", fmt.Sprintf("m%d", i), body))
+	}
+	if _, err := m.Pull(PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 10, KnownPullSeq: -1}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := m.RunRetention()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Start == 0 {
+		t.Fatal("retention deleted nothing")
+	}
+	if err := m.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	ropts := opts
+	ropts.Replica = true
+	r := openStore(t, t.TempDir(), ropts)
+	defer r.Close()
+	replicate(t, m, r, 1<<20)
+	if got, want := stateOf(r), stateOf(m); !reflect.DeepEqual(got, want) {
+		t.Fatalf("replica differs:\n got %+v\nwant %+v", got, want)
+	}
+	if got := stateOf(r).Start; got != rep.Start {
+		t.Fatalf("replica starts at %d, master at %d", got, rep.Start)
+	}
+}
+
+func TestReadLogRejectsBadOffsets(t *testing.T) {
+	m := openStore(t, t.TempDir(), replicaOptions())
+	defer m.Close()
+	appendAll(t, m, encode(t, "s", "a", []byte("hello")), encode(t, "s", "b", []byte("world")))
+	end, _ := m.CommittedEnds()
+	if _, err := m.ReadMessageLog(end+1, 1<<20); !errors.Is(err, ErrBadOffset) {
+		t.Fatalf("read past the end: %v", err)
+	}
+	if _, err := m.ReadMessageLog(-5, 1<<20); !errors.Is(err, ErrBadOffset) {
+		t.Fatalf("negative offset: %v", err)
+	}
+	if _, err := m.ReadMessageLog(3, 1<<20); !errors.Is(err, ErrBadOffset) {
+		t.Fatalf("offset inside a record: %v", err)
+	}
+	c, err := m.ReadMessageLog(0, 1<<20)
+	if err != nil || c.Offset != 0 || int64(len(c.Data)) != end || c.End != end {
+		t.Fatalf("read from 0: %+v, %v", c, err)
+	}
+	// A chunk of garbage or one that does not continue the copy is refused
+	// and changes nothing.
+	ropts := replicaOptions()
+	ropts.Replica = true
+	r := openStore(t, t.TempDir(), ropts)
+	defer r.Close()
+	bad := c
+	bad.Data = append([]byte(nil), c.Data...)
+	bad.Data[20] ^= 0xff
+	if err := r.ReplicateMessages(bad); !errors.Is(err, ErrBadChunk) {
+		t.Fatalf("garbage chunk: %v", err)
+	}
+	skipped := c
+	skipped.Offset, skipped.Start = 100, 0
+	if err := r.ReplicateMessages(skipped); !errors.Is(err, ErrBadChunk) && !errors.Is(err, ErrReplicaMismatch) {
+		t.Fatalf("misplaced chunk: %v", err)
+	}
+	if e, _ := r.CommittedEnds(); e != 0 {
+		t.Fatalf("refused chunks moved the replica to %d", e)
+	}
+	if err := r.ReplicateMessages(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.ReplicateMessages(c); !errors.Is(err, ErrNotReplica) {
+		t.Fatalf("replicate into a master: %v", err)
+	}
+}
