@@ -1,0 +1,98 @@
+package protocol
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"testing"
+)
+
+func sampleSync() (SyncRequest, SyncResponse) {
+	q := SyncRequest{Epoch: 3, MessageOffset: 1 << 33, ActionOffset: 4096, MessageSegmentSize: 1 << 30,
+		ActionSegmentSize: 64 << 20, MaxBytes: 1 << 20, WaitMillis: 500}
+	p := SyncResponse{Epoch: 3,
+		Message: SyncChunk{Start: 0, End: 200, Offset: 100, Data: bytes.Repeat([]byte{7}, 100)},
+		Action:  SyncChunk{Start: 64, End: 64, Offset: 64, Data: []byte{}}}
+	return q, p
+}
+
+func TestSyncBodies_RoundTrip(t *testing.T) {
+	q, p := sampleSync()
+	gq, err := DecodeSyncRequest(AppendSyncRequest(nil, &q))
+	if err != nil || gq != q {
+		t.Fatalf("request: %+v, %v", gq, err)
+	}
+	body := AppendSyncResponse(nil, &p)
+	gp, err := DecodeSyncResponse(body)
+	if err != nil || !reflect.DeepEqual(gp, p) {
+		t.Fatalf("response: %+v, %v", gp, err)
+	}
+	// The head + data form a server writes is the same body.
+	split := AppendSyncResponseHead(nil, p.Epoch, &p.Message)
+	split = append(split, p.Message.Data...)
+	split = AppendSyncChunkHead(split, &p.Action)
+	split = append(split, p.Action.Data...)
+	if !bytes.Equal(split, body) {
+		t.Fatal("head + data differs from AppendSyncResponse")
+	}
+}
+
+func TestSyncBodies_RejectBadInput(t *testing.T) {
+	q, p := sampleSync()
+	req := AppendSyncRequest(nil, &q)
+	resp := AppendSyncResponse(nil, &p)
+	for n := 0; n < len(req); n++ {
+		if _, err := DecodeSyncRequest(req[:n]); !errors.Is(err, ErrTruncated) {
+			t.Fatalf("request cut at %d: %v", n, err)
+		}
+	}
+	if _, err := DecodeSyncRequest(append(req, 0)); !errors.Is(err, ErrTrailingBytes) {
+		t.Fatalf("request with trailing bytes: %v", err)
+	}
+	for n := 0; n < len(resp); n++ {
+		if _, err := DecodeSyncResponse(resp[:n]); !errors.Is(err, ErrTruncated) {
+			t.Fatalf("response cut at %d: %v", n, err)
+		}
+	}
+	if _, err := DecodeSyncResponse(append(resp, 0)); !errors.Is(err, ErrTrailingBytes) {
+		t.Fatalf("response with trailing bytes: %v", err)
+	}
+	neg := q
+	neg.MessageOffset = -1
+	if _, err := DecodeSyncRequest(AppendSyncRequest(nil, &neg)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("negative offset: %v", err)
+	}
+	zero := q
+	zero.ActionSegmentSize = 0
+	if _, err := DecodeSyncRequest(AppendSyncRequest(nil, &zero)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("zero segment size: %v", err)
+	}
+	past := p
+	past.Message.End = 150 // data reaches past the committed end
+	if _, err := DecodeSyncResponse(AppendSyncResponse(nil, &past)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("chunk past its end: %v", err)
+	}
+	below := p
+	below.Message.Start = 120 // offset below start
+	if _, err := DecodeSyncResponse(AppendSyncResponse(nil, &below)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("chunk below its start: %v", err)
+	}
+}
+
+func FuzzSyncBodies(f *testing.F) {
+	q, p := sampleSync()
+	f.Add(AppendSyncRequest(nil, &q))
+	f.Add(AppendSyncResponse(nil, &p))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if q, err := DecodeSyncRequest(b); err == nil {
+			if !bytes.Equal(AppendSyncRequest(nil, &q), b) {
+				t.Fatal("sync request re-encodes differently")
+			}
+		}
+		if p, err := DecodeSyncResponse(b); err == nil {
+			if !bytes.Equal(AppendSyncResponse(nil, &p), b) {
+				t.Fatal("sync response re-encodes differently")
+			}
+		}
+	})
+}
