@@ -26,7 +26,7 @@ import (
 // came out twice only when it was handed out in a child that was killed and
 // not yet marked: at most one batch (FireBatch) per kill.
 //
-// QMQ_DELAY_CRASH_RUNS sets the number of kills (default 4 under -short,
+// QMQ_DELAY_CRASH_RUNS sets the number of kills (default 3 under -short,
 // 10 otherwise); e.g. QMQ_DELAY_CRASH_RUNS=50 for a long run.
 
 const (
@@ -243,7 +243,7 @@ func TestCrash_SIGKILL(t *testing.T) {
 func crashTest(t *testing.T, cs crashSetup) {
 	kills := 10
 	if testing.Short() {
-		kills = 4
+		kills = 3
 	}
 	if v := os.Getenv("QMQ_DELAY_CRASH_RUNS"); v != "" {
 		n, err := strconv.Atoi(v)

@@ -27,7 +27,7 @@ func openFDs(t *testing.T) int {
 func TestHorizon_YearsAheadThousandsOfHourFiles(t *testing.T) {
 	hours := 3000
 	if testing.Short() {
-		hours = 400
+		hours = 300
 	}
 	clk := clock.NewFake(epoch)
 	dir := t.TempDir()
