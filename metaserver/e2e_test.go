@@ -78,14 +78,14 @@ func startE2ECluster(t *testing.T) *e2eCluster {
 		t.Cleanup(func() { _ = b.Close(ctx) })
 		reg, err := metaclient.Register(ctx, metas, metaclient.Broker{
 			Kind: protocol.KindRealtime, Role: protocol.RoleMaster, Group: g, Address: b.Addr().String(),
-		}, metaclient.WithRequestTimeout(500*time.Millisecond))
+		}, metaclient.WithRequestTimeout(3*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = reg.Close(ctx) })
 		brokers[g] = b
 	}
-	mc, err := metaclient.New(metas, "e2e", metaclient.WithRefreshInterval(200*time.Millisecond), metaclient.WithRequestTimeout(500*time.Millisecond))
+	mc, err := metaclient.New(metas, "e2e", metaclient.WithRefreshInterval(200*time.Millisecond), metaclient.WithRequestTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package metaserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qmq-go/qmq/metaserver/api"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -88,8 +90,8 @@ func TestServer_ExternalEtcdClusterSurvivesLosingAMember(t *testing.T) {
 	t.Parallel()
 	ms := startEtcdCluster(t)
 	eps := endpointsOf(ms)
-	a := startServer(t, eps, func(o *Options) { o.EtcdTimeout = time.Second; o.BrokerTTL = 5 * time.Second })
-	b := startServer(t, eps, func(o *Options) { o.EtcdTimeout = time.Second; o.BrokerTTL = 5 * time.Second })
+	a := startServer(t, eps, func(o *Options) { o.EtcdTimeout = 2 * time.Second; o.BrokerTTL = 5 * time.Second })
+	b := startServer(t, eps, func(o *Options) { o.EtcdTimeout = 2 * time.Second; o.BrokerTTL = 5 * time.Second })
 	c := newClient(t)
 	c.mustRegister(a, master("g1", "127.0.0.1:1001"))
 	c.mustRegister(b, master("g2", "127.0.0.1:1002"))
@@ -130,16 +132,37 @@ func TestServer_ExternalEtcdClusterSurvivesLosingAMember(t *testing.T) {
 		return err == nil
 	})
 	t.Logf("heartbeats through meta server b work again %v after the kill", time.Since(killed))
-	c.mustRegister(a, master("g3", "127.0.0.1:1003"))
+	eventually(t, 10*time.Second, "g3 to register through meta server a", func() bool {
+		_, err := c.register(a, master("g3", "127.0.0.1:1003"))
+		if err != nil && !errors.Is(err, protocol.ErrUnavailable) {
+			t.Fatalf("register g3: %v", err)
+		}
+		return err == nil
+	})
 	eventually(t, 10*time.Second, "g3 seen by both meta servers", func() bool { return len(a.groups()) == 3 && len(b.groups()) == 3 })
-	fresh := c.mustLookup(b, protocol.LookupRequest{ClientType: protocol.ClientProducer, Subject: "after-loss"})
+	// A new subject gets a route. The write may meet a client connection
+	// still pointed at the dead member and time out; the meta server then
+	// answers "unavailable" and clients ask again, as this loop does.
+	var fresh protocol.LookupResponse
+	eventually(t, 10*time.Second, "a route for a new subject", func() bool {
+		var err error
+		fresh, err = c.lookup(b, protocol.LookupRequest{ClientType: protocol.ClientProducer, Subject: "after-loss"})
+		if err != nil && !errors.Is(err, protocol.ErrUnavailable) {
+			t.Fatalf("lookup after the loss: %v", err)
+		}
+		return err == nil
+	})
 	if len(fresh.Groups) != 2 {
 		t.Fatalf("route assigned after the loss: %+v", fresh.Groups)
 	}
 	eventually(t, 5*time.Second, "a to see the new route", func() bool { return len(a.routes("after-loss")) == 1 })
-	if _, err := admin(a, testToken).MarkReadonly(context.Background(), "g3", ""); err != nil {
-		t.Fatalf("admin change after the loss: %v", err)
-	}
+	eventually(t, 10*time.Second, "an admin change after the loss", func() bool {
+		_, err := admin(a, testToken).MarkReadonly(context.Background(), "g3", "")
+		if err != nil && !errors.Is(err, &api.HTTPError{Status: 503}) {
+			t.Fatalf("admin change after the loss: %v", err)
+		}
+		return err == nil
+	})
 	eventually(t, 5*time.Second, "both meta servers ready", func() bool {
 		base := func(s *Server) string { return httpGet(t, "http://"+s.HTTPAddr().String()+"/readyz") }
 		return strings.HasPrefix(base(a), "ok") && strings.HasPrefix(base(b), "ok")

@@ -129,7 +129,7 @@ func TestServer_EtcdOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := startServer(t, e.Endpoints(), func(o *Options) { o.EtcdTimeout = 500 * time.Millisecond; o.BrokerTTL = 10 * time.Second })
+	s := startServer(t, e.Endpoints(), func(o *Options) { o.EtcdTimeout = time.Second; o.BrokerTTL = 10 * time.Second })
 	c := newClient(t)
 	b1, b2 := startFakeBroker(t, "g1"), startFakeBroker(t, "g2")
 	c.mustRegister(s, master("g1", b1.addr()))
