@@ -52,7 +52,7 @@ func startE2ECluster(t *testing.T) *e2eCluster {
 	t.Cleanup(stopEtcd)
 	o := metaserver.NewOptions()
 	o.Addr, o.HTTPAddr, o.EtcdEndpoints, o.AdminToken = "127.0.0.1:0", "127.0.0.1:0", e.Endpoints(), "t"
-	o.EtcdTimeout, o.BrokerTTL = 500*time.Millisecond, 10*time.Second
+	o.EtcdTimeout, o.BrokerTTL = 2*time.Second, 10*time.Second
 	s, err := metaserver.New(o, nil)
 	if err != nil {
 		t.Fatal(err)
