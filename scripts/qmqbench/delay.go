@@ -116,6 +116,8 @@ type delayRun struct {
 
 func (e *Env) runDelayOurs(dir string, r delayRun) (latenessResult, error) {
 	var res latenessResult
+	e.logLoad()
+	defer e.logLoad()
 	rt, rtAddr, err := e.startRealtime(filepath.Join(dir, "realtime"))
 	if err != nil {
 		return res, err
@@ -360,6 +362,8 @@ func (e *Env) runDelayPeer(system, dir string, timeout time.Duration) (latenessR
 	if err != nil {
 		return res, err
 	}
+	e.logLoad()
+	defer e.logLoad()
 	var args []string
 	switch system {
 	case "nsq":
@@ -493,6 +497,14 @@ func (e *Env) logLatenessHistograms(httpAddr string) {
 			fmt.Fprintf(&sb, " ≤%ss:%.2f%%", le, 100*counts[i]/total)
 		}
 		e.Logf("%s (%.0f):%s", name, total, sb.String())
+	}
+}
+
+// logLoad logs the machine's load average: the machine is shared, and a
+// lateness tail means little without it.
+func (e *Env) logLoad() {
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		e.Logf("load average: %s", strings.TrimSpace(string(b)))
 	}
 }
 
