@@ -23,6 +23,7 @@ import (
 // crc32c is CRC-32C (Castagnoli) over every byte after it. ver is
 // MessageVersion. created and deliver at are Unix milliseconds; deliver at 0
 // means now. attempts counts earlier deliveries that failed (0 on the first).
+// flags must be 0 in version 1.
 // Properties are written in the order given; keys are unique.
 const (
 	// MessageVersion is the message encoding version this package writes.
@@ -175,6 +176,11 @@ func parseMessage(b []byte) (View, error) {
 	}
 	if b[4] != MessageVersion {
 		return View{}, fmt.Errorf("%w: %d", ErrMessageVersion, b[4])
+	}
+	if b[5] != 0 {
+		// Version 1 defines no message flags; a reader that ignored them
+		// could not store and serve the bytes faithfully.
+		return View{}, fmt.Errorf("%w: flags 0x%02x", ErrMessageVersion, b[5])
 	}
 	v := View{
 		Raw:             b,
