@@ -349,6 +349,14 @@ func (s *sender) dueRetries() {
 
 func (s *sender) complete(pd *pending, err error) {
 	s.outstanding--
+	if pd.syncCh != nil {
+		// Send waits on a buffered channel: answer it from here, one hand-off
+		// sooner than through completeLoop.
+		pd.syncCh <- err
+		*pd = pending{}
+		pendingPool.Put(pd)
+		return
+	}
 	s.completions = append(s.completions, completion{pd, err})
 }
 
