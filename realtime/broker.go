@@ -19,9 +19,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// Broker is a realtime broker: the master of one broker group. It serves
+// Broker is a realtime broker: the master of one broker group, which serves
 // sends, pulls and acks over pkg/protocol and keeps its messages in a
-// realtime/store.
+// realtime/store, or its slave, which copies the master's logs (Options.Role).
 type Broker struct {
 	opts    Options
 	lg      *zap.Logger
@@ -35,6 +35,8 @@ type Broker struct {
 	metrics *metrics
 	reg     *prometheus.Registry
 	keeper  *metaclient.Keeper // registration with the meta servers, when configured
+	sync    *syncService       // a master's replication service (nil on a slave)
+	replica *replica           // a slave's sync loop (nil on a master)
 
 	actorsMu  sync.Mutex
 	actors    map[actorKey]*pullActor
@@ -82,11 +84,26 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 	sopts.RetentionBytes = opts.RetentionBytes
 	sopts.Limits = b.limits
 	sopts.OnAppend = b.onAppend
+	sopts.Replica = opts.Role == RoleSlave
+	if !sopts.Replica {
+		b.sync = newSyncService(b)
+		sopts.ActionLogFloor = b.sync.actionFloor
+	}
 	st, err := store.Open(opts.DataDir, sopts, lg)
 	if err != nil {
 		return nil, fmt.Errorf("realtime: open store: %w", err)
 	}
 	b.store = st
+	if b.sync != nil {
+		b.sync.store = st
+		b.sync.registerMetrics(b.reg)
+	} else {
+		if b.replica, err = newReplica(b); err != nil {
+			st.Close()
+			return nil, err
+		}
+		b.replica.registerMetrics(b.reg)
+	}
 	rep := st.OpenReport()
 	lg.Info("store opened", zap.String("dir", opts.DataDir), zap.Duration("took", rep.Duration),
 		zap.Int64("messages_replayed", rep.MessagesReplayed), zap.Int64("actions_replayed", rep.ActionsReplayed))
@@ -100,11 +117,12 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 
 	mux := netserver.NewMux()
 	mux.HandleFunc(protocol.CmdSend, b.serveSend)
-	mux.HandleFunc(protocol.CmdPull, b.servePull)
-	mux.HandleFunc(protocol.CmdAck, b.serveAck)
-	mux.HandleFunc(protocol.CmdConsumerManage, b.serveConsumerManage)
+	mux.HandleFunc(protocol.CmdPull, b.masterOnly(b.servePull))
+	mux.HandleFunc(protocol.CmdAck, b.masterOnly(b.serveAck))
+	mux.HandleFunc(protocol.CmdConsumerManage, b.masterOnly(b.serveConsumerManage))
 	mux.HandleFunc(protocol.CmdBrokerStats, b.serveBrokerStats)
-	mux.HandleFunc(protocol.CmdDeadLetters, b.serveDeadLetters)
+	mux.HandleFunc(protocol.CmdDeadLetters, b.masterOnly(b.serveDeadLetters))
+	mux.HandleFunc(protocol.CmdSyncLog, b.serveSync)
 	srv, err := netserver.New(netserver.Options{Addr: opts.Addr, MaxFrameSize: opts.MaxFrameSize}, mux, lg)
 	if err != nil {
 		sched.Close()
@@ -139,11 +157,17 @@ func (b *Broker) Start() error {
 			return fmt.Errorf("realtime: %w", err)
 		}
 	}
-	b.wg.Add(1)
-	go b.livenessLoop()
+	if b.sync != nil {
+		b.sync.start()
+		b.wg.Add(1)
+		go b.livenessLoop()
+	} else {
+		b.replica.start()
+	}
 	b.register()
 	b.ready.Store(true)
-	b.lg.Info("serving", zap.Stringer("addr", b.server.Addr()), zap.String("flush", b.opts.Flush))
+	b.lg.Info("serving", zap.Stringer("addr", b.server.Addr()), zap.String("flush", b.opts.Flush),
+		zap.String("role", b.opts.Role), zap.Bool("wait_slave", b.opts.WaitSlave))
 	return nil
 }
 
@@ -169,10 +193,67 @@ func (b *Broker) writable() error {
 	switch {
 	case b.closing.Load():
 		return protocol.Errorf(protocol.StatusShuttingDown, "broker group "+b.opts.Group+" is shutting down")
+	case b.sync == nil:
+		return b.notMaster()
 	case b.readonly.Load():
 		return protocol.Errorf(protocol.StatusReadonly, "broker group "+b.opts.Group+" is readonly")
 	}
-	return nil
+	return b.sync.admit()
+}
+
+func (b *Broker) notMaster() error {
+	return protocol.Errorf(protocol.StatusNotMaster, "broker group "+b.opts.Group+": this broker is its slave (master "+b.opts.Master+")")
+}
+
+// masterOnly refuses h's requests on a slave with StatusNotMaster.
+func (b *Broker) masterOnly(h func(*netserver.Request)) func(*netserver.Request) {
+	if b.opts.Role != RoleSlave {
+		return h
+	}
+	return func(r *netserver.Request) { r.ReplyError(b.notMaster()) }
+}
+
+// ReplicationStatus is a broker's replication state, for admin tools.
+type ReplicationStatus struct {
+	Role  string
+	Epoch uint64
+	// Master: the slave's durable message-log offset (-1 before the first
+	// sync), its lag and the send replies waiting for it; LagReadonly while
+	// the lag rule holds the group readonly.
+	SlaveOffset       int64
+	SlaveActionOffset int64
+	WaitingAcks       int
+	LagReadonly       bool
+	SyncServed        int64 // log bytes sent to the slave since start
+	// Both: committed bytes the slave lacks and how old they are (on a
+	// slave: as of its last sync).
+	LagBytes   int64
+	LagSeconds float64
+	// MessageEnd and ActionEnd are this broker's committed log ends.
+	MessageEnd, ActionEnd int64
+}
+
+// Replication reports the broker's role, epoch and replication lag.
+func (b *Broker) Replication() ReplicationStatus {
+	st := ReplicationStatus{Role: b.opts.Role, SlaveOffset: -1, SlaveActionOffset: -1}
+	st.MessageEnd, st.ActionEnd = b.store.CommittedEnds()
+	if y := b.sync; y != nil {
+		st.Epoch = y.epoch
+		st.SlaveOffset = y.slaveMsg.Load()
+		st.SlaveActionOffset = y.slaveAct.Load()
+		st.WaitingAcks = y.waiting()
+		st.LagReadonly = y.readonly.Load()
+		st.SyncServed = y.served.Load()
+		st.LagBytes = y.lagBytes.Load()
+		st.LagSeconds = time.Duration(y.lagNanos.Load()).Seconds()
+	}
+	if y := b.replica; y != nil {
+		st.Epoch = y.epoch
+		var d time.Duration
+		st.LagBytes, d = y.lag()
+		st.LagSeconds = d.Seconds()
+	}
+	return st
 }
 
 // checkNames validates the names of a pull or ack.
@@ -208,8 +289,14 @@ func (b *Broker) close(ctx context.Context) error {
 		}
 	}
 	b.shutdownPulls()
+	if b.sync != nil {
+		b.sync.close() // answers the slave's long poll and the replies waiting for it
+	}
 	if err := b.server.Close(ctx); err != nil {
 		errs = append(errs, err)
+	}
+	if b.replica != nil {
+		b.replica.close()
 	}
 	close(b.stop)
 	b.wg.Wait()

@@ -80,6 +80,28 @@ type Options struct {
 	// ShutdownTimeout bounds a graceful shutdown (default 10s).
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 
+	// Replication (see "Replication" in doc.go). Role is "master" (the
+	// default) or "slave"; a slave copies Master's message and action logs
+	// and refuses producers and consumers with StatusNotMaster.
+	Role   string `yaml:"role"`
+	Master string `yaml:"master"`
+	// WaitSlave makes a send's reply wait until the slave has the messages
+	// durably (default off: the reply waits for the master's disk only).
+	WaitSlave bool `yaml:"wait_slave"`
+	// SlaveLagReadonly: with WaitSlave, once the slave's copy is older than
+	// this the master answers waiting and new sends readonly and reports
+	// itself readonly to the meta server until the slave catches up
+	// (default 5s).
+	SlaveLagReadonly time.Duration `yaml:"slave_lag_readonly"`
+	// MaxWaitingAcks bounds the send replies waiting for the slave; past it
+	// sends get StatusBusy (default 10,000).
+	MaxWaitingAcks int `yaml:"max_waiting_acks"`
+	// SyncMaxBytes bounds each log's bytes in one sync response (default
+	// 1 MiB); SyncWait is how long a master holds a sync request when it
+	// has nothing new (default 500ms).
+	SyncMaxBytes int           `yaml:"sync_max_bytes"`
+	SyncWait     time.Duration `yaml:"sync_wait"`
+
 	Log logging.Options `yaml:"log"`
 }
 
@@ -106,6 +128,11 @@ func NewOptions() Options {
 		MaxFrameSize:      16 << 20,
 		MaxBody:           4 << 20,
 		ShutdownTimeout:   10 * time.Second,
+		Role:              RoleMaster,
+		SlaveLagReadonly:  5 * time.Second,
+		MaxWaitingAcks:    10_000,
+		SyncMaxBytes:      1 << 20,
+		SyncWait:          500 * time.Millisecond,
 		Log:               logging.NewOptions(),
 	}
 }
@@ -133,6 +160,13 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&o.RetentionBytes, "retention-bytes", o.RetentionBytes, "delete the oldest segments past this total size (0: no limit)")
 	fs.Int64Var(&o.SegmentSize, "segment-size", o.SegmentSize, "message-log segment size in bytes")
 	fs.IntVar(&o.MaxBody, "max-body", o.MaxBody, "largest message body in bytes")
+	fs.StringVar(&o.Role, "role", o.Role, "replication role: master or slave")
+	fs.StringVar(&o.Master, "master", o.Master, "the master's address (role slave)")
+	fs.BoolVar(&o.WaitSlave, "wait-slave", o.WaitSlave, "send replies wait until the slave has the messages")
+	fs.DurationVar(&o.SlaveLagReadonly, "slave-lag-readonly", o.SlaveLagReadonly, "with --wait-slave: readonly once the slave lags this long")
+	fs.IntVar(&o.MaxWaitingAcks, "max-waiting-acks", o.MaxWaitingAcks, "with --wait-slave: most send replies waiting for the slave (then busy)")
+	fs.IntVar(&o.SyncMaxBytes, "sync-max-bytes", o.SyncMaxBytes, "most bytes of each log in one sync response")
+	fs.DurationVar(&o.SyncWait, "sync-wait", o.SyncWait, "how long a master holds a sync request with nothing new")
 	o.Log.AddFlags(fs)
 }
 
@@ -165,6 +199,18 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("realtime: max body must be positive and below max frame size")
 	case o.ShutdownTimeout <= 0:
 		return fmt.Errorf("realtime: shutdown timeout must be positive")
+	case o.Role != RoleMaster && o.Role != RoleSlave:
+		return fmt.Errorf("realtime: role must be %q or %q, got %q", RoleMaster, RoleSlave, o.Role)
+	case o.Role == RoleSlave && o.Master == "":
+		return fmt.Errorf("realtime: a slave needs the master's address")
+	case o.Role == RoleSlave && o.WaitSlave:
+		return fmt.Errorf("realtime: --wait-slave is a master's option")
+	case o.SlaveLagReadonly <= 0 || o.MaxWaitingAcks <= 0:
+		return fmt.Errorf("realtime: slave lag readonly and max waiting acks must be positive")
+	case o.SyncMaxBytes < 4<<10 || o.SyncMaxBytes > o.MaxFrameSize/2-1024:
+		return fmt.Errorf("realtime: sync max bytes must be between 4 KiB and half the max frame size")
+	case o.SyncWait <= 0 || o.SyncWait > 10*time.Second:
+		return fmt.Errorf("realtime: sync wait must be positive and at most 10s")
 	}
 	return o.Log.Validate()
 }

@@ -19,11 +19,17 @@ func (b *Broker) register() {
 		addr = b.server.Addr().String()
 	}
 	rates := &rateTracker{}
+	role := protocol.RoleMaster
+	if b.opts.Role == RoleSlave {
+		role = protocol.RoleSlave
+	}
 	b.keeper = metaclient.Keep(b.opts.MetaServers, metaclient.Broker{
-		Kind: protocol.KindRealtime, Role: protocol.RoleMaster, Group: b.opts.Group, Address: addr,
+		Kind: protocol.KindRealtime, Role: role, Group: b.opts.Group, Address: addr,
 		Report: func() (protocol.GroupState, protocol.BrokerLoad) {
 			state := protocol.GroupReadWrite
-			if b.readonly.Load() {
+			if b.readonly.Load() || b.sync == nil || b.sync.readonly.Load() {
+				// A slave takes no messages; a master whose slave lags past
+				// the --wait-slave threshold takes none until it catches up.
 				state = protocol.GroupReadonly
 			}
 			st := b.store.Stats()

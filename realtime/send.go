@@ -78,7 +78,7 @@ func (b *Broker) serveSend(r *netserver.Request) {
 		}
 		b.metrics.stored.Add(float64(stored))
 		b.metrics.appendSecs.Observe(time.Since(start).Seconds())
-		r.Reply(protocol.StatusOK, protocol.AppendSendResponse(nil, statuses))
+		b.replyStored(r, statuses, results)
 	})
 	if err != nil {
 		for j := range batch {

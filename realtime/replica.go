@@ -1,0 +1,155 @@
+package realtime
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/transport"
+	"github.com/qmq-go/qmq/realtime/store"
+	"go.uber.org/zap"
+)
+
+// replica is the slave's side of replication: replicaLoop asks the master
+// for its logs past this store's committed ends and hands the chunks to
+// the store, which writes them at the same offsets and replays them.
+type replica struct {
+	b      *Broker
+	store  *store.Store
+	opts   *Options
+	lg     *zap.Logger
+	client *transport.Client
+	epoch  uint64 // 0 until automatic failover (phase 2) assigns epochs
+
+	lagBytes   atomic.Int64
+	caughtUpAt atomic.Int64 // unix nanos: the copy last held all the master had committed
+	connected  atomic.Bool
+	errors     atomic.Int64
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newReplica(b *Broker) (*replica, error) {
+	c, err := transport.New(transport.Options{RequestTimeout: b.opts.SyncWait + 10*time.Second}, b.lg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	y := &replica{b: b, store: b.store, opts: &b.opts, lg: b.lg.Named("replica").With(zap.String("master", b.opts.Master)),
+		client: c, ctx: ctx, cancel: cancel}
+	y.caughtUpAt.Store(time.Now().UnixNano())
+	return y, nil
+}
+
+func (y *replica) start() {
+	y.wg.Add(1)
+	go y.replicaLoop()
+}
+
+func (y *replica) close() {
+	y.cancel()
+	y.wg.Wait()
+	y.client.Close()
+}
+
+// replicaLoop syncs until close: one request at a time, each carrying this
+// copy's durable ends (the master's acknowledgement) and long-polling for
+// more. Failures back off from 50 ms to 1 s.
+func (y *replica) replicaLoop() {
+	defer y.wg.Done()
+	msgSeg, actSeg := y.store.SegmentSizes()
+	backoff := time.Duration(0)
+	var lastErr string
+	for y.ctx.Err() == nil {
+		if backoff > 0 {
+			select {
+			case <-y.ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+		}
+		err := y.syncOnce(msgSeg, actSeg)
+		if err == nil {
+			if lastErr != "" {
+				y.lg.Info("replicating again")
+				lastErr = ""
+			}
+			backoff = 0
+			continue
+		}
+		if y.ctx.Err() != nil {
+			return
+		}
+		y.errors.Add(1)
+		y.connected.Store(false)
+		if err.Error() != lastErr {
+			lastErr = err.Error()
+			level := zap.WarnLevel
+			if errors.Is(err, store.ErrReplicaGap) || errors.Is(err, store.ErrReplicaMismatch) || errors.Is(err, protocol.ErrInvalid) {
+				level = zap.ErrorLevel // needs an operator: a fresh copy or matching options
+			}
+			y.lg.Log(level, "sync failed; retrying", zap.Error(err))
+		}
+		backoff = min(max(2*backoff, 50*time.Millisecond), time.Second)
+	}
+}
+
+func (y *replica) syncOnce(msgSeg, actSeg int64) error {
+	msgEnd, actEnd := y.store.CommittedEnds()
+	q := protocol.SyncRequest{Epoch: y.epoch, MessageOffset: msgEnd, ActionOffset: actEnd,
+		MessageSegmentSize: msgSeg, ActionSegmentSize: actSeg,
+		MaxBytes: uint32(y.opts.SyncMaxBytes), WaitMillis: uint32(y.opts.SyncWait / time.Millisecond)}
+	ctx, cancel := context.WithTimeout(y.ctx, y.opts.SyncWait+10*time.Second)
+	defer cancel()
+	body, err := y.client.Call(ctx, y.opts.Master, protocol.CmdSyncLog, protocol.AppendSyncRequest(nil, &q))
+	if err != nil {
+		return err
+	}
+	p, err := protocol.DecodeSyncResponse(body)
+	if err != nil {
+		return err
+	}
+	y.connected.Store(true)
+	m := store.LogChunk{Start: p.Message.Start, End: p.Message.End, Offset: p.Message.Offset, Data: p.Message.Data}
+	if err := y.store.ReplicateMessages(m); err != nil {
+		return err
+	}
+	a := store.LogChunk{Start: p.Action.Start, End: p.Action.End, Offset: p.Action.Offset, Data: p.Action.Data}
+	if err := y.store.ReplicateActions(a); err != nil {
+		return err
+	}
+	msgEnd, _ = y.store.CommittedEnds()
+	y.lagBytes.Store(max(m.End-msgEnd, 0))
+	if m.Offset+int64(len(m.Data)) >= m.End {
+		y.caughtUpAt.Store(time.Now().UnixNano())
+	}
+	return nil
+}
+
+// lag returns how far the copy is behind: committed bytes it lacks as of
+// the last answer, and the time since it last held all the master had
+// committed.
+func (y *replica) lag() (int64, time.Duration) {
+	return y.lagBytes.Load(), time.Since(time.Unix(0, y.caughtUpAt.Load()))
+}
+
+func (y *replica) registerMetrics(reg prometheus.Registerer) {
+	labels := prometheus.Labels{"group": y.opts.Group}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_replication_lag_bytes", ConstLabels: labels,
+			Help: "Committed master message-log bytes this slave had not copied at the last sync."},
+			func() float64 { b, _ := y.lag(); return float64(b) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_replication_lag_seconds", ConstLabels: labels,
+			Help: "Time since this slave last held everything its master had committed."},
+			func() float64 { _, d := y.lag(); return d.Seconds() }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "qmq_realtime_replication_errors_total", ConstLabels: labels,
+			Help: "Sync requests that failed (connection, master refusal, bad chunk)."},
+			func() float64 { return float64(y.errors.Load()) }),
+	)
+}

@@ -1,0 +1,400 @@
+package realtime_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/qmq-go/qmq/consumer"
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/testutil"
+	"github.com/qmq-go/qmq/pkg/transport"
+	"github.com/qmq-go/qmq/producer"
+	"github.com/qmq-go/qmq/realtime"
+	"github.com/qmq-go/qmq/realtime/store"
+	"go.uber.org/zap/zaptest"
+)
+
+// Small segments so a few thousand messages roll several of them.
+const (
+	replSegment = 2 << 20
+	replMaxBody = 16 << 10
+)
+
+func replOptions(o *realtime.Options) {
+	o.SegmentSize = replSegment
+	o.MaxBody = replMaxBody
+	o.ConsumerTimeout = time.Minute // no returns while states are compared
+}
+
+func startSlave(t *testing.T, dir, master string, mutate ...func(*realtime.Options)) *testBroker {
+	t.Helper()
+	return startBroker(t, dir, append([]func(*realtime.Options){replOptions, func(o *realtime.Options) {
+		o.Role = realtime.RoleSlave
+		o.Master = master
+	}}, mutate...)...)
+}
+
+// waitCaughtUp waits until the master sees its slave holding both of its
+// logs up to its committed ends.
+func waitCaughtUp(t *testing.T, m *testBroker, timeout time.Duration) {
+	t.Helper()
+	testutil.CheckFor(t, timeout, 10*time.Millisecond, func() error {
+		st := m.Replication()
+		if st.SlaveOffset != st.MessageEnd || st.SlaveActionOffset != st.ActionEnd {
+			return fmt.Errorf("slave at message %d / action %d, master at %d / %d", st.SlaveOffset, st.SlaveActionOffset, st.MessageEnd, st.ActionEnd)
+		}
+		return nil
+	})
+}
+
+// copyState is what a slave must hold exactly as its master does.
+type copyState struct {
+	Start, End int64
+	Subjects   []store.SubjectStats
+	Groups     []store.GroupStats
+}
+
+// storeState opens a closed broker's store and returns its state.
+func storeState(t *testing.T, dir string, replica bool) copyState {
+	t.Helper()
+	o := store.DefaultOptions
+	o.SegmentSize = replSegment
+	o.Limits.MaxBody = replMaxBody
+	o.CheckpointInterval, o.RetentionInterval, o.RetentionAge = -1, -1, -1
+	o.Replica = replica
+	s, err := store.Open(dir, o, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	st := s.Stats()
+	for i := range st.Groups {
+		// A consumer that never got an entry has no state in the action
+		// log (nothing to lose); only the master's memory knows it.
+		var cs []store.ConsumerStats
+		for _, c := range st.Groups[i].Consumers {
+			if c.PullSeq > 0 || c.AckSeq >= 0 {
+				c.LastSeen = time.Time{}
+				cs = append(cs, c)
+			}
+		}
+		st.Groups[i].Consumers, st.Groups[i].AtRisk = cs, 0
+	}
+	for i := range st.Subjects {
+		st.Subjects[i].RetentionDropSeq = 0
+	}
+	return copyState{Start: st.MessageLogStart, End: st.MessageLogEnd, Subjects: st.Subjects, Groups: st.Groups}
+}
+
+// A slave started from empty catches up with a master that rolled several
+// segments, then follows its sends, pulls and acks; stopped, its store holds
+// the master's subjects, group cursors and consumer positions.
+func TestReplication_SlaveCopiesMaster(t *testing.T) {
+	mdir, sdir := t.TempDir(), t.TempDir()
+	m := startBroker(t, mdir, replOptions)
+	p := newProducer(t, m.addr())
+	body := make([]byte, 10000)
+	ids := sendN(t, p, "orders", 600, func(i int, msg *producer.Message) { msg.Body = body })
+	col := newCollector()
+	c := newConsumer(t, "c1", m.addr())
+	if _, err := c.Subscribe("orders", "billing", col.handler, consumer.StartEarliest(), consumer.Concurrency(4)); err != nil {
+		t.Fatal(err)
+	}
+	col.waitAll(t, ids, 30*time.Second)
+
+	s := startSlave(t, sdir, m.addr())
+	waitCaughtUp(t, m, 30*time.Second)
+	if st := s.Replication(); st.Role != realtime.RoleSlave || st.MessageEnd != m.Replication().MessageEnd {
+		t.Fatalf("slave status %+v", st)
+	}
+	// Live traffic: more sends on two subjects and consumption.
+	more := sendN(t, p, "orders", 400, func(i int, msg *producer.Message) { msg.Body = body })
+	sendN(t, p, "audit", 300, nil)
+	col.waitAll(t, more, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, m, 30*time.Second)
+	if segs := m.Replication().MessageEnd / replSegment; segs < 4 {
+		t.Fatalf("test needs several segments, master log ends at %d", m.Replication().MessageEnd)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want, got := storeState(t, mdir, false), storeState(t, sdir, true)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("slave differs from master:\n got %+v\nwant %+v", got, want)
+	}
+	acked := false
+	for _, g := range want.Groups {
+		for _, c := range g.Consumers {
+			acked = acked || (g.Subject == "orders" && c.AckSeq == 999)
+		}
+	}
+	if !acked {
+		t.Fatalf("test needs acked consumer state, master has %+v", want.Groups)
+	}
+}
+
+func rawSend(ctx context.Context, c *transport.Client, addr, subject, id string) error {
+	msg, err := protocol.AppendMessage(nil, &protocol.Message{Subject: subject, ID: id, Body: []byte("wait for the slave"), Created: time.Now()}, protocol.DefaultLimits)
+	if err != nil {
+		return err
+	}
+	body, err := c.Call(ctx, addr, protocol.CmdSend, protocol.AppendSendRequest(nil, 0, [][]byte{msg}))
+	if err != nil {
+		return err
+	}
+	st, err := protocol.DecodeSendResponse(body)
+	if err != nil {
+		return err
+	}
+	if st[0] != protocol.StatusOK {
+		return protocol.Errorf(st[0], "message "+id)
+	}
+	return nil
+}
+
+func newClient(t *testing.T) *transport.Client {
+	t.Helper()
+	c, err := transport.New(transport.Options{RedialBackoffMin: 10 * time.Millisecond, RedialBackoffMax: 100 * time.Millisecond}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// With --wait-slave a send is answered only once the slave has it; with
+// the slave stopped sends wait, and complete when it comes back; past the
+// lag threshold they are answered readonly and the group stays readonly
+// until the slave catches up.
+func TestReplication_WaitSlave(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the lag threshold")
+	}
+	sdir := t.TempDir()
+	m := startBroker(t, t.TempDir(), replOptions, func(o *realtime.Options) {
+		o.WaitSlave = true
+		o.SlaveLagReadonly = 2 * time.Second
+	})
+	s := startSlave(t, sdir, m.addr())
+	c := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := range 20 {
+		if err := rawSend(ctx, c, m.addr(), "w", fmt.Sprint("a", i)); err != nil {
+			t.Fatal(err)
+		}
+		// Answered: the slave's copy already covers the master's end.
+		if ms, ss := m.Replication(), s.Replication(); ss.MessageEnd != ms.MessageEnd || ms.SlaveOffset != ms.MessageEnd {
+			t.Fatalf("send %d answered before the slave had it: master end %d, slave end %d", i, ms.MessageEnd, ss.MessageEnd)
+		}
+	}
+
+	// The slave stops: a send waits; the slave restarts: the send completes.
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- rawSend(ctx, c, m.addr(), "w", "b0") }()
+	select {
+	case err := <-done:
+		t.Fatalf("send answered without a slave: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if n := m.Replication().WaitingAcks; n != 1 {
+		t.Fatalf("%d replies wait for the slave, want 1", n)
+	}
+	s = startSlave(t, sdir, m.addr())
+	if err := <-done; err != nil {
+		t.Fatalf("send after the slave came back: %v", err)
+	}
+
+	// The slave stops for longer than the threshold: the waiting send is
+	// answered readonly, so are new ones, until the slave is back.
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err := rawSend(ctx, c, m.addr(), "w", "c0")
+	if !errors.Is(err, protocol.ErrReadonly) {
+		t.Fatalf("send with the slave gone: %v", err)
+	}
+	if waited := time.Since(start); waited < time.Second {
+		t.Fatalf("readonly after %v, before the 2s threshold", waited)
+	}
+	if err := rawSend(ctx, c, m.addr(), "w", "c1"); !errors.Is(err, protocol.ErrReadonly) {
+		t.Fatalf("send while readonly: %v", err)
+	}
+	if !m.Replication().LagReadonly {
+		t.Fatal("master does not report the lag readonly state")
+	}
+	s = startSlave(t, sdir, m.addr())
+	testutil.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+		return rawSend(ctx, c, m.addr(), "w", fmt.Sprint("d", time.Now().UnixNano()))
+	})
+	waitCaughtUp(t, m, 10*time.Second)
+}
+
+// The replies waiting for the slave are bounded: past MaxWaitingAcks new
+// sends are refused busy at once.
+func TestReplication_WaitingAcksBounded(t *testing.T) {
+	m := startBroker(t, t.TempDir(), replOptions, func(o *realtime.Options) {
+		o.WaitSlave = true
+		o.SlaveLagReadonly = time.Minute
+		o.MaxWaitingAcks = 4
+	})
+	c := newClient(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := range 4 {
+		go rawSend(ctx, c, m.addr(), "w", fmt.Sprint("a", i))
+		testutil.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+			if n := m.Replication().WaitingAcks; n != i+1 {
+				return fmt.Errorf("%d waiting replies, want %d", n, i+1)
+			}
+			return nil
+		})
+	}
+	tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer tcancel()
+	if err := rawSend(tctx, c, m.addr(), "w", "over"); !errors.Is(err, protocol.ErrBusy) {
+		t.Fatalf("send past the bound: %v", err)
+	}
+}
+
+// A slave refuses producers and consumers; a master refuses bad sync
+// requests with clear errors.
+func TestReplication_Refusals(t *testing.T) {
+	m := startBroker(t, t.TempDir(), replOptions)
+	s := startSlave(t, t.TempDir(), m.addr())
+	c := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := rawSend(ctx, c, s.addr(), "x", "1"); !errors.Is(err, protocol.ErrNotMaster) {
+		t.Fatalf("send to a slave: %v", err)
+	}
+	pull := protocol.AppendPullRequest(nil, &protocol.PullRequest{Subject: "x", Group: "g", ConsumerID: "c", Max: 1, Timeout: 10 * time.Millisecond})
+	if _, err := c.Call(ctx, s.addr(), protocol.CmdPull, pull); !errors.Is(err, protocol.ErrNotMaster) {
+		t.Fatalf("pull from a slave: %v", err)
+	}
+	ack := protocol.AppendAckRequest(nil, &protocol.AckRequest{Subject: "x", Group: "g", ConsumerID: "c", First: 0, Last: 0})
+	if _, err := c.Call(ctx, s.addr(), protocol.CmdAck, ack); !errors.Is(err, protocol.ErrNotMaster) {
+		t.Fatalf("ack to a slave: %v", err)
+	}
+	if err := rawSend(ctx, c, m.addr(), "x", "1"); err != nil {
+		t.Fatal(err)
+	}
+	end := m.Replication().MessageEnd
+	good := protocol.SyncRequest{MessageSegmentSize: replSegment, ActionSegmentSize: store.DefaultOptions.ActionSegmentSize, MaxBytes: 1 << 20}
+	cases := []struct {
+		name string
+		body []byte
+		addr string
+		want error
+	}{
+		{"garbage", []byte("not a sync request"), m.addr(), protocol.ErrBadRequest},
+		{"past the end", func() []byte { q := good; q.MessageOffset = end + 100; return protocol.AppendSyncRequest(nil, &q) }(), m.addr(), protocol.ErrBadRequest},
+		{"inside a record", func() []byte { q := good; q.MessageOffset = 5; return protocol.AppendSyncRequest(nil, &q) }(), m.addr(), protocol.ErrBadRequest},
+		{"segment size", func() []byte { q := good; q.MessageSegmentSize = 1 << 30; return protocol.AppendSyncRequest(nil, &q) }(), m.addr(), protocol.ErrInvalid},
+		{"to a slave", protocol.AppendSyncRequest(nil, &good), s.addr(), protocol.ErrNotMaster},
+	}
+	for _, tc := range cases {
+		if _, err := c.Call(ctx, tc.addr, protocol.CmdSyncLog, tc.body); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	// A good request gets whole records from offset 0.
+	resp, err := c.Call(ctx, m.addr(), protocol.CmdSyncLog, protocol.AppendSyncRequest(nil, &good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := protocol.DecodeSyncResponse(resp)
+	if err != nil || p.Message.Offset != 0 || int64(len(p.Message.Data)) != p.Message.End || p.Message.End < end {
+		t.Fatalf("sync response %+v, %v", p.Message, err)
+	}
+}
+
+// A slave process killed with SIGKILL while copying restarts from its own
+// durable offset (the master sends only what it lacks) and ends with the
+// master's state.
+func TestReplication_SlaveKilledResumes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a broker process")
+	}
+	bin := filepath.Join(t.TempDir(), "qmq-realtime")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/qmq-go/qmq/realtime/cmd/qmq-realtime").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	mdir, sdir := t.TempDir(), t.TempDir()
+	m := startBroker(t, mdir, replOptions)
+	runSlave := func() *exec.Cmd {
+		cmd := exec.Command(bin, "--role=slave", "--master="+m.addr(), "--data-dir="+sdir, "--addr=127.0.0.1:0", "--http-addr=",
+			fmt.Sprint("--segment-size=", replSegment), fmt.Sprint("--max-body=", replMaxBody), "--log-level=warn")
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd
+	}
+	p := newProducer(t, m.addr())
+	body := make([]byte, 4000)
+	sendN(t, p, "big", 500, func(i int, msg *producer.Message) { msg.Body = body })
+	child := runSlave()
+	waitCaughtUp(t, m, 30*time.Second)
+	// Kill it while it copies more.
+	sendDone := make(chan struct{})
+	go func() {
+		defer close(sendDone)
+		sendN(t, p, "big", 300, func(i int, msg *producer.Message) { msg.Body = body })
+	}()
+	testutil.CheckFor(t, 30*time.Second, time.Millisecond, func() error {
+		if st := m.Replication(); st.SlaveOffset <= 500*4000 || st.SlaveOffset == st.MessageEnd {
+			return fmt.Errorf("slave at %d of %d", st.SlaveOffset, st.MessageEnd)
+		}
+		return nil
+	})
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	child.Wait()
+	<-sendDone
+	before := m.Replication()
+	child = runSlave()
+	waitCaughtUp(t, m, 30*time.Second)
+	after := m.Replication()
+	copied := after.SyncServed - before.SyncServed
+	if lacked := before.MessageEnd - before.SlaveOffset + before.ActionEnd; copied > lacked {
+		t.Fatalf("restarted slave copied %d bytes; it lacked at most %d (it did not resume from its own offset)", copied, lacked)
+	}
+	if copied >= after.MessageEnd/2 {
+		t.Fatalf("restarted slave copied %d of %d bytes", copied, after.MessageEnd)
+	}
+	if err := child.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Wait(); err != nil {
+		t.Fatalf("slave exit: %v", err)
+	}
+	if err := m.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if want, got := storeState(t, mdir, false), storeState(t, sdir, true); !reflect.DeepEqual(got, want) {
+		t.Fatalf("slave differs from master:\n got %+v\nwant %+v", got, want)
+	}
+}

@@ -1,0 +1,416 @@
+package realtime
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/qmq-go/qmq/pkg/netserver"
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/realtime/store"
+	"go.uber.org/zap"
+)
+
+// Roles of a broker in its group (Options.Role).
+const (
+	RoleMaster = "master"
+	RoleSlave  = "slave"
+)
+
+// maxSyncWait caps how long a master holds a sync request, whatever the
+// slave asks for.
+const maxSyncWait = 10 * time.Second
+
+// lagSampleEvery is how often the master samples its committed end to date
+// the bytes its slave lacks; maxLagSamples bounds the samples kept.
+const (
+	lagSampleEvery = 10 * time.Millisecond
+	maxLagSamples  = 4096
+)
+
+// syncService is the master's side of replication: it answers the slave's
+// sync requests with committed log bytes (long-polling when there is
+// nothing new), learns the slave's durable offsets from them, holds send
+// replies until the slave has their messages (WaitSlave) and turns the
+// group readonly when the slave lags too long.
+type syncService struct {
+	b     *Broker
+	store *store.Store
+	opts  *Options
+	lg    *zap.Logger
+	epoch uint64 // 0 until automatic failover (phase 2) assigns epochs
+
+	// slaveMsg and slaveAct are the slave's durable ends (-1: no slave yet).
+	slaveMsg, slaveAct atomic.Int64
+	slaveSeen          atomic.Int64 // unix nanos of the last sync request
+	// readonly is set while the slave lags past SlaveLagReadonly (WaitSlave).
+	readonly atomic.Bool
+	lagNanos atomic.Int64
+	lagBytes atomic.Int64
+	served   atomic.Int64 // log bytes sent to the slave
+
+	mu      sync.Mutex
+	waiters []ackWaiter // ordered by need
+	samples []lagSample // committed ends above the slave's, oldest first
+	closed  bool
+
+	stop chan struct{}
+	wg   sync.WaitGroup // syncWatchLoop and the long polls
+}
+
+// ackWaiter is a send reply waiting for the slave's copy: done runs once
+// the slave's durable message-log end reaches need, or with an error.
+type ackWaiter struct {
+	need int64
+	done func(error)
+}
+
+type lagSample struct {
+	end int64
+	at  time.Time
+}
+
+func newSyncService(b *Broker) *syncService {
+	y := &syncService{b: b, store: b.store, opts: &b.opts, lg: b.lg.Named("sync"), stop: make(chan struct{})}
+	y.slaveMsg.Store(-1)
+	y.slaveAct.Store(-1)
+	return y
+}
+
+func (y *syncService) start() {
+	y.wg.Add(1)
+	go y.syncWatchLoop()
+}
+
+// close answers the long polls, fails the waiting send replies and waits
+// for the service's goroutines.
+func (y *syncService) close() {
+	y.mu.Lock()
+	if y.closed {
+		y.mu.Unlock()
+		return
+	}
+	y.closed = true
+	ws := y.waiters
+	y.waiters = nil
+	y.mu.Unlock()
+	close(y.stop)
+	err := protocol.Errorf(protocol.StatusShuttingDown, "broker group "+y.opts.Group+" is shutting down before its slave confirmed the messages (stored on the master)")
+	for _, w := range ws {
+		w.done(err)
+	}
+	y.wg.Wait()
+}
+
+// serveSync answers a CmdSyncLog request.
+func (b *Broker) serveSync(r *netserver.Request) {
+	if b.sync == nil {
+		r.ReplyError(protocol.Errorf(protocol.StatusNotMaster, "broker group "+b.opts.Group+": this broker is a slave"))
+		return
+	}
+	b.sync.serve(r)
+}
+
+func (y *syncService) serve(r *netserver.Request) {
+	q, err := protocol.DecodeSyncRequest(r.Body)
+	if err != nil {
+		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
+		return
+	}
+	if q.Epoch < y.epoch {
+		r.ReplyError(protocol.Errorf(protocol.StatusStaleEpoch, fmt.Sprintf("sync from epoch %d, the group is at %d", q.Epoch, y.epoch)))
+		return
+	}
+	if ms, as := y.store.SegmentSizes(); q.MessageSegmentSize != ms || q.ActionSegmentSize != as {
+		r.ReplyError(protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf(
+			"slave segment sizes (message %d, action %d) differ from the master's (message %d, action %d)",
+			q.MessageSegmentSize, q.ActionSegmentSize, ms, as)))
+		return
+	}
+	mEnd, aEnd := y.store.CommittedEnds()
+	if q.MessageOffset > mEnd || q.ActionOffset > aEnd {
+		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, fmt.Sprintf(
+			"sync offsets (message %d, action %d) are past the master's committed ends (message %d, action %d)",
+			q.MessageOffset, q.ActionOffset, mEnd, aEnd)))
+		return
+	}
+	y.slaveAck(q.MessageOffset, q.ActionOffset)
+	y.mu.Lock()
+	if y.closed {
+		y.mu.Unlock()
+		r.ReplyError(protocol.Errorf(protocol.StatusShuttingDown, "broker group "+y.opts.Group+" is shutting down"))
+		return
+	}
+	y.wg.Add(1)
+	y.mu.Unlock()
+	go y.answer(r, q)
+}
+
+// answer replies with the committed bytes past the slave's offsets, waiting
+// up to the request's wait for some when there are none.
+func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
+	defer y.wg.Done()
+	maxBytes := int(min(q.MaxBytes, uint32(y.opts.SyncMaxBytes)))
+	wait := min(time.Duration(q.WaitMillis)*time.Millisecond, maxSyncWait)
+	var timeout <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		timeout = t.C
+	}
+	for waited := false; ; {
+		sig := y.store.CommitSignal()
+		mc, err := y.store.ReadMessageLog(q.MessageOffset, maxBytes)
+		var ac store.LogChunk
+		if err == nil {
+			ac, err = y.store.ReadActionLog(q.ActionOffset, maxBytes)
+		}
+		if err != nil {
+			status := protocol.StatusInternal
+			if errors.Is(err, store.ErrBadOffset) {
+				status = protocol.StatusBadRequest
+			}
+			r.ReplyError(protocol.Errorf(status, err.Error()))
+			return
+		}
+		if len(mc.Data) > 0 || len(ac.Data) > 0 || waited || wait == 0 {
+			m := protocol.SyncChunk{Start: mc.Start, End: mc.End, Offset: mc.Offset, Data: mc.Data}
+			a := protocol.SyncChunk{Start: ac.Start, End: ac.End, Offset: ac.Offset, Data: ac.Data}
+			head := protocol.AppendSyncResponseHead(make([]byte, 0, 80), y.epoch, &m)
+			mid := protocol.AppendSyncChunkHead(make([]byte, 0, 32), &a)
+			r.Reply(protocol.StatusOK, head, mc.Data, mid, ac.Data)
+			y.served.Add(int64(len(mc.Data) + len(ac.Data)))
+			return
+		}
+		select {
+		case <-sig:
+		case <-timeout:
+			waited = true
+		case <-r.Done():
+			return
+		case <-y.stop:
+			waited = true
+		}
+	}
+}
+
+// slaveAck records the slave's durable ends and completes the send replies
+// they cover.
+func (y *syncService) slaveAck(msg, act int64) {
+	y.slaveSeen.Store(time.Now().UnixNano())
+	y.slaveAct.Store(max(y.slaveAct.Load(), act))
+	if msg <= y.slaveMsg.Load() {
+		return
+	}
+	y.slaveMsg.Store(msg)
+	y.completeUpTo(msg)
+}
+
+// admit refuses a send when too many replies wait for the slave or the
+// slave lags past the readonly threshold.
+func (y *syncService) admit() error {
+	if !y.opts.WaitSlave {
+		return nil
+	}
+	if y.readonly.Load() {
+		return protocol.Errorf(protocol.StatusReadonly, fmt.Sprintf("broker group %s is readonly: its slave lags more than %v", y.opts.Group, y.opts.SlaveLagReadonly))
+	}
+	y.mu.Lock()
+	n := len(y.waiters)
+	y.mu.Unlock()
+	if n >= y.opts.MaxWaitingAcks {
+		return protocol.Errorf(protocol.StatusBusy, fmt.Sprintf("broker group %s: %d send replies wait for the slave", y.opts.Group, n))
+	}
+	return nil
+}
+
+// await runs done once the slave's durable message-log end reaches need
+// (done(nil)), or with an error when the slave lags past the threshold or
+// the broker closes. It never blocks (it runs on the store's commit
+// goroutine).
+func (y *syncService) await(need int64, done func(error)) {
+	if y.slaveMsg.Load() >= need {
+		done(nil)
+		return
+	}
+	y.mu.Lock()
+	if y.closed {
+		y.mu.Unlock()
+		done(protocol.Errorf(protocol.StatusShuttingDown, "broker group "+y.opts.Group+" is shutting down"))
+		return
+	}
+	if y.readonly.Load() {
+		y.mu.Unlock()
+		done(y.lagError())
+		return
+	}
+	i := sort.Search(len(y.waiters), func(i int) bool { return y.waiters[i].need > need })
+	y.waiters = append(y.waiters, ackWaiter{})
+	copy(y.waiters[i+1:], y.waiters[i:])
+	y.waiters[i] = ackWaiter{need: need, done: done}
+	y.mu.Unlock()
+	// The slave may have acked meanwhile.
+	if m := y.slaveMsg.Load(); m >= need {
+		y.completeUpTo(m)
+	}
+}
+
+// completeUpTo completes the waiters covered by msg.
+func (y *syncService) completeUpTo(msg int64) {
+	y.mu.Lock()
+	n := sort.Search(len(y.waiters), func(i int) bool { return y.waiters[i].need > msg })
+	done := append([]ackWaiter(nil), y.waiters[:n]...)
+	y.waiters = append(y.waiters[:0], y.waiters[n:]...)
+	k := sort.Search(len(y.samples), func(i int) bool { return y.samples[i].end > msg })
+	y.samples = append(y.samples[:0], y.samples[k:]...)
+	y.mu.Unlock()
+	for _, w := range done {
+		w.done(nil)
+	}
+}
+
+func (y *syncService) lagError() error {
+	return protocol.Errorf(protocol.StatusReadonly, fmt.Sprintf(
+		"broker group %s: the slave did not copy the messages within %v (stored on the master only; the group is readonly until the slave catches up)",
+		y.opts.Group, y.opts.SlaveLagReadonly))
+}
+
+// syncWatchLoop dates the bytes the slave lacks and applies the readonly
+// rule: with WaitSlave, a slave whose copy is older than SlaveLagReadonly
+// makes the group readonly (waiting replies fail with StatusReadonly, the
+// meta server hears GroupReadonly) until it has caught up.
+func (y *syncService) syncWatchLoop() {
+	defer y.wg.Done()
+	t := time.NewTicker(lagSampleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-y.stop:
+			return
+		case now := <-t.C:
+			y.watch(now)
+		}
+	}
+}
+
+func (y *syncService) watch(now time.Time) {
+	end, _ := y.store.CommittedEnds()
+	slave := y.slaveMsg.Load()
+	y.mu.Lock()
+	if slave >= end {
+		y.samples = y.samples[:0]
+	} else if n := len(y.samples); n == 0 || y.samples[n-1].end < end {
+		if n == maxLagSamples {
+			// Keep the oldest and every other one after it.
+			k := 1
+			for i := 2; i < n; i += 2 {
+				y.samples[k] = y.samples[i]
+				k++
+			}
+			y.samples = y.samples[:k]
+		}
+		y.samples = append(y.samples, lagSample{end: end, at: now})
+	}
+	lag := time.Duration(0)
+	if len(y.samples) > 0 {
+		lag = now.Sub(y.samples[0].at)
+	}
+	var failed []ackWaiter
+	wasReadonly := y.readonly.Load()
+	switch {
+	case y.opts.WaitSlave && lag > y.opts.SlaveLagReadonly && !wasReadonly:
+		y.readonly.Store(true)
+		failed = y.waiters
+		y.waiters = nil
+	case wasReadonly && lag == 0:
+		y.readonly.Store(false)
+	}
+	y.mu.Unlock()
+	y.lagNanos.Store(int64(lag))
+	y.lagBytes.Store(max(end-max(slave, 0), 0))
+	if len(failed) > 0 || (y.readonly.Load() != wasReadonly) {
+		y.lg.Warn("slave lag readonly rule", zap.Bool("readonly", y.readonly.Load()), zap.Duration("lag", lag),
+			zap.Int64("slave_offset", slave), zap.Int64("committed", end), zap.Int("failed_replies", len(failed)))
+	}
+	if len(failed) > 0 {
+		err := y.lagError()
+		for _, w := range failed {
+			w.done(err)
+		}
+	}
+}
+
+// actionFloor is the store's ActionLogFloor: checkpoints keep the action
+// log the slave has not copied yet, while a slave has been seen in the
+// last actionFloorFor.
+func (y *syncService) actionFloor() int64 {
+	seen := y.slaveSeen.Load()
+	if seen == 0 || time.Since(time.Unix(0, seen)) > actionFloorFor {
+		return -1
+	}
+	return y.slaveAct.Load()
+}
+
+// actionFloorFor is how long after its last sync request a slave's action
+// offset still holds back action-log deletion.
+const actionFloorFor = 10 * time.Minute
+
+func (y *syncService) waiting() int {
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	return len(y.waiters)
+}
+
+// replyStored answers a send once its stored messages are covered by the
+// slave's copy (WaitSlave), or at once.
+func (b *Broker) replyStored(r *netserver.Request, statuses []protocol.Status, results []store.Result) {
+	// The slave's durable end is a record boundary: past a record's offset
+	// means past its end.
+	need := int64(-1)
+	if b.sync != nil && b.opts.WaitSlave {
+		for _, res := range results {
+			if res.Err == nil {
+				need = max(need, res.Offset+1)
+			}
+		}
+	}
+	if need < 0 {
+		r.Reply(protocol.StatusOK, protocol.AppendSendResponse(nil, statuses))
+		return
+	}
+	b.sync.await(need, func(err error) {
+		if err != nil {
+			r.ReplyError(err)
+			return
+		}
+		r.Reply(protocol.StatusOK, protocol.AppendSendResponse(nil, statuses))
+	})
+}
+
+// registerSyncMetrics adds the master's replication series.
+func (y *syncService) registerMetrics(reg prometheus.Registerer) {
+	labels := prometheus.Labels{"group": y.opts.Group}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_slave_offset_bytes", ConstLabels: labels,
+			Help: "The slave's durable message-log offset (-1: no slave yet)."}, func() float64 { return float64(y.slaveMsg.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_slave_lag_bytes", ConstLabels: labels,
+			Help: "Committed message-log bytes the slave has not copied."}, func() float64 { return float64(y.lagBytes.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_slave_lag_seconds", ConstLabels: labels,
+			Help: "Age of the oldest committed bytes the slave has not copied."}, func() float64 { return time.Duration(y.lagNanos.Load()).Seconds() }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "qmq_realtime_sync_bytes_served_total", ConstLabels: labels,
+			Help: "Message-log and action-log bytes sent to the slave."}, func() float64 { return float64(y.served.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_waiting_acks", ConstLabels: labels,
+			Help: "Send replies waiting for the slave's copy (--wait-slave)."}, func() float64 { return float64(y.waiting()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_slave_lag_readonly", ConstLabels: labels,
+			Help: "1 while the group is readonly because its slave lags."}, func() float64 {
+			if y.readonly.Load() {
+				return 1
+			}
+			return 0
+		}),
+	)
+}
