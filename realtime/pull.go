@@ -155,6 +155,9 @@ func (a *pullActor) handle(ev pullEvent) {
 	switch ev.kind {
 	case evPull:
 		c := ev.call
+		// Say a pull may wait before looking for messages: an append that
+		// lands between an empty look and parking must still wake us.
+		a.hasWaiting.Store(true)
 		if now.After(c.staleAt) {
 			a.b.metrics.pullDropped.Inc()
 			c.r.ReplyError(protocol.Errorf(protocol.StatusRetryLater, "pull waited past its deadline"))
