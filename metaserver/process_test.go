@@ -56,7 +56,6 @@ func TestServer_SIGKILLedBrokerLeavesRoutesWithinTTL(t *testing.T) {
 	const ttl = 2 * time.Second
 	s := startServer(t, startEtcd(t), func(o *Options) { o.BrokerTTL = ttl })
 	c := newClient(t)
-	c.mustRegister(s, master("alive", "127.0.0.1:1001"))
 
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "QMQ_TEST_BROKER_META="+s.Addr().String(), "QMQ_TEST_BROKER_GROUP=doomed")
@@ -73,9 +72,9 @@ func TestServer_SIGKILLedBrokerLeavesRoutesWithinTTL(t *testing.T) {
 	if err != nil || !strings.HasPrefix(line, "registered") {
 		t.Fatalf("broker process said %q, %v", line, err)
 	}
-	eventually(t, 5*time.Second, "both groups writable", func() bool {
+	eventually(t, 10*time.Second, "the broker's group writable", func() bool {
 		resp, err := c.lookup(s, protocol.LookupRequest{ClientType: protocol.ClientProducer, Subject: "orders"})
-		return err == nil && len(resp.Groups) == 2 && resp.Groups[0].State == protocol.GroupReadWrite && resp.Groups[1].State == protocol.GroupReadWrite
+		return err == nil && groupState(resp, "doomed") == protocol.GroupReadWrite
 	})
 	// Let a few heartbeats pass so the kill lands mid-lease.
 	time.Sleep(ttl)
@@ -96,13 +95,11 @@ func TestServer_SIGKILLedBrokerLeavesRoutesWithinTTL(t *testing.T) {
 		return false
 	})
 	t.Logf("group unavailable %v after SIGKILL (TTL %v)", gone, ttl)
-	if gone > ttl+time.Second {
-		t.Fatalf("the killed broker stayed in routes %v, over TTL %v + 1s", gone, ttl)
-	}
-	if st := groupState(c.mustLookup(s, protocol.LookupRequest{ClientType: protocol.ClientProducer, Subject: "orders"}), "alive"); st != protocol.GroupUnavailable {
-		// "alive" registered once and never heartbeat: it expires too, but
-		// only the doomed group's timing is under test.
-		t.Logf("group alive is %v", st)
+	// The lease expires at most one TTL after the last heartbeat, which
+	// came before the kill; the watch and this poll add a little, more on a
+	// loaded machine.
+	if gone > ttl+2*time.Second {
+		t.Fatalf("the killed broker stayed in routes %v, over TTL %v + 2s", gone, ttl)
 	}
 }
 
