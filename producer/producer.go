@@ -54,6 +54,7 @@ type pending struct {
 	asyncCB  func(*Message, error)
 	rawCB    func(error)
 	syncCh   chan error
+	answered bool // syncCh already got the outcome (from the transport callback)
 	deadline time.Time
 	tries    int
 	lastErr  error

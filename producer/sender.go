@@ -44,6 +44,9 @@ type result struct {
 	body   []byte
 	err    error
 	sentAt time.Time
+	// statuses, when set, were decoded by the transport callback (which
+	// already answered the waiting Send calls whose messages are stored).
+	statuses []protocol.Status
 	// counted: the request holds one of its group's in-flight slots.
 	counted bool
 	abort   bool
@@ -220,7 +223,21 @@ func (s *sender) send(b *batch) bool {
 	sentAt := s.p.cfg.now()
 	results := s.p.results
 	err := s.p.transport.Go(g.Addr, protocol.CmdSend, b.body.Bytes(), s.p.cfg.requestTime, func(body []byte, err error) {
-		results <- &result{group: g, msgs: msgs, body: body, err: err, sentAt: sentAt, counted: true}
+		r := &result{group: g, msgs: msgs, body: body, err: err, sentAt: sentAt, counted: true}
+		if err == nil {
+			// Answer waiting Send calls now, one hand-off sooner; sendLoop
+			// does the rest (accounting, retries, callbacks).
+			if st, derr := protocol.DecodeSendResponse(body); derr == nil && len(st) == len(msgs) {
+				r.statuses = st
+				for i, pd := range msgs {
+					if pd.syncCh != nil && st[i].Success() {
+						pd.syncCh <- nil
+						pd.answered = true
+					}
+				}
+			}
+		}
+		results <- r
 	})
 	b.body.Reset(g.Epoch)
 	if err != nil {
@@ -237,9 +254,9 @@ func (s *sender) handle(r *result) {
 	if r.counted {
 		s.inFlight[r.group.Name]--
 	}
-	var statuses []protocol.Status
+	statuses := r.statuses
 	err := r.err
-	if err == nil {
+	if err == nil && statuses == nil {
 		statuses, err = protocol.DecodeSendResponse(r.body)
 		if err == nil && len(statuses) != len(r.msgs) {
 			err = fmt.Errorf("%w: %d statuses for %d messages", protocol.ErrBadRequest, len(statuses), len(r.msgs))
@@ -351,8 +368,11 @@ func (s *sender) complete(pd *pending, err error) {
 	s.outstanding--
 	if pd.syncCh != nil {
 		// Send waits on a buffered channel: answer it from here, one hand-off
-		// sooner than through completeLoop.
-		pd.syncCh <- err
+		// sooner than through completeLoop (unless the transport callback
+		// already did).
+		if !pd.answered {
+			pd.syncCh <- err
+		}
 		*pd = pending{}
 		pendingPool.Put(pd)
 		return
