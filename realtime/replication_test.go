@@ -327,6 +327,15 @@ func TestReplication_Refusals(t *testing.T) {
 	if err != nil || p.Message.Offset != 0 || int64(len(p.Message.Data)) != p.Message.End || p.Message.End < end {
 		t.Fatalf("sync response %+v, %v", p.Message, err)
 	}
+	// Without --wait-slave the master keeps serving when its slave is gone.
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if err := rawSend(ctx, c, m.addr(), "x", fmt.Sprint("after", i)); err != nil {
+			t.Fatalf("send with the slave gone: %v", err)
+		}
+	}
 }
 
 // A slave process killed with SIGKILL while copying restarts from its own

@@ -182,6 +182,56 @@
 // a group that the next pass would delete). A pull whose cursor fell below
 // the minimum skips forward and reports PullResult.Expired.
 //
+// # Replication
+//
+// A slave's store is opened with Options.Replica: clients cannot change it
+// (AppendAsync, Pull, Ack, ReturnUnacked, RemoveConsumer and ResetGroup fail
+// with ErrReplica) and its two logs are fed from the master's, byte for byte:
+//
+//	master: ReadMessageLog(from, max) / ReadActionLog(from, max) → LogChunk
+//	slave:  ReplicateMessages(chunk) / ReplicateActions(chunk)
+//	        CommittedEnds() → the offsets to ask for next (the slave's ack)
+//
+// A LogChunk is whole records of one segment, exactly as stored, starting
+// at the offset asked for (or at the next segment's base when the rest of
+// that segment is padding, or at the log's Start when the offset was
+// deleted), and only committed bytes: the message log up to the last
+// published group (fdatasynced before it is published under FlushSync;
+// under FlushAsync also not past the last fdatasync), the action log up to
+// its last sync. An offset past the committed end, negative, or not at the
+// start of a valid record fails with ErrBadOffset.
+//
+// The replica re-appends each record through a segment.Batch, which places
+// records by the same rule as the master's (a record that does not fit in
+// what is left of a segment starts the next one, whose base is the previous
+// base plus SegmentSize), so with equal segment sizes every record lands at
+// the master's offset; ReplicateMessages checks each one (ErrReplicaMismatch
+// otherwise) and validates every record's CRC first (ErrBadChunk: nothing of
+// a bad chunk is written). It writes, fdatasyncs, then indexes the records
+// into consume logs with the code recovery uses and publishes them (goodEnd
+// last, as the appender does), so the consume logs are derived, not copied.
+// ReplicateActions appends each action through the action log's batch and
+// applies it under its group's lock exactly as a live action is (version
+// check, pull-log entries), then syncs: a checkpoint's action offset never
+// runs ahead of the groups it records. Checkpoints, recovery and retention
+// run on a replica as on a master, so a replica killed at any point reopens
+// from its own files and asks for what follows its durable ends.
+//
+// Catching up from empty: when the master no longer keeps the message-log
+// offset the replica asks for (retention), the chunk starts at the master's
+// Start; the replica then drops its own message-log segments, restarts its
+// log at that offset and turns the missing sequences into holes below each
+// subject's new minimum. The action log cannot skip that way (a group's
+// state is the sum of its actions): the master's checkpoints keep action-log
+// segments its slave has not copied (Options.ActionLogFloor), and a replica
+// whose action log is behind the master's first kept action-log offset gets
+// ErrReplicaGap and must be started again from empty with a snapshot
+// (CmdSyncCheckpoint, phase 2). A consumer that never received an entry has
+// no action and is not replicated (it has nothing to lose).
+//
+// CommitSignal returns a channel closed when either log's committed end
+// moves; the master's sync service long-polls on it.
+//
 // # Scale and memory
 //
 // Consume-log and pull-log files are opened through one segment.FilePool
@@ -207,6 +257,8 @@
 // Lock order, outermost first; no goroutine takes them in another order:
 //
 //	closeMu (RW)     AppendAsync holds it shared while queuing; Close exclusively.
+//	replMu           one replicating goroutine (replica only); taken before
+//	                 groupsMu, group.mu and subject.mu.
 //	ckptMu           one checkpoint at a time.
 //	retMu            one retention pass at a time.
 //	groupsMu (RW)    the groups map; creation of a group (and its CREATE action).
