@@ -231,3 +231,52 @@ func TestReadLogRejectsBadOffsets(t *testing.T) {
 		t.Fatalf("replicate into a master: %v", err)
 	}
 }
+
+// Any chunk a replica is handed either replicates or fails without moving
+// the replica's ends, and never panics.
+func FuzzReplicaChunks(f *testing.F) {
+	opts := replicaOptions()
+	m, err := Open(f.TempDir(), opts, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer m.Close()
+	var msgs [][]byte
+	for i := 0; i < 3; i++ {
+		msgs = append(msgs, encode(f, "s", fmt.Sprint(i), []byte("fuzz")))
+	}
+	if _, err := m.Append(f.Context(), msgs); err != nil {
+		f.Fatal(err)
+	}
+	if _, err := m.Pull(PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 2, KnownPullSeq: -1, Earliest: true}); err != nil {
+		f.Fatal(err)
+	}
+	if err := m.Checkpoint(); err != nil {
+		f.Fatal(err)
+	}
+	mc, _ := m.ReadMessageLog(0, 1<<20)
+	ac, _ := m.ReadActionLog(0, 1<<20)
+	f.Add(mc.Data, true)
+	f.Add(ac.Data, false)
+	ropts := opts
+	ropts.Replica = true
+	r, err := Open(f.TempDir(), ropts, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer r.Close()
+	f.Fuzz(func(t *testing.T, data []byte, messages bool) {
+		me, ae := r.CommittedEnds()
+		var err error
+		if messages {
+			err = r.ReplicateMessages(LogChunk{Offset: me, End: me + int64(len(data)), Data: data})
+		} else {
+			err = r.ReplicateActions(LogChunk{Offset: ae, End: ae + int64(len(data)), Data: data})
+		}
+		if err != nil {
+			if me2, ae2 := r.CommittedEnds(); me2 != me || ae2 != ae {
+				t.Fatalf("a refused chunk moved the replica from %d/%d to %d/%d: %v", me, ae, me2, ae2, err)
+			}
+		}
+	})
+}
