@@ -125,6 +125,36 @@ func TestReplication_SlaveCopiesMaster(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCaughtUp(t, m, 30*time.Second)
+	// Both sides show the lag (none now) in their status and metrics.
+	testutil.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if ms, ss := m.Replication(), s.Replication(); ms.LagBytes != 0 || ss.LagBytes != 0 || ss.LagSeconds > 2 {
+			return fmt.Errorf("lag: master sees %d bytes, slave %d bytes %.1fs", ms.LagBytes, ss.LagBytes, ss.LagSeconds)
+		}
+		return nil
+	})
+	for b, names := range map[*testBroker][]string{
+		m: {"qmq_realtime_slave_offset_bytes", "qmq_realtime_slave_lag_bytes", "qmq_realtime_slave_lag_seconds", "qmq_realtime_waiting_acks"},
+		s: {"qmq_realtime_replication_lag_bytes", "qmq_realtime_replication_lag_seconds"},
+	} {
+		mfs, err := b.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := map[string]float64{}
+		for _, mf := range mfs {
+			if len(mf.GetMetric()) > 0 && mf.GetMetric()[0].GetGauge() != nil {
+				have[mf.GetName()] = mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		for _, n := range names {
+			if _, ok := have[n]; !ok {
+				t.Errorf("%s: no gauge %s", b.opts.Role, n)
+			}
+		}
+		if b == m && have["qmq_realtime_slave_offset_bytes"] != float64(m.Replication().MessageEnd) {
+			t.Errorf("slave offset gauge %v, master end %d", have["qmq_realtime_slave_offset_bytes"], m.Replication().MessageEnd)
+		}
+	}
 	if segs := m.Replication().MessageEnd / replSegment; segs < 4 {
 		t.Fatalf("test needs several segments, master log ends at %d", m.Replication().MessageEnd)
 	}
