@@ -22,6 +22,9 @@ import (
 // belongs in an end-to-end suite; this one pins the meta side.)
 func TestFailover_ProducerMovesOffReadonlyAndDeadGroups(t *testing.T) {
 	// Not parallel: its load would disturb the timing other tests measure.
+	if testing.Short() {
+		t.Skip("long steady-load test; -short covers the same ground with real brokers (TestE2E_SIGKILLedBrokerUnderLoad, TestE2E_AdminAgainstRealBrokers) and TestMetaclient_ProducerRoutesFollowReadonlyAndDeadGroups")
+	}
 	const ttl = 2 * time.Second
 	s := startServer(t, startEtcd(t), func(o *Options) { o.BrokerTTL = ttl; o.MinGroups = 4 })
 	ctx := context.Background()
