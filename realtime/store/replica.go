@@ -368,11 +368,24 @@ func (s *Store) ReplicateActions(c LogChunk) error {
 	if c.Offset > end && c.Offset == c.Start {
 		return fmt.Errorf("%w: the master's action log starts at %d, this copy ends at %d", ErrReplicaGap, c.Start, end)
 	}
-	// Check the whole chunk first: nothing of a bad chunk is appended.
+	// Check the whole chunk first (records and where they would land):
+	// nothing of a bad chunk is appended. The trial batch starts where the
+	// action batch does unless a failed flush still holds records.
+	trial := s.actLog.NewBatch()
+	placed := trial.End() == end
 	for p := 0; p < len(c.Data); {
-		_, _, size, err := segment.ParseRecord(c.Data[p:])
+		kind, payload, size, err := segment.ParseRecord(c.Data[p:])
 		if err != nil {
 			return fmt.Errorf("%w: action chunk at %d: %w", ErrBadChunk, c.Offset+int64(p), err)
+		}
+		if placed {
+			off, err := trial.Append(kind, payload, nil)
+			if err != nil {
+				return fmt.Errorf("%w: %w", ErrBadChunk, err)
+			}
+			if want := c.Offset + int64(p); off != want {
+				return fmt.Errorf("%w: master action at %d would land at %d here", ErrReplicaMismatch, want, off)
+			}
 		}
 		p += size
 	}

@@ -227,6 +227,32 @@ func TestReadLogRejectsBadOffsets(t *testing.T) {
 	if err := r.ReplicateMessages(c); err != nil {
 		t.Fatal(err)
 	}
+	// The same for actions: a chunk that would land elsewhere is refused
+	// before anything is appended.
+	if _, err := m.Pull(PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 2, KnownPullSeq: -1, Earliest: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	ac, err := m.ReadActionLog(0, 1<<20)
+	if err != nil || len(ac.Data) == 0 {
+		t.Fatalf("read action log: %+v, %v", ac, err)
+	}
+	misplaced := ac
+	misplaced.Offset, misplaced.End = 100, ac.End+100
+	if err := r.ReplicateActions(misplaced); !errors.Is(err, ErrReplicaMismatch) {
+		t.Fatalf("misplaced action chunk: %v", err)
+	}
+	if _, a := r.CommittedEnds(); a != 0 || r.actions.end() != 0 {
+		t.Fatalf("a refused action chunk moved the replica to %d", a)
+	}
+	if err := r.ReplicateActions(ac); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := stateOf(r), stateOf(m); !reflect.DeepEqual(got, want) {
+		t.Fatalf("replica differs:\n got %+v\nwant %+v", got, want)
+	}
 	if err := m.ReplicateMessages(c); !errors.Is(err, ErrNotReplica) {
 		t.Fatalf("replicate into a master: %v", err)
 	}
