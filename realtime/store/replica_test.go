@@ -306,3 +306,25 @@ func FuzzReplicaChunks(f *testing.F) {
 		}
 	})
 }
+
+// Under FlushAsync only what an fdatasync covered is served to a slave.
+func TestReadLogServesOnlyDurableBytes(t *testing.T) {
+	opts := replicaOptions()
+	opts.Flush = FlushAsync
+	opts.FlushInterval = time.Hour
+	m := openStore(t, t.TempDir(), opts)
+	defer m.Close()
+	appendAll(t, m, encode(t, "s", "a", []byte("not yet durable")))
+	if e, _ := m.CommittedEnds(); e != 0 {
+		t.Fatalf("committed end %d before any fdatasync", e)
+	}
+	if c, err := m.ReadMessageLog(0, 1<<20); err != nil || len(c.Data) != 0 {
+		t.Fatalf("served %d bytes before any fdatasync (%v)", len(c.Data), err)
+	}
+	if err := m.Checkpoint(); err != nil { // syncs the message log
+		t.Fatal(err)
+	}
+	if c, err := m.ReadMessageLog(0, 1<<20); err != nil || len(c.Data) == 0 || c.End != m.goodEnd.Load() {
+		t.Fatalf("after the sync: %+v, %v", c, err)
+	}
+}
