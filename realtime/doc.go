@@ -51,9 +51,10 @@
 // long-polling on the store's CommitSignal up to SyncWait when it has
 // nothing new; the slave writes them at the same offsets, fdatasyncs and
 // replays them, and its next request is its acknowledgement. Bad requests
-// get clear errors: undecodable or past the committed end or not at a record
-// start → StatusBadRequest, different segment sizes → StatusInvalid, a sync
-// to a slave → StatusNotMaster. Failures back off 50 ms → 1 s.
+// get clear errors: undecodable, past the committed end or not at a record
+// start → StatusBadRequest; another group or different segment sizes →
+// StatusInvalid; a sync to a slave → StatusNotMaster. Failures back off
+// 50 ms → 1 s.
 //
 // --wait-slave (Options.WaitSlave): a send's reply waits until the slave's
 // durable message-log end passes the last stored message's offset. Waiting

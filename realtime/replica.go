@@ -102,7 +102,7 @@ func (y *replica) replicaLoop() {
 
 func (y *replica) syncOnce(msgSeg, actSeg int64) error {
 	msgEnd, actEnd := y.store.CommittedEnds()
-	q := protocol.SyncRequest{Epoch: y.epoch, MessageOffset: msgEnd, ActionOffset: actEnd,
+	q := protocol.SyncRequest{Epoch: y.epoch, Group: y.opts.Group, MessageOffset: msgEnd, ActionOffset: actEnd,
 		MessageSegmentSize: msgSeg, ActionSegmentSize: actSeg,
 		MaxBytes: uint32(y.opts.SyncMaxBytes), WaitMillis: uint32(y.opts.SyncWait / time.Millisecond)}
 	ctx, cancel := context.WithTimeout(y.ctx, y.opts.SyncWait+10*time.Second)

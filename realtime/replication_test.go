@@ -330,7 +330,7 @@ func TestReplication_Refusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	end := m.Replication().MessageEnd
-	good := protocol.SyncRequest{MessageSegmentSize: replSegment, ActionSegmentSize: store.DefaultOptions.ActionSegmentSize, MaxBytes: 1 << 20}
+	good := protocol.SyncRequest{Group: "rt1", MessageSegmentSize: replSegment, ActionSegmentSize: store.DefaultOptions.ActionSegmentSize, MaxBytes: 1 << 20}
 	cases := []struct {
 		name string
 		body []byte
@@ -341,6 +341,7 @@ func TestReplication_Refusals(t *testing.T) {
 		{"past the end", func() []byte { q := good; q.MessageOffset = end + 100; return protocol.AppendSyncRequest(nil, &q) }(), m.addr(), protocol.ErrBadRequest},
 		{"inside a record", func() []byte { q := good; q.MessageOffset = 5; return protocol.AppendSyncRequest(nil, &q) }(), m.addr(), protocol.ErrBadRequest},
 		{"segment size", func() []byte { q := good; q.MessageSegmentSize = 1 << 30; return protocol.AppendSyncRequest(nil, &q) }(), m.addr(), protocol.ErrInvalid},
+		{"other group", func() []byte { q := good; q.Group = "rt2"; return protocol.AppendSyncRequest(nil, &q) }(), m.addr(), protocol.ErrInvalid},
 		{"to a slave", protocol.AppendSyncRequest(nil, &good), s.addr(), protocol.ErrNotMaster},
 	}
 	for _, tc := range cases {

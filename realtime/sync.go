@@ -121,6 +121,10 @@ func (y *syncService) serve(r *netserver.Request) {
 		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
 		return
 	}
+	if q.Group != y.opts.Group {
+		r.ReplyError(protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf("a slave of broker group %q asked the master of %q", q.Group, y.opts.Group)))
+		return
+	}
 	if q.Epoch < y.epoch {
 		r.ReplyError(protocol.Errorf(protocol.StatusStaleEpoch, fmt.Sprintf("sync from epoch %d, the group is at %d", q.Epoch, y.epoch)))
 		return

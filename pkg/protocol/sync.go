@@ -8,13 +8,14 @@ import (
 // Replication bodies (CmdSyncLog): a slave asks its master for the raw bytes
 // of the master's logs past its own ends, big-endian:
 //
-//	sync request   epoch u64 | message offset i64 | action offset i64 |
+//	sync request   epoch u64 | group s8 | message offset i64 | action offset i64 |
 //	               message segment size i64 | action segment size i64 |
 //	               max bytes u32 | wait ms u32
 //	sync response  epoch u64 | message chunk | action chunk
 //	chunk          start i64 | end i64 | offset i64 | data len u32 | data
 //
-// The request's offsets are the slave's durable ends (the message-log one
+// group is the slave's broker group (a master refuses a slave of another
+// group). The request's offsets are the slave's durable ends (the message-log one
 // is its acknowledgement); the segment sizes must equal the master's so the
 // copies line up byte for byte; max bytes bounds each chunk's data (the
 // first record is sent whole even when larger); wait is how long the master
@@ -29,6 +30,7 @@ import (
 // SyncRequest asks a master for its logs past the slave's ends.
 type SyncRequest struct {
 	Epoch              uint64
+	Group              string
 	MessageOffset      int64
 	ActionOffset       int64
 	MessageSegmentSize int64
@@ -50,12 +52,10 @@ type SyncResponse struct {
 	Action  SyncChunk
 }
 
-// syncRequestSize is the fixed size of a sync request body.
-const syncRequestSize = 8 + 8*4 + 4 + 4
-
 // AppendSyncRequest appends the body of q.
 func AppendSyncRequest(dst []byte, q *SyncRequest) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, q.Epoch)
+	dst = appendString8(dst, q.Group)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(q.MessageOffset))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(q.ActionOffset))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(q.MessageSegmentSize))
@@ -70,6 +70,7 @@ func DecodeSyncRequest(body []byte) (SyncRequest, error) {
 	r := reader{b: body}
 	q := SyncRequest{
 		Epoch:              r.u64(),
+		Group:              r.string8(),
 		MessageOffset:      int64(r.u64()),
 		ActionOffset:       int64(r.u64()),
 		MessageSegmentSize: int64(r.u64()),

@@ -8,7 +8,7 @@ import (
 )
 
 func sampleSync() (SyncRequest, SyncResponse) {
-	q := SyncRequest{Epoch: 3, MessageOffset: 1 << 33, ActionOffset: 4096, MessageSegmentSize: 1 << 30,
+	q := SyncRequest{Epoch: 3, Group: "rt1", MessageOffset: 1 << 33, ActionOffset: 4096, MessageSegmentSize: 1 << 30,
 		ActionSegmentSize: 64 << 20, MaxBytes: 1 << 20, WaitMillis: 500}
 	p := SyncResponse{Epoch: 3,
 		Message: SyncChunk{Start: 0, End: 200, Offset: 100, Data: bytes.Repeat([]byte{7}, 100)},
