@@ -207,7 +207,8 @@
 // base plus SegmentSize), so with equal segment sizes every record lands at
 // the master's offset; ReplicateMessages checks each one (ErrReplicaMismatch
 // otherwise) and validates every record's CRC first (ErrBadChunk: nothing of
-// a bad chunk is written). It writes, fdatasyncs, then indexes the records
+// a bad chunk is written); ReplicateActions places an action chunk on a
+// trial batch first, so a misplaced one appends nothing either. It writes, fdatasyncs, then indexes the records
 // into consume logs with the code recovery uses and publishes them (goodEnd
 // last, as the appender does), so the consume logs are derived, not copied.
 // ReplicateActions appends each action through the action log's batch and
@@ -274,6 +275,7 @@
 //	                 take it shared to copy buffered entries and read entries
 //	                 already in the file after releasing it.
 //	actionLog.flushMu > actionLog.mu   the action batch (appends take only mu).
+//	commit.mu        leaf: CommitSignal's channel (publish, action flush).
 //	FilePool.mu, segment.Log.mu, FixedLog.mu   leaf locks inside pkg/segment.
 //
 // The appender owns subject.next and never takes group locks, so appends
