@@ -369,9 +369,10 @@ func TestReplication_Refusals(t *testing.T) {
 	}
 }
 
-// A slave process killed with SIGKILL while copying restarts from its own
-// durable offset (the master sends only what it lacks) and ends with the
-// master's state.
+// A slave process killed with SIGKILL while copying under --wait-slave:
+// sends wait (none fails), the restarted slave resumes from its own durable
+// offset (the master sends only what it lacks), the waiting sends complete,
+// and the slave ends with the master's state.
 func TestReplication_SlaveKilledResumes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs a broker process")
@@ -381,7 +382,10 @@ func TestReplication_SlaveKilledResumes(t *testing.T) {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	mdir, sdir := t.TempDir(), t.TempDir()
-	m := startBroker(t, mdir, replOptions)
+	m := startBroker(t, mdir, replOptions, func(o *realtime.Options) {
+		o.WaitSlave = true
+		o.SlaveLagReadonly = time.Minute
+	})
 	runSlave := func() *exec.Cmd {
 		cmd := exec.Command(bin, "--role=slave", "--master="+m.addr(), "--data-dir="+sdir, "--addr=127.0.0.1:0", "--http-addr=",
 			fmt.Sprint("--segment-size=", replSegment), fmt.Sprint("--max-body=", replMaxBody), "--log-level=warn")
@@ -394,8 +398,8 @@ func TestReplication_SlaveKilledResumes(t *testing.T) {
 	}
 	p := newProducer(t, m.addr())
 	body := make([]byte, 4000)
-	sendN(t, p, "big", 500, func(i int, msg *producer.Message) { msg.Body = body })
 	child := runSlave()
+	sendN(t, p, "big", 500, func(i int, msg *producer.Message) { msg.Body = body })
 	waitCaughtUp(t, m, 30*time.Second)
 	// Kill it while it copies more.
 	sendDone := make(chan struct{})
@@ -413,13 +417,26 @@ func TestReplication_SlaveKilledResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	child.Wait()
-	<-sendDone
+	// Sends wait for the slave now.
+	testutil.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if n := m.Replication().WaitingAcks; n == 0 {
+			return errors.New("no send waits for the dead slave")
+		}
+		return nil
+	})
+	select {
+	case <-sendDone:
+		t.Fatal("sends completed without a slave")
+	default:
+	}
 	before := m.Replication()
 	child = runSlave()
+	<-sendDone // sendN fails the test if any send failed
 	waitCaughtUp(t, m, 30*time.Second)
 	after := m.Replication()
 	copied := after.SyncServed - before.SyncServed
-	if lacked := before.MessageEnd - before.SlaveOffset + before.ActionEnd; copied > lacked {
+	// The master knew the slave durable at least to before's offsets.
+	if lacked := after.MessageEnd - before.SlaveOffset + after.ActionEnd - before.SlaveActionOffset; copied > lacked {
 		t.Fatalf("restarted slave copied %d bytes; it lacked at most %d (it did not resume from its own offset)", copied, lacked)
 	}
 	if copied >= after.MessageEnd/2 {
