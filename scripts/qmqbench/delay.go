@@ -129,6 +129,12 @@ func (e *Env) runDelayOurs(dir string, r delayRun) (latenessResult, error) {
 	}
 	defer dl.stop()
 	defer e.logLatenessHistograms(dlHTTP)
+	probe := startWakeupProbe()
+	defer func() {
+		p50, p99, maxMs := probe.stop()
+		e.Logf("machine wakeup lateness (a goroutine sleeping 5 ms, in this process): p50 %.1f ms, p99 %.1f ms, max %.1f ms",
+			p50, p99, maxMs)
+	}()
 	consumed := make(chan error, 1)
 	go func() {
 		consumed <- runWorker("delay-consume", &res, "-addr", rtAddr, "-subject", delaySubject,
@@ -364,6 +370,11 @@ func (e *Env) runDelayPeer(system, dir string, timeout time.Duration) (latenessR
 	}
 	e.logLoad()
 	defer e.logLoad()
+	probe := startWakeupProbe()
+	defer func() {
+		p50, p99, maxMs := probe.stop()
+		e.Logf("machine wakeup lateness during %s: p50 %.1f ms, p99 %.1f ms, max %.1f ms", system, p50, p99, maxMs)
+	}()
 	var args []string
 	switch system {
 	case "nsq":
@@ -498,6 +509,39 @@ func (e *Env) logLatenessHistograms(httpAddr string) {
 		}
 		e.Logf("%s (%.0f):%s", name, total, sb.String())
 	}
+}
+
+// wakeupProbe measures how late a goroutine sleeping 5 ms wakes up: the
+// machine's scheduling noise while a delay test runs (a lateness tail the
+// servers cannot do better than).
+type wakeupProbe struct {
+	quit chan struct{}
+	done chan []int64
+}
+
+func startWakeupProbe() *wakeupProbe {
+	w := &wakeupProbe{quit: make(chan struct{}), done: make(chan []int64, 1)}
+	go func() {
+		var late []int64
+		for {
+			select {
+			case <-w.quit:
+				w.done <- late
+				return
+			default:
+			}
+			t := time.Now()
+			time.Sleep(5 * time.Millisecond)
+			late = append(late, (time.Since(t) - 5*time.Millisecond).Microseconds())
+		}
+	}()
+	return w
+}
+
+// stop ends the probe and returns its p50, p99 and max in milliseconds.
+func (w *wakeupProbe) stop() (p50, p99, maxMs float64) {
+	close(w.quit)
+	return percentilesMs(<-w.done)
 }
 
 // logLoad logs the machine's load average: the machine is shared, and a

@@ -326,7 +326,9 @@ func runNATS(o opts) (result, error) {
 		m.Data = o.body(i)
 		m.Header.Set("Nats-Schedule", "@at "+due.UTC().Format(time.RFC3339Nano))
 		m.Header.Set("Nats-Schedule-Target", "due")
-		f, err := js.PublishMsgAsync(m)
+		// A full async window waits for acks (up to a minute) rather than
+		// failing: under load the server acks slowly, and that is its figure.
+		f, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute))
 		if err != nil {
 			return result{}, err
 		}
