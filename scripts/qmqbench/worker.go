@@ -45,14 +45,23 @@ func runWorkerMode() bool {
 	return true
 }
 
-// runWorker starts this binary as a worker and decodes its result into out.
+// runWorker starts this binary as a worker on one core (GOMAXPROCS=1, as
+// the peers' bench tools run) and decodes its result into out.
 func runWorker(name string, out any, args ...string) error {
+	return runWorkerProcs(name, 1, out, args...)
+}
+
+// runWorkerProcs is runWorker with GOMAXPROCS=procs (0: the Go default).
+func runWorkerProcs(name string, procs int, out any, args ...string) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
 	cmd := exec.Command(self, append([]string{"worker", name}, args...)...)
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	cmd.Env = os.Environ()
+	if procs > 0 {
+		cmd.Env = append(cmd.Env, fmt.Sprintf("GOMAXPROCS=%d", procs))
+	}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	stdout, err := cmd.Output()
