@@ -3,6 +3,7 @@ package metaserver
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"github.com/qmq-go/qmq/producer"
 	"net"
@@ -23,9 +24,19 @@ import (
 // QMQ_TEST_BROKER_META set it registers a realtime master with that meta
 // server through metaclient, prints "registered", and heartbeats until it
 // is killed.
+//
+// The package's tests mostly wait (for leases to expire, etcd to start and
+// stop, brokers to answer), so unless -test.parallel is given they run six
+// at a time rather than GOMAXPROCS (two here) at a time.
 func TestMain(m *testing.M) {
 	if meta := os.Getenv("QMQ_TEST_BROKER_META"); meta != "" {
 		os.Exit(runTestBroker(meta, os.Getenv("QMQ_TEST_BROKER_GROUP")))
+	}
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		_ = flag.Set("test.parallel", "6")
 	}
 	os.Exit(m.Run())
 }
