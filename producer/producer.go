@@ -34,6 +34,7 @@ type Producer struct {
 	queue   chan *pending
 	results chan *result
 	done    chan []completion
+	sender  *sender
 
 	mu      sync.RWMutex // guards closing against enqueues
 	closing bool
@@ -93,6 +94,7 @@ func New(opts ...Option) (*Producer, error) {
 		p.transport, p.ownsTrans = t, true
 	}
 	s := newSender(p)
+	p.sender = s
 	p.wg.Add(2)
 	go s.sendLoop()
 	go p.completeLoop()
@@ -102,8 +104,16 @@ func New(opts ...Option) (*Producer, error) {
 // Send sends msg and waits until a broker has stored it, ctx ends, or the
 // send timeout passes. It fills in msg.ID and msg.Created when empty.
 func (p *Producer) Send(ctx context.Context, msg *Message) error {
+	pd, err := p.prepare(msg, nil, nil)
+	if err != nil {
+		return err
+	}
+	if done, err := p.sendDirect(ctx, pd); done {
+		return err
+	}
 	ch := make(chan error, 1)
-	if err := p.enqueue(ctx, msg, nil, ch); err != nil {
+	pd.syncCh = ch
+	if err := p.queuePending(ctx, pd); err != nil {
 		return err
 	}
 	select {
@@ -146,6 +156,15 @@ func (p *Producer) SendEncoded(raw []byte, callback func(error)) error {
 var pendingPool = sync.Pool{New: func() any { return new(pending) }}
 
 func (p *Producer) enqueue(ctx context.Context, msg *Message, cb func(*Message, error), ch chan error) error {
+	pd, err := p.prepare(msg, cb, ch)
+	if err != nil {
+		return err
+	}
+	return p.queuePending(ctx, pd)
+}
+
+// prepare fills in msg's id and time, checks and encodes it.
+func (p *Producer) prepare(msg *Message, cb func(*Message, error), ch chan error) (*pending, error) {
 	now := p.cfg.now()
 	if msg.ID == "" {
 		msg.ID = p.ids.NextAt(now)
@@ -155,7 +174,7 @@ func (p *Producer) enqueue(ctx context.Context, msg *Message, cb func(*Message, 
 	}
 	raw, err := protocol.AppendMessage(p.slab.alloc(msg.EncodedSize()), msg, p.cfg.limits)
 	if err != nil {
-		return fmt.Errorf("producer: message %s: %w", msg.ID, err)
+		return nil, fmt.Errorf("producer: message %s: %w", msg.ID, err)
 	}
 	pd := pendingPool.Get().(*pending)
 	*pd = pending{raw: raw, subject: msg.Subject, kind: route.Produce, id: msg.ID, msg: msg, asyncCB: cb, syncCh: ch,
@@ -163,7 +182,77 @@ func (p *Producer) enqueue(ctx context.Context, msg *Message, cb func(*Message, 
 	if !msg.DeliverAt.IsZero() && msg.DeliverAt.Sub(now) >= p.cfg.delayMin {
 		pd.kind = route.ProduceDelay
 	}
-	return p.queuePending(ctx, pd)
+	return pd, nil
+}
+
+// sendDirect tries Send's fast path when the producer has nothing queued:
+// the caller's goroutine picks a group and sends the message in a request of
+// its own, with no hand-off to sendLoop. It reports done=false when the
+// message should take the queued path instead (something is queued, no
+// group is usable now, or the try failed in a way a retry elsewhere may
+// fix: that path retries with back-off until the send timeout).
+func (p *Producer) sendDirect(ctx context.Context, pd *pending) (done bool, err error) {
+	p.mu.RLock()
+	closing := p.closing
+	p.mu.RUnlock()
+	if closing {
+		return true, ErrClosed
+	}
+	if len(p.queue) > 0 {
+		return false, nil
+	}
+	s := p.sender
+	now := p.cfg.now()
+	s.mu.Lock()
+	groups, err := s.resolve(pd.kind, pd.subject, now)
+	idx := -1
+	if err == nil {
+		idx = s.sel.pick(pd.subject, groups, "", now)
+	}
+	s.mu.Unlock()
+	if idx < 0 {
+		return false, nil
+	}
+	g := groups[idx]
+	var body [12]byte
+	req := protocol.AppendSendRequest(body[:0], g.Epoch, [][]byte{pd.raw})
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.requestTime)
+	resp, err := p.transport.Call(cctx, g.Addr, protocol.CmdSend, req)
+	cancel()
+	var st []protocol.Status
+	if err == nil {
+		if st, err = protocol.DecodeSendResponse(resp); err == nil && len(st) != 1 {
+			err = fmt.Errorf("%w: %d statuses for 1 message", protocol.ErrBadRequest, len(st))
+		}
+	}
+	after := p.cfg.now()
+	s.mu.Lock()
+	if err != nil && ctx.Err() == nil {
+		s.sel.failed(g.Name, after)
+	} else if err == nil {
+		s.sel.succeeded(g.Name, after.Sub(now), after)
+	}
+	s.mu.Unlock()
+	switch {
+	case ctx.Err() != nil:
+		return true, fmt.Errorf("producer: message %s: %w (it may still be stored)", pd.id, ctx.Err())
+	case err != nil:
+		var pe *protocol.Error
+		if errors.As(err, &pe) && !pe.Status.Retryable() {
+			return true, fmt.Errorf("producer: message %s to group %s: %w", pd.id, g.Name, err)
+		}
+	case st[0].Success():
+		*pd = pending{}
+		pendingPool.Put(pd)
+		return true, nil
+	case !st[0].Retryable():
+		return true, fmt.Errorf("producer: message %s: %w", pd.id, protocol.StatusError(st[0], "group "+g.Name))
+	}
+	pd.avoid = g.Name
+	if st == nil || st[0] == protocol.StatusReadonly || st[0] == protocol.StatusNotRouted || st[0] == protocol.StatusNotMaster {
+		s.invalidate(g, []*pending{pd}, err)
+	}
+	return false, nil
 }
 
 func (p *Producer) queuePending(ctx context.Context, pd *pending) error {

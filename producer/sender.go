@@ -3,6 +3,7 @@ package producer
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/qmq-go/qmq/pkg/protocol"
@@ -11,7 +12,7 @@ import (
 )
 
 // routeTTL is how long sendLoop reuses a resolved route before asking the
-// resolver again (the resolver has its own cache; this one saves the call).
+// resolve (s.mu held)r again (the resolver has its own cache; this one saves the call).
 const routeTTL = time.Second
 
 // maxDrain bounds how many queued messages sendLoop batches before it looks
@@ -52,9 +53,11 @@ type result struct {
 	abort   bool
 }
 
-// sender is sendLoop's state; only sendLoop touches it.
+// sender is sendLoop's state; only sendLoop touches it, except sel and
+// routes, which Send's direct path shares under mu.
 type sender struct {
 	p           *Producer
+	mu          sync.Mutex // guards sel and routes
 	sel         *selector
 	routes      map[routeKey]*routeEntry
 	batches     map[string]*batch
@@ -134,12 +137,17 @@ func (s *sender) accept(pd *pending) {
 // retry when no group is usable now.
 func (s *sender) place(pd *pending) {
 	now := s.p.cfg.now()
+	s.mu.Lock()
 	groups, err := s.resolve(pd.kind, pd.subject, now)
+	idx := -1
+	if err == nil {
+		idx = s.sel.pick(pd.subject, groups, pd.avoid, now)
+	}
+	s.mu.Unlock()
 	if err != nil {
 		s.retry(pd, err, now)
 		return
 	}
-	idx := s.sel.pick(pd.subject, groups, pd.avoid, now)
 	if idx < 0 {
 		s.retry(pd, fmt.Errorf("%w: no writable group for %q", protocol.ErrUnavailable, pd.subject), now)
 		return
@@ -166,6 +174,8 @@ func (s *sender) full(b *batch) bool {
 	return len(b.msgs) >= s.p.cfg.batchMessages || b.body.Size() >= s.p.cfg.batchBytes
 }
 
+// resolve returns the groups of (kind, subject) from the local cache or the
+// resolver. s.mu is held.
 func (s *sender) resolve(kind route.Kind, subject string, now time.Time) ([]route.Group, error) {
 	key := routeKey{kind, subject}
 	if e := s.routes[key]; e != nil && now.Sub(e.fetched) < routeTTL {
@@ -270,7 +280,9 @@ func (s *sender) handle(r *result) {
 			}
 			return
 		}
+		s.mu.Lock()
 		backoff := s.sel.failed(r.group.Name, now)
+		s.mu.Unlock()
 		s.invalidate(r.group, r.msgs, err)
 		s.p.lg.Debug("send request failed", zap.String("group", r.group.Name), zap.String("addr", r.group.Addr),
 			zap.Int("messages", len(r.msgs)), zap.Duration("avoid", backoff), zap.Error(err))
@@ -280,7 +292,9 @@ func (s *sender) handle(r *result) {
 		}
 		return
 	}
+	s.mu.Lock()
 	s.sel.succeeded(r.group.Name, now.Sub(r.sentAt), now)
+	s.mu.Unlock()
 	routing := false
 	for i, pd := range r.msgs {
 		st := statuses[i]
@@ -296,7 +310,9 @@ func (s *sender) handle(r *result) {
 		}
 	}
 	if routing {
+		s.mu.Lock()
 		s.sel.failed(r.group.Name, now)
+		s.mu.Unlock()
 		s.invalidate(r.group, r.msgs, nil)
 	}
 }
@@ -311,7 +327,9 @@ func (s *sender) invalidate(g route.Group, msgs []*pending, _ error) {
 			continue
 		}
 		seen[key] = true
+		s.mu.Lock()
 		delete(s.routes, key)
+		s.mu.Unlock()
 		s.p.cfg.resolver.Invalidate(route.Request{Kind: pd.kind, Subject: pd.subject})
 	}
 }
