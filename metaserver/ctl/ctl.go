@@ -1,10 +1,3 @@
-// Package ctl is qmqctl: the command tree over the meta server's admin API
-// (package api). It is a library so tests run every command in process;
-// metaserver/cmd/qmqctl only calls Main.
-//
-// Output is a table for people, or JSON with --json. Exit codes: 0 success,
-// 1 the request failed (server error, unreachable server), 2 bad usage,
-// 3 unauthorized (missing or wrong --token), 4 not found.
 package ctl
 
 import (

@@ -1,14 +1,3 @@
-// Package devetcd starts an embedded single-node etcd: the meta server
-// binary's default store when no --etcd-endpoints are given, and the etcd of
-// tests and benchmarks.
-//
-// It is the only package (with the meta server binary and tests) that links
-// go.etcd.io/etcd/server/v3, which adds about 14 MB to a binary and slows
-// builds; libraries talk to etcd through clientv3 only.
-//
-// Port 0 works for both URLs (the default): Endpoints reports the real client
-// address once Start returns. The member then advertises :0, so clients must
-// not turn on endpoint auto-sync.
 package devetcd
 
 import (

@@ -1,0 +1,19 @@
+// Package ctl is qmqctl: the command tree over the meta server's admin API
+// (package api). It is a library so tests run every command in process;
+// metaserver/cmd/qmqctl only calls Main.
+//
+// Output is a table for people, or JSON with --json. Exit codes: 0 success,
+// 1 the request failed (server error, unreachable server), 2 bad usage,
+// 3 unauthorized (missing or wrong --token), 4 not found.
+//
+// Commands:
+//
+//	status                                    cluster overview
+//	brokers | groups | routes [SUBJECT]       what is registered and routed
+//	route add|remove SUBJECT GROUP            grow or shrink a route
+//	readonly mark|unmark GROUP [--subject S]  stop or resume producers on a group
+//	consumers [--subject S]                   consumer groups, consumers, backlog
+//	offset reset SUBJECT GROUP --to T         earliest, latest or an RFC 3339 time
+//	consumer offline|online SUBJECT GROUP ID  take a consumer out or back
+//	dead list|inspect|redrive|purge ...       dead letters of a consumer group
+package ctl
