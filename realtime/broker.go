@@ -225,6 +225,9 @@ type ReplicationStatus struct {
 	WaitingAcks       int
 	LagReadonly       bool
 	SyncServed        int64 // log bytes sent to the slave since start
+	// SlaveResumedFrom is the message-log offset the slave's copy stood
+	// at when it last (re)connected.
+	SlaveResumedFrom int64
 	// Both: committed bytes the slave lacks and how old they are (on a
 	// slave: as of its last sync).
 	LagBytes   int64
@@ -244,6 +247,7 @@ func (b *Broker) Replication() ReplicationStatus {
 		st.WaitingAcks = y.waiting()
 		st.LagReadonly = y.readonly.Load()
 		st.SyncServed = y.served.Load()
+		st.SlaveResumedFrom = y.resumedFrom.Load()
 		st.LagBytes = y.lagBytes.Load()
 		st.LagSeconds = time.Duration(y.lagNanos.Load()).Seconds()
 	}

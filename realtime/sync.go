@@ -52,10 +52,15 @@ type syncService struct {
 	lagNanos atomic.Int64
 	lagBytes atomic.Int64
 	served   atomic.Int64 // log bytes sent to the slave
+	// resumedFrom is the message-log offset of the first sync request on
+	// the slave's latest connection: where its copy stood when it
+	// (re)connected.
+	resumedFrom atomic.Int64
 
 	mu      sync.Mutex
-	waiters []ackWaiter // ordered by need
-	samples []lagSample // committed ends above the slave's, oldest first
+	conn    *netserver.Conn // the connection of the latest sync request
+	waiters []ackWaiter     // ordered by need
+	samples []lagSample     // committed ends above the slave's, oldest first
 	closed  bool
 
 	stop chan struct{}
@@ -144,6 +149,11 @@ func (y *syncService) serve(r *netserver.Request) {
 	}
 	y.slaveAck(q.MessageOffset, q.ActionOffset)
 	y.mu.Lock()
+	if y.conn != r.Conn {
+		y.conn = r.Conn
+		y.resumedFrom.Store(q.MessageOffset)
+		y.lg.Info("slave syncing", zap.Stringer("conn", r.Conn), zap.Int64("message_offset", q.MessageOffset), zap.Int64("action_offset", q.ActionOffset))
+	}
 	if y.closed {
 		y.mu.Unlock()
 		r.ReplyError(protocol.Errorf(protocol.StatusShuttingDown, "broker group "+y.opts.Group+" is shutting down"))
