@@ -99,9 +99,8 @@
 //     slave durably holds was acknowledged, so nothing acked is lost.
 //   - Promotion: the slave that wins stops replicaLoop, finishes applying
 //     what it has, and switches its store from replica to master mode
-//     (store.Promote: clear Options.Replica, hand the appender the last
-//     append time replTs, restart the action log's batch at its end — the
-//     logs are already byte-identical up to the slave's durable ends), then
+//     (store.Promote, built and tested in phase 1: the logs are already
+//     byte-identical up to the slave's durable ends and continue there), then
 //     starts syncService and livenessLoop and registers as RoleMaster with
 //     the new epoch; the meta server routes to it within a heartbeat.
 //     Consumers continue from their acked positions because pull logs,

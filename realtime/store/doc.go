@@ -18,6 +18,8 @@
 //	s.ResetGroup(subject, group, kind, t)       // earliest, latest or a time
 //	s.Read(subject, from, max)                  // tools: read a subject (dead letters)
 //	s.Stats(); s.Checkpoint(); s.RunRetention(); s.Close()
+//	s.ReadMessageLog/ReadActionLog, s.ReplicateMessages/ReplicateActions,
+//	s.CommittedEnds, s.CommitSignal, s.Promote   // replication, see below
 //
 // Messages are encoded pkg/protocol messages; Append validates each with
 // protocol.ParseMessage (CRC) and Limits.CheckView and stores exactly those
@@ -231,7 +233,10 @@
 // no action and is not replicated (it has nothing to lose).
 //
 // CommitSignal returns a channel closed when either log's committed end
-// moves; the master's sync service long-polls on it.
+// moves; the master's sync service long-polls on it. Promote (failover)
+// turns a replica into a master's store: its logs continue exactly where
+// the copy ends, so sequences, offsets, consumers' positions and append
+// times carry on, and another replica can follow it.
 //
 // # Scale and memory
 //

@@ -79,7 +79,8 @@ type Options struct {
 	OnAppend func(subject string, next int64)
 	// Replica opens the store as a copy of a master's (see "Replication" in
 	// doc.go): appends, pulls, acks and consumer changes fail with
-	// ErrReplica, and ReplicateMessages and ReplicateActions feed it.
+	// ErrReplica, and ReplicateMessages and ReplicateActions feed it, until
+	// Promote.
 	Replica bool
 	// ActionLogFloor, when set, returns an action-log offset that
 	// checkpoints must keep segments from (a slave still copying them), or

@@ -195,7 +195,7 @@ func isZero(b []byte) bool {
 // store's end), the log restarts at Offset and the lost sequences become
 // holes. One goroutine replicates.
 func (s *Store) ReplicateMessages(c LogChunk) error {
-	if !s.opts.Replica {
+	if !s.replica.Load() {
 		return ErrNotReplica
 	}
 	s.replMu.Lock()
@@ -350,7 +350,7 @@ func (s *Store) indexReplicated(c LogChunk, end int64, jumped bool) error {
 // fails with ErrReplicaGap: the master no longer has actions this copy
 // lacks, and only a fresh copy can follow it (see doc.go).
 func (s *Store) ReplicateActions(c LogChunk) error {
-	if !s.opts.Replica {
+	if !s.replica.Load() {
 		return ErrNotReplica
 	}
 	s.replMu.Lock()
@@ -448,13 +448,39 @@ func (s *Store) replicateAction(want int64, kind uint8, payload []byte) error {
 	return nil
 }
 
-// IsReplica reports whether the store was opened as a replica.
-func (s *Store) IsReplica() bool { return s.opts.Replica }
+// IsReplica reports whether the store is a replica (opened with
+// Options.Replica and not promoted).
+func (s *Store) IsReplica() bool { return s.replica.Load() }
 
 // errIfReplica refuses changes from clients on a replica.
 func (s *Store) errIfReplica() error {
-	if s.opts.Replica {
+	if s.replica.Load() {
 		return ErrReplica
 	}
+	return nil
+}
+
+// Promote turns a replica into a master's store (failover): replication
+// stops and appends, pulls, acks and consumer changes are taken from then
+// on. Its logs continue exactly where the copy ends, so the next record and
+// action land at the offsets the old master's would have, and each subject
+// continues its sequence. The appender takes over the last append time, so
+// append times never go back. Promoting a store that is not a replica
+// fails with ErrNotReplica.
+func (s *Store) Promote() error {
+	s.replMu.Lock()
+	defer s.replMu.Unlock()
+	if !s.replica.Load() {
+		return ErrNotReplica
+	}
+	if s.isClosed() {
+		return ErrClosed
+	}
+	// The appender reads lastTs and the subjects' next only after a send
+	// that follows the store of replica below (atomic, then the append
+	// channel), so these writes happen before its reads.
+	s.lastTs = max(s.lastTs, s.replTs)
+	s.replica.Store(false)
+	s.lg.Info("promoted: the replica takes writes", zap.Int64("message_end", s.goodEnd.Load()), zap.Int64("action_end", s.actions.end()))
 	return nil
 }

@@ -328,3 +328,64 @@ func TestReadLogServesOnlyDurableBytes(t *testing.T) {
 		t.Fatalf("after the sync: %+v, %v", c, err)
 	}
 }
+
+// A promoted replica takes writes where its copy ends: sequences, offsets,
+// consumers' positions and append times continue, and a new replica can
+// follow it from empty.
+func TestPromotedReplicaContinues(t *testing.T) {
+	opts := replicaOptions()
+	m := openStore(t, t.TempDir(), opts)
+	defer m.Close()
+	for i := 0; i < 30; i++ {
+		appendAll(t, m, encode(t, "s", fmt.Sprint("m", i), make([]byte, 3000)))
+	}
+	res, err := m.Pull(PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 10, KnownPullSeq: -1, Earliest: true})
+	if err != nil || len(res.Messages) != 10 {
+		t.Fatalf("pull: %d, %v", len(res.Messages), err)
+	}
+	if _, err := m.Ack(AckRequest{Subject: "s", Group: "g", Consumer: "c", First: 0, Last: 9}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	ropts := opts
+	ropts.Replica = true
+	r := openStore(t, t.TempDir(), ropts)
+	defer r.Close()
+	replicate(t, m, r, 1<<20)
+	mEnd, _ := m.CommittedEnds()
+
+	if err := r.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	if r.IsReplica() {
+		t.Fatal("promoted store still a replica")
+	}
+	if err := r.Promote(); !errors.Is(err, ErrNotReplica) {
+		t.Fatalf("second promote: %v", err)
+	}
+	if err := r.ReplicateMessages(LogChunk{Offset: mEnd, End: mEnd}); !errors.Is(err, ErrNotReplica) {
+		t.Fatalf("replicate into a promoted store: %v", err)
+	}
+	got := appendAll(t, r, encode(t, "s", "after", []byte("x")))
+	if got[0].Seq != 30 || got[0].Offset != mEnd {
+		t.Fatalf("first append after promotion: seq %d at %d, want seq 30 at %d", got[0].Seq, got[0].Offset, mEnd)
+	}
+	res, err = r.Pull(PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 100, KnownPullSeq: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Messages) != 21 || res.Messages[0].PullSeq != 10 || res.Messages[0].ConsumeSeq != 10 || res.Messages[20].ConsumeSeq != 30 {
+		t.Fatalf("consumer after promotion got %d messages from pull seq %d", len(res.Messages), res.Messages[0].PullSeq)
+	}
+	if err := r.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	r2 := openStore(t, t.TempDir(), ropts)
+	defer r2.Close()
+	replicate(t, r, r2, 1<<20)
+	if a, b := stateOf(r2), stateOf(r); !reflect.DeepEqual(a, b) {
+		t.Fatalf("replica of the promoted store differs:\n got %+v\nwant %+v", a, b)
+	}
+}

@@ -58,6 +58,7 @@ type Store struct {
 	// goroutine's lock and its last append time, and the ends recovery
 	// found (committed: they were on disk when the store opened).
 	commit                           commitSignal
+	replica                          atomic.Bool // Options.Replica until Promote
 	replMu                           sync.Mutex
 	replTs                           int64
 	recoveredMsgEnd, recoveredActEnd int64
@@ -119,6 +120,7 @@ func Open(dir string, opts Options, lg *zap.Logger) (*Store, error) {
 		s.closeFiles()
 		return nil, err
 	}
+	s.replica.Store(opts.Replica)
 	s.open.Duration = time.Since(started)
 	s.lg.Info("store opened", zap.String("dir", dir), zap.Int("subjects", len(s.subjects)), zap.Int("groups", len(s.groups)),
 		zap.Int64("messages_replayed", s.open.MessagesReplayed), zap.Int64("actions_replayed", s.open.ActionsReplayed),
