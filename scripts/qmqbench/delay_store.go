@@ -27,8 +27,8 @@ import (
 //     the time a batch arrives on Due minus the message's due time;
 //   - memory per message loaded in the wheel, and the time to hand out
 //     1,000,000 messages due in the same second;
-//   - resident memory with 2,000,000 messages pending over 30 days, and the
-//     time to reopen that store.
+//   - resident memory with 2,000,000 messages pending over 30 days (or
+//     QMQ_BENCH_DELAY_PENDING), and the time to reopen that store.
 //
 // It reports figures; it has no targets of its own.
 func init() { register("delay-store", runDelayStore) }
@@ -318,8 +318,21 @@ func rssMB() float64 {
 	return -1
 }
 
+// benchDelayCapacity measures the resident memory with n messages pending
+// over 30 days: 2,000,000 unless QMQ_BENCH_DELAY_PENDING says otherwise
+// (e.g. 10000000; the figure is then named after that count).
 func benchDelayCapacity(env *Env) error {
-	const n = 2_000_000
+	n := 2_000_000
+	if v := os.Getenv("QMQ_BENCH_DELAY_PENDING"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1000 {
+			return fmt.Errorf("QMQ_BENCH_DELAY_PENDING=%q", v)
+		}
+	}
+	label := fmt.Sprintf("%dm", n/1_000_000)
+	if n < 1_000_000 {
+		label = fmt.Sprintf("%dk", n/1000)
+	}
 	dir := filepath.Join(env.Dir, "capacity")
 	s, err := store.Open(dir, store.Options{}, nil, nil)
 	if err != nil {
@@ -345,7 +358,7 @@ func benchDelayCapacity(env *Env) error {
 				msgs = msgs[:0]
 			}
 			for i := w; i < n; i += 16 {
-				due := base.Add(span / n * time.Duration(i))
+				due := base.Add(span / time.Duration(n) * time.Duration(i))
 				msgs = append(msgs, delayMessage(fmt.Sprintf("c%d", i), due))
 				if len(msgs) == cap(msgs) {
 					flush()
@@ -366,7 +379,7 @@ func benchDelayCapacity(env *Env) error {
 	env.Logf("appended %d messages over 30 days in %v", n, time.Since(start))
 	st := s.Stats()
 	debug.FreeOSMemory()
-	env.Metric("delay_store_rss_mb_2m_pending_30d", rssMB(), "MB")
+	env.Metric("delay_store_rss_mb_"+label+"_pending_30d", rssMB(), "MB")
 	env.Logf("pending %d in %d hours, %d in the wheel, heap in use %.1f MB", st.Pending, len(st.Hours), st.InWheel, float64(heapInUse())/(1<<20))
 	if err := s.Close(); err != nil {
 		return err
@@ -377,7 +390,7 @@ func benchDelayCapacity(env *Env) error {
 	if err != nil {
 		return err
 	}
-	env.Metric("delay_store_reopen_ms_2m_pending", float64(time.Since(start).Microseconds())/1000, "ms")
+	env.Metric("delay_store_reopen_ms_"+label+"_pending", float64(time.Since(start).Microseconds())/1000, "ms")
 	done = drainDue(s, nil)
 	s.Close()
 	<-done
