@@ -8,11 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/qmq-go/qmq/consumer"
+	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/testutil"
 	"github.com/qmq-go/qmq/pkg/transport"
@@ -450,4 +452,92 @@ func TestReplication_SlaveKilledResumes(t *testing.T) {
 	if want, got := storeState(t, mdir, false), storeState(t, sdir, true); !reflect.DeepEqual(got, want) {
 		t.Fatalf("slave differs from master:\n got %+v\nwant %+v", got, want)
 	}
+}
+
+// metaStub is a meta server that records the last registration of each
+// role.
+type metaStub struct {
+	mu   sync.Mutex
+	last map[protocol.BrokerRole]protocol.RegisterRequest
+	addr string
+}
+
+func startMetaStub(t *testing.T) *metaStub {
+	t.Helper()
+	st := &metaStub{last: map[protocol.BrokerRole]protocol.RegisterRequest{}}
+	mux := netserver.NewMux()
+	mux.HandleFunc(protocol.CmdRegister, func(r *netserver.Request) {
+		q, err := protocol.DecodeRegisterRequest(r.Body)
+		if err != nil {
+			r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
+			return
+		}
+		st.mu.Lock()
+		st.last[q.Role] = q
+		st.mu.Unlock()
+		r.Reply(protocol.StatusOK, protocol.AppendRegisterResponse(nil, &protocol.RegisterResponse{LeaseID: 1, TTL: 10 * time.Second, Version: 1}))
+	})
+	srv, err := netserver.New(netserver.Options{Addr: "127.0.0.1:0"}, mux, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close(context.Background()) })
+	st.addr = srv.Addr().String()
+	return st
+}
+
+func (st *metaStub) state(role protocol.BrokerRole) (protocol.GroupState, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	q, ok := st.last[role]
+	return q.State, ok
+}
+
+// A slave registers as the group's slave; a --wait-slave master whose slave
+// lags past the threshold reports itself readonly to the meta server, and
+// read-write again once the slave is back.
+func TestReplication_RegistersRoleAndLagState(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the lag threshold")
+	}
+	meta := startMetaStub(t)
+	withMeta := func(o *realtime.Options) {
+		o.MetaServers = []string{meta.addr}
+		o.HeartbeatInterval = 50 * time.Millisecond
+	}
+	m := startBroker(t, t.TempDir(), replOptions, withMeta, func(o *realtime.Options) {
+		o.WaitSlave = true
+		o.SlaveLagReadonly = time.Second
+	})
+	sdir := t.TempDir()
+	s := startSlave(t, sdir, m.addr(), withMeta)
+	expect := func(role protocol.BrokerRole, want protocol.GroupState) {
+		t.Helper()
+		testutil.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+			if got, ok := meta.state(role); !ok || got != want {
+				return fmt.Errorf("%v registered %v (seen %v), want %v", role, got, ok, want)
+			}
+			return nil
+		})
+	}
+	expect(protocol.RoleSlave, protocol.GroupReadonly)
+	expect(protocol.RoleMaster, protocol.GroupReadWrite)
+	c := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := rawSend(ctx, c, m.addr(), "r", "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := rawSend(ctx, c, m.addr(), "r", "2"); !errors.Is(err, protocol.ErrReadonly) {
+		t.Fatalf("send with the slave gone: %v", err)
+	}
+	expect(protocol.RoleMaster, protocol.GroupReadonly)
+	startSlave(t, sdir, m.addr(), withMeta)
+	expect(protocol.RoleMaster, protocol.GroupReadWrite)
 }
