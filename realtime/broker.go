@@ -161,10 +161,11 @@ func (b *Broker) Start() error {
 		b.sync.start()
 		b.wg.Add(1)
 		go b.livenessLoop()
-	} else {
-		b.replica.start()
 	}
 	b.register()
+	if b.replica != nil {
+		b.replica.start() // after register: it may follow the meta server's master
+	}
 	b.ready.Store(true)
 	b.lg.Info("serving", zap.Stringer("addr", b.server.Addr()), zap.String("flush", b.opts.Flush),
 		zap.String("role", b.opts.Role), zap.Bool("wait_slave", b.opts.WaitSlave))
@@ -202,7 +203,13 @@ func (b *Broker) writable() error {
 }
 
 func (b *Broker) notMaster() error {
-	return protocol.Errorf(protocol.StatusNotMaster, "broker group "+b.opts.Group+": this broker is its slave (master "+b.opts.Master+")")
+	master := "unknown"
+	if b.replica != nil {
+		if m := b.replica.master(); m != "" {
+			master = m
+		}
+	}
+	return protocol.Errorf(protocol.StatusNotMaster, "broker group "+b.opts.Group+": this broker is its slave (master "+master+")")
 }
 
 // masterOnly refuses h's requests on a slave with StatusNotMaster.
@@ -217,6 +224,8 @@ func (b *Broker) masterOnly(h func(*netserver.Request)) func(*netserver.Request)
 type ReplicationStatus struct {
 	Role  string
 	Epoch uint64
+	// Master is the address a slave syncs from.
+	Master string
 	// Master: the slave's durable message-log offset (-1 before the first
 	// sync), its lag and the send replies waiting for it; LagReadonly while
 	// the lag rule holds the group readonly.
@@ -253,6 +262,7 @@ func (b *Broker) Replication() ReplicationStatus {
 	}
 	if y := b.replica; y != nil {
 		st.Epoch = y.epoch
+		st.Master = y.master()
 		var d time.Duration
 		st.LagBytes, d = y.lag()
 		st.LagSeconds = d.Seconds()

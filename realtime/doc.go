@@ -45,7 +45,9 @@
 // refuses sends, pulls, acks, consumer management and dead-letter commands
 // with StatusNotMaster, registers with the meta server as protocol.RoleSlave
 // (state readonly), and runs replicaLoop: one CmdSyncLog request at a time to
-// Options.Master, carrying its committed ends of both logs and its segment
+// Options.Master (or, without it, the group's master as the meta servers'
+// register responses name it, so a slave already follows a new master),
+// carrying its group, its committed ends of both logs and its segment
 // sizes. The master (syncService, sync.go) answers with up to SyncMaxBytes of
 // each log's committed records past those offsets (pkg/protocol sync.go),
 // long-polling on the store's CommitSignal up to SyncWait when it has

@@ -82,7 +82,8 @@ type Options struct {
 
 	// Replication (see "Replication" in doc.go). Role is "master" (the
 	// default) or "slave"; a slave copies Master's message and action logs
-	// and refuses producers and consumers with StatusNotMaster.
+	// and refuses producers and consumers with StatusNotMaster. Without
+	// Master a slave follows the group's master the meta servers name.
 	Role   string `yaml:"role"`
 	Master string `yaml:"master"`
 	// WaitSlave makes a send's reply wait until the slave has the messages
@@ -161,7 +162,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&o.SegmentSize, "segment-size", o.SegmentSize, "message-log segment size in bytes")
 	fs.IntVar(&o.MaxBody, "max-body", o.MaxBody, "largest message body in bytes")
 	fs.StringVar(&o.Role, "role", o.Role, "replication role: master or slave")
-	fs.StringVar(&o.Master, "master", o.Master, "the master's address (role slave)")
+	fs.StringVar(&o.Master, "master", o.Master, "the master's address (role slave; default: the master the meta servers name)")
 	fs.BoolVar(&o.WaitSlave, "wait-slave", o.WaitSlave, "send replies wait until the slave has the messages")
 	fs.DurationVar(&o.SlaveLagReadonly, "slave-lag-readonly", o.SlaveLagReadonly, "with --wait-slave: readonly once the slave lags this long")
 	fs.IntVar(&o.MaxWaitingAcks, "max-waiting-acks", o.MaxWaitingAcks, "with --wait-slave: most send replies waiting for the slave (then busy)")
@@ -201,8 +202,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("realtime: shutdown timeout must be positive")
 	case o.Role != RoleMaster && o.Role != RoleSlave:
 		return fmt.Errorf("realtime: role must be %q or %q, got %q", RoleMaster, RoleSlave, o.Role)
-	case o.Role == RoleSlave && o.Master == "":
-		return fmt.Errorf("realtime: a slave needs the master's address")
+	case o.Role == RoleSlave && o.Master == "" && len(o.MetaServers) == 0:
+		return fmt.Errorf("realtime: a slave needs the master's address or meta servers that name it")
 	case o.Role == RoleSlave && o.WaitSlave:
 		return fmt.Errorf("realtime: --wait-slave is a master's option")
 	case o.SlaveLagReadonly <= 0 || o.MaxWaitingAcks <= 0:

@@ -29,6 +29,7 @@ type replica struct {
 	caughtUpAt atomic.Int64 // unix nanos: the copy last held all the master had committed
 	connected  atomic.Bool
 	errors     atomic.Int64
+	following  atomic.Pointer[string] // the master synced from last
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -41,7 +42,7 @@ func newReplica(b *Broker) (*replica, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	y := &replica{b: b, store: b.store, opts: &b.opts, lg: b.lg.Named("replica").With(zap.String("master", b.opts.Master)),
+	y := &replica{b: b, store: b.store, opts: &b.opts, lg: b.lg.Named("replica"),
 		client: c, ctx: ctx, cancel: cancel}
 	y.caughtUpAt.Store(time.Now().UnixNano())
 	return y, nil
@@ -100,14 +101,39 @@ func (y *replica) replicaLoop() {
 	}
 }
 
+// errNoMaster: neither Options.Master nor the meta servers name a master.
+var errNoMaster = errors.New("no master known yet: the meta servers name none")
+
+// master returns the address to sync from: Options.Master, or the group's
+// live master as the meta servers last named it.
+func (y *replica) master() string {
+	if y.opts.Master != "" {
+		return y.opts.Master
+	}
+	if k := y.b.keeper; k != nil {
+		if r := k.Registration(); r != nil {
+			return r.Master()
+		}
+	}
+	return ""
+}
+
 func (y *replica) syncOnce(msgSeg, actSeg int64) error {
+	master := y.master()
+	if master == "" {
+		return errNoMaster
+	}
+	if prev := y.following.Load(); prev == nil || *prev != master {
+		y.following.Store(&master)
+		y.lg.Info("following master", zap.String("addr", master))
+	}
 	msgEnd, actEnd := y.store.CommittedEnds()
 	q := protocol.SyncRequest{Epoch: y.epoch, Group: y.opts.Group, MessageOffset: msgEnd, ActionOffset: actEnd,
 		MessageSegmentSize: msgSeg, ActionSegmentSize: actSeg,
 		MaxBytes: uint32(y.opts.SyncMaxBytes), WaitMillis: uint32(y.opts.SyncWait / time.Millisecond)}
 	ctx, cancel := context.WithTimeout(y.ctx, y.opts.SyncWait+10*time.Second)
 	defer cancel()
-	body, err := y.client.Call(ctx, y.opts.Master, protocol.CmdSyncLog, protocol.AppendSyncRequest(nil, &q))
+	body, err := y.client.Call(ctx, master, protocol.CmdSyncLog, protocol.AppendSyncRequest(nil, &q))
 	if err != nil {
 		return err
 	}

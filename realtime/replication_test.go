@@ -457,9 +457,10 @@ func TestReplication_SlaveKilledResumes(t *testing.T) {
 // metaStub is a meta server that records the last registration of each
 // role.
 type metaStub struct {
-	mu   sync.Mutex
-	last map[protocol.BrokerRole]protocol.RegisterRequest
-	addr string
+	mu     sync.Mutex
+	last   map[protocol.BrokerRole]protocol.RegisterRequest
+	master string // the group's master address it names
+	addr   string
 }
 
 func startMetaStub(t *testing.T) *metaStub {
@@ -474,8 +475,9 @@ func startMetaStub(t *testing.T) *metaStub {
 		}
 		st.mu.Lock()
 		st.last[q.Role] = q
+		master := st.master
 		st.mu.Unlock()
-		r.Reply(protocol.StatusOK, protocol.AppendRegisterResponse(nil, &protocol.RegisterResponse{LeaseID: 1, TTL: 10 * time.Second, Version: 1}))
+		r.Reply(protocol.StatusOK, protocol.AppendRegisterResponse(nil, &protocol.RegisterResponse{LeaseID: 1, TTL: 10 * time.Second, Version: 1, Master: master}))
 	})
 	srv, err := netserver.New(netserver.Options{Addr: "127.0.0.1:0"}, mux, zaptest.NewLogger(t))
 	if err != nil {
@@ -540,4 +542,36 @@ func TestReplication_RegistersRoleAndLagState(t *testing.T) {
 	expect(protocol.RoleMaster, protocol.GroupReadonly)
 	startSlave(t, sdir, m.addr(), withMeta)
 	expect(protocol.RoleMaster, protocol.GroupReadWrite)
+}
+
+// A slave without --master follows the master the meta server names.
+func TestReplication_SlaveFollowsMetaMaster(t *testing.T) {
+	meta := startMetaStub(t)
+	m := startBroker(t, t.TempDir(), replOptions)
+	c := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 10 {
+		if err := rawSend(ctx, c, m.addr(), "f", fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startSlave(t, t.TempDir(), "", func(o *realtime.Options) {
+		o.MetaServers = []string{meta.addr}
+		o.HeartbeatInterval = 50 * time.Millisecond
+	})
+	if err := rawSend(ctx, c, s.addr(), "f", "x"); !errors.Is(err, protocol.ErrNotMaster) {
+		t.Fatalf("send to a slave: %v", err)
+	}
+	time.Sleep(200 * time.Millisecond) // no master named yet: nothing copied
+	if st := s.Replication(); st.MessageEnd != 0 || st.Master != "" {
+		t.Fatalf("slave copied %d bytes from %q before a master was named", st.MessageEnd, st.Master)
+	}
+	meta.mu.Lock()
+	meta.master = m.addr()
+	meta.mu.Unlock()
+	waitCaughtUp(t, m, 10*time.Second)
+	if st := s.Replication(); st.Master != m.addr() || st.MessageEnd != m.Replication().MessageEnd {
+		t.Fatalf("slave status %+v", st)
+	}
 }
