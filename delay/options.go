@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/qmq-go/qmq/delay/store"
+	"github.com/qmq-go/qmq/pkg/config"
 	"github.com/qmq-go/qmq/pkg/logging"
 )
 
@@ -87,14 +88,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Window, "window", o.Window, "how far ahead messages are loaded into the wheel")
 	fs.DurationVar(&o.Horizon, "horizon", o.Horizon, "how far ahead a message may be due")
 	fs.DurationVar(&o.Keep, "keep", o.Keep, "how long dispatched hours are kept")
-	fs.Func("meta", "meta server address (repeat or comma-separate)", func(s string) error {
-		o.MetaServers = append(o.MetaServers, splitList(s)...)
-		return nil
-	})
-	fs.Func("realtime", "fixed realtime broker address to forward to, without a meta server (repeat or comma-separate)", func(s string) error {
-		o.Realtime = append(o.Realtime, splitList(s)...)
-		return nil
-	})
+	config.StringList(fs, &o.MetaServers, "meta", "meta server addresses (comma-separated or repeated)")
+	config.StringList(fs, &o.Realtime, "realtime", "fixed realtime broker addresses to forward to, without a meta server (comma-separated or repeated)")
 	fs.IntVar(&o.MaxBody, "max-body", o.MaxBody, "largest message body in bytes")
 	o.Log.AddFlags(fs)
 }
@@ -122,14 +117,4 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("delay: shutdown timeout must be positive")
 	}
 	return o.Log.Validate()
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

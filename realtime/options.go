@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/qmq-go/qmq/pkg/config"
 	"github.com/qmq-go/qmq/pkg/logging"
 	"github.com/qmq-go/qmq/realtime/store"
 )
@@ -147,10 +148,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "data directory")
 	fs.StringVar(&o.Flush, "flush", o.Flush, "durability: sync (fsync before ack, group commit) or async")
 	fs.DurationVar(&o.FlushInterval, "flush-interval", o.FlushInterval, "fsync interval under --flush=async")
-	fs.Func("meta", "meta server address (repeat or comma-separate for several)", func(s string) error {
-		o.MetaServers = append(o.MetaServers, splitList(s)...)
-		return nil
-	})
+	config.StringList(fs, &o.MetaServers, "meta", "meta server addresses (comma-separated or repeated)")
 	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "heartbeat interval to the meta server")
 	fs.DurationVar(&o.DedupeWindow, "dedupe-window", o.DedupeWindow, "how long message ids are remembered to drop resent copies")
 	fs.IntVar(&o.DedupeCapacity, "dedupe-capacity", o.DedupeCapacity, "most message ids remembered")
@@ -224,18 +222,4 @@ func isName(s string) bool {
 		}
 	}
 	return s != ""
-}
-
-func splitList(s string) []string {
-	var out []string
-	start := 0
-	for i := 0; i <= len(s); i++ {
-		if i == len(s) || s[i] == ',' {
-			if i > start {
-				out = append(out, s[start:i])
-			}
-			start = i + 1
-		}
-	}
-	return out
 }

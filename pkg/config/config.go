@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 )
@@ -14,30 +15,69 @@ import (
 // ErrConfigFile wraps every failure to read or decode the config file.
 var ErrConfigFile = errors.New("config file")
 
-// Parse parses args into fs; when --config names a file, it loads that YAML
-// file into opts and then applies the flags given in args again, so explicit
-// flags win over the file and the file wins over defaults. fs must not
-// already define "config".
+// Parse loads the YAML file named by --config (if args give one) into opts,
+// then parses args into fs, so explicit flags win over the file and the
+// file wins over defaults. fs must not already define "config". List flags
+// should use StringList so that a flag replaces the file's list instead of
+// adding to it.
 func Parse(fs *flag.FlagSet, args []string, opts any) error {
-	path := fs.String("config", "", "YAML config file (flags given on the command line override it)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *path == "" {
-		return nil
-	}
-	// Remember the flags set explicitly, with their values, before the file
-	// overwrites the fields they are bound to; then apply them again.
-	var replay []string
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name != "config" {
-			replay = append(replay, "-"+f.Name+"="+f.Value.String())
+	fs.String("config", "", "YAML config file (flags given on the command line override it)")
+	if path := configArg(args); path != "" {
+		if err := Load(path, opts); err != nil {
+			return err
 		}
-	})
-	if err := Load(*path, opts); err != nil {
-		return err
 	}
-	return fs.Parse(replay)
+	return fs.Parse(args)
+}
+
+// configArg finds the value of -config/--config in args (as "-config x" or
+// "-config=x"), stopping where flag parsing stops.
+func configArg(args []string) string {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
+			return ""
+		}
+		name := strings.TrimLeft(a, "-")
+		if v, ok := strings.CutPrefix(name, "config="); ok {
+			return v
+		}
+		if name == "config" && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+// StringList binds a comma-separated (or repeated) list flag to *list. The
+// first use of the flag replaces whatever *list held (a default or the
+// config file's list); later uses add to it.
+func StringList(fs *flag.FlagSet, list *[]string, name, usage string) {
+	fs.Var(&stringList{list: list}, name, usage)
+}
+
+type stringList struct {
+	list *[]string
+	set  bool
+}
+
+func (l *stringList) String() string {
+	if l.list == nil {
+		return ""
+	}
+	return strings.Join(*l.list, ",")
+}
+
+func (l *stringList) Set(v string) error {
+	if !l.set {
+		*l.list, l.set = nil, true
+	}
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*l.list = append(*l.list, p)
+		}
+	}
+	return nil
 }
 
 // Load decodes the YAML file at path into opts, rejecting unknown keys.

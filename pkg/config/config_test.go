@@ -10,6 +10,7 @@ import (
 )
 
 type testOptions struct {
+	Meta     []string      `yaml:"meta"`
 	Addr     string        `yaml:"addr"`
 	Workers  int           `yaml:"workers"`
 	Interval time.Duration `yaml:"interval"`
@@ -24,6 +25,7 @@ func parse(t *testing.T, file string, args ...string) (testOptions, error) {
 	fs.IntVar(&o.Workers, "workers", o.Workers, "")
 	fs.DurationVar(&o.Interval, "interval", o.Interval, "")
 	fs.BoolVar(&o.Sync, "sync", o.Sync, "")
+	StringList(fs, &o.Meta, "meta", "")
 	if file != "" {
 		p := filepath.Join(t.TempDir(), "c.yaml")
 		if err := os.WriteFile(p, []byte(file), 0o644); err != nil {
@@ -51,6 +53,23 @@ func TestParse_Precedence(t *testing.T) {
 	o, err = parse(t, "")
 	if err != nil || o.Workers != 4 {
 		t.Fatalf("empty file: %+v %v", o, err)
+	}
+}
+
+func TestParse_ListFlags(t *testing.T) {
+	o, err := parse(t, "meta: [a:1, b:2]\n")
+	if err != nil || len(o.Meta) != 2 {
+		t.Fatalf("file list: %+v %v", o, err)
+	}
+	o, err = parse(t, "meta: [a:1, b:2]\n", "--meta=c:3,d:4", "--meta", "e:5")
+	if err != nil || len(o.Meta) != 3 || o.Meta[0] != "c:3" || o.Meta[2] != "e:5" {
+		t.Fatalf("flags replace the file's list: %+v %v", o.Meta, err)
+	}
+	if got := configArg([]string{"-x", "--config=a.yaml"}); got != "a.yaml" {
+		t.Fatalf("configArg = %q", got)
+	}
+	if got := configArg([]string{"pos", "--config", "a.yaml"}); got != "" {
+		t.Fatalf("configArg after a positional = %q", got)
 	}
 }
 
