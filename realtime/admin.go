@@ -1,8 +1,6 @@
 package realtime
 
 import (
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/qmq-go/qmq/pkg/netserver"
@@ -75,54 +73,4 @@ func (b *Broker) serveBrokerStats(r *netserver.Request) {
 		resp.Subjects = append(resp.Subjects, protocol.SubjectStats{Subject: s.Subject, Messages: uint64(max(s.NextSeq, 0)), Groups: groups[s.Subject]})
 	}
 	r.Reply(protocol.StatusOK, protocol.AppendBrokerStatsResponse(nil, &resp))
-}
-
-// serveDeadLetters lists and inspects a group's dead letters. Re-drive and
-// purge are not served yet.
-func (b *Broker) serveDeadLetters(r *netserver.Request) {
-	q, err := protocol.DecodeDeadLettersRequest(r.Body)
-	if err != nil {
-		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
-		return
-	}
-	dead := protocol.DeadSubject(q.Subject, q.Group)
-	switch q.Action {
-	case protocol.DeadLettersList, protocol.DeadLettersInspect:
-	default:
-		r.ReplyError(protocol.Errorf(protocol.StatusUnknownCommand, fmt.Sprintf("dead-letter action %v is not served by this broker yet", q.Action)))
-		return
-	}
-	max := int(q.Max)
-	if max <= 0 || max > 1000 {
-		max = 1000
-	}
-	from := int64(q.After)
-	if from > 0 {
-		from++ // sequences after After
-	}
-	msgs, err := b.store.Read(dead, from, max)
-	if err != nil && !errors.Is(err, store.ErrUnknownSubject) {
-		r.ReplyError(pullStatus(err))
-		return
-	}
-	resp := protocol.DeadLettersResponse{}
-	want := map[string]bool{}
-	for _, id := range q.IDs {
-		want[id] = true
-	}
-	for _, m := range msgs {
-		if len(want) > 0 {
-			v, err := protocol.ParseMessage(m.Message)
-			if err != nil || !want[string(v.ID)] {
-				continue
-			}
-		}
-		resp.Letters = append(resp.Letters, protocol.DeadLetter{Seq: uint64(m.ConsumeSeq), Message: m.Message})
-	}
-	for _, s := range b.store.Stats().Subjects {
-		if s.Subject == dead {
-			resp.Total = uint64(s.Entries)
-		}
-	}
-	r.Reply(protocol.StatusOK, protocol.AppendDeadLettersResponse(nil, &resp))
 }

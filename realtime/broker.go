@@ -35,6 +35,7 @@ type Broker struct {
 	metrics *metrics
 	reg     *prometheus.Registry
 	keeper  *metaclient.Keeper // registration with the meta servers, when configured
+	dead    *deadLetters       // re-driven and purged dead letters
 	sync    *syncService       // a master's replication service (nil on a slave)
 	replica *replica           // a slave's sync loop (nil on a master)
 
@@ -104,6 +105,10 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 		}
 		b.replica.registerMetrics(b.reg)
 	}
+	if b.dead, err = openDeadLetters(opts.DataDir); err != nil {
+		st.Close()
+		return nil, err
+	}
 	rep := st.OpenReport()
 	lg.Info("store opened", zap.String("dir", opts.DataDir), zap.Duration("took", rep.Duration),
 		zap.Int64("messages_replayed", rep.MessagesReplayed), zap.Int64("actions_replayed", rep.ActionsReplayed))
@@ -164,7 +169,9 @@ func (b *Broker) Start() error {
 	}
 	b.register()
 	if b.replica != nil {
-		b.replica.start() // after register: it may follow the meta server's master
+		// After register: without --master it follows the meta servers'.
+		b.replica.keeper.Store(b.keeper)
+		b.replica.start()
 	}
 	b.ready.Store(true)
 	b.lg.Info("serving", zap.Stringer("addr", b.server.Addr()), zap.String("flush", b.opts.Flush),

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/qmq-go/qmq/pkg/metaclient"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/transport"
 	"github.com/qmq-go/qmq/realtime/store"
@@ -30,6 +31,7 @@ type replica struct {
 	connected  atomic.Bool
 	errors     atomic.Int64
 	following  atomic.Pointer[string] // the master synced from last
+	keeper     atomic.Pointer[metaclient.Keeper]
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -110,7 +112,7 @@ func (y *replica) master() string {
 	if y.opts.Master != "" {
 		return y.opts.Master
 	}
-	if k := y.b.keeper; k != nil {
+	if k := y.keeper.Load(); k != nil {
 		if r := k.Registration(); r != nil {
 			return r.Master()
 		}
