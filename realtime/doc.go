@@ -61,8 +61,8 @@
 // --wait-slave (Options.WaitSlave): a send's reply waits until the slave's
 // durable message-log end passes the last stored message's offset. Waiting
 // replies are kept ordered by offset and completed as acknowledgements
-// arrive (never on the store's commit goroutine's time: await only takes a
-// mutex). Admission bounds them: with MaxWaitingAcks replies waiting, new
+// arrive (await runs on the store's commit goroutine and only takes a
+// mutex, so appends never wait for the slave). Admission bounds them: with MaxWaitingAcks replies waiting, new
 // sends get StatusBusy (the bound is checked at admission, so the requests
 // already inside the store may pass it by their number). syncWatchLoop
 // dates the bytes the slave lacks (samples of the committed end every 10 ms):
@@ -98,7 +98,9 @@
 //     margin (clock-independent: measured with the monotonic clock from the
 //     last successful KeepAlive), so it is readonly before its lease can
 //     expire and before any slave can win. With --wait-slave only what the
-//     slave durably holds was acknowledged, so nothing acked is lost.
+//     slave durably holds was acknowledged, so nothing acked is lost;
+//     without it a failover loses what the slave had not copied (its lag
+//     in bytes, shown in the metrics).
 //   - Promotion: the slave that wins stops replicaLoop, finishes applying
 //     what it has, and switches its store from replica to master mode
 //     (store.Promote, built and tested in phase 1: the logs are already
@@ -123,6 +125,10 @@
 //     the pull-log entries above each consumer's acked position
 //     (CmdSyncCheckpoint), installs them, and syncs from the checkpoint's
 //     action offset.
+//   - State outside the logs: the dead-letter re-drive/purge record
+//     (deadletters.json) and consumers that never got an entry are not in
+//     the action log, so a new master does not have them; the first should
+//     become actions (or be replicated as a file) before failover ships.
 //   - Admin: qmqctl and the console show role, epoch and lag per broker
 //     (Broker.Replication; CmdBrokerStats can carry it) and a planned
 //     switchover makes the master stop writes, wait until its slave holds
