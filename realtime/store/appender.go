@@ -80,6 +80,18 @@ func (s *Store) Append(ctx context.Context, msgs [][]byte) ([]Result, error) {
 // before AppendAsync returns, on the caller's goroutine. msgs must not change
 // until done runs. The error is ErrClosed (done is then not called).
 func (s *Store) AppendAsync(msgs [][]byte, done func([]Result)) error {
+	return s.appendAsync(msgs, done, true)
+}
+
+// TryAppendAsync is AppendAsync that never blocks: when the append queue is
+// full it queues nothing, does not call done and returns ErrWouldBlock, so
+// a caller that must not block (a server's event loop) can hand the append
+// to a goroutine instead.
+func (s *Store) TryAppendAsync(msgs [][]byte, done func([]Result)) error {
+	return s.appendAsync(msgs, done, false)
+}
+
+func (s *Store) appendAsync(msgs [][]byte, done func([]Result), block bool) error {
 	if err := s.errIfReplica(); err != nil {
 		return err
 	}
@@ -130,6 +142,14 @@ func (s *Store) AppendAsync(msgs [][]byte, done func([]Result)) error {
 	defer s.closeMu.RUnlock()
 	if s.closed {
 		return ErrClosed
+	}
+	if !block {
+		select {
+		case s.appendCh <- r:
+			return nil
+		default:
+			return ErrWouldBlock
+		}
 	}
 	s.appendCh <- r
 	return nil

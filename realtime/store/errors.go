@@ -6,6 +6,9 @@ import "errors"
 // messages get *protocol.Error values (StatusInvalid, StatusTooLarge) in
 // their Result instead.
 var (
+	// ErrWouldBlock means TryAppendAsync found the append queue full and
+	// queued nothing.
+	ErrWouldBlock = errors.New("store: append queue full")
 	// ErrClosed means the store was closed.
 	ErrClosed = errors.New("store: closed")
 	// ErrCorrupt means recovery found damaged data in the middle of a log and
