@@ -130,7 +130,8 @@ func (e *Env) runDelayOurs(dir string, r delayRun) (latenessResult, error) {
 		return res, err
 	}
 	defer dl.stop()
-	defer e.logLatenessHistograms(dlHTTP)
+	defer e.logHistograms(dlHTTP, "qmq_delay_fire_lateness_seconds", "qmq_delay_forward_lateness_seconds")
+	defer e.logHistograms(argAfter(rt.cmd.Args, "--http-addr"), "qmq_realtime_append_seconds")
 	probe := startWakeupProbe()
 	defer func() {
 		p50, p99, maxMs, stalled := probe.stop()
@@ -343,11 +344,15 @@ func runDelay(env *Env) error {
 		oursErr, nsqErr, natsErr error
 		wg                       sync.WaitGroup
 	)
+	// delaypeer waits 5.5 s for nsqd's channel refresh before it publishes:
+	// the others start that much later, so that the three fill at the same
+	// time, not one while another's messages fall due.
+	wg.Go(func() { nsq, nsqErr = env.runDelayPeer("nsq", filepath.Join(env.Dir, "nsq"), timeout) })
+	time.Sleep(5500 * time.Millisecond)
 	wg.Go(func() {
 		ours, oursErr = env.runDelayOurs(filepath.Join(env.Dir, "qmq-100k"),
 			delayRun{count: delayPeerPending, min: delayMin, max: delayMax, timeout: timeout})
 	})
-	wg.Go(func() { nsq, nsqErr = env.runDelayPeer("nsq", filepath.Join(env.Dir, "nsq"), timeout) })
 	wg.Go(func() { nats, natsErr = env.runDelayPeer("nats", filepath.Join(env.Dir, "nats"), timeout) })
 	wg.Wait()
 	if err := errors.Join(oursErr, nsqErr, natsErr); err != nil {
@@ -477,10 +482,21 @@ func runDelayCapacity(env *Env) error {
 	return nil
 }
 
-// logLatenessHistograms logs the delay server's own lateness histograms
-// (due → out of the wheel, due → stored by the realtime broker) as the
-// share of messages within each bucket: where our lateness comes from.
-func (e *Env) logLatenessHistograms(httpAddr string) {
+// argAfter returns the argument after flag in args ("" if none).
+func argAfter(args []string, flag string) string {
+	for i, a := range args[:max(len(args)-1, 0)] {
+		if a == flag {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+// logHistograms logs histograms of the server at httpAddr as the share of
+// observations within each bucket: the delay server's own lateness (due →
+// out of the wheel, due → stored by the realtime broker) and the realtime
+// broker's append time (fsync included) show where our lateness comes from.
+func (e *Env) logHistograms(httpAddr string, names ...string) {
 	resp, err := http.Get("http://" + httpAddr + "/metrics")
 	if err != nil {
 		e.Logf("metrics: %v", err)
@@ -488,7 +504,7 @@ func (e *Env) logLatenessHistograms(httpAddr string) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	for _, name := range []string{"qmq_delay_fire_lateness_seconds", "qmq_delay_forward_lateness_seconds"} {
+	for _, name := range names {
 		var buckets []string
 		var counts []float64
 		total := 0.0
