@@ -209,7 +209,9 @@ func TestDelay_CrashLosesNothing(t *testing.T) {
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
 	for k := range kills {
-		time.Sleep(300*time.Millisecond + time.Duration(rng.Int64N(int64(1500*time.Millisecond))))
+		// Messages fall due from 1 s after the first send: every kill lands
+		// while some are pending, some being forwarded, some being sent.
+		time.Sleep(1100*time.Millisecond + time.Duration(rng.Int64N(int64(time.Second))))
 		mu.Lock()
 		delivered := len(got)
 		mu.Unlock()
