@@ -56,6 +56,27 @@ func (r *Request) Reply(status protocol.Status, body ...[]byte) {
 	r.Conn.reply(r.Header.RequestID, status, body)
 }
 
+// Detach lets an inline handler answer later: it returns a Request that
+// owns a copy of the body, may be answered from any goroutine, and counts as
+// in flight like a request served off the loop (Close waits for it); the
+// inline request itself counts as answered by it. Call it on the event loop,
+// before Serve returns. Off the loop it returns r.
+func (r *Request) Detach() *Request {
+	if !r.onLoop {
+		return r
+	}
+	c := r.Conn
+	d := &Request{Header: r.Header, Body: append([]byte(nil), r.Body...), Arrived: r.Arrived, Conn: c}
+	r.replied.Store(true)
+	if d.Header.IsOneWay() {
+		d.replied.Store(true)
+	} else {
+		c.held++ // the event loop owns held: Detach runs on it
+		c.srv.busy.Add(1)
+	}
+	return d
+}
+
 // ReplyError answers the request with the status err carries
 // (protocol.StatusOf: a *protocol.Error keeps its status, nil is StatusOK,
 // anything else StatusInternal) and a message as the body: a *protocol.Error
