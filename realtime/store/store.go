@@ -61,6 +61,7 @@ type Store struct {
 	replica                          atomic.Bool // Options.Replica until Promote
 	replMu                           sync.Mutex
 	replTs                           int64
+	replBatch                        *segment.Batch // ReplicateMessages' batch, reused
 	recoveredMsgEnd, recoveredActEnd int64
 
 	stats counters
