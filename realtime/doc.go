@@ -47,15 +47,18 @@
 // A slave opens its store as a replica (see realtime/store, "Replication"),
 // refuses sends, pulls, acks, consumer management and dead-letter commands
 // with StatusNotMaster, registers with the meta server as protocol.RoleSlave
-// (state readonly), and runs replicaLoop: one CmdSyncLog request at a time to
-// Options.Master (or, without it, the group's master as the meta servers'
-// register responses name it, so a slave already follows a new master),
-// carrying its group, its committed ends of both logs and its segment
-// sizes. The master (syncService, sync.go) answers with up to SyncMaxBytes of
-// each log's committed records past those offsets (pkg/protocol sync.go),
-// long-polling on the store's CommitSignal up to SyncWait when it has
-// nothing new; the slave writes them at the same offsets, fdatasyncs and
-// replays them, and its next request is its acknowledgement. Bad requests
+// (state readonly), and runs replicaLoop, which syncs from Options.Master
+// (or, without it, the group's master as the meta servers' register
+// responses name it, so a slave already follows a new master). Each
+// CmdSyncLog request carries the slave's group, its segment sizes, the ends
+// of what it has received of both logs (where to read from) and its durable
+// message-log end (its acknowledgement). The master (syncService, sync.go)
+// answers with up to SyncMaxBytes of each log's committed records past those
+// offsets (pkg/protocol sync.go), long-polling on the store's CommitSignal
+// up to SyncWait when it has nothing new. The slave keeps one fetch in
+// flight while it writes the chunk before at the same offsets, fdatasyncs
+// and replays it, then acknowledges it at once with a one-way request
+// (MaxBytes 0), so an acknowledgement never waits for a long poll. Bad requests
 // get clear errors: undecodable, past the committed end or not at a record
 // start → StatusBadRequest; another group or different segment sizes →
 // StatusInvalid; a sync to a slave → StatusNotMaster. Failures back off

@@ -61,12 +61,10 @@ func (y *replica) close() {
 	y.client.Close()
 }
 
-// replicaLoop syncs until close: one request at a time, each carrying this
-// copy's durable ends (the master's acknowledgement) and long-polling for
-// more. Failures back off from 50 ms to 1 s.
+// replicaLoop syncs until close (follow) and backs off 50 ms → 1 s after a
+// failure.
 func (y *replica) replicaLoop() {
 	defer y.wg.Done()
-	msgSeg, actSeg := y.store.SegmentSizes()
 	backoff := time.Duration(0)
 	var lastErr string
 	for y.ctx.Err() == nil {
@@ -77,15 +75,7 @@ func (y *replica) replicaLoop() {
 			case <-time.After(backoff):
 			}
 		}
-		err := y.syncOnce(msgSeg, actSeg)
-		if err == nil {
-			if lastErr != "" {
-				y.lg.Info("replicating again")
-				lastErr = ""
-			}
-			backoff = 0
-			continue
-		}
+		err := y.follow()
 		if y.ctx.Err() != nil {
 			return
 		}
@@ -120,7 +110,18 @@ func (y *replica) master() string {
 	return ""
 }
 
-func (y *replica) syncOnce(msgSeg, actSeg int64) error {
+type fetched struct {
+	body []byte
+	err  error
+}
+
+// follow copies the master's logs until an error. It keeps one fetch in
+// flight while it writes the chunk before: it asks for what follows
+// everything received, then writes, fdatasyncs and replays the previous
+// chunk, acknowledges it at once with a one-way request (the fetch may be
+// long-polling), and waits for the fetch. Every request also carries the
+// durable end, the acknowledgement.
+func (y *replica) follow() error {
 	master := y.master()
 	if master == "" {
 		return errNoMaster
@@ -129,21 +130,61 @@ func (y *replica) syncOnce(msgSeg, actSeg int64) error {
 		y.following.Store(&master)
 		y.lg.Info("following master", zap.String("addr", master))
 	}
-	msgEnd, actEnd := y.store.CommittedEnds()
-	q := protocol.SyncRequest{Epoch: y.epoch, Group: y.opts.Group, MessageOffset: msgEnd, ActionOffset: actEnd,
-		MessageSegmentSize: msgSeg, ActionSegmentSize: actSeg,
-		MaxBytes: uint32(y.opts.SyncMaxBytes), WaitMillis: uint32(y.opts.SyncWait / time.Millisecond)}
-	ctx, cancel := context.WithTimeout(y.ctx, y.opts.SyncWait+10*time.Second)
-	defer cancel()
-	body, err := y.client.Call(ctx, master, protocol.CmdSyncLog, protocol.AppendSyncRequest(nil, &q))
-	if err != nil {
-		return err
+	msgSeg, actSeg := y.store.SegmentSizes()
+	msgPos, actPos := y.store.CommittedEnds()
+	request := func(maxBytes uint32) []byte {
+		durable, _ := y.store.CommittedEnds()
+		q := protocol.SyncRequest{Epoch: y.epoch, Group: y.opts.Group, MessageOffset: msgPos, ActionOffset: actPos,
+			MessageDurable: min(durable, msgPos), MessageSegmentSize: msgSeg, ActionSegmentSize: actSeg,
+			MaxBytes: maxBytes, WaitMillis: uint32(y.opts.SyncWait / time.Millisecond)}
+		return protocol.AppendSyncRequest(nil, &q)
 	}
-	p, err := protocol.DecodeSyncResponse(body)
-	if err != nil {
-		return err
+	var pending *protocol.SyncResponse // received, not yet written
+	for {
+		ch := make(chan fetched, 1)
+		if err := y.client.Go(master, protocol.CmdSyncLog, request(uint32(y.opts.SyncMaxBytes)), y.opts.SyncWait+10*time.Second,
+			func(body []byte, err error) { ch <- fetched{body, err} }); err != nil {
+			return err
+		}
+		if pending != nil {
+			if err := y.apply(pending); err != nil {
+				return err
+			}
+			if err := y.client.Notify(y.ctx, master, protocol.CmdSyncLog, request(0)); err != nil {
+				return err
+			}
+			pending = nil
+		}
+		var f fetched
+		select {
+		case f = <-ch:
+		case <-y.ctx.Done():
+			return y.ctx.Err()
+		}
+		if f.err != nil {
+			return f.err
+		}
+		p, err := protocol.DecodeSyncResponse(f.body)
+		if err != nil {
+			return err
+		}
+		y.connected.Store(true)
+		if len(p.Message.Data) == 0 && len(p.Action.Data) == 0 {
+			y.noteLag(p.Message)
+			continue
+		}
+		if len(p.Message.Data) > 0 {
+			msgPos = p.Message.Offset + int64(len(p.Message.Data))
+		}
+		if len(p.Action.Data) > 0 {
+			actPos = p.Action.Offset + int64(len(p.Action.Data))
+		}
+		pending = &p
 	}
-	y.connected.Store(true)
+}
+
+// apply writes and replays a received response's chunks.
+func (y *replica) apply(p *protocol.SyncResponse) error {
 	m := store.LogChunk{Start: p.Message.Start, End: p.Message.End, Offset: p.Message.Offset, Data: p.Message.Data}
 	if err := y.store.ReplicateMessages(m); err != nil {
 		return err
@@ -152,12 +193,18 @@ func (y *replica) syncOnce(msgSeg, actSeg int64) error {
 	if err := y.store.ReplicateActions(a); err != nil {
 		return err
 	}
-	msgEnd, _ = y.store.CommittedEnds()
-	y.lagBytes.Store(max(m.End-msgEnd, 0))
-	if m.Offset+int64(len(m.Data)) >= m.End {
+	y.noteLag(p.Message)
+	return nil
+}
+
+// noteLag records how far the copy is behind the master's committed end
+// as of a response.
+func (y *replica) noteLag(c protocol.SyncChunk) {
+	end, _ := y.store.CommittedEnds()
+	y.lagBytes.Store(max(c.End-end, 0))
+	if end >= c.End || (len(c.Data) == 0 && c.Offset >= c.End) {
 		y.caughtUpAt.Store(time.Now().UnixNano())
 	}
-	return nil
 }
 
 // lag returns how far the copy is behind: committed bytes it lacks as of

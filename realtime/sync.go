@@ -147,7 +147,14 @@ func (y *syncService) serve(r *netserver.Request) {
 			q.MessageOffset, q.ActionOffset, mEnd, aEnd)))
 		return
 	}
-	y.slaveAck(q.MessageOffset, q.ActionOffset)
+	y.slaveAck(q.MessageDurable, q.ActionOffset)
+	if q.MaxBytes == 0 {
+		// An acknowledgement only (normally one-way: the reply is dropped).
+		m := protocol.SyncChunk{Start: mEnd, End: mEnd, Offset: mEnd}
+		a := protocol.SyncChunk{Start: aEnd, End: aEnd, Offset: aEnd}
+		r.Reply(protocol.StatusOK, protocol.AppendSyncResponse(nil, &protocol.SyncResponse{Epoch: y.epoch, Message: m, Action: a}))
+		return
+	}
 	y.mu.Lock()
 	if y.conn != r.Conn {
 		y.conn = r.Conn
@@ -164,6 +171,10 @@ func (y *syncService) serve(r *netserver.Request) {
 	go y.answer(r, q)
 }
 
+// syncBufs holds read buffers for answers (Reply copies, so they are
+// reused at once).
+var syncBufs = sync.Pool{New: func() any { return new([2][]byte) }}
+
 // answer replies with the committed bytes past the slave's offsets, waiting
 // up to the request's wait for some when there are none.
 func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
@@ -176,12 +187,21 @@ func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
 		defer t.Stop()
 		timeout = t.C
 	}
+	bufs := syncBufs.Get().(*[2][]byte)
+	defer syncBufs.Put(bufs)
 	for waited := false; ; {
 		sig := y.store.CommitSignal()
-		mc, err := y.store.ReadMessageLog(q.MessageOffset, maxBytes)
+		mc, err := y.store.ReadMessageLogInto(bufs[0], q.MessageOffset, maxBytes)
 		var ac store.LogChunk
 		if err == nil {
-			ac, err = y.store.ReadActionLog(q.ActionOffset, maxBytes)
+			ac, err = y.store.ReadActionLogInto(bufs[1], q.ActionOffset, maxBytes)
+		}
+		// Keep the larger buffers for the next answer.
+		if cap(mc.Data) > cap(bufs[0]) {
+			bufs[0] = mc.Data[:0]
+		}
+		if cap(ac.Data) > cap(bufs[1]) {
+			bufs[1] = ac.Data[:0]
 		}
 		if err != nil {
 			status := protocol.StatusInternal

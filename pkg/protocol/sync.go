@@ -9,14 +9,18 @@ import (
 // of the master's logs past its own ends, big-endian:
 //
 //	sync request   epoch u64 | group s8 | message offset i64 | action offset i64 |
+//	               message durable i64 |
 //	               message segment size i64 | action segment size i64 |
 //	               max bytes u32 | wait ms u32
 //	sync response  epoch u64 | message chunk | action chunk
 //	chunk          start i64 | end i64 | offset i64 | data len u32 | data
 //
 // group is the slave's broker group (a master refuses a slave of another
-// group). The request's offsets are the slave's durable ends (the message-log one
-// is its acknowledgement); the segment sizes must equal the master's so the
+// group). The request's offsets are where to read from: the ends of what
+// the slave has received (it may fetch the next chunk while it writes the
+// last one); message durable is the end of its message log that is on its
+// disk, its acknowledgement (at most message offset). Max bytes 0 asks for
+// no data: an acknowledgement only (sent one-way). The segment sizes must equal the master's so the
 // copies line up byte for byte; max bytes bounds each chunk's data (the
 // first record is sent whole even when larger); wait is how long the master
 // may hold the request when it has nothing new. A chunk is whole records
@@ -33,6 +37,7 @@ type SyncRequest struct {
 	Group              string
 	MessageOffset      int64
 	ActionOffset       int64
+	MessageDurable     int64
 	MessageSegmentSize int64
 	ActionSegmentSize  int64
 	MaxBytes           uint32
@@ -58,6 +63,7 @@ func AppendSyncRequest(dst []byte, q *SyncRequest) []byte {
 	dst = appendString8(dst, q.Group)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(q.MessageOffset))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(q.ActionOffset))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(q.MessageDurable))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(q.MessageSegmentSize))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(q.ActionSegmentSize))
 	dst = binary.BigEndian.AppendUint32(dst, q.MaxBytes)
@@ -73,6 +79,7 @@ func DecodeSyncRequest(body []byte) (SyncRequest, error) {
 		Group:              r.string8(),
 		MessageOffset:      int64(r.u64()),
 		ActionOffset:       int64(r.u64()),
+		MessageDurable:     int64(r.u64()),
 		MessageSegmentSize: int64(r.u64()),
 		ActionSegmentSize:  int64(r.u64()),
 		MaxBytes:           r.u32(),
@@ -83,6 +90,9 @@ func DecodeSyncRequest(body []byte) (SyncRequest, error) {
 	}
 	if q.MessageOffset < 0 || q.ActionOffset < 0 || q.MessageSegmentSize <= 0 || q.ActionSegmentSize <= 0 {
 		return SyncRequest{}, fmt.Errorf("%w: sync request with a negative offset or segment size", ErrInvalid)
+	}
+	if q.MessageDurable < 0 || q.MessageDurable > q.MessageOffset {
+		return SyncRequest{}, fmt.Errorf("%w: sync request acknowledges %d, past its offset %d", ErrInvalid, q.MessageDurable, q.MessageOffset)
 	}
 	return q, nil
 }

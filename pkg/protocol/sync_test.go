@@ -8,7 +8,7 @@ import (
 )
 
 func sampleSync() (SyncRequest, SyncResponse) {
-	q := SyncRequest{Epoch: 3, Group: "rt1", MessageOffset: 1 << 33, ActionOffset: 4096, MessageSegmentSize: 1 << 30,
+	q := SyncRequest{Epoch: 3, Group: "rt1", MessageOffset: 1 << 33, ActionOffset: 4096, MessageDurable: 1 << 32, MessageSegmentSize: 1 << 30,
 		ActionSegmentSize: 64 << 20, MaxBytes: 1 << 20, WaitMillis: 500}
 	p := SyncResponse{Epoch: 3,
 		Message: SyncChunk{Start: 0, End: 200, Offset: 100, Data: bytes.Repeat([]byte{7}, 100)},
@@ -61,6 +61,11 @@ func TestSyncBodies_RejectBadInput(t *testing.T) {
 	neg.MessageOffset = -1
 	if _, err := DecodeSyncRequest(AppendSyncRequest(nil, &neg)); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("negative offset: %v", err)
+	}
+	ahead := q
+	ahead.MessageDurable = q.MessageOffset + 1
+	if _, err := DecodeSyncRequest(AppendSyncRequest(nil, &ahead)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("acknowledgement past the offset: %v", err)
 	}
 	zero := q
 	zero.ActionSegmentSize = 0

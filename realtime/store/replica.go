@@ -93,15 +93,26 @@ func (s *Store) committedActions() int64 {
 // offset past the committed end, or one that is not the start of a record,
 // fails with an error wrapping ErrBadOffset.
 func (s *Store) ReadMessageLog(from int64, max int) (LogChunk, error) {
-	return readChunk(s.msgLog, s.committedMessages(), from, max)
+	return readChunk(s.msgLog, s.committedMessages(), from, max, nil)
 }
 
 // ReadActionLog is ReadMessageLog for the action log.
 func (s *Store) ReadActionLog(from int64, max int) (LogChunk, error) {
-	return readChunk(s.actLog, s.committedActions(), from, max)
+	return readChunk(s.actLog, s.committedActions(), from, max, nil)
 }
 
-func readChunk(l *segment.Log, committed, from int64, maxBytes int) (LogChunk, error) {
+// ReadMessageLogInto and ReadActionLogInto read into buf when it is large
+// enough (Data then aliases it), so a caller can reuse its buffers.
+func (s *Store) ReadMessageLogInto(buf []byte, from int64, max int) (LogChunk, error) {
+	return readChunk(s.msgLog, s.committedMessages(), from, max, buf)
+}
+
+// ReadActionLogInto: see ReadMessageLogInto.
+func (s *Store) ReadActionLogInto(buf []byte, from int64, max int) (LogChunk, error) {
+	return readChunk(s.actLog, s.committedActions(), from, max, buf)
+}
+
+func readChunk(l *segment.Log, committed, from int64, maxBytes int, scratch []byte) (LogChunk, error) {
 	c := LogChunk{Start: l.Start(), End: committed, Offset: from}
 	switch {
 	case from < 0:
@@ -124,7 +135,13 @@ func readChunk(l *segment.Log, committed, from int64, maxBytes int) (LogChunk, e
 			from = segEnd // the padding at a segment's end
 			continue
 		}
-		buf := make([]byte, min(limit-from, int64(maxBytes)))
+		want := min(limit-from, int64(maxBytes))
+		buf := scratch
+		if int64(cap(buf)) >= want {
+			buf = buf[:want]
+		} else {
+			buf = make([]byte, want)
+		}
 		if err := l.ReadAt(buf, from); err != nil {
 			return c, fmt.Errorf("%w: read at %d: %w", ErrIO, from, err)
 		}
@@ -297,9 +314,11 @@ func (s *Store) indexReplicated(c LogChunk, end int64, jumped bool) error {
 			s.lg.Error("replicated message record does not parse; skipped", zap.Int64("offset", off), zap.Error(err))
 			continue
 		}
-		sj, err := s.subjectFor(string(v.Subject), true)
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrIO, err)
+		sj := s.lookupSubject(v.Subject) // no allocation for a known subject
+		if sj == nil {
+			if sj, err = s.subjectFor(string(v.Subject), true); err != nil {
+				return fmt.Errorf("%w: %w", ErrIO, err)
+			}
 		}
 		if seq < sj.next {
 			continue // indexed already
