@@ -85,9 +85,14 @@
 // _sync_bytes_served_total on a master and qmq_realtime_replication_lag_bytes,
 // _replication_lag_seconds, _replication_errors_total on a slave.
 //
-// Measured (scripts/bench.sh replication, the produce suite's worker, one
-// run on the shared 2-core machine): --wait-slave master + slave process
-// 255k msg/s against 311k for the master alone, ratio 0.82.
+// Measured (scripts/bench.sh replication: the produce suite's worker with
+// its defaults, 16 requests of 256 messages in flight, three alternating
+// rounds; master, slave and producer share the 2-core machine and its
+// disk with other work): produce_wait_slave_ratio 0.59–0.82 over seven runs
+// (per-round ratios 0.56–0.93, the load swings "alone" by ±30% within a
+// run). A send's reply waits for two fdatasyncs on one disk (master, then
+// slave) with a fixed window in flight, so the ratio is bound by latency:
+// with 64 requests in flight it measured 0.94.
 //
 // # Replication, phase 2 (automatic failover; planned, not built)
 //

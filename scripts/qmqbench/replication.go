@@ -18,7 +18,7 @@ import (
 
 const (
 	replicationDuration = 6 * time.Second
-	replicationRounds   = 2
+	replicationRounds   = 3
 )
 
 func init() {
@@ -36,7 +36,7 @@ func runReplication(env *Env) error {
 		if err != nil {
 			return fmt.Errorf("wait-slave: %w", err)
 		}
-		env.Logf("round %d: alone %.0f msg/s, wait-slave %.0f msg/s", round, a, w)
+		env.Logf("round %d: alone %.0f msg/s, wait-slave %.0f msg/s (%.2f)", round, a, w, w/a)
 		alone += a / replicationRounds
 		waited += w / replicationRounds
 	}
