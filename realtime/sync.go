@@ -44,9 +44,14 @@ type syncService struct {
 	lg    *zap.Logger
 	epoch uint64 // 0 until automatic failover (phase 2) assigns epochs
 
-	// slaveMsg and slaveAct are the slave's durable ends (-1: no slave yet).
-	slaveMsg, slaveAct atomic.Int64
-	slaveSeen          atomic.Int64 // unix nanos of the last sync request
+	// slaveMsg is the slave's durable message-log end; slaveAct the action
+	// offset of its latest request and slaveActPrev of the one before (-1:
+	// no slave yet). A fetch names what the slave received, which it may
+	// not have written yet; the request after it (its acknowledgement or
+	// the next fetch) comes only once it has, so the smaller of the two
+	// is written.
+	slaveMsg, slaveAct, slaveActPrev atomic.Int64
+	slaveSeen                        atomic.Int64 // unix nanos of the last sync request
 	// readonly is set while the slave lags past SlaveLagReadonly (WaitSlave).
 	readonly atomic.Bool
 	lagNanos atomic.Int64
@@ -83,6 +88,7 @@ func newSyncService(b *Broker) *syncService {
 	y := &syncService{b: b, store: b.store, opts: &b.opts, lg: b.lg.Named("sync"), stop: make(chan struct{})}
 	y.slaveMsg.Store(-1)
 	y.slaveAct.Store(-1)
+	y.slaveActPrev.Store(-1)
 	return y
 }
 
@@ -236,7 +242,7 @@ func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
 // they cover.
 func (y *syncService) slaveAck(msg, act int64) {
 	y.slaveSeen.Store(time.Now().UnixNano())
-	y.slaveAct.Store(max(y.slaveAct.Load(), act))
+	y.slaveActPrev.Store(y.slaveAct.Swap(act)) // one connection: serial
 	if msg <= y.slaveMsg.Load() {
 		return
 	}
@@ -385,6 +391,9 @@ func (y *syncService) actionFloor() int64 {
 	seen := y.slaveSeen.Load()
 	if seen == 0 || time.Since(time.Unix(0, seen)) > actionFloorFor {
 		return -1
+	}
+	if prev := y.slaveActPrev.Load(); prev >= 0 {
+		return min(prev, y.slaveAct.Load())
 	}
 	return y.slaveAct.Load()
 }
