@@ -389,3 +389,47 @@ func TestPromotedReplicaContinues(t *testing.T) {
 		t.Fatalf("replica of the promoted store differs:\n got %+v\nwant %+v", a, b)
 	}
 }
+
+// Checkpoints keep the action-log segments a slave has not copied
+// (ActionLogFloor) and delete them once it has.
+func TestCheckpointKeepsActionsForSlave(t *testing.T) {
+	opts := replicaOptions()
+	floor := int64(0)
+	opts.ActionLogFloor = func() int64 { return floor }
+	m := openStore(t, t.TempDir(), opts)
+	defer m.Close()
+	appendN(t, m, "s", "m", 200)
+	// Many small pulls and acks: several action-log segments.
+	for i := 0; len(m.actLog.Segments()) < 3; i++ {
+		c := fmt.Sprint("c", i%50)
+		res, err := m.Pull(PullRequest{Subject: "s", Group: "g", Consumer: c, Max: 1, KnownPullSeq: -1, Earliest: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Messages) > 0 {
+			if _, err := m.Ack(AckRequest{Subject: "s", Group: "g", Consumer: c, First: res.Messages[0].PullSeq, Last: res.Messages[0].PullSeq}); err != nil {
+				t.Fatal(err)
+			}
+		} else if _, err := m.ResetGroup("s", "g", ResetEarliest, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		if i%100 == 0 {
+			if err := m.actions.flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := m.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if start := m.actLog.Start(); start != 0 {
+		t.Fatalf("checkpoint deleted action-log segments below %d that the slave (at 0) lacks", start)
+	}
+	floor = -1 // no slave
+	if err := m.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if start := m.actLog.Start(); start == 0 {
+		t.Fatal("checkpoint without a slave kept every action-log segment")
+	}
+}
