@@ -90,9 +90,10 @@ type Options struct {
 	// WaitSlave makes a send's reply wait until the slave has the messages
 	// durably (default off: the reply waits for the master's disk only).
 	WaitSlave bool `yaml:"wait_slave"`
-	// SlaveLagReadonly: with WaitSlave, once the slave's copy is older than
-	// this the master answers waiting and new sends readonly and reports
-	// itself readonly to the meta server until the slave catches up
+	// SlaveLagReadonly: with WaitSlave, once the oldest committed bytes the
+	// slave lacks are older than this (a slave that never connected lacks
+	// everything sent) the master answers waiting and new sends readonly and
+	// reports itself readonly to the meta server until the slave catches up
 	// (default 5s).
 	SlaveLagReadonly time.Duration `yaml:"slave_lag_readonly"`
 	// MaxWaitingAcks bounds the send replies waiting for the slave; past it

@@ -18,7 +18,7 @@
 //	s.ResetGroup(subject, group, kind, t)       // earliest, latest or a time
 //	s.Read(subject, from, max)                  // tools: read a subject (dead letters)
 //	s.Stats(); s.Checkpoint(); s.RunRetention(); s.Close()
-//	s.ReadMessageLog/ReadActionLog, s.ReplicateMessages/ReplicateActions,
+//	s.ReadMessageLog/ReadActionLog(+Into), s.ReplicateMessages/ReplicateActions,
 //	s.CommittedEnds, s.CommitSignal, s.Promote   // replication, see below
 //
 // Messages are encoded pkg/protocol messages; Append validates each with
