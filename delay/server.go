@@ -155,11 +155,14 @@ func (s *Server) Start() error {
 		if addr == "" {
 			addr = s.server.Addr().String()
 		}
+		rates := &metaclient.Rates{}
 		s.keeper = metaclient.Keep(s.opts.MetaServers, metaclient.Broker{
 			Kind: protocol.KindDelay, Role: protocol.RoleMaster, Group: s.opts.Group, Address: addr,
 			Report: func() (protocol.GroupState, protocol.BrokerLoad) {
 				st := s.store.Stats()
-				return protocol.GroupReadWrite, protocol.BrokerLoad{StoredBytes: uint64(max(st.WALWritten, 0))}
+				in, out := rates.Update(int64(st.Appended), int64(st.Dispatched))
+				return protocol.GroupReadWrite, protocol.BrokerLoad{InPerSec: in, OutPerSec: out,
+					StoredBytes: uint64(max(st.WALWritten, 0)), Pending: uint64(max(st.Pending, 0))}
 			},
 		}, s.lg, metaclient.WithRequestTimeout(2*time.Second))
 	}

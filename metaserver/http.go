@@ -221,7 +221,7 @@ func (s *Server) brokers() []api.Broker {
 }
 
 func apiLoad(l protocol.BrokerLoad) api.Load {
-	return api.Load{InPerSec: l.InPerSec, OutPerSec: l.OutPerSec, Subjects: l.Subjects, StoredBytes: l.StoredBytes}
+	return api.Load{InPerSec: l.InPerSec, OutPerSec: l.OutPerSec, Subjects: l.Subjects, StoredBytes: l.StoredBytes, Pending: l.Pending}
 }
 
 func (s *Server) groups() []api.Group {

@@ -1,7 +1,6 @@
 package realtime
 
 import (
-	"sync"
 	"time"
 
 	"github.com/qmq-go/qmq/pkg/metaclient"
@@ -18,7 +17,7 @@ func (b *Broker) register() {
 	if addr == "" {
 		addr = b.server.Addr().String()
 	}
-	rates := &rateTracker{}
+	rates := &metaclient.Rates{}
 	role := protocol.RoleMaster
 	if b.opts.Role == RoleSlave {
 		role = protocol.RoleSlave
@@ -33,31 +32,9 @@ func (b *Broker) register() {
 				state = protocol.GroupReadonly
 			}
 			st := b.store.Stats()
-			in, out := rates.update(st.Appended, st.Pulled)
+			in, out := rates.Update(st.Appended, st.Pulled)
 			return state, protocol.BrokerLoad{InPerSec: in, OutPerSec: out, Subjects: uint32(len(st.Subjects)),
 				StoredBytes: uint64(max(st.MessageLogEnd-st.MessageLogStart, 0))}
 		},
 	}, b.lg, metaclient.WithRequestTimeout(2*time.Second))
-}
-
-// rateTracker turns two counters into per-second rates between calls.
-type rateTracker struct {
-	mu      sync.Mutex
-	at      time.Time
-	in, out int64
-}
-
-func (r *rateTracker) update(in, out int64) (uint32, uint32) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	now := time.Now()
-	var inRate, outRate uint32
-	if !r.at.IsZero() {
-		if secs := now.Sub(r.at).Seconds(); secs > 0 {
-			inRate = uint32(max(float64(in-r.in), 0) / secs)
-			outRate = uint32(max(float64(out-r.out), 0) / secs)
-		}
-	}
-	r.at, r.in, r.out = now, in, out
-	return inRate, outRate
 }

@@ -21,6 +21,8 @@ type Load struct {
 	OutPerSec   uint32 `json:"outPerSec"`
 	Subjects    uint32 `json:"subjects"`
 	StoredBytes uint64 `json:"storedBytes"`
+	// Pending counts a delay group's messages not yet forwarded.
+	Pending uint64 `json:"pending"`
 }
 
 // Group is a broker group with its state as the meta server derives it.

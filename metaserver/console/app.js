@@ -94,13 +94,14 @@ async function groups() {
       el("td", {}, g.name), el("td", {}, g.kind || "-"), stateCell(g.state),
       el("td", {}, g.master || "-"), el("td", {}, g.slave || "-"), el("td", {}, g.routes),
       el("td", {}, g.load.inPerSec), el("td", {}, g.load.outPerSec),
+      el("td", { class: "pending" }, g.kind === "delay" ? String(g.load.pending || 0) : "-"),
       el("td", {}, (g.readonly || []).join(", ") || "-"),
       el("td", {}, all
         ? el("button", { "data-action": "unmark-readonly", "data-group": g.name, onclick: () => act("unmark " + g.name + " readonly", "DELETE", "/groups/" + enc(g.name) + "/readonly") }, "Unmark readonly")
         : el("button", { "data-action": "mark-readonly", "data-group": g.name, onclick: () => act("mark " + g.name + " readonly", "POST", "/groups/" + enc(g.name) + "/readonly", {}) }, "Mark readonly")));
   });
   return [el("h2", {}, "Broker groups"),
-    table(["group", "kind", "state", "master", "slave", "routes", "in msg/s", "out msg/s", "readonly for", ""], rows)];
+    table(["group", "kind", "state", "master", "slave", "routes", "in msg/s", "out msg/s", "pending (delay)", "readonly for", ""], rows)];
 }
 
 async function subjects() {

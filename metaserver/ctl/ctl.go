@@ -189,10 +189,14 @@ func groupsCmd(g *globals) *cobra.Command {
 }
 
 func groupTable(w *tabwriter.Writer, gs []api.Group) {
-	fmt.Fprintln(w, "GROUP\tKIND\tSTATE\tMASTER\tSLAVE\tROUTES\tIN/S\tOUT/S\tREADONLY FOR")
+	fmt.Fprintln(w, "GROUP\tKIND\tSTATE\tMASTER\tSLAVE\tROUTES\tIN/S\tOUT/S\tPENDING\tREADONLY FOR")
 	for _, x := range gs {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", x.Name, dash(x.Kind), x.State, dash(x.Master), dash(x.Slave),
-			x.Routes, x.Load.InPerSec, x.Load.OutPerSec, dash(strings.Join(x.Readonly, ",")))
+		pending := "-"
+		if x.Kind == "delay" {
+			pending = fmt.Sprint(x.Load.Pending)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", x.Name, dash(x.Kind), x.State, dash(x.Master), dash(x.Slave),
+			x.Routes, x.Load.InPerSec, x.Load.OutPerSec, pending, dash(strings.Join(x.Readonly, ",")))
 	}
 }
 

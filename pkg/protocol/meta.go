@@ -16,7 +16,7 @@ import (
 //
 //	flags u8 | kind u8 | role u8 | state u8 | group s8 | broker id s8 |
 //	address s8 | lease id i64 | in/s u32 | out/s u32 | subjects u32 |
-//	stored bytes u64
+//	stored bytes u64 | pending u64
 //
 // flags bit0 (RegisterLeaving) removes the registration at once (a clean
 // shutdown). lease id is the one the last response returned (0 the first
@@ -175,6 +175,7 @@ type BrokerLoad struct {
 	OutPerSec   uint32 // messages delivered per second, recent average
 	Subjects    uint32 // subjects the broker holds
 	StoredBytes uint64 // bytes of message log on disk
+	Pending     uint64 // delay groups: messages stored and not yet forwarded
 }
 
 // RegisterRequest registers a broker or heartbeats it.
@@ -200,7 +201,8 @@ func AppendRegisterRequest(dst []byte, r *RegisterRequest) []byte {
 	dst = binary.BigEndian.AppendUint32(dst, r.Load.InPerSec)
 	dst = binary.BigEndian.AppendUint32(dst, r.Load.OutPerSec)
 	dst = binary.BigEndian.AppendUint32(dst, r.Load.Subjects)
-	return binary.BigEndian.AppendUint64(dst, r.Load.StoredBytes)
+	dst = binary.BigEndian.AppendUint64(dst, r.Load.StoredBytes)
+	return binary.BigEndian.AppendUint64(dst, r.Load.Pending)
 }
 
 // DecodeRegisterRequest decodes a register request body.
@@ -211,7 +213,7 @@ func DecodeRegisterRequest(body []byte) (RegisterRequest, error) {
 	q.BrokerID = r.string8()
 	q.Address = r.string8()
 	q.LeaseID = int64(r.u64())
-	q.Load = BrokerLoad{InPerSec: r.u32(), OutPerSec: r.u32(), Subjects: r.u32(), StoredBytes: r.u64()}
+	q.Load = BrokerLoad{InPerSec: r.u32(), OutPerSec: r.u32(), Subjects: r.u32(), StoredBytes: r.u64(), Pending: r.u64()}
 	if err := r.done(); err != nil {
 		return RegisterRequest{}, fmt.Errorf("%w: register request", err)
 	}

@@ -20,7 +20,7 @@ func metaCodecs() []bodyCodec {
 	ts := time.UnixMilli(1_700_000_000_123)
 	return []bodyCodec{
 		{"register request", RegisterRequest{Flags: RegisterLeaving, Kind: KindDelay, Role: RoleSlave, State: GroupReadonly,
-			Group: "g1", BrokerID: "b-1", Address: "127.0.0.1:2000", LeaseID: -5, Load: BrokerLoad{1, 2, 3, 1 << 40}},
+			Group: "g1", BrokerID: "b-1", Address: "127.0.0.1:2000", LeaseID: -5, Load: BrokerLoad{1, 2, 3, 1 << 40, 12345}},
 			func(v any) []byte { r := v.(RegisterRequest); return AppendRegisterRequest(nil, &r) },
 			func(b []byte) (any, error) { return DecodeRegisterRequest(b) }},
 		{"register response", RegisterResponse{LeaseID: 77, TTL: 10 * time.Second, Version: 9, Master: "127.0.0.1:2000"},

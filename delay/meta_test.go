@@ -1,0 +1,107 @@
+package delay_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/qmq-go/qmq/delay"
+	"github.com/qmq-go/qmq/metaserver"
+	"github.com/qmq-go/qmq/metaserver/api"
+	"github.com/qmq-go/qmq/pkg/devetcd"
+	"github.com/qmq-go/qmq/pkg/metaclient"
+	"github.com/qmq-go/qmq/pkg/testutil"
+	"github.com/qmq-go/qmq/producer"
+	"github.com/qmq-go/qmq/realtime"
+	"go.uber.org/zap/zaptest"
+)
+
+// With a meta server: the delay server registers itself and forwards
+// through the routes the meta server gives; producers reach it through
+// metaclient; operators see the delay group and its pending count.
+func TestDelay_ThroughMetaServer(t *testing.T) {
+	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir(), Fast: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	mo := metaserver.NewOptions()
+	mo.Addr, mo.HTTPAddr, mo.EtcdEndpoints, mo.AdminToken = "127.0.0.1:0", "127.0.0.1:0", e.Endpoints(), "t"
+	ms, err := metaserver.New(mo, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ms.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ms.Close(context.Background()) })
+	meta := []string{ms.Addr().String()}
+
+	ro := realtime.NewOptions()
+	ro.Addr, ro.HTTPAddr, ro.DataDir, ro.SegmentSize, ro.MetaServers = "127.0.0.1:0", "", t.TempDir(), 8<<20, meta
+	rt, err := realtime.New(ro, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close(context.Background()) })
+	do := delay.NewOptions()
+	do.Addr, do.HTTPAddr, do.DataDir, do.MetaServers = "127.0.0.1:0", "", t.TempDir(), meta
+	dl, err := delay.New(do, nil, nil, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dl.Close(context.Background()) })
+
+	admin := api.NewClient(ms.HTTPAddr().String(), "t", 5*time.Second)
+	testutil.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
+		gs, err := admin.Groups(context.Background())
+		if err != nil {
+			return err
+		}
+		if len(gs) < 2 {
+			return fmt.Errorf("%d groups registered", len(gs))
+		}
+		return nil
+	})
+	mc, err := metaclient.New(meta, "test", metaclient.WithRefreshInterval(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	p, err := producer.New(producer.WithResolver(mc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	for i := range 7 {
+		m := &producer.Message{Subject: "later", Body: []byte(fmt.Sprint(i)), DeliverAt: time.Now().Add(time.Hour)}
+		if err := p.Send(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := dl.Stats().Appended; n != 7 {
+		t.Fatalf("delay server stored %d messages, want 7", n)
+	}
+	testutil.CheckFor(t, 20*time.Second, 100*time.Millisecond, func() error {
+		gs, err := admin.Groups(context.Background())
+		if err != nil {
+			return err
+		}
+		for _, g := range gs {
+			if g.Kind == "delay" {
+				if g.Load.Pending != 7 {
+					return fmt.Errorf("delay group %s shows %d pending", g.Name, g.Load.Pending)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no delay group listed")
+	})
+}
