@@ -159,16 +159,19 @@ func readChunk(l *segment.Log, committed, from int64, maxBytes int, scratch []by
 				return c, fmt.Errorf("%w: read at %d: %w", ErrIO, from, err)
 			}
 		}
-		n := 0
+		// The first record's CRC proves the offset is a record boundary;
+		// after it only headers are read (the slave checks every CRC before
+		// it writes, so the master does not pay for a second pass).
+		_, _, n, err := segment.ParseRecord(buf)
+		if err != nil {
+			return c, fmt.Errorf("%w: no valid record at offset %d: %w", ErrBadOffset, from, err)
+		}
 		for n+segment.HeaderSize <= len(buf) && !isZero(buf[n:n+segment.HeaderSize]) {
-			_, _, k, err := segment.ParseRecord(buf[n:])
-			if err != nil {
-				if n == 0 {
-					return c, fmt.Errorf("%w: no valid record at offset %d: %w", ErrBadOffset, from, err)
-				}
+			k, err := recordSize(buf[n:])
+			if err != nil || int64(n)+k > int64(len(buf)) {
 				break // a record cut by maxBytes (or damage: the next call reports it)
 			}
-			n += k
+			n += int(k)
 		}
 		c.Data = buf[:n]
 		return c, nil
