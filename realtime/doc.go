@@ -88,11 +88,13 @@
 // Measured (scripts/bench.sh replication: the produce suite's worker with
 // its defaults, 16 requests of 256 messages in flight, three alternating
 // rounds; master, slave and producer share the 2-core machine and its
-// disk with other work): produce_wait_slave_ratio 0.59–0.82 over seven runs
-// (per-round ratios 0.56–0.93, the load swings "alone" by ±30% within a
-// run). A send's reply waits for two fdatasyncs on one disk (master, then
-// slave) with a fixed window in flight, so the ratio is bound by latency:
-// with 64 requests in flight it measured 0.94.
+// disk with other work): produce_wait_slave_ratio 0.83, 0.74 and 0.75 in
+// the last three runs (0.59–0.82 before the master stopped re-checking
+// every served CRC; per-round ratios 0.56–0.94, as the load swings "alone"
+// by ±30% within a run). Profiles: the producer worker (one core) and the
+// master take most of the two cores; the slave takes a quarter of one
+// (CRC, fdatasync, indexing), so on this machine the ratio is bound by
+// CPU as much as by the second fdatasync a reply waits for.
 //
 // # Replication, phase 2 (automatic failover; planned, not built)
 //
