@@ -337,7 +337,10 @@ func runDelay(env *Env) error {
 	// with its own servers and client processes: this machine is shared and
 	// stalls now and then for up to seconds (see the wakeup probe), and a
 	// stall shows in a p99; run together, the three see the same stalls.
-	// Their load together (3 × ~1,700 deliveries/s once filled) is light.
+	// Their load together (3 × ~1,700 deliveries/s once filled) is light,
+	// but they share the disk: NATS's file store writes delay our realtime
+	// broker's fsyncs (the append histogram shows it), while neither peer
+	// fsyncs and so neither is delayed by our writes.
 	env.Logf("qmq, nsqd, NATS at once: %d pending each, delays uniform in %v–%v", delayPeerPending, delayMin, delayMax)
 	var (
 		ours, nsq, nats          latenessResult
