@@ -64,8 +64,9 @@ type sender struct {
 	inFlight    map[string]int
 	retries     []*pending
 	outstanding int
-	blocked     bool // a full batch waits for an in-flight slot: stop reading the queue
-	aborted     bool // Close gave up waiting: fail what is left with ErrClosed
+	blocked     bool      // a full batch waits for an in-flight slot: stop reading the queue
+	aborted     bool      // Close gave up waiting: fail what is left with ErrClosed
+	now         time.Time // read once per turn of sendLoop: clock reads cost here
 	completions []completion
 	timer       *time.Timer
 }
@@ -97,6 +98,7 @@ func (s *sender) sendLoop() {
 		}
 		select {
 		case pd := <-queue:
+			s.now = s.p.cfg.now()
 			s.accept(pd)
 			s.drainQueue()
 		case r := <-p.results:
@@ -136,7 +138,10 @@ func (s *sender) accept(pd *pending) {
 // place puts pd into the batch of the group chosen for it, or schedules a
 // retry when no group is usable now.
 func (s *sender) place(pd *pending) {
-	now := s.p.cfg.now()
+	now := s.now
+	if now.IsZero() {
+		now = s.p.cfg.now()
+	}
 	s.mu.Lock()
 	groups, err := s.resolve(pd.kind, pd.subject, now)
 	idx := -1
@@ -364,6 +369,7 @@ func (s *sender) dueRetries() {
 		return
 	}
 	now := s.p.cfg.now()
+	s.now = now
 	kept := s.retries[:0]
 	var due []*pending
 	for _, pd := range s.retries {
