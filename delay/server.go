@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,9 +38,8 @@ type Server struct {
 	meta   *metaclient.Client // route lookups, when forwarding through the meta servers
 	keeper *metaclient.Keeper // registration with the meta servers
 
-	marks   chan store.Ref // forwarded and acked: to markLoop
-	closing atomic.Bool
-	ready   atomic.Bool
+	marks chan store.Ref      // forwarded and acked: to markLoop
+	life  opsserver.Readiness // starting, ready, shutting down (/readyz)
 
 	stopForward chan struct{}
 	forwardDone chan struct{}
@@ -122,19 +120,9 @@ func New(opts Options, clk clock.Clock, resolver route.Resolver, lg *zap.Logger)
 	}
 	s.server = srv
 	if opts.HTTPAddr != "" {
-		s.ops = opsserver.New(opsserver.Options{Addr: opts.HTTPAddr, Registry: s.reg, Ready: s.readyErr}, lg)
+		s.ops = opsserver.New(opsserver.Options{Addr: opts.HTTPAddr, Registry: s.reg, Ready: s.life.Err}, lg)
 	}
 	return s, nil
-}
-
-func (s *Server) readyErr() error {
-	switch {
-	case s.closing.Load():
-		return errors.New("shutting down")
-	case !s.ready.Load():
-		return errors.New("starting")
-	}
-	return nil
 }
 
 // Start serves producers and starts forwarding.
@@ -166,7 +154,7 @@ func (s *Server) Start() error {
 			},
 		}, s.lg, metaclient.WithRequestTimeout(2*time.Second))
 	}
-	s.ready.Store(true)
+	s.life.SetReady()
 	s.lg.Info("serving", zap.Stringer("addr", s.server.Addr()), zap.String("flush", s.opts.Flush))
 	return nil
 }
@@ -188,7 +176,7 @@ func (s *Server) Stats() store.Stats { return s.store.Stats() }
 // serveSend stores delayed messages; each gets its own status once it is
 // durable (or why it was refused: invalid, too large, beyond the horizon).
 func (s *Server) serveSend(r *netserver.Request) {
-	if s.closing.Load() {
+	if s.life.Closing() {
 		r.ReplyError(protocol.Errorf(protocol.StatusShuttingDown, "delay group "+s.opts.Group+" is shutting down"))
 		return
 	}
@@ -254,7 +242,7 @@ func (s *Server) send(d store.Due) {
 		// stays unmarked and is forwarded again after a restart).
 		s.metrics.forwardErrors.Inc()
 		s.lg.Warn("forward failed, retrying", zap.Stringer("ref", d.Ref), zap.Error(err))
-		if !s.closing.Load() {
+		if !s.life.Closing() {
 			s.retries.Add(1)
 			time.AfterFunc(time.Second, func() { defer s.retries.Done(); s.send(d) })
 		}
@@ -309,7 +297,7 @@ func (s *Server) Close(ctx context.Context) error {
 }
 
 func (s *Server) close(ctx context.Context) error {
-	s.closing.Store(true)
+	s.life.SetClosing()
 	var errs []error
 	if s.keeper != nil {
 		if err := s.keeper.Close(ctx); err != nil {
@@ -320,7 +308,7 @@ func (s *Server) close(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	close(s.stopForward)
-	if s.ready.Load() {
+	if s.life.Ready() {
 		<-s.forwardDone
 	}
 	if err := s.forward.Close(ctx); err != nil {
@@ -328,7 +316,7 @@ func (s *Server) close(ctx context.Context) error {
 	}
 	s.retries.Wait()
 	close(s.marks)
-	if s.ready.Load() {
+	if s.life.Ready() {
 		<-s.marksDone
 	}
 	if err := s.store.Close(); err != nil {

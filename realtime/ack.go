@@ -58,7 +58,7 @@ func (b *Broker) release(subject, group, consumer, why string) {
 	b.live.forget(subject, group, consumer)
 	a := b.actorFor(actorKey{subject, group})
 	for !a.actor.Send(pullEvent{kind: evRelease, consumer: consumer, why: why}) {
-		if b.closing.Load() {
+		if b.life.Closing() {
 			return
 		}
 		time.Sleep(time.Millisecond) // a full mailbox drains within slices

@@ -43,9 +43,8 @@ type Broker struct {
 	actors    map[actorKey]*pullActor
 	bySubject map[string][]*pullActor
 
-	readonly atomic.Bool // no new messages (admin or self-reported)
-	closing  atomic.Bool
-	ready    atomic.Bool
+	readonly atomic.Bool         // no new messages (admin or self-reported)
+	life     opsserver.Readiness // starting, ready, shutting down (/readyz)
 
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -136,19 +135,9 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 	}
 	b.server = srv
 	if opts.HTTPAddr != "" {
-		b.ops = opsserver.New(opsserver.Options{Addr: opts.HTTPAddr, Registry: b.reg, Ready: b.readyErr}, lg)
+		b.ops = opsserver.New(opsserver.Options{Addr: opts.HTTPAddr, Registry: b.reg, Ready: b.life.Err}, lg)
 	}
 	return b, nil
-}
-
-func (b *Broker) readyErr() error {
-	switch {
-	case b.closing.Load():
-		return errors.New("shutting down")
-	case !b.ready.Load():
-		return errors.New("starting")
-	}
-	return nil
 }
 
 // Start serves clients and starts the broker's loops.
@@ -173,7 +162,7 @@ func (b *Broker) Start() error {
 		b.replica.keeper.Store(b.keeper)
 		b.replica.start()
 	}
-	b.ready.Store(true)
+	b.life.SetReady()
 	b.lg.Info("serving", zap.Stringer("addr", b.server.Addr()), zap.String("flush", b.opts.Flush),
 		zap.String("role", b.opts.Role), zap.Bool("wait_slave", b.opts.WaitSlave))
 	return nil
@@ -199,7 +188,7 @@ func (b *Broker) SetReadonly(on bool) { b.readonly.Store(on) }
 
 func (b *Broker) writable() error {
 	switch {
-	case b.closing.Load():
+	case b.life.Closing():
 		return protocol.Errorf(protocol.StatusShuttingDown, "broker group "+b.opts.Group+" is shutting down")
 	case b.sync == nil:
 		return b.notMaster()
@@ -301,7 +290,7 @@ func (b *Broker) Close(ctx context.Context) error {
 }
 
 func (b *Broker) close(ctx context.Context) error {
-	b.closing.Store(true)
+	b.life.SetClosing()
 	var errs []error
 	if b.keeper != nil {
 		// Leave the routes first so producers go elsewhere at once.

@@ -113,7 +113,7 @@ func (b *Broker) servePull(r *netserver.Request) {
 		return
 	}
 	wait := min(p.Timeout, b.opts.MaxPullWait)
-	if b.closing.Load() {
+	if b.life.Closing() {
 		wait = 0
 	}
 	broadcast := p.Flags&protocol.PullBroadcast != 0

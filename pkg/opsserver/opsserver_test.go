@@ -67,3 +67,18 @@ func TestServer_Endpoints(t *testing.T) {
 		t.Fatal("level unchanged")
 	}
 }
+
+func TestReadiness(t *testing.T) {
+	var r Readiness
+	if r.Err() == nil || r.Ready() {
+		t.Fatal("ready before SetReady")
+	}
+	r.SetReady()
+	if r.Err() != nil {
+		t.Fatal(r.Err())
+	}
+	r.SetClosing()
+	if r.Err() == nil || !r.Closing() {
+		t.Fatal("ready while closing")
+	}
+}
