@@ -340,69 +340,54 @@ func (s *Store) recoverActions(ck *checkpoint) error {
 
 // flushLoop fdatasyncs the message log every FlushInterval (FlushAsync).
 func (s *Store) flushLoop() {
-	defer s.bg.Done()
-	t := time.NewTicker(s.opts.FlushInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			if err := s.msgLog.Sync(); err != nil {
-				s.writeFailed.Store(true)
-				s.lg.Error("message log sync failed", zap.Error(err))
-			}
+	s.every(s.opts.FlushInterval, func() {
+		if err := s.msgLog.Sync(); err != nil {
+			s.writeFailed.Store(true)
+			s.lg.Error("message log sync failed", zap.Error(err))
 		}
-	}
+	})
 }
 
 // actionFlushLoop writes and syncs the action log every ActionFlushInterval.
 func (s *Store) actionFlushLoop() {
-	defer s.bg.Done()
-	t := time.NewTicker(s.opts.ActionFlushInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			if err := s.actions.flush(); err != nil {
-				s.lg.Error("action log flush failed; retrying", zap.Error(err))
-			}
+	s.every(s.opts.ActionFlushInterval, func() {
+		if err := s.actions.flush(); err != nil {
+			s.lg.Error("action log flush failed; retrying", zap.Error(err))
 		}
-	}
+	})
 }
 
+// checkpointLoop writes a checkpoint every CheckpointInterval.
 func (s *Store) checkpointLoop() {
+	s.every(s.opts.CheckpointInterval, func() {
+		if err := s.Checkpoint(); err != nil {
+			s.lg.Error("checkpoint failed", zap.Error(err))
+		}
+	})
+}
+
+// every runs fn each interval until the store stops; the body of the
+// background loops, which Close waits for through s.bg.
+func (s *Store) every(interval time.Duration, fn func()) {
 	defer s.bg.Done()
-	t := time.NewTicker(s.opts.CheckpointInterval)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
-			if err := s.Checkpoint(); err != nil {
-				s.lg.Error("checkpoint failed", zap.Error(err))
-			}
+			fn()
 		}
 	}
 }
 
 func (s *Store) retentionLoop() {
-	defer s.bg.Done()
-	t := time.NewTicker(s.opts.RetentionInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			if _, err := s.RunRetention(); err != nil {
-				s.lg.Error("retention failed", zap.Error(err))
-			}
+	s.every(s.opts.RetentionInterval, func() {
+		if _, err := s.RunRetention(); err != nil {
+			s.lg.Error("retention failed", zap.Error(err))
 		}
-	}
+	})
 }
 
 // Close stops accepting work, completes every queued append, writes a final
