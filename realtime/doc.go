@@ -12,10 +12,7 @@
 // without being stored again, so a producer's retry or a delay server's
 // re-forward does not make a copy. The rest go to the store in one append;
 // the reply goes out from the store's commit callback once they are durable
-// (group commit under the default sync flush). Requests up to 64 KiB are
-// checked and queued on the event loop itself (detached, never blocking:
-// the store's TryAppendAsync), saving a goroutine hand-off per send; bigger
-// ones, and any that meet a full append queue, go to a goroutine.
+// (group commit under the default sync flush).
 //
 // # Pull
 //

@@ -1,7 +1,6 @@
 package realtime
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -11,36 +10,11 @@ import (
 	"go.uber.org/zap"
 )
 
-// inlineSendBytes bounds the send requests served on the event loop: a
-// bigger one (up to the frame limit) costs enough checking (CRC, limits,
-// dedupe) to delay the loop's other connections, so it goes to a goroutine.
-const inlineSendBytes = 64 << 10
-
-// serveSendInline is the send handler; it runs on the event loop (the mux
-// registers it with HandleInline), which saves the hand-off to a serve
-// goroutine for the small requests most sends are. It never blocks: the
-// request is detached (its body copied, to be answered from the store's
-// commit goroutine), small requests are checked and queued with
-// TryAppendAsync, big ones and a full append queue go to a goroutine.
-func (b *Broker) serveSendInline(r *netserver.Request) {
-	d := r.Detach()
-	if len(d.Body) > inlineSendBytes {
-		go b.sendRequest(d, true)
-		return
-	}
-	b.sendRequest(d, false)
-}
-
-// serveSend is serveSendInline's blocking form, for callers off the loop.
-func (b *Broker) serveSend(r *netserver.Request) { b.sendRequest(r, true) }
-
-// sendRequest stores a batch of messages: each is checked (CRC, limits,
+// serveSend stores a batch of messages: each is checked (CRC, limits,
 // subject), dropped as a duplicate when its (subject, id, attempts) was
 // stored within the dedupe window, and the rest go to the store in one
 // append; the reply carries one status per message, once they are durable.
-// With blocking false it must not block: it tries the append and hands it
-// to a goroutine when the store's queue is full.
-func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
+func (b *Broker) serveSend(r *netserver.Request) {
 	if err := b.writable(); err != nil {
 		r.ReplyError(err)
 		return
@@ -88,7 +62,7 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 		return
 	}
 	start := time.Now()
-	done := func(results []store.Result) {
+	err = b.store.AppendAsync(batch, func(results []store.Result) {
 		stored := 0
 		for j, res := range results {
 			i := index[j]
@@ -105,30 +79,14 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 		b.metrics.stored.Add(float64(stored))
 		b.metrics.appendSecs.Observe(time.Since(start).Seconds())
 		b.replyStored(r, statuses, results)
-	}
-	failed := func(err error) {
+	})
+	if err != nil {
 		for j := range batch {
 			if i := index[j]; reserved[i] {
 				b.dedupe.release(keys[i])
 			}
 		}
 		r.ReplyError(protocol.Errorf(protocol.StatusShuttingDown, fmt.Sprintf("store: %v", err)))
-	}
-	if !blocking {
-		err = b.store.TryAppendAsync(batch, done)
-		if errors.Is(err, store.ErrWouldBlock) {
-			go func() {
-				if err := b.store.AppendAsync(batch, done); err != nil {
-					failed(err)
-				}
-			}()
-			return
-		}
-	} else {
-		err = b.store.AppendAsync(batch, done)
-	}
-	if err != nil {
-		failed(err)
 	}
 }
 
