@@ -85,6 +85,18 @@ func startE2ECluster(t *testing.T) *e2eCluster {
 		t.Cleanup(func() { _ = reg.Close(ctx) })
 		brokers[g] = b
 	}
+	// A route is assigned on first use from the groups the meta server sees
+	// then: wait until it sees both, or the route may keep only one.
+	admin := api.NewClient(s.HTTPAddr().String(), "", 2*time.Second)
+	for wait := time.Now().Add(10 * time.Second); ; {
+		if gs, err := admin.Groups(ctx); err == nil && len(gs) == 2 {
+			break
+		}
+		if time.Now().After(wait) {
+			t.Fatal("the meta server never listed both broker groups")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	mc, err := metaclient.New(metas, "e2e", metaclient.WithRefreshInterval(200*time.Millisecond), metaclient.WithRequestTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
