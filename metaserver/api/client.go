@@ -69,6 +69,10 @@ func NewClient(base, token string, timeout time.Duration) *Client {
 // Do sends method path (under /api/v1) with in as the JSON body (nil: none)
 // and decodes the answer into out (nil: discard).
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
+	return c.do(ctx, c.http, method, path, in, out)
+}
+
+func (c *Client) do(ctx context.Context, hc *http.Client, method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -87,7 +91,7 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
-	resp, err := c.http.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return err
 	}
@@ -225,6 +229,25 @@ func (c *Client) RedriveDeadLetters(ctx context.Context, subject, group string, 
 func (c *Client) PurgeDeadLetters(ctx context.Context, subject, group string, ids []string) (DeadLetters, error) {
 	var d DeadLetters
 	return d, c.Do(ctx, http.MethodPost, "/deadletters/"+esc(subject)+"/"+esc(group)+"/purge", DeadLetterAction{IDs: ids}, &d)
+}
+
+// DefaultSwitchoverTimeout is how long a switchover may take when the
+// request names no timeout.
+const DefaultSwitchoverTimeout = 30 * time.Second
+
+// Switchover hands group from its master to its slave and returns the old
+// and the new master once the new one holds the group. timeout bounds the
+// switchover on the meta server (0: DefaultSwitchoverTimeout); the request
+// waits that long plus a margin, whatever the Client's own timeout.
+func (c *Client) Switchover(ctx context.Context, group string, timeout time.Duration) (Switchover, error) {
+	var r Switchover
+	wait := timeout
+	if wait <= 0 {
+		wait = DefaultSwitchoverTimeout
+	}
+	hc := *c.http
+	hc.Timeout = max(hc.Timeout, wait+10*time.Second)
+	return r, c.do(ctx, &hc, http.MethodPost, "/groups/"+esc(group)+"/switchover", SwitchoverRequest{TimeoutMillis: timeout.Milliseconds()}, &r)
 }
 
 // IsUnauthorized reports whether err is a 401 answer.

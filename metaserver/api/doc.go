@@ -9,7 +9,10 @@
 // before anything is changed. Errors are {"error": "..."} with a 4xx or 5xx
 // status: 400 bad input, 401 no or wrong token, 404 unknown subject, group or
 // dead letter, 409 a change that breaks a rule (removing a route's last
-// group), 502 every broker relayed to failed, 503 etcd is unreachable.
+// group, a switchover of a group without a slave or a master, or one a
+// master refuses), 501 a broker that does not know the command, 502 every
+// broker relayed to failed, 503 etcd is unreachable, 504 a switchover that
+// did not complete in time.
 //
 //	GET    /status                                    Status
 //	GET    /brokers                                   []Broker
@@ -20,6 +23,7 @@
 //	DELETE /routes/{subject}/groups/{group}           Route                      (token)
 //	POST   /groups/{group}/readonly                   ReadonlyRequest → Group    (token)
 //	DELETE /groups/{group}/readonly?subject=S         Group                      (token)
+//	POST   /groups/{group}/switchover                 SwitchoverRequest → Switchover (token)
 //	GET    /consumers?subject=S                       []ConsumerGroup (with backlog)
 //	POST   /consumers/{subject}/{group}/reset         ResetRequest → ActionResult (token)
 //	POST   /consumers/{subject}/{group}/{id}/offline  ActionResult               (token)
@@ -33,4 +37,9 @@
 // server to the master of every broker group on the subject's route; an
 // ActionResult or DeadLetters lists the groups that failed, and the request
 // fails with 502 only when all of them did.
+//
+// A switchover is relayed to the group's live master (protocol.CmdSwitchover)
+// and answered once a different broker holds the group's master seat at a
+// larger epoch, or with an error when that did not happen within the
+// request's timeout.
 package api

@@ -4,12 +4,18 @@ import "time"
 
 // Broker is one registered broker process.
 type Broker struct {
-	Group        string    `json:"group"`
-	Role         string    `json:"role"`  // "master" or "slave"
-	Kind         string    `json:"kind"`  // "realtime" or "delay"
-	State        string    `json:"state"` // what the broker reports: "rw" or "readonly"
-	BrokerID     string    `json:"brokerId"`
-	Address      string    `json:"address"`
+	Group string `json:"group"`
+	Role  string `json:"role"`  // "master" or "slave"
+	Kind  string `json:"kind"`  // "realtime" or "delay"
+	State string `json:"state"` // what the broker reports: "rw" or "readonly"
+	// Epoch is the epoch the broker serves in: a master's own (the etcd
+	// create revision of its registration), a slave's master's (0: none).
+	Epoch    uint64 `json:"epoch"`
+	BrokerID string `json:"brokerId"`
+	Address  string `json:"address"`
+	// Master is the address of its group's live master (the broker itself
+	// for a master; what a slave copies from); empty when the group has none.
+	Master       string    `json:"master,omitempty"`
 	LeaseID      int64     `json:"leaseId"`
 	Load         Load      `json:"load"`
 	RegisteredAt time.Time `json:"registeredAt"`
@@ -23,15 +29,38 @@ type Load struct {
 	StoredBytes uint64 `json:"storedBytes"`
 	// Pending counts a delay group's messages not yet forwarded.
 	Pending uint64 `json:"pending"`
+	// ReplicaLagBytes and ReplicaLagMillis: on a slave, how far its logs
+	// are behind its master; on a master, how far its slave is (0 without
+	// one).
+	ReplicaLagBytes  uint64 `json:"replicaLagBytes"`
+	ReplicaLagMillis uint64 `json:"replicaLagMillis"`
+}
+
+// Lag is how far a group's slave is behind its master.
+type Lag struct {
+	Bytes  uint64 `json:"bytes"`
+	Millis uint64 `json:"millis"`
 }
 
 // Group is a broker group with its state as the meta server derives it.
 type Group struct {
-	Name     string   `json:"name"`
-	Kind     string   `json:"kind"`
-	State    string   `json:"state"` // "rw", "readonly" or "unavailable"
-	Master   string   `json:"master,omitempty"`
-	Slave    string   `json:"slave,omitempty"`
+	Name   string `json:"name"`
+	Kind   string `json:"kind"`
+	State  string `json:"state"`            // "rw", "readonly" or "unavailable"
+	Master string `json:"master,omitempty"` // the live master's address
+	// MasterID and SlaveID are the broker ids holding the group's seats.
+	MasterID string `json:"masterId,omitempty"`
+	Slave    string `json:"slave,omitempty"` // the slave's address
+	SlaveID  string `json:"slaveId,omitempty"`
+	// Epoch is the live master's epoch (0: no master). It grows with every
+	// election, so a switchover or failover shows as a larger one.
+	Epoch uint64 `json:"epoch"`
+	// SlaveEpoch is the epoch of the master the slave copies; a slave still
+	// on an older epoch has not caught up with the latest election yet.
+	SlaveEpoch uint64 `json:"slaveEpoch,omitempty"`
+	// Lag is how far the slave is behind: the larger of what the master
+	// and the slave report. nil without a slave.
+	Lag      *Lag     `json:"lag,omitempty"`
 	Readonly []string `json:"readonly,omitempty"` // subjects ("*" = all) an admin marked readonly
 	Routes   int      `json:"routes"`             // subjects routed to the group
 	Load     Load     `json:"load"`
@@ -173,6 +202,29 @@ type GroupRequest struct {
 // every subject).
 type ReadonlyRequest struct {
 	Subject string `json:"subject,omitempty"`
+}
+
+// SwitchoverRequest asks for a planned switchover of a group: its master
+// hands the group to its slave. TimeoutMillis bounds the whole switchover
+// (0: 30 s).
+type SwitchoverRequest struct {
+	TimeoutMillis int64 `json:"timeoutMillis,omitempty"`
+}
+
+// Seat is who held a group's master seat, and at which epoch.
+type Seat struct {
+	BrokerID string `json:"brokerId"`
+	Address  string `json:"address"`
+	Epoch    uint64 `json:"epoch"`
+}
+
+// Switchover is a completed switchover: the group's master was From and is
+// now To, at a larger epoch.
+type Switchover struct {
+	Group      string `json:"group"`
+	From       Seat   `json:"from"`
+	To         Seat   `json:"to"`
+	TookMillis int64  `json:"tookMillis"`
 }
 
 // Error is the body of every non-2xx answer.

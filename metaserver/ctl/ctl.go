@@ -105,7 +105,7 @@ func NewCommand(out io.Writer) *cobra.Command {
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "request timeout")
 
 	root.AddCommand(statusCmd(g), brokersCmd(g), groupsCmd(g), routesCmd(g), routeCmd(g), readonlyCmd(g),
-		consumersCmd(g), offsetCmd(g), consumerCmd(g), deadCmd(g))
+		switchoverCmd(g), consumersCmd(g), offsetCmd(g), consumerCmd(g), deadCmd(g))
 	return root
 }
 
@@ -163,10 +163,10 @@ func brokersCmd(g *globals) *cobra.Command {
 				return err
 			}
 			return g.print(bs, func(w *tabwriter.Writer) {
-				fmt.Fprintln(w, "GROUP\tROLE\tKIND\tSTATE\tADDRESS\tBROKER ID\tIN/S\tOUT/S\tREGISTERED")
+				fmt.Fprintln(w, "GROUP\tROLE\tKIND\tSTATE\tEPOCH\tADDRESS\tBROKER ID\tREPLICA LAG\tIN/S\tOUT/S\tREGISTERED")
 				for _, b := range bs {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", b.Group, b.Role, b.Kind, b.State, b.Address, b.BrokerID,
-						b.Load.InPerSec, b.Load.OutPerSec, b.RegisteredAt.Format(time.RFC3339))
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", b.Group, b.Role, b.Kind, b.State, epoch(b.Epoch), b.Address, b.BrokerID,
+						lag(b.Load.ReplicaLagBytes, b.Load.ReplicaLagMillis), b.Load.InPerSec, b.Load.OutPerSec, b.RegisteredAt.Format(time.RFC3339))
 				}
 			})
 		},
@@ -189,15 +189,68 @@ func groupsCmd(g *globals) *cobra.Command {
 }
 
 func groupTable(w *tabwriter.Writer, gs []api.Group) {
-	fmt.Fprintln(w, "GROUP\tKIND\tSTATE\tMASTER\tSLAVE\tROUTES\tIN/S\tOUT/S\tPENDING\tREADONLY FOR")
+	fmt.Fprintln(w, "GROUP\tKIND\tSTATE\tEPOCH\tMASTER\tSLAVE\tREPLICA LAG\tROUTES\tIN/S\tOUT/S\tPENDING\tREADONLY FOR")
 	for _, x := range gs {
 		pending := "-"
 		if x.Kind == "delay" {
 			pending = fmt.Sprint(x.Load.Pending)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", x.Name, dash(x.Kind), x.State, dash(x.Master), dash(x.Slave),
-			x.Routes, x.Load.InPerSec, x.Load.OutPerSec, pending, dash(strings.Join(x.Readonly, ",")))
+		replica := "-"
+		if x.Lag != nil {
+			replica = lag(x.Lag.Bytes, x.Lag.Millis)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", x.Name, dash(x.Kind), x.State, epoch(x.Epoch),
+			seatName(x.MasterID, x.Master), slaveName(x), replica, x.Routes, x.Load.InPerSec, x.Load.OutPerSec, pending,
+			dash(strings.Join(x.Readonly, ",")))
 	}
+}
+
+// seatName is "id@address", or "-" for an empty seat.
+func seatName(id, addr string) string {
+	switch {
+	case addr == "":
+		return "-"
+	case id == "":
+		return addr
+	}
+	return id + "@" + addr
+}
+
+// slaveName is the slave's seat, with the epoch it copies when that is not
+// the master's (a slave still on an older election).
+func slaveName(x api.Group) string {
+	s := seatName(x.SlaveID, x.Slave)
+	if x.Slave != "" && x.SlaveEpoch != x.Epoch {
+		s += fmt.Sprintf(" (epoch %s)", epoch(x.SlaveEpoch))
+	}
+	return s
+}
+
+// epoch prints an epoch, "-" for none.
+func epoch(e uint64) string {
+	if e == 0 {
+		return "-"
+	}
+	return strconv.FormatUint(e, 10)
+}
+
+// lag prints a replication lag as "12.0KiB 350ms".
+func lag(bytes, millis uint64) string {
+	return byteSize(bytes) + " " + (time.Duration(millis) * time.Millisecond).String()
+}
+
+// byteSize prints n bytes with a binary unit.
+func byteSize(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return strconv.FormatUint(n, 10) + "B"
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 func dash(s string) string {
@@ -298,6 +351,39 @@ func readonlyCmd(g *globals) *cobra.Command {
 		sc.Flags().StringVar(&subject, "subject", "", "only this subject (default: every subject, *)")
 	}
 	c.AddCommand(mark, unmark)
+	return c
+}
+
+func switchoverCmd(g *globals) *cobra.Command {
+	var wait time.Duration
+	c := &cobra.Command{
+		Use:   "switchover GROUP",
+		Short: "Hand a broker group from its master to its slave (a planned switchover)",
+		Long: "switchover asks the group's master, through the meta server, to stop writes, wait until its\n" +
+			"slave holds everything it committed, and step down; the slave becomes the master at a new\n" +
+			"epoch and the old master rejoins as its slave. It returns once the new master holds the\n" +
+			"group, or fails (and the group keeps its master) when the group has no slave, the master\n" +
+			"refuses, or nothing changed within --wait.",
+		Args: args(1),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			if wait < time.Second {
+				return usageError{fmt.Errorf("--wait %v: must be at least 1s", wait)}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), wait+10*time.Second)
+			defer cancel()
+			r, err := g.client().Switchover(ctx, a[0], wait)
+			if err != nil {
+				return err
+			}
+			return g.print(r, func(w *tabwriter.Writer) {
+				fmt.Fprintf(w, "group\t%s\n", r.Group)
+				fmt.Fprintf(w, "old master\t%s at epoch %d\n", seatName(r.From.BrokerID, r.From.Address), r.From.Epoch)
+				fmt.Fprintf(w, "new master\t%s at epoch %d\n", seatName(r.To.BrokerID, r.To.Address), r.To.Epoch)
+				fmt.Fprintf(w, "took\t%v\n", time.Duration(r.TookMillis)*time.Millisecond)
+			})
+		},
+	}
+	c.Flags().DurationVar(&wait, "wait", api.DefaultSwitchoverTimeout, "how long the switchover may take")
 	return c
 }
 

@@ -9,9 +9,10 @@
 // Commands:
 //
 //	status                                    cluster overview
-//	brokers | groups | routes [SUBJECT]       what is registered and routed
+//	brokers | groups | routes [SUBJECT]       what is registered and routed (roles, epochs, replica lag)
 //	route add|remove SUBJECT GROUP            grow or shrink a route
 //	readonly mark|unmark GROUP [--subject S]  stop or resume producers on a group
+//	switchover GROUP [--wait 30s]             hand a group from its master to its slave
 //	consumers [--subject S]                   consumer groups, consumers, backlog
 //	offset reset SUBJECT GROUP --to T         earliest, latest or an RFC 3339 time
 //	consumer offline|online SUBJECT GROUP ID  take a consumer out or back
