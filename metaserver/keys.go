@@ -72,15 +72,18 @@ func (k keys) split(key string) (dir string, parts []string) {
 
 // brokerRecord is a broker's registration.
 type brokerRecord struct {
-	Group        string              `json:"group"`
-	Role         protocol.BrokerRole `json:"role"`
-	Kind         protocol.BrokerKind `json:"kind"`
-	State        protocol.GroupState `json:"state"` // self-reported: rw or readonly
-	BrokerID     string              `json:"brokerId"`
-	Address      string              `json:"address"`
-	LeaseID      int64               `json:"leaseId"`
-	Load         protocol.BrokerLoad `json:"load"`
-	RegisteredAt time.Time           `json:"registeredAt"`
+	Group    string              `json:"group"`
+	Role     protocol.BrokerRole `json:"role"`
+	Kind     protocol.BrokerKind `json:"kind"`
+	State    protocol.GroupState `json:"state"` // self-reported: rw or readonly
+	BrokerID string              `json:"brokerId"`
+	Address  string              `json:"address"`
+	LeaseID  int64               `json:"leaseId"`
+	Load     protocol.BrokerLoad `json:"load"`
+	// Epoch: a master's, the etcd create revision of its registration (new
+	// with every election); a slave's, the epoch of the master it copies.
+	Epoch        uint64    `json:"epoch"`
+	RegisteredAt time.Time `json:"registeredAt"`
 }
 
 // routeRecord is a subject's broker groups, in assignment order.

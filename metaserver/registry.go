@@ -26,7 +26,14 @@ func (s *Server) registerBroker(ctx context.Context, req protocol.RegisterReques
 	bk := brokerKey{req.Group, req.Role}
 	s.view.mu.RLock()
 	cur, known := s.view.brokers[bk]
+	holder, hasMaster := s.view.brokers[brokerKey{req.Group, protocol.RoleMaster}]
 	s.view.mu.RUnlock()
+	if req.Role == protocol.RoleSlave && hasMaster && holder.rec.BrokerID == req.BrokerID && req.Flags&protocol.RegisterLeaving == 0 {
+		// A promoted slave's last slave heartbeat must not take the seat
+		// back from the old master.
+		return protocol.RegisterResponse{}, protocol.Errorf(protocol.StatusInvalid,
+			fmt.Sprintf("broker %s is the master of group %s, not its slave", req.BrokerID, req.Group))
+	}
 	mine := known && cur.rec.BrokerID == req.BrokerID
 
 	if req.Flags&protocol.RegisterLeaving != 0 {
@@ -63,10 +70,18 @@ func (s *Server) registerBroker(ctx context.Context, req protocol.RegisterReques
 		Group: req.Group, Role: req.Role, Kind: req.Kind, State: req.State, BrokerID: req.BrokerID,
 		Address: req.Address, LeaseID: int64(lease), Load: req.Load, RegisteredAt: time.Now().UTC(),
 	}
+	master := req.Role == protocol.RoleMaster
+	if !master {
+		rec.Epoch = req.Epoch
+	}
 	if mine {
 		rec.RegisteredAt = cur.rec.RegisteredAt
-		if !fresh && rec == cur.rec {
-			return protocol.RegisterResponse{LeaseID: int64(lease), TTL: s.opts.BrokerTTL, Version: s.version(), Master: s.masterOf(req)}, nil
+		if master && !fresh {
+			rec.Epoch = cur.rec.Epoch // the key lives on: same election
+		}
+		if !fresh && rec == cur.rec && (!master || rec.Epoch != 0) {
+			addr, epoch := s.masterOf(req, rec.Epoch)
+			return protocol.RegisterResponse{LeaseID: int64(lease), TTL: s.opts.BrokerTTL, Version: s.version(), Master: addr, Epoch: epoch}, nil
 		}
 	}
 	b, err := json.Marshal(rec)
@@ -87,22 +102,44 @@ func (s *Server) registerBroker(ctx context.Context, req protocol.RegisterReques
 		return protocol.RegisterResponse{}, unavailable(etcdErr("register", err))
 	}
 	rev := resp.Header.Revision
+	if resp.Succeeded && master {
+		// A new master key: an election won. Its epoch is the key's create
+		// revision, which is only known now; record it, and free the slave
+		// seat if this broker held it (a promoted slave), so that the old
+		// master can rejoin as the slave.
+		rec.Epoch = uint64(rev)
+		if rev, err = s.putBroker(ctx, key, rec, lease); err != nil {
+			return protocol.RegisterResponse{}, err
+		}
+		s.freeSlaveSeat(ctx, req)
+		s.lg.Info("master elected", zap.String("group", req.Group), zap.String("broker", req.BrokerID),
+			zap.String("address", req.Address), zap.Uint64("epoch", rec.Epoch))
+	}
 	if !resp.Succeeded {
 		var held brokerRecord
+		var heldCreated int64
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 			_ = json.Unmarshal(kvs[0].Value, &held)
+			heldCreated = kvs[0].CreateRevision
 		}
 		if held.BrokerID != req.BrokerID {
 			if fresh {
 				_ = s.revoke(ctx, lease)
 			}
+			if master {
+				return protocol.RegisterResponse{}, protocol.Errorf(protocol.StatusNotMaster,
+					fmt.Sprintf("group %s has a live master: broker %s at %s (epoch %d)", req.Group, held.BrokerID, held.Address, heldCreated))
+			}
 			return protocol.RegisterResponse{}, protocol.Errorf(protocol.StatusInvalid,
 				fmt.Sprintf("group %s already has a live %s: broker %s at %s", req.Group, req.Role, held.BrokerID, held.Address))
 		}
+		if master {
+			rec.Epoch = uint64(heldCreated)
+		}
 		if !mine {
 			rec.RegisteredAt = held.RegisteredAt
-			b, _ = json.Marshal(rec)
 		}
+		b, _ = json.Marshal(rec)
 		pctx, pcancel := s.store.ctx(ctx)
 		defer pcancel()
 		presp, err := s.etcd.Put(pctx, key, string(b), clientv3.WithLease(lease))
@@ -111,7 +148,8 @@ func (s *Server) registerBroker(ctx context.Context, req protocol.RegisterReques
 		}
 		rev = presp.Header.Revision
 	}
-	out := protocol.RegisterResponse{LeaseID: int64(lease), TTL: s.opts.BrokerTTL, Version: uint64(rev), Master: s.masterOf(req)}
+	addr, epoch := s.masterOf(req, rec.Epoch)
+	out := protocol.RegisterResponse{LeaseID: int64(lease), TTL: s.opts.BrokerTTL, Version: uint64(rev), Master: addr, Epoch: epoch}
 	if fresh {
 		s.lg.Info("broker registered", zap.String("group", req.Group), zap.Stringer("role", req.Role),
 			zap.Stringer("kind", req.Kind), zap.String("broker", req.BrokerID), zap.String("address", req.Address),
@@ -120,18 +158,56 @@ func (s *Server) registerBroker(ctx context.Context, req protocol.RegisterReques
 	return out, nil
 }
 
-// masterOf returns the address of req's group's live master: the broker's
-// own for a master, the view's for a slave.
-func (s *Server) masterOf(req protocol.RegisterRequest) string {
+// masterOf returns the address and epoch of req's group's live master: the
+// broker's own (epoch: its registration's) for a master, the view's for a
+// slave.
+func (s *Server) masterOf(req protocol.RegisterRequest, epoch uint64) (string, uint64) {
 	if req.Role == protocol.RoleMaster {
-		return req.Address
+		return req.Address, epoch
 	}
 	s.view.mu.RLock()
 	defer s.view.mu.RUnlock()
 	if e, ok := s.view.brokers[brokerKey{req.Group, protocol.RoleMaster}]; ok {
-		return e.rec.Address
+		return e.rec.Address, e.rec.Epoch
 	}
-	return ""
+	return "", 0
+}
+
+// putBroker writes rec at key on lease and returns the revision.
+func (s *Server) putBroker(ctx context.Context, key string, rec brokerRecord, lease clientv3.LeaseID) (int64, error) {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return 0, err
+	}
+	pctx, cancel := s.store.ctx(ctx)
+	defer cancel()
+	resp, err := s.etcd.Put(pctx, key, string(b), clientv3.WithLease(lease))
+	if err != nil {
+		return 0, unavailable(etcdErr("register", err))
+	}
+	return resp.Header.Revision, nil
+}
+
+// freeSlaveSeat deletes req's group's slave registration if req's broker
+// holds it (it was just elected master). Best effort: the seat frees itself
+// when that lease expires anyway.
+func (s *Server) freeSlaveSeat(ctx context.Context, req protocol.RegisterRequest) {
+	s.view.mu.RLock()
+	e, ok := s.view.brokers[brokerKey{req.Group, protocol.RoleSlave}]
+	s.view.mu.RUnlock()
+	if !ok || e.rec.BrokerID != req.BrokerID {
+		return
+	}
+	key := s.keys.broker(req.Group, protocol.RoleSlave)
+	dctx, cancel := s.store.ctx(ctx)
+	defer cancel()
+	_, err := s.etcd.Txn(dctx).
+		If(clientv3.Compare(clientv3.ModRevision(key), "=", e.modRev)).
+		Then(clientv3.OpDelete(key)).
+		Commit()
+	if err != nil {
+		s.lg.Warn("cannot free the slave seat of a promoted slave", zap.String("group", req.Group), zap.Error(err))
+	}
 }
 
 func checkRegister(r *protocol.RegisterRequest) error {

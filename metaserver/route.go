@@ -60,7 +60,7 @@ func (s *Server) routeResponse(kind protocol.BrokerKind, subject string, req pro
 		g := v.groupLocked(name)
 		rg := protocol.RouteGroup{Group: name, Kind: kind, State: v.stateLocked(g, subject)}
 		if g.master != nil {
-			rg.Master = g.master.Address
+			rg.Master, rg.Epoch = g.master.Address, g.master.Epoch
 		}
 		if g.slave != nil {
 			rg.Slave = g.slave.Address

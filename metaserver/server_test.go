@@ -113,8 +113,8 @@ func TestServer_RegisterRejectsSecondMasterAndBadInput(t *testing.T) {
 	c.mustRegister(s, master("g1", "127.0.0.1:1001"))
 	other := master("g1", "127.0.0.1:2001")
 	other.BrokerID = "impostor"
-	if _, err := c.register(s, other); !errors.Is(err, protocol.ErrInvalid) {
-		t.Fatalf("second master of g1: err %v, want ErrInvalid", err)
+	if _, err := c.register(s, other); !errors.Is(err, protocol.ErrNotMaster) {
+		t.Fatalf("second master of g1: err %v, want ErrNotMaster (the group has a master)", err)
 	}
 	// The same broker re-registering (a restart) is fine and keeps its lease
 	// when it sends none.

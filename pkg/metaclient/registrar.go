@@ -13,6 +13,9 @@ import (
 	"go.uber.org/zap"
 )
 
+// clockBase is the origin of RenewedAt's monotonic readings.
+var clockBase = time.Now()
+
 // Broker describes a broker to register.
 type Broker struct {
 	Kind     protocol.BrokerKind
@@ -40,6 +43,8 @@ type Registration struct {
 	ttl       atomic.Int64 // nanoseconds
 	healthy   atomic.Bool
 	lastErr   atomic.Pointer[error]
+	epoch     atomic.Uint64
+	renewedAt atomic.Int64 // monotonic nanoseconds since clockBase; 0: never
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -91,6 +96,37 @@ func (r *Registration) Master() string {
 	return ""
 }
 
+// Epoch returns the epoch of the last successful heartbeat's response: a
+// master's own (new with each election), a slave's master's (0: none).
+func (r *Registration) Epoch() uint64 { return r.epoch.Load() }
+
+// SetEpoch sets the epoch the next heartbeats report (RegisterRequest.Epoch):
+// a slave's master's, once it knows it.
+func (r *Registration) SetEpoch(e uint64) { r.epoch.Store(e) }
+
+// RenewedAt returns when the last successful heartbeat was sent (zero time
+// before any). The meta server renewed the lease after that, so the lease
+// lives at least until RenewedAt() + TTL(): a master that has not renewed
+// for TTL minus a margin must stop taking writes, because its slave may win
+// the group once the lease is gone. The time carries a monotonic reading.
+func (r *Registration) RenewedAt() time.Time {
+	ns := r.renewedAt.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return clockBase.Add(time.Duration(ns))
+}
+
+// Err returns the last heartbeat's error; nil after a success.
+// errors.Is(err, protocol.ErrNotMaster) on a master's registration means
+// another broker is the group's master now: this one was deposed.
+func (r *Registration) Err() error {
+	if p := r.lastErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // Healthy reports whether the last heartbeat reached a meta server.
 func (r *Registration) Healthy() bool { return r.healthy.Load() }
 
@@ -133,12 +169,14 @@ func (r *Registration) heartbeat(ctx context.Context, flags uint8) (protocol.Reg
 		state, load = r.broker.Report()
 	}
 	req := protocol.RegisterRequest{Flags: flags, Kind: r.broker.Kind, Role: r.broker.Role, State: state,
-		Group: r.broker.Group, BrokerID: r.broker.BrokerID, Address: r.broker.Address, LeaseID: r.lease.Load(), Load: load}
+		Group: r.broker.Group, BrokerID: r.broker.BrokerID, Address: r.broker.Address, LeaseID: r.lease.Load(), Load: load,
+		Epoch: r.epoch.Load()}
 	body := protocol.AppendRegisterRequest(nil, &req)
 	start := int(r.preferred.Load())
 	var lastErr error
 	for i := range r.addrs {
 		idx := (start + i) % len(r.addrs)
+		sent := time.Since(clockBase)
 		rctx, cancel := context.WithTimeout(ctx, r.cfg.requestTimeout)
 		b, err := r.cfg.caller.Call(rctx, r.addrs[idx], protocol.CmdRegister, body)
 		cancel()
@@ -152,12 +190,15 @@ func (r *Registration) heartbeat(ctx context.Context, flags uint8) (protocol.Reg
 				r.lease.Store(resp.LeaseID)
 				r.ttl.Store(int64(resp.TTL))
 				r.master.Store(&resp.Master)
+				r.epoch.Store(resp.Epoch)
+				r.renewedAt.Store(max(int64(sent), 1))
 			}
 			r.healthy.Store(true)
+			r.lastErr.Store(nil)
 			return resp, nil
 		}
 		lastErr = err
-		if errors.Is(err, protocol.ErrInvalid) || ctx.Err() != nil {
+		if errors.Is(err, protocol.ErrInvalid) || errors.Is(err, protocol.ErrNotMaster) || ctx.Err() != nil {
 			break
 		}
 	}

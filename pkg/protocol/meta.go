@@ -16,20 +16,32 @@ import (
 //
 //	flags u8 | kind u8 | role u8 | state u8 | group s8 | broker id s8 |
 //	address s8 | lease id i64 | in/s u32 | out/s u32 | subjects u32 |
-//	stored bytes u64 | pending u64
+//	stored bytes u64 | pending u64 | replica lag bytes u64 |
+//	replica lag ms u64 | epoch u64
 //
 // flags bit0 (RegisterLeaving) removes the registration at once (a clean
 // shutdown). lease id is the one the last response returned (0 the first
 // time); any meta server can keep it alive. state is what the broker reports
 // of itself: GroupReadWrite, or GroupReadonly when it wants no new messages
-// (a lagging slave, a full disk).
+// (a lagging slave, a full disk). replica lag is, on a slave, how far its
+// logs are behind its master; on a master, how far its slave is behind (0
+// without one). epoch is the epoch the broker serves in: a master's own, a
+// slave's master's (0: none yet).
 //
 // RegisterResponse:
 //
-//	lease id i64 | ttl ms u32 | version u64 | master s8
+//	lease id i64 | ttl ms u32 | version u64 | master s8 | epoch u64
 //
 // master is the address of the group's live master as the meta server
-// knows it (empty when none): what a slave replicates from.
+// knows it (empty when none): what a slave replicates from. epoch is that
+// master's epoch: the etcd create revision of the group's master
+// registration, so every election gives a larger one and heartbeats keep
+// it (0 when the group has no master).
+//
+// Election: registering as RoleMaster succeeds only while no other broker
+// holds the group's master registration; otherwise it fails with
+// StatusNotMaster. The lease the registration lives on is the master's
+// term: a master that has not renewed it for its TTL has lost the group.
 //
 // LookupRequest (client → meta server):
 //
@@ -38,8 +50,10 @@ import (
 // LookupResponse:
 //
 //	version u64 | timestamp ms i64 | flags u8 | count u16 |
-//	count × (group s8 | kind u8 | state u8 | master s8 | slave s8)
+//	count × (group s8 | kind u8 | state u8 | master s8 | slave s8 |
+//	epoch u64)
 //
+// epoch is the master's (requests to it carry it: SendRequest.Epoch).
 // version is the etcd revision the meta server's view was at; clients keep
 // the response with the highest version and ignore older ones. flags bit0
 // (LookupConsumerOffline) says an admin took this consumer offline. Each
@@ -176,6 +190,11 @@ type BrokerLoad struct {
 	Subjects    uint32 // subjects the broker holds
 	StoredBytes uint64 // bytes of message log on disk
 	Pending     uint64 // delay groups: messages stored and not yet forwarded
+	// ReplicaLagBytes and ReplicaLagMillis: on a slave, how far its logs
+	// are behind its master; on a master, how far its slave is (0 without
+	// one).
+	ReplicaLagBytes  uint64
+	ReplicaLagMillis uint64
 }
 
 // RegisterRequest registers a broker or heartbeats it.
@@ -189,6 +208,7 @@ type RegisterRequest struct {
 	Address  string
 	LeaseID  int64
 	Load     BrokerLoad
+	Epoch    uint64 // a master's own epoch; a slave's master's (0: none)
 }
 
 // AppendRegisterRequest appends the body of r.
@@ -202,7 +222,10 @@ func AppendRegisterRequest(dst []byte, r *RegisterRequest) []byte {
 	dst = binary.BigEndian.AppendUint32(dst, r.Load.OutPerSec)
 	dst = binary.BigEndian.AppendUint32(dst, r.Load.Subjects)
 	dst = binary.BigEndian.AppendUint64(dst, r.Load.StoredBytes)
-	return binary.BigEndian.AppendUint64(dst, r.Load.Pending)
+	dst = binary.BigEndian.AppendUint64(dst, r.Load.Pending)
+	dst = binary.BigEndian.AppendUint64(dst, r.Load.ReplicaLagBytes)
+	dst = binary.BigEndian.AppendUint64(dst, r.Load.ReplicaLagMillis)
+	return binary.BigEndian.AppendUint64(dst, r.Epoch)
 }
 
 // DecodeRegisterRequest decodes a register request body.
@@ -213,7 +236,9 @@ func DecodeRegisterRequest(body []byte) (RegisterRequest, error) {
 	q.BrokerID = r.string8()
 	q.Address = r.string8()
 	q.LeaseID = int64(r.u64())
-	q.Load = BrokerLoad{InPerSec: r.u32(), OutPerSec: r.u32(), Subjects: r.u32(), StoredBytes: r.u64(), Pending: r.u64()}
+	q.Load = BrokerLoad{InPerSec: r.u32(), OutPerSec: r.u32(), Subjects: r.u32(), StoredBytes: r.u64(), Pending: r.u64(),
+		ReplicaLagBytes: r.u64(), ReplicaLagMillis: r.u64()}
+	q.Epoch = r.u64()
 	if err := r.done(); err != nil {
 		return RegisterRequest{}, fmt.Errorf("%w: register request", err)
 	}
@@ -226,6 +251,7 @@ type RegisterResponse struct {
 	TTL     time.Duration
 	Version uint64
 	Master  string // the group's live master's address; empty when none
+	Epoch   uint64 // that master's epoch; 0 when none
 }
 
 // AppendRegisterResponse appends the body of r.
@@ -233,7 +259,8 @@ func AppendRegisterResponse(dst []byte, r *RegisterResponse) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, uint64(r.LeaseID))
 	dst = binary.BigEndian.AppendUint32(dst, durationMillis(r.TTL))
 	dst = binary.BigEndian.AppendUint64(dst, r.Version)
-	return appendString8(dst, r.Master)
+	dst = appendString8(dst, r.Master)
+	return binary.BigEndian.AppendUint64(dst, r.Epoch)
 }
 
 // DecodeRegisterResponse decodes a register response body.
@@ -243,6 +270,7 @@ func DecodeRegisterResponse(body []byte) (RegisterResponse, error) {
 	q.TTL = time.Duration(r.u32()) * time.Millisecond
 	q.Version = r.u64()
 	q.Master = r.string8()
+	q.Epoch = r.u64()
 	if err := r.done(); err != nil {
 		return RegisterResponse{}, fmt.Errorf("%w: register response", err)
 	}
@@ -285,6 +313,7 @@ type RouteGroup struct {
 	State  GroupState
 	Master string // master's client address; empty when none is alive
 	Slave  string // slave's address; empty when none
+	Epoch  uint64 // the master's epoch; 0 when none is alive
 }
 
 // LookupResponse is a subject's route as one client type sees it.
@@ -296,7 +325,7 @@ type LookupResponse struct {
 }
 
 // routeGroupMinSize is the smallest encoding of a RouteGroup.
-const routeGroupMinSize = 5
+const routeGroupMinSize = 13
 
 // AppendLookupResponse appends the body of r.
 func AppendLookupResponse(dst []byte, r *LookupResponse) []byte {
@@ -310,6 +339,7 @@ func AppendLookupResponse(dst []byte, r *LookupResponse) []byte {
 		dst = append(dst, uint8(g.Kind), uint8(g.State))
 		dst = appendString8(dst, g.Master)
 		dst = appendString8(dst, g.Slave)
+		dst = binary.BigEndian.AppendUint64(dst, g.Epoch)
 	}
 	return dst
 }
@@ -333,6 +363,7 @@ func DecodeLookupResponse(body []byte) (LookupResponse, error) {
 		g.State = GroupState(r.u8())
 		g.Master = r.string8()
 		g.Slave = r.string8()
+		g.Epoch = r.u64()
 		q.Groups = append(q.Groups, g)
 	}
 	if err := r.done(); err != nil {

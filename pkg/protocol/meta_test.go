@@ -20,17 +20,17 @@ func metaCodecs() []bodyCodec {
 	ts := time.UnixMilli(1_700_000_000_123)
 	return []bodyCodec{
 		{"register request", RegisterRequest{Flags: RegisterLeaving, Kind: KindDelay, Role: RoleSlave, State: GroupReadonly,
-			Group: "g1", BrokerID: "b-1", Address: "127.0.0.1:2000", LeaseID: -5, Load: BrokerLoad{1, 2, 3, 1 << 40, 12345}},
+			Group: "g1", BrokerID: "b-1", Address: "127.0.0.1:2000", LeaseID: -5, Load: BrokerLoad{1, 2, 3, 1 << 40, 12345, 1 << 33, 250}, Epoch: 1 << 50},
 			func(v any) []byte { r := v.(RegisterRequest); return AppendRegisterRequest(nil, &r) },
 			func(b []byte) (any, error) { return DecodeRegisterRequest(b) }},
-		{"register response", RegisterResponse{LeaseID: 77, TTL: 10 * time.Second, Version: 9, Master: "127.0.0.1:2000"},
+		{"register response", RegisterResponse{LeaseID: 77, TTL: 10 * time.Second, Version: 9, Master: "127.0.0.1:2000", Epoch: 981},
 			func(v any) []byte { r := v.(RegisterResponse); return AppendRegisterResponse(nil, &r) },
 			func(b []byte) (any, error) { return DecodeRegisterResponse(b) }},
 		{"lookup request", LookupRequest{ClientType: ClientConsumer, Subject: "%RETRY%" + strings.Repeat("s", 200) + "%" + strings.Repeat("g", 100), Group: "grp", ClientID: "c@host:1"},
 			func(v any) []byte { r := v.(LookupRequest); return AppendLookupRequest(nil, &r) },
 			func(b []byte) (any, error) { return DecodeLookupRequest(b) }},
 		{"lookup response", LookupResponse{Version: 42, Timestamp: ts, Flags: LookupConsumerOffline, Groups: []RouteGroup{
-			{Group: "a", Kind: KindRealtime, State: GroupReadWrite, Master: "127.0.0.1:1", Slave: "127.0.0.1:2"},
+			{Group: "a", Kind: KindRealtime, State: GroupReadWrite, Master: "127.0.0.1:1", Slave: "127.0.0.1:2", Epoch: 7},
 			{Group: "b", Kind: KindRealtime, State: GroupUnavailable}}},
 			func(v any) []byte { r := v.(LookupResponse); return AppendLookupResponse(nil, &r) },
 			func(b []byte) (any, error) { return DecodeLookupResponse(b) }},
