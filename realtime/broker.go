@@ -38,6 +38,7 @@ type Broker struct {
 	dead    *deadLetters       // re-driven and purged dead letters
 	sync    *syncService       // a master's replication service (nil on a slave)
 	replica *replica           // a slave's sync loop (nil on a master)
+	fair    *fairShare         // deliveries per pull actor, to hold the greedy
 
 	actorsMu  sync.Mutex
 	actors    map[actorKey]*pullActor
@@ -75,6 +76,7 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 	b.limits.MaxBody = opts.MaxBody
 	b.dedupe = newDedupe(opts.DedupeWindow, opts.DedupeCapacity, time.Now)
 	b.metrics = newMetrics(b.reg, opts.Group)
+	b.fair = newFairShare(opts.FairShare, b.reg, opts.Group)
 
 	sopts := store.DefaultOptions
 	sopts.Flush = store.FlushPolicy(opts.Flush)

@@ -53,6 +53,9 @@ type Options struct {
 	// yields (default 5ms).
 	PullWorkers int           `yaml:"pull_workers"`
 	TimeSlice   time.Duration `yaml:"time_slice"`
+	// FairShare holds the pulls of a consumer group that takes more than its
+	// share of deliveries while other groups drain backlogs (fairshare.go).
+	FairShare FairShareOptions `yaml:"fair_share"`
 	// MaxPullWait caps how long a pull may wait for messages (default 30s).
 	MaxPullWait time.Duration `yaml:"max_pull_wait"`
 	// PullGrace is how long past its wait a pull may sit in its actor's
@@ -121,6 +124,7 @@ func NewOptions() Options {
 		DedupeWindow:      10 * time.Minute,
 		DedupeCapacity:    1_000_000,
 		TimeSlice:         5 * time.Millisecond,
+		FairShare:         NewFairShareOptions(),
 		MaxPullWait:       30 * time.Second,
 		PullGrace:         2 * time.Second,
 		MaxPullMessages:   1000,
@@ -155,6 +159,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.DedupeCapacity, "dedupe-capacity", o.DedupeCapacity, "most message ids remembered")
 	fs.IntVar(&o.PullWorkers, "pull-workers", o.PullWorkers, "goroutines serving pulls (0: 4 × cores)")
 	fs.DurationVar(&o.TimeSlice, "time-slice", o.TimeSlice, "how long one consumer group's actor runs before yielding")
+	o.FairShare.AddFlags(fs)
 	fs.DurationVar(&o.ConsumerTimeout, "consumer-timeout", o.ConsumerTimeout, "silence after which a consumer's un-acked messages go back to its group")
 	fs.DurationVar(&o.RetentionAge, "retention-age", o.RetentionAge, "delete message-log segments older than this (negative: keep)")
 	fs.Int64Var(&o.RetentionBytes, "retention-bytes", o.RetentionBytes, "delete the oldest segments past this total size (0: no limit)")
@@ -211,6 +216,9 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("realtime: sync max bytes must be between 4 KiB and half the max frame size")
 	case o.SyncWait <= 0 || o.SyncWait > 10*time.Second:
 		return fmt.Errorf("realtime: sync wait must be positive and at most 10s")
+	}
+	if err := o.FairShare.Validate(); err != nil {
+		return err
 	}
 	return o.Log.Validate()
 }

@@ -37,6 +37,8 @@ type pullActor struct {
 
 	hasWaiting  atomic.Bool // some pull waits for messages
 	wakePending atomic.Bool // a wake event is in the mailbox
+
+	share flowShare // recent deliveries (guarded by the broker's fairShare)
 }
 
 type eventKind uint8
@@ -63,6 +65,7 @@ type pullCall struct {
 	waitUntil time.Time // when a waiting pull is answered empty
 	staleAt   time.Time // past this the client has given up: drop
 	nextDue   time.Time // a held message is due then
+	heldUntil time.Time // held for fair share until then
 }
 
 func (b *Broker) actorFor(key actorKey) *pullActor {
@@ -163,7 +166,7 @@ func (a *pullActor) handle(ev pullEvent) {
 			c.r.ReplyError(protocol.Errorf(protocol.StatusRetryLater, "pull waited past its deadline"))
 			return
 		}
-		if !a.serve(c, now) {
+		if a.holdForFairShare(c, now) || !a.serve(c, now) {
 			a.waiting = append(a.waiting, c)
 			a.b.metrics.parked.Inc()
 		}
@@ -199,12 +202,32 @@ func (a *pullActor) handle(ev pullEvent) {
 	a.arm(now)
 }
 
+// holdForFairShare holds a new pull when its actor took more than its
+// share of the recent deliveries while other actors drain backlogs too (see
+// "Fair share" in doc.go): the pull waits up to the hold, then is served.
+// A pull that may not wait longer than the hold is not held.
+func (a *pullActor) holdForFairShare(c *pullCall, now time.Time) bool {
+	f := a.b.fair
+	if !f.enabled() || c.waitUntil.Sub(now) <= f.opts.Hold || !f.over(&a.share, now) {
+		return false
+	}
+	c.heldUntil = now.Add(f.opts.Hold)
+	f.held.Inc()
+	return true
+}
+
 // serve tries to answer c now; it reports false when c should wait.
 func (a *pullActor) serve(c *pullCall, now time.Time) bool {
 	select {
 	case <-c.r.Done():
 		return true // nobody waits for the answer
 	default:
+	}
+	if !c.heldUntil.IsZero() {
+		if now.Before(c.heldUntil) {
+			return false
+		}
+		c.heldUntil = time.Time{}
 	}
 	res, err := a.b.store.Pull(c.req)
 	if err != nil {
@@ -216,6 +239,9 @@ func (a *pullActor) serve(c *pullCall, now time.Time) bool {
 			a.b.live.touch(c.req.Subject, c.req.Group, c.req.Consumer)
 		}
 		a.b.metrics.pulled.Add(float64(len(res.Messages)))
+		if a.b.fair.enabled() {
+			a.b.fair.record(&a.share, len(res.Messages), len(res.Messages) >= c.req.Max, now)
+		}
 		a.b.replyPulled(c.r, res.Messages)
 		return true
 	}
@@ -258,6 +284,9 @@ func (a *pullActor) arm(now time.Time) {
 		at := c.waitUntil
 		if !c.nextDue.IsZero() && c.nextDue.Before(at) {
 			at = c.nextDue
+		}
+		if !c.heldUntil.IsZero() && c.heldUntil.Before(at) {
+			at = c.heldUntil
 		}
 		if next.IsZero() || at.Before(next) {
 			next = at
