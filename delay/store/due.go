@@ -75,6 +75,11 @@ func (s *Store) MarkDispatched(refs []Ref) error {
 		i = j
 	}
 	s.mu.Lock()
+	for i := range sorted {
+		if i == 0 || sorted[i].hour != sorted[i-1].hour {
+			s.changes.log.noteLocked(sorted[i].hour)
+		}
+	}
 	for _, r := range refs {
 		if st := s.hours[r.hour]; st != nil {
 			st.dispatched++
@@ -86,6 +91,7 @@ func (s *Store) MarkDispatched(refs []Ref) error {
 		}
 	}
 	s.mu.Unlock()
+	s.changes.fire()
 	s.counters.dispatched.Add(uint64(len(refs)))
 	return first
 }

@@ -116,6 +116,7 @@ func (s *Store) recover() error {
 	}
 	sort.Slice(s.unloaded, func(i, j int) bool { return s.unloaded[i] < s.unloaded[j] })
 	s.replayPos, s.ckptWAL = start, start
+	s.changes.log.replayed = start
 	s.recoveredEnd = validEnd
 	s.caughtUp = start >= validEnd
 	s.written.Store(validEnd)

@@ -95,11 +95,14 @@ func (s *Store) replay() {
 			hb.st.size += int64(len(hb.buf))
 			hb.st.records += hb.count
 			s.dirtyHours[h] = struct{}{}
+			s.changes.log.noteLocked(h)
 		}
+		s.changes.log.replayed = s.reader.pos
 		for _, a := range adds {
 			s.wheel.Add(a.due, a.e)
 		}
 		s.mu.Unlock()
+		s.changes.fire()
 		if len(adds) > 0 {
 			signal(s.fireWake)
 		}

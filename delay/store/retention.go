@@ -22,8 +22,15 @@ func (s *Store) retain(now int64) {
 	}
 	for _, h := range drop {
 		delete(s.hours, h)
+		c := &s.changes.log
+		c.version++
+		c.removed[h] = c.version
+		delete(c.changed, h)
 	}
 	s.mu.Unlock()
+	if len(drop) > 0 {
+		s.changes.fire()
+	}
 	if len(drop) == 0 {
 		return
 	}

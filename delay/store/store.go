@@ -69,6 +69,7 @@ type Store struct {
 
 	schedules *fileCache
 	dispatch  *dispatchLogs
+	changes   changes // replication source: what changed (log under mu)
 
 	due       chan []Due
 	indexWake chan struct{}
@@ -132,6 +133,9 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 	if lg == nil {
 		lg = zap.NewNop()
 	}
+	if err := promoteReplicaDir(dir, lg); err != nil {
+		return nil, fmt.Errorf("delay/store: promote replica %s: %w", dir, err)
+	}
 	for _, d := range []string{dir, filepath.Join(dir, walDir), filepath.Join(dir, scheduleDir), filepath.Join(dir, dispatchDir)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
@@ -161,6 +165,7 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 		fireWake:   make(chan struct{}, 1),
 		syncReq:    make(chan chan error),
 		quit:       make(chan struct{}),
+		changes:    changes{log: newChangeLog()},
 	}
 	if s.maxMessage > maxRecordSize {
 		s.maxMessage = maxRecordSize

@@ -1,0 +1,503 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/qmq-go/qmq/pkg/fsutil"
+	"github.com/qmq-go/qmq/pkg/protocol"
+)
+
+// Replica marker file "replica", written atomically; its presence says the
+// directory holds a slave's copy (schedule and dispatch files copied from a
+// master), not a master's store:
+//
+//	0          4      5          8            16
+//	+----------+------+----------+------------+-----------+
+//	| magic    | ver  | reserved | epoch u64  | crc u32   |
+//	| "QDRP"   | u8=1 |  3 × 0   |            |           |
+//	+----------+------+----------+------------+-----------+
+//
+// epoch is the epoch of the master the copy follows (0 without automatic
+// failover); crc is CRC-32C of the 16 bytes before it.
+const (
+	replicaFile    = "replica"
+	replicaMagic   = 0x51445250 // "QDRP"
+	replicaVersion = 1
+	replicaSize    = 20
+)
+
+func encodeReplicaMarker(epoch uint64) []byte {
+	b := binary.BigEndian.AppendUint32(nil, replicaMagic)
+	b = append(b, replicaVersion, 0, 0, 0)
+	b = binary.BigEndian.AppendUint64(b, epoch)
+	return binary.BigEndian.AppendUint32(b, protocol.Checksum(b))
+}
+
+func decodeReplicaMarker(b []byte) (uint64, error) {
+	if len(b) != replicaSize || protocol.Checksum(b[:16]) != binary.BigEndian.Uint32(b[16:]) ||
+		binary.BigEndian.Uint32(b) != replicaMagic || b[4] != replicaVersion {
+		return 0, fmt.Errorf("%w: replica marker", ErrCorrupt)
+	}
+	return binary.BigEndian.Uint64(b[8:16]), nil
+}
+
+// ErrNotFollowing: the replica's copy does not belong to the master it was
+// asked to copy from (call Follow first).
+var ErrNotFollowing = errors.New("delay/store: replica does not follow this master")
+
+// Replica is a slave's copy of a master's store: the master's schedule and
+// dispatch files, byte for byte at the same offsets, and nothing else (no
+// message log, no wheel, no goroutines). The slave writes what it copied
+// with WriteSchedule and WriteDispatch and makes it durable with Commit
+// before it acknowledges it. Closing a replica writes a checkpoint, so the
+// directory opens as a master's store (Open), which rebuilds the wheel from
+// the schedule files minus the dispatch files: a promoted slave forwards
+// every pending message when due. See "Replication" in the package
+// documentation.
+type Replica struct {
+	dir  string
+	lg   *zap.Logger
+	lock *fsutil.DirLock
+
+	mu        sync.Mutex
+	hours     map[int64]*replicaHour
+	schedules *fileCache
+	dispatch  *fileCache
+	dirty     map[*fileCache]map[int64]struct{}
+	newFiles  bool
+	epoch     uint64
+	marked    bool  // the marker file exists
+	master    bool  // the directory held a master's store when opened
+	replayed  int64 // master message-log position the copy holds (Commit)
+	maxWAL    int64 // largest message-log offset a copied record names
+	closed    bool
+}
+
+type replicaHour struct {
+	scheduleSize, records, dispatchSize int64
+}
+
+// OpenReplica opens (creating if needed) a replica in dir. Every schedule
+// and dispatch file is scanned and cut at its first invalid record (bytes
+// copied but not committed when the slave died). A directory that holds a
+// master's store (no replica marker) opens as well; Follow then drops it.
+func OpenReplica(dir string, lg *zap.Logger) (*Replica, error) {
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	for _, d := range []string{dir, filepath.Join(dir, scheduleDir), filepath.Join(dir, dispatchDir)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	lock, err := fsutil.LockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	r := &Replica{dir: dir, lg: lg.Named("delayreplica"), lock: lock, hours: map[int64]*replicaHour{},
+		schedules: newFileCache(filepath.Join(dir, scheduleDir), 64), dispatch: newFileCache(filepath.Join(dir, dispatchDir), 64),
+		maxWAL: -1}
+	r.dirty = map[*fileCache]map[int64]struct{}{r.schedules: {}, r.dispatch: {}}
+	if err := r.load(); err != nil {
+		r.closeFiles()
+		return nil, fmt.Errorf("delay/store: open replica %s: %w", dir, err)
+	}
+	return r, nil
+}
+
+func (r *Replica) load() error {
+	b, err := os.ReadFile(filepath.Join(r.dir, replicaFile))
+	switch {
+	case err == nil:
+		if r.epoch, err = decodeReplicaMarker(b); err != nil {
+			return err
+		}
+		r.marked = true
+	case errors.Is(err, os.ErrNotExist):
+		// A master's directory, or a new one.
+		for _, p := range []string{checkpointFile, walDir} {
+			if _, err := os.Stat(filepath.Join(r.dir, p)); err == nil {
+				r.master = true
+			}
+		}
+	default:
+		return err
+	}
+	ents, err := os.ReadDir(filepath.Join(r.dir, scheduleDir))
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		h, ok := parseHourName(e.Name())
+		if !ok {
+			continue
+		}
+		path := filepath.Join(r.dir, scheduleDir, e.Name())
+		scan, err := scanFile(path, maxRecordSize)
+		if err != nil {
+			return err
+		}
+		if scan.err != nil {
+			r.lg.Info("cut schedule file copy at its first invalid record", zap.String("hour", e.Name()), zap.Error(scan.err))
+			if err := os.Truncate(path, scan.end); err != nil {
+				return err
+			}
+		}
+		r.hours[h] = &replicaHour{scheduleSize: scan.end, records: scan.records}
+		r.maxWAL = max(r.maxWAL, scan.lastWAL)
+	}
+	ents, err = os.ReadDir(filepath.Join(r.dir, dispatchDir))
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		h, ok := parseHourName(e.Name())
+		if !ok {
+			continue
+		}
+		path := filepath.Join(r.dir, dispatchDir, e.Name())
+		st := r.hours[h]
+		if st == nil {
+			if err := os.Remove(path); err != nil {
+				return err
+			}
+			continue
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		_, valid := parseDispatch(b)
+		if valid < int64(len(b)) {
+			if err := os.Truncate(path, valid); err != nil {
+				return err
+			}
+		}
+		st.dispatchSize = valid
+	}
+	r.replayed = r.maxWAL + 1
+	r.lg.Info("replica opened", zap.Bool("replica_marker", r.marked), zap.Uint64("epoch", r.epoch),
+		zap.Bool("master_directory", r.master), zap.Int("hours", len(r.hours)))
+	return nil
+}
+
+// Epoch returns the epoch of the master the copy follows, and whether the
+// directory is a replica's at all (false: new, or a master's store).
+func (r *Replica) Epoch() (uint64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.epoch, r.marked
+}
+
+// Follow makes the copy follow the master of epoch: a copy of another
+// epoch's master, or a master's own store (a deposed master rejoining), may
+// hold what the new master never had, so it is dropped and the copy starts
+// from empty. It reports whether the copy was dropped.
+func (r *Replica) Follow(epoch uint64) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false, ErrClosed
+	}
+	if r.marked && r.epoch == epoch {
+		return false, nil
+	}
+	drop := len(r.hours) > 0 || r.master
+	if drop {
+		r.lg.Warn("dropping the copy: it does not belong to this master", zap.Uint64("copy_epoch", r.epoch),
+			zap.Bool("was_master", r.master), zap.Uint64("master_epoch", epoch), zap.Int("hours", len(r.hours)))
+		if err := r.wipeLocked(); err != nil {
+			return false, err
+		}
+	}
+	if err := fsutil.WriteFileAtomic(fsutil.OS, filepath.Join(r.dir, replicaFile), encodeReplicaMarker(epoch)); err != nil {
+		return false, err
+	}
+	r.epoch, r.marked, r.master = epoch, true, false
+	return drop, nil
+}
+
+// wipeLocked removes every file of the store.
+func (r *Replica) wipeLocked() error {
+	r.schedules.closeAll()
+	r.dispatch.closeAll()
+	for _, d := range []string{scheduleDir, dispatchDir, walDir} {
+		if err := os.RemoveAll(filepath.Join(r.dir, d)); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Join(r.dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.Remove(filepath.Join(r.dir, checkpointFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	clear(r.hours)
+	for _, m := range r.dirty {
+		clear(m)
+	}
+	r.replayed, r.maxWAL = 0, -1
+	return fsutil.SyncDir(r.dir)
+}
+
+// HourFiles returns the copy's state of every hour, ascending.
+func (r *Replica) HourFiles() []HourFiles {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]HourFiles, 0, len(r.hours))
+	for h, st := range r.hours {
+		out = append(out, HourFiles{Hour: h, ScheduleSize: st.scheduleSize, Records: st.records, DispatchSize: st.dispatchSize})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Hour < out[j].Hour })
+	return out
+}
+
+// Hour returns the copy's state of hour h (zero when it has none).
+func (r *Replica) Hour(h int64) HourFiles {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if st := r.hours[h]; st != nil {
+		return HourFiles{Hour: h, ScheduleSize: st.scheduleSize, Records: st.records, DispatchSize: st.dispatchSize}
+	}
+	return HourFiles{Hour: h}
+}
+
+// Pending returns the copied messages not marked dispatched (dispatch
+// entries counted, not de-duplicated).
+func (r *Replica) Pending() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := int64(0)
+	for _, st := range r.hours {
+		n += max(st.records-st.dispatchSize/dispatchEntrySize, 0)
+	}
+	return n
+}
+
+// Replayed returns the master's message-log position the committed copy
+// holds (its acknowledgement).
+func (r *Replica) Replayed() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.replayed
+}
+
+// ErrReplicaMismatch: copied bytes do not continue the copy (another offset,
+// or not whole valid records).
+var ErrReplicaMismatch = errors.New("delay/store: copied bytes do not fit the copy")
+
+// WriteSchedule writes whole schedule records copied from the master's file
+// of hour h at offset off, which must be the copy's size. Every record is
+// checked (length, CRC) before anything is written.
+func (r *Replica) WriteSchedule(h, off int64, data []byte) error {
+	var records int64
+	for p := 0; p < len(data); {
+		if len(data)-p < scheduleHeaderSize {
+			return fmt.Errorf("%w: %s@%d: a cut record header", ErrReplicaMismatch, hourName(h), off+int64(p))
+		}
+		n := scheduleHeaderSize + int(binary.BigEndian.Uint32(data[p:]))
+		if n > len(data)-p {
+			return fmt.Errorf("%w: %s@%d: a cut record", ErrReplicaMismatch, hourName(h), off+int64(p))
+		}
+		if _, err := checkScheduleRecord(data[p : p+n]); err != nil {
+			return fmt.Errorf("%w: %s@%d: %w", ErrReplicaMismatch, hourName(h), off+int64(p), err)
+		}
+		r.noteWAL(int64(binary.BigEndian.Uint64(data[p+8:])))
+		records++
+		p += n
+	}
+	return r.write(r.schedules, h, off, data, func(st *replicaHour) *int64 { return &st.scheduleSize }, func(st *replicaHour) { st.records += records })
+}
+
+func (r *Replica) noteWAL(w int64) {
+	r.mu.Lock()
+	r.maxWAL = max(r.maxWAL, w)
+	r.mu.Unlock()
+}
+
+// WriteDispatch writes whole dispatch entries copied from the master's file
+// of hour h at offset off, which must be the copy's size.
+func (r *Replica) WriteDispatch(h, off int64, data []byte) error {
+	if _, valid := parseDispatch(data); valid != int64(len(data)) {
+		return fmt.Errorf("%w: dispatch %s@%d: %d of %d bytes are whole valid entries", ErrReplicaMismatch, hourName(h), off, valid, len(data))
+	}
+	return r.write(r.dispatch, h, off, data, func(st *replicaHour) *int64 { return &st.dispatchSize }, func(*replicaHour) {})
+}
+
+func (r *Replica) write(files *fileCache, h, off int64, data []byte, size func(*replicaHour) *int64, grew func(*replicaHour)) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return ErrClosed
+	}
+	if !r.marked {
+		return ErrNotFollowing
+	}
+	st := r.hours[h]
+	if st == nil {
+		st = &replicaHour{}
+	}
+	if cur := *size(st); off != cur {
+		return fmt.Errorf("%w: %s@%d, the copy ends at %d", ErrReplicaMismatch, hourName(h), off, cur)
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	if r.hours[h] == nil {
+		r.hours[h] = st
+		r.newFiles = true
+	}
+	cf, err := files.acquire(h, true)
+	if err != nil {
+		return err
+	}
+	defer files.release(cf)
+	if _, err := cf.f.WriteAt(data, off); err != nil {
+		// The bytes after the size are cut on the next open.
+		return fmt.Errorf("write %s copy: %w", hourName(h), err)
+	}
+	*size(st) += int64(len(data))
+	grew(st)
+	r.dirty[files][h] = struct{}{}
+	return nil
+}
+
+// RemoveHour removes hour h's files (the master's retention removed it).
+func (r *Replica) RemoveHour(h int64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.hours[h] == nil {
+		return nil
+	}
+	delete(r.hours, h)
+	for _, c := range []*fileCache{r.schedules, r.dispatch} {
+		c.forget(h)
+		delete(r.dirty[c], h)
+		if err := os.Remove(filepath.Join(c.dir, hourName(h))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	r.newFiles = true
+	return nil
+}
+
+// Commit makes everything written durable (fdatasync of each file written
+// since the last Commit, and of the directories when files came or went)
+// and records replayed, the master's message-log position the copy now
+// holds.
+func (r *Replica) Commit(replayed int64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return ErrClosed
+	}
+	for _, c := range []*fileCache{r.schedules, r.dispatch} {
+		for h := range r.dirty[c] {
+			cf, err := c.acquire(h, false)
+			if err != nil {
+				return err
+			}
+			err = fdatasync(cf.f)
+			c.release(cf)
+			if err != nil {
+				return fmt.Errorf("sync %s copy: %w", hourName(h), err)
+			}
+		}
+		clear(r.dirty[c])
+	}
+	if r.newFiles {
+		for _, d := range []string{scheduleDir, dispatchDir} {
+			if err := fsutil.SyncDir(filepath.Join(r.dir, d)); err != nil {
+				return err
+			}
+		}
+		r.newFiles = false
+	}
+	r.replayed = max(r.replayed, replayed)
+	return nil
+}
+
+// Close commits, writes a checkpoint so the directory opens as a master's
+// store, and releases the directory. The replica marker stays: Open turns
+// the directory into a master's (promotion) when it finds it.
+func (r *Replica) Close() error {
+	if err := r.Commit(0); err != nil && !errors.Is(err, ErrClosed) {
+		r.mu.Lock()
+		r.closed = true
+		r.mu.Unlock()
+		r.closeFiles()
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	err := r.checkpointLocked()
+	r.closeFiles()
+	return err
+}
+
+// checkpointLocked writes a checkpoint of the copy: the message log starts
+// past every record the copy holds, and every hour has its copied size.
+func (r *Replica) checkpointLocked() error {
+	c := checkpoint{walOffset: max(r.replayed, r.maxWAL+1), hours: make([]hourCheckpoint, 0, len(r.hours))}
+	for h, st := range r.hours {
+		c.hours = append(c.hours, hourCheckpoint{hour: h, size: st.scheduleSize, records: st.records})
+	}
+	sort.Slice(c.hours, func(i, j int) bool { return c.hours[i].hour < c.hours[j].hour })
+	return fsutil.WriteFileAtomic(fsutil.OS, filepath.Join(r.dir, checkpointFile), c.encode())
+}
+
+func (r *Replica) closeFiles() {
+	r.schedules.closeAll()
+	r.dispatch.closeAll()
+	r.lock.Unlock()
+}
+
+// Promote closes the replica and turns its directory into a master's
+// store (a checkpoint of the copy, no message log, no marker): Open then
+// recovers it as a master's and loads every pending message into the wheel.
+func (r *Replica) Promote() error {
+	if err := r.Close(); err != nil {
+		return err
+	}
+	return unmarkReplicaDir(r.dir, r.lg)
+}
+
+func unmarkReplicaDir(dir string, lg *zap.Logger) error {
+	if err := os.RemoveAll(filepath.Join(dir, walDir)); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(dir, replicaFile)); err != nil {
+		return err
+	}
+	if err := fsutil.SyncDir(dir); err != nil {
+		return err
+	}
+	lg.Info("replica directory promoted to a master's store", zap.String("dir", dir))
+	return nil
+}
+
+// promoteReplicaDir turns a replica's directory into a master's store when
+// Open finds the marker (a slave that died while promoted, or started as a
+// master): the copy is scanned, its checkpoint written, the marker removed.
+func promoteReplicaDir(dir string, lg *zap.Logger) error {
+	if _, err := os.Stat(filepath.Join(dir, replicaFile)); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	r, err := OpenReplica(dir, lg)
+	if err != nil {
+		return err
+	}
+	return r.Promote()
+}

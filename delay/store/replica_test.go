@@ -1,0 +1,273 @@
+package store
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/qmq-go/qmq/pkg/clock"
+)
+
+// copyStore does what a slave's sync does over the wire: it asks m for the
+// hours changed since (run, since), copies the missing bytes of each file
+// into r in small reads, commits, and returns the new (run, version).
+func copyStore(t *testing.T, m *Store, r *Replica, run, since uint64) (uint64, uint64) {
+	t.Helper()
+	man := m.Manifest(run, since)
+	if !man.CaughtUp {
+		t.Fatal("master has not caught up with its log")
+	}
+	listed := map[int64]bool{}
+	for _, hf := range man.Hours {
+		listed[hf.Hour] = true
+		if hf.Removed {
+			if err := r.RemoveHour(hf.Hour); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		for {
+			have := r.Hour(hf.Hour)
+			if have.ScheduleSize >= hf.ScheduleSize {
+				break
+			}
+			b, err := m.ReadSchedule(hf.Hour, have.ScheduleSize, hf.ScheduleSize, 300) // a few records a read
+			if err != nil || len(b) == 0 {
+				t.Fatalf("read schedule %d@%d: %d bytes, %v", hf.Hour, have.ScheduleSize, len(b), err)
+			}
+			if err := r.WriteSchedule(hf.Hour, have.ScheduleSize, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for {
+			have := r.Hour(hf.Hour)
+			if have.DispatchSize >= hf.DispatchSize {
+				break
+			}
+			b, err := m.ReadDispatch(hf.Hour, have.DispatchSize, hf.DispatchSize, 40)
+			if err != nil || len(b) == 0 {
+				t.Fatalf("read dispatch %d@%d: %d bytes, %v", hf.Hour, have.DispatchSize, len(b), err)
+			}
+			if err := r.WriteDispatch(hf.Hour, have.DispatchSize, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if man.Full {
+		for _, hf := range r.HourFiles() {
+			if !listed[hf.Hour] {
+				if err := r.RemoveHour(hf.Hour); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if err := r.Commit(man.Replayed); err != nil {
+		t.Fatal(err)
+	}
+	return man.Run, man.Version
+}
+
+// A slave's copy, made from empty and then incrementally while the master
+// takes and dispatches messages, opens as a master's store that fires every
+// message the master had not dispatched, at its due time, and none that it
+// had.
+func TestReplica_CopyThenPromoteFiresWhatIsPending(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	m := newHarness(t, t.TempDir(), Options{}, clk)
+	var pending []string
+	add := func(id string, due time.Time) {
+		m.append(encode(t, id, due))
+		pending = append(pending, id)
+	}
+	m.append(encode(t, "now", time.Time{}))
+	for i, d := range []time.Duration{time.Second, 10 * time.Minute, 2 * time.Hour, 26 * time.Hour} {
+		add(ids("early", 4)[i], epoch.Add(d))
+	}
+	m.waitCount(1) // "now" is forwarded and marked
+	if err := m.store.Sync(); err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	r, err := OpenReplica(dir, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Follow(3); err != nil {
+		t.Fatal(err)
+	}
+	run, ver := copyStore(t, m.store, r, 0, 0)
+	if r.Pending() != 4 {
+		t.Fatalf("copy holds %d pending, want 4: %+v", r.Pending(), r.HourFiles())
+	}
+
+	// More arrives; "early-0" falls due and is dispatched on the master.
+	clk.Advance(time.Second)
+	m.waitCount(2)
+	pending = pending[1:]
+	add("late-a", epoch.Add(5*time.Minute))
+	add("late-b", epoch.Add(3*time.Hour))
+	m.waitFor("dispatch marks", func() bool { return m.store.Stats().Dispatched == 2 })
+	if err := m.store.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	run2, ver2 := copyStore(t, m.store, r, run, ver)
+	if run2 != run || ver2 <= ver {
+		t.Fatalf("run %x→%x version %d→%d", run, run2, ver, ver2)
+	}
+	if inc := m.store.Manifest(run, ver2); inc.Full || len(inc.Hours) != 0 {
+		t.Fatalf("nothing changed, yet the manifest lists %+v", inc)
+	}
+	want := m.store.Manifest(0, 0).Hours
+	got := r.HourFiles()
+	if len(got) != len(want) {
+		t.Fatalf("copy has hours %+v, master %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("hour %d: copy %+v, master %+v", i, got[i], want[i])
+		}
+	}
+	m.close()
+
+	if err := r.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, replicaFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("replica marker left after promotion: %v", err)
+	}
+	p := newHarness(t, dir, Options{}, clk)
+	p.settle()
+	if p.count() != 0 {
+		t.Fatalf("promoted store fired %v before their time", p.order)
+	}
+	clk.Advance(27 * time.Hour)
+	p.waitCount(len(pending))
+	p.settle()
+	for _, id := range pending {
+		if p.times(id) != 1 {
+			t.Fatalf("%s delivered %d times by the promoted store: %v", id, p.times(id), p.order)
+		}
+	}
+	if p.count() != len(pending) {
+		t.Fatalf("promoted store delivered %v, want %v", p.order, pending)
+	}
+	// New messages continue in the promoted store's own message log.
+	p.append(encode(t, "after", clk.Now().Add(time.Second)))
+	clk.Advance(time.Second)
+	p.waitCount(len(pending) + 1)
+}
+
+// A copy that follows another epoch's master, or a master's own directory
+// (a deposed master rejoining as a slave), is dropped; the same epoch keeps
+// it.
+func TestReplica_FollowDropsForeignCopies(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	m := newHarness(t, t.TempDir(), Options{}, clk)
+	m.append(encode(t, "x", epoch.Add(time.Hour)))
+	dir := t.TempDir()
+	r, err := OpenReplica(dir, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dropped, err := r.Follow(5); err != nil || dropped {
+		t.Fatalf("empty copy: dropped %v, %v", dropped, err)
+	}
+	m.waitFor("replay", func() bool { return m.store.Manifest(0, 0).Replayed > 0 })
+	copyStore(t, m.store, r, 0, 0)
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = OpenReplica(dir, zaptest.NewLogger(t)); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := r.Epoch(); !ok || e != 5 || r.Pending() != 1 {
+		t.Fatalf("reopened: epoch %d %v, pending %d", e, ok, r.Pending())
+	}
+	if dropped, err := r.Follow(5); err != nil || dropped {
+		t.Fatalf("same epoch: dropped %v, %v", dropped, err)
+	}
+	if dropped, err := r.Follow(6); err != nil || !dropped || r.Pending() != 0 || len(r.HourFiles()) != 0 {
+		t.Fatalf("new epoch: dropped %v, %v, %d hours left", dropped, err, len(r.HourFiles()))
+	}
+	r.Close()
+
+	mdir := m.dir
+	m.close()
+	r, err = OpenReplica(mdir, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, marked := r.Epoch(); marked {
+		t.Fatal("a master's directory opened as a marked replica")
+	}
+	if dropped, err := r.Follow(0); err != nil || !dropped {
+		t.Fatalf("master's directory: dropped %v, %v", dropped, err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(mdir, walDir)); len(ents) != 0 {
+		t.Fatalf("message log left: %v", ents)
+	}
+}
+
+// Copied bytes must continue the copy and be whole valid records; a torn
+// tail left by a slave that died mid-write is cut on open.
+func TestReplica_RejectsMisfitsAndCutsTornTails(t *testing.T) {
+	dir := t.TempDir()
+	r, err := OpenReplica(dir, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WriteSchedule(1, 0, nil); !errors.Is(err, ErrNotFollowing) {
+		t.Fatalf("write before Follow: %v", err)
+	}
+	r.Follow(1)
+	h := hourOf(epoch.UnixMilli())
+	rec := appendScheduleRecord(nil, 0, encode(t, "a", epoch))
+	if err := r.WriteSchedule(h, 16, rec); !errors.Is(err, ErrReplicaMismatch) {
+		t.Fatalf("write at the wrong offset: %v", err)
+	}
+	bad := append([]byte(nil), rec...)
+	bad[len(bad)-1] ^= 1
+	if err := r.WriteSchedule(h, 0, bad); !errors.Is(err, ErrReplicaMismatch) {
+		t.Fatalf("corrupt record: %v", err)
+	}
+	if err := r.WriteSchedule(h, 0, rec[:len(rec)-1]); !errors.Is(err, ErrReplicaMismatch) {
+		t.Fatalf("cut record: %v", err)
+	}
+	if err := r.WriteDispatch(h, 0, appendDispatchEntry(nil, 0)[:11]); !errors.Is(err, ErrReplicaMismatch) {
+		t.Fatalf("cut dispatch entry: %v", err)
+	}
+	if err := r.WriteSchedule(h, 0, rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WriteDispatch(h, 0, appendDispatchEntry(nil, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Commit(100); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	// A torn tail in each file.
+	for _, sub := range []string{scheduleDir, dispatchDir} {
+		f, err := os.OpenFile(filepath.Join(dir, sub, hourName(h)), os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Write(rec[:20])
+		f.Close()
+	}
+	r, err = OpenReplica(dir, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if got := r.Hour(h); got.ScheduleSize != int64(len(rec)) || got.Records != 1 || got.DispatchSize != dispatchEntrySize {
+		t.Fatalf("after the torn tails: %+v", got)
+	}
+}
