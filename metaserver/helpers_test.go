@@ -145,11 +145,15 @@ type fakeBroker struct {
 	sent     atomic.Int64 // messages stored through CmdSend
 	readonly atomic.Bool  // answer sends with StatusReadonly
 
-	mu       sync.Mutex
-	manage   []protocol.ConsumerManageRequest
-	stats    protocol.BrokerStatsResponse
-	dead     []protocol.DeadLetter
-	redriven []protocol.DeadLetter
+	mu sync.Mutex
+	// onSwitchover serves CmdSwitchover; nil answers StatusUnknownCommand,
+	// as a broker without switchover would.
+	onSwitchover func(protocol.SwitchoverRequest) error
+	switchovers  []protocol.SwitchoverRequest
+	manage       []protocol.ConsumerManageRequest
+	stats        protocol.BrokerStatsResponse
+	dead         []protocol.DeadLetter
+	redriven     []protocol.DeadLetter
 }
 
 func startFakeBroker(t testing.TB, group string) *fakeBroker {
@@ -160,6 +164,7 @@ func startFakeBroker(t testing.TB, group string) *fakeBroker {
 	mux.HandleFunc(protocol.CmdBrokerStats, b.serveStats)
 	mux.HandleFunc(protocol.CmdDeadLetters, b.serveDead)
 	mux.HandleFunc(protocol.CmdSend, b.serveSend)
+	mux.HandleFunc(protocol.CmdSwitchover, b.serveSwitchover)
 	srv, err := netserver.New(netserver.Options{}, mux, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -191,6 +196,35 @@ func (b *fakeBroker) serveSend(r *netserver.Request) {
 		statuses[i] = st
 	}
 	r.Reply(protocol.StatusOK, protocol.AppendSendResponse(nil, statuses))
+}
+
+func (b *fakeBroker) serveSwitchover(r *netserver.Request) {
+	req, err := protocol.DecodeSwitchoverRequest(r.Body)
+	if err != nil {
+		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
+		return
+	}
+	b.mu.Lock()
+	b.switchovers = append(b.switchovers, req)
+	fn := b.onSwitchover
+	b.mu.Unlock()
+	if fn == nil {
+		r.ReplyError(protocol.Errorf(protocol.StatusUnknownCommand, protocol.CmdSwitchover.String()))
+		return
+	}
+	r.ReplyError(fn(req))
+}
+
+func (b *fakeBroker) setSwitchover(fn func(protocol.SwitchoverRequest) error) {
+	b.mu.Lock()
+	b.onSwitchover = fn
+	b.mu.Unlock()
+}
+
+func (b *fakeBroker) switchoverRequests() []protocol.SwitchoverRequest {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]protocol.SwitchoverRequest(nil), b.switchovers...)
 }
 
 func (b *fakeBroker) serveManage(r *netserver.Request) {

@@ -37,6 +37,7 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("DELETE "+p+"/routes/{subject}/groups/{group}", s.change(s.deleteRouteGroup))
 	mux.HandleFunc("POST "+p+"/groups/{group}/readonly", s.change(s.postReadonly))
 	mux.HandleFunc("DELETE "+p+"/groups/{group}/readonly", s.change(s.deleteReadonly))
+	mux.HandleFunc("POST "+p+"/groups/{group}/switchover", s.change(s.postSwitchover))
 	mux.HandleFunc("GET "+p+"/consumers", s.read(func(r *http.Request) (any, error) {
 		return s.consumerGroups(r.Context(), r.URL.Query().Get("subject"))
 	}))
@@ -105,6 +106,9 @@ func (s *Server) authorized(r *http.Request) bool {
 
 // httpStatus maps an error to its HTTP status.
 func httpStatus(err error) int {
+	if st := switchoverStatus(err); st != 0 {
+		return st
+	}
 	var pe *protocol.Error
 	switch {
 	case errors.Is(err, errLastGroup):
@@ -205,10 +209,14 @@ func (s *Server) brokers() []api.Broker {
 	out := make([]api.Broker, 0, len(v.brokers))
 	for _, e := range v.brokers {
 		r := e.rec
-		out = append(out, api.Broker{
-			Group: r.Group, Role: r.Role.String(), Kind: r.Kind.String(), State: r.State.String(), BrokerID: r.BrokerID,
-			Address: r.Address, LeaseID: r.LeaseID, Load: apiLoad(r.Load), RegisteredAt: r.RegisteredAt,
-		})
+		b := api.Broker{
+			Group: r.Group, Role: r.Role.String(), Kind: r.Kind.String(), State: r.State.String(), Epoch: r.Epoch,
+			BrokerID: r.BrokerID, Address: r.Address, LeaseID: r.LeaseID, Load: apiLoad(r.Load), RegisteredAt: r.RegisteredAt,
+		}
+		if m, ok := v.brokers[brokerKey{r.Group, protocol.RoleMaster}]; ok {
+			b.Master = m.rec.Address
+		}
+		out = append(out, b)
 	}
 	v.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool {
@@ -221,7 +229,23 @@ func (s *Server) brokers() []api.Broker {
 }
 
 func apiLoad(l protocol.BrokerLoad) api.Load {
-	return api.Load{InPerSec: l.InPerSec, OutPerSec: l.OutPerSec, Subjects: l.Subjects, StoredBytes: l.StoredBytes, Pending: l.Pending}
+	return api.Load{InPerSec: l.InPerSec, OutPerSec: l.OutPerSec, Subjects: l.Subjects, StoredBytes: l.StoredBytes, Pending: l.Pending,
+		ReplicaLagBytes: l.ReplicaLagBytes, ReplicaLagMillis: l.ReplicaLagMillis}
+}
+
+// groupLag is how far g's slave is behind: the larger of what its master
+// and its slave report (each sees the other's ends a heartbeat late); nil
+// without a slave.
+func groupLag(g groupView) *api.Lag {
+	if g.slave == nil {
+		return nil
+	}
+	l := &api.Lag{Bytes: g.slave.Load.ReplicaLagBytes, Millis: g.slave.Load.ReplicaLagMillis}
+	if g.master != nil {
+		l.Bytes = max(l.Bytes, g.master.Load.ReplicaLagBytes)
+		l.Millis = max(l.Millis, g.master.Load.ReplicaLagMillis)
+	}
+	return l
 }
 
 func (s *Server) groups() []api.Group {
@@ -249,11 +273,12 @@ func (s *Server) groups() []api.Group {
 			ag.Kind = ""
 		}
 		if g.master != nil {
-			ag.Master, ag.Load = g.master.Address, apiLoad(g.master.Load)
+			ag.Master, ag.MasterID, ag.Epoch, ag.Load = g.master.Address, g.master.BrokerID, g.master.Epoch, apiLoad(g.master.Load)
 		}
 		if g.slave != nil {
-			ag.Slave = g.slave.Address
+			ag.Slave, ag.SlaveID, ag.SlaveEpoch = g.slave.Address, g.slave.BrokerID, g.slave.Epoch
 		}
+		ag.Lag = groupLag(g)
 		for subj := range v.readonly[name] {
 			ag.Readonly = append(ag.Readonly, subj)
 		}

@@ -1,6 +1,8 @@
 package metaserver
 
 import (
+	"errors"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/qmq-go/qmq/pkg/protocol"
@@ -17,6 +19,7 @@ type metrics struct {
 	routesAssigned prometheus.Counter
 	relayed        *prometheus.CounterVec
 	adminChanges   *prometheus.CounterVec
+	switchovers    *prometheus.CounterVec
 	lookupProducer prometheus.Counter // lookups.WithLabelValues("producer"), cached for the hot path
 	lookupConsumer prometheus.Counter
 	lookupDelay    prometheus.Counter
@@ -45,6 +48,9 @@ func newMetrics(s *Server) *metrics {
 	m.adminChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "qmq_meta_admin_changes_total", Help: "Admin API changes, by outcome (ok, unauthorized, error).",
 	}, []string{"outcome"})
+	m.switchovers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "qmq_meta_switchovers_total", Help: "Planned switchovers asked of this server, by outcome (ok, refused, unsupported, timeout, error).",
+	}, []string{"outcome"})
 	m.lookupProducer = m.lookups.WithLabelValues(protocol.ClientProducer.String())
 	m.lookupConsumer = m.lookups.WithLabelValues(protocol.ClientConsumer.String())
 	m.lookupDelay = m.lookups.WithLabelValues(protocol.ClientDelayProducer.String())
@@ -60,7 +66,7 @@ func newMetrics(s *Server) *metrics {
 		return 0
 	})
 	m.reg.MustRegister(m.lookups, m.lookupErrors, m.registers, m.heartbeats, m.routesAssigned, m.relayed,
-		m.adminChanges, revision, watching, groupStateCollector{s},
+		m.adminChanges, m.switchovers, revision, watching, groupStateCollector{s}, replicationCollector{s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -73,6 +79,53 @@ func (m *metrics) lookup(t protocol.ClientType) {
 		m.lookupConsumer.Inc()
 	case protocol.ClientDelayProducer:
 		m.lookupDelay.Inc()
+	}
+}
+
+// switchover counts a switchover by its outcome.
+func (m *metrics) switchover(err error) {
+	outcome := "error"
+	switch {
+	case err == nil:
+		outcome = "ok"
+	case errors.Is(err, errSwitchoverRefused), errors.Is(err, errNoSlave), errors.Is(err, errNoMasterSeat), errors.Is(err, errSwitchoverBusy):
+		outcome = "refused"
+	case errors.Is(err, errSwitchoverUnsupported):
+		outcome = "unsupported"
+	case errors.Is(err, errSwitchoverTimeout):
+		outcome = "timeout"
+	}
+	m.switchovers.WithLabelValues(outcome).Inc()
+}
+
+// replicationCollector reports each registered broker's epoch and the
+// replication lag it reports (a slave: its own; a master: its slave's).
+type replicationCollector struct{ s *Server }
+
+var (
+	epochDesc = prometheus.NewDesc("qmq_meta_broker_epoch",
+		"Epoch a registered broker serves in (a master's own, a slave's master's).", []string{"group", "role"}, nil)
+	lagBytesDesc = prometheus.NewDesc("qmq_meta_replica_lag_bytes",
+		"Replication lag in bytes a registered broker reports (a slave: its own; a master: its slave's).", []string{"group", "role"}, nil)
+	lagSecondsDesc = prometheus.NewDesc("qmq_meta_replica_lag_seconds",
+		"Replication lag in seconds a registered broker reports (a slave: its own; a master: its slave's).", []string{"group", "role"}, nil)
+)
+
+func (c replicationCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- epochDesc
+	ch <- lagBytesDesc
+	ch <- lagSecondsDesc
+}
+
+func (c replicationCollector) Collect(ch chan<- prometheus.Metric) {
+	v := c.s.view
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	for bk, e := range v.brokers {
+		role := bk.role.String()
+		ch <- prometheus.MustNewConstMetric(epochDesc, prometheus.GaugeValue, float64(e.rec.Epoch), bk.group, role)
+		ch <- prometheus.MustNewConstMetric(lagBytesDesc, prometheus.GaugeValue, float64(e.rec.Load.ReplicaLagBytes), bk.group, role)
+		ch <- prometheus.MustNewConstMetric(lagSecondsDesc, prometheus.GaugeValue, float64(e.rec.Load.ReplicaLagMillis)/1000, bk.group, role)
 	}
 }
 

@@ -7,15 +7,19 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/qmq-go/qmq/metaserver/api"
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
-// caller sends one request to a broker; *transport.Client is the real one.
+// caller sends requests to brokers; *transport.Client is the real one.
 type caller interface {
 	Call(ctx context.Context, addr string, cmd protocol.Command, body []byte) ([]byte, error)
+	// Go sends without waiting and calls fn with the answer within
+	// timeout, which may exceed the client's request timeout.
+	Go(addr string, cmd protocol.Command, body []byte, timeout time.Duration, fn func(body []byte, err error)) error
 }
 
 // target is one broker group's master to relay to.

@@ -45,6 +45,8 @@ type Server struct {
 	assignMu  sync.Mutex // serialises route assignments
 	metaMu    sync.Mutex
 	metaLease clientv3.LeaseID
+	switchMu  sync.Mutex
+	switching map[string]bool // groups with a switchover under way here
 
 	closeOnce sync.Once
 	closeErr  error

@@ -86,22 +86,62 @@ async function overview() {
   ];
 }
 
+// bytes prints a byte count with a binary unit.
+function bytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return (i ? n.toFixed(1) : String(n)) + units[i];
+}
+
+function lag(b, ms) { return bytes(b) + " " + ms + "ms"; }
+
+function seat(id, addr) { return addr ? (id ? id + "@" + addr : addr) : "-"; }
+
+// switchover asks the meta server to hand a group to its slave and reports
+// the old and the new master.
+async function switchover(g) {
+  if (!confirm("Switch " + g.name + " over from " + seat(g.masterId, g.master) + " to " + seat(g.slaveId, g.slave) + "?")) return;
+  flash(true, "switching " + g.name + " over…");
+  try {
+    const r = await api("POST", "/groups/" + enc(g.name) + "/switchover", {});
+    flash(true, "switch " + g.name + " over: " + seat(r.from.brokerId, r.from.address) + " (epoch " + r.from.epoch + ") → " +
+      seat(r.to.brokerId, r.to.address) + " (epoch " + r.to.epoch + ") in " + r.tookMillis + " ms");
+  } catch (err) {
+    flash(false, "switch " + g.name + " over: " + err.message);
+  }
+  await render();
+}
+
 async function groups() {
-  const gs = await api("GET", "/groups");
+  const [gs, bs] = await Promise.all([api("GET", "/groups"), api("GET", "/brokers")]);
   const rows = gs.map(g => {
     const all = (g.readonly || []).includes("*");
+    let slave = seat(g.slaveId, g.slave);
+    if (g.slave && g.slaveEpoch !== g.epoch) slave += " (epoch " + (g.slaveEpoch || "-") + ")";
     return el("tr", { "data-group": g.name },
       el("td", {}, g.name), el("td", {}, g.kind || "-"), stateCell(g.state),
-      el("td", {}, g.master || "-"), el("td", {}, g.slave || "-"), el("td", {}, g.routes),
+      el("td", { class: "epoch" }, g.epoch || "-"),
+      el("td", { class: "master" }, seat(g.masterId, g.master)), el("td", { class: "slave" }, slave),
+      el("td", { class: "lag" }, g.lag ? lag(g.lag.bytes, g.lag.millis) : "-"),
+      el("td", {}, g.routes),
       el("td", {}, g.load.inPerSec), el("td", {}, g.load.outPerSec),
       el("td", { class: "pending" }, g.kind === "delay" ? String(g.load.pending || 0) : "-"),
       el("td", {}, (g.readonly || []).join(", ") || "-"),
       el("td", {}, all
         ? el("button", { "data-action": "unmark-readonly", "data-group": g.name, onclick: () => act("unmark " + g.name + " readonly", "DELETE", "/groups/" + enc(g.name) + "/readonly") }, "Unmark readonly")
-        : el("button", { "data-action": "mark-readonly", "data-group": g.name, onclick: () => act("mark " + g.name + " readonly", "POST", "/groups/" + enc(g.name) + "/readonly", {}) }, "Mark readonly")));
+        : el("button", { "data-action": "mark-readonly", "data-group": g.name, onclick: () => act("mark " + g.name + " readonly", "POST", "/groups/" + enc(g.name) + "/readonly", {}) }, "Mark readonly"),
+        g.master && g.slave ? [" ", el("button", { "data-action": "switchover", "data-group": g.name, title: "Hand the group to its slave", onclick: () => switchover(g) }, "Switch over")] : null));
   });
+  const brows = bs.map(b => el("tr", { "data-broker": b.brokerId },
+    el("td", {}, b.group), el("td", { class: "role" }, b.role), el("td", {}, b.kind), stateCell(b.state),
+    el("td", { class: "epoch" }, b.epoch || "-"), el("td", {}, b.brokerId), el("td", {}, b.address),
+    el("td", { class: "lag" }, lag(b.load.replicaLagBytes, b.load.replicaLagMillis)),
+    el("td", {}, b.load.inPerSec), el("td", {}, b.load.outPerSec), el("td", {}, b.registeredAt)));
   return [el("h2", {}, "Broker groups"),
-    table(["group", "kind", "state", "master", "slave", "routes", "in msg/s", "out msg/s", "pending (delay)", "readonly for", ""], rows)];
+    table(["group", "kind", "state", "epoch", "master", "slave", "replica lag", "routes", "in msg/s", "out msg/s", "pending (delay)", "readonly for", ""], rows),
+    el("h2", {}, "Brokers"),
+    table(["group", "role", "kind", "state", "epoch", "broker id", "address", "replica lag", "in msg/s", "out msg/s", "registered"], brows)];
 }
 
 async function subjects() {
