@@ -47,6 +47,32 @@
 // a time (an etcd transaction on the key's create revision): a second master
 // of a group is refused until the first one's lease is gone.
 //
+// # Elections, epochs and switchover
+//
+// A group's master registration is its election: whoever creates the
+// master key (no live broker holds it) is the master, and its epoch is the
+// key's etcd create revision, new and larger with every election and kept
+// by heartbeats. A slave registers the epoch of the master it copies, so a
+// slave still on an older epoch shows it has not caught up with the latest
+// election. Each broker also reports its replication lag (a slave: its own;
+// a master: its slave's); the API, the console, qmqctl and /metrics show
+// seats, epochs and lag per broker and per group (a group's lag is the
+// larger of its master's and its slave's reports).
+//
+// A planned switchover (POST /api/v1/groups/{group}/switchover, qmqctl
+// switchover) needs a live master and a slave. The meta server relays
+// protocol.CmdSwitchover to the master, naming its epoch and a handover
+// bound (two thirds of the switchover's timeout, default 30 s); the master
+// stops writes, waits until its slave holds its committed ends, unregisters
+// and rejoins as a slave; the slave's next heartbeat finds no master and it
+// wins the election. The meta server answers once its view shows a
+// different broker holding the master seat at a larger epoch, naming the
+// old and the new master. A master that refuses keeps the group (409, with
+// its reason), one that does not know the command is reported as such
+// (501), and a switchover that did not complete in time says where it
+// stands (504: the old master still registered, or no master yet). One
+// switchover per group runs at a time on a meta server.
+//
 // A group's state, for a given subject: unavailable when it has no live
 // master; readonly when the master reports itself readonly (a lagging slave,
 // a full disk) or an admin marked the group readonly for that subject or for
@@ -85,7 +111,8 @@
 // backlog, dead letters) are relayed over TCP to the master of each group
 // on the subject's route with protocol.CmdConsumerManage, CmdBrokerStats and
 // CmdDeadLetters (bodies in pkg/protocol/admin.go); the answer lists the
-// groups that failed. The web console (console/, embedded with go:embed) is
+// groups that failed. A switchover is relayed to one group's master with
+// protocol.CmdSwitchover (pkg/protocol/switchover.go). The web console (console/, embedded with go:embed) is
 // plain HTML and JavaScript over the same API; qmqctl (package ctl) is the
 // command line over it.
 //
@@ -97,6 +124,8 @@
 // admin API from its last view, but assigns no new route and takes no
 // registration or change (those answer StatusUnavailable / HTTP 503).
 // /metrics has lookups by client type, heartbeats, route assignments,
-// relayed admin requests, admin changes by outcome, groups by state, the
-// view's revision and whether etcd is up.
+// relayed admin requests, admin changes by outcome, switchovers by outcome,
+// groups by state, each registered broker's epoch and replication lag
+// (qmq_meta_broker_epoch, qmq_meta_replica_lag_bytes and _seconds, by group
+// and role), the view's revision and whether etcd is up.
 package metaserver
