@@ -125,7 +125,7 @@ func httpStatus(err error) int {
 			return http.StatusBadRequest
 		case protocol.StatusBusy:
 			return http.StatusConflict
-		case protocol.StatusUnavailable:
+		case protocol.StatusUnavailable, protocol.StatusShuttingDown:
 			return http.StatusServiceUnavailable
 		}
 	case errors.Is(err, errBadInput):

@@ -48,6 +48,10 @@ type Server struct {
 	switchMu  sync.Mutex
 	switching map[string]bool // groups with a switchover under way here
 
+	// closing ends when Close begins: long admin requests watch it.
+	closing      context.Context
+	startClosing context.CancelFunc
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -108,6 +112,7 @@ func New(opts Options, lg *zap.Logger) (*Server, error) {
 		return nil, err
 	}
 	s.loopCtx, s.stop = context.WithCancel(context.Background())
+	s.closing, s.startClosing = context.WithCancel(context.Background())
 	return s, nil
 }
 
@@ -152,6 +157,7 @@ func (s *Server) Start() error {
 	}
 	s.httpLn = ln
 	s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	s.httpSrv.RegisterOnShutdown(s.startClosing) // long admin requests (switchovers) end so Shutdown need not wait
 	s.loops.Add(1)
 	go func() {
 		defer s.loops.Done()
@@ -197,6 +203,7 @@ func (s *Server) AdminToken() string { return s.token }
 // connection. It may be called more than once.
 func (s *Server) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
+		s.startClosing()
 		var errs []error
 		if s.httpSrv != nil {
 			errs = append(errs, s.httpSrv.Shutdown(ctx))

@@ -101,6 +101,7 @@ func (s *Server) switchover(ctx context.Context, group string, timeout time.Dura
 	defer s.endSwitchover(group)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	defer context.AfterFunc(s.closing, cancel)()
 
 	v := s.view
 	v.mu.RLock()
@@ -142,6 +143,9 @@ func (s *Server) switchover(ctx context.Context, group string, timeout time.Dura
 	ng, werr := s.waitGroup(ctx, group, func(g groupView) bool {
 		return g.master != nil && g.master.BrokerID != res.From.BrokerID && g.master.Epoch > res.From.Epoch
 	})
+	if werr != nil && s.closing.Err() != nil {
+		return res, fmt.Errorf("group %s: %w: the meta server is closing; the switchover stopped watching: %s", group, protocol.ErrShuttingDown, stuckReason(ng, res.From, err))
+	}
 	if werr != nil {
 		return res, fmt.Errorf("group %s: %w after %v: %s", group, errSwitchoverTimeout, timeout, stuckReason(ng, res.From, err))
 	}

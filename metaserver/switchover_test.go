@@ -294,6 +294,41 @@ func TestSwitchover_OneAtATime(t *testing.T) {
 	}
 }
 
+// TestSwitchover_CloseEndsTheWait: closing the meta server ends a
+// switchover's wait at once (Close does not sit out its timeout), and the
+// caller hears why.
+func TestSwitchover_CloseEndsTheWait(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, startEtcd(t), nil)
+	c := newClient(t)
+	g := startReplicatedGroup(t, s, c, "g1")
+	g.master.setSwitchover(func(protocol.SwitchoverRequest) error { return nil }) // answers, never steps down
+	done := make(chan error, 1)
+	go func() {
+		_, err := admin(s, testToken).Switchover(context.Background(), "g1", time.Minute)
+		done <- err
+	}()
+	eventually(t, 10*time.Second, "the master asked", func() bool { return len(g.master.switchoverRequests()) == 1 })
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.Close(ctx); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("close took %v with a switchover waiting", took)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, &api.HTTPError{Status: http.StatusServiceUnavailable}) || !strings.Contains(err.Error(), "closing") ||
+			!strings.Contains(err.Error(), "still holds the master seat") {
+			t.Fatalf("switchover during close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the switchover request did not end with the server")
+	}
+}
+
 // TestQmqctl_SwitchoverAndReplicationColumns runs qmqctl brokers, groups and
 // switchover against the fake group: roles, epochs and lag in the tables,
 // the old and new master in switchover's answer, exit codes for refusals.
