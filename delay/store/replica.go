@@ -21,12 +21,12 @@ import (
 //
 //	0          4      5          8            16
 //	+----------+------+----------+------------+-----------+
-//	| magic    | ver  | reserved | epoch u64  | crc u32   |
+//	| magic    | ver  | reserved | store u64  | crc u32   |
 //	| "QDRP"   | u8=1 |  3 × 0   |            |           |
 //	+----------+------+----------+------------+-----------+
 //
-// epoch is the epoch of the master the copy follows (0 without automatic
-// failover); crc is CRC-32C of the 16 bytes before it.
+// store is the ID of the master's store the copy follows (Store.ID); crc is
+// CRC-32C of the 16 bytes before it.
 const (
 	replicaFile    = "replica"
 	replicaMagic   = 0x51445250 // "QDRP"
@@ -34,10 +34,10 @@ const (
 	replicaSize    = 20
 )
 
-func encodeReplicaMarker(epoch uint64) []byte {
+func encodeReplicaMarker(store uint64) []byte {
 	b := binary.BigEndian.AppendUint32(nil, replicaMagic)
 	b = append(b, replicaVersion, 0, 0, 0)
-	b = binary.BigEndian.AppendUint64(b, epoch)
+	b = binary.BigEndian.AppendUint64(b, store)
 	return binary.BigEndian.AppendUint32(b, protocol.Checksum(b))
 }
 
@@ -73,11 +73,11 @@ type Replica struct {
 	dispatch  *fileCache
 	dirty     map[*fileCache]map[int64]struct{}
 	newFiles  bool
-	epoch     uint64
-	marked    bool  // the marker file exists
-	master    bool  // the directory held a master's store when opened
-	replayed  int64 // master message-log position the copy holds (Commit)
-	maxWAL    int64 // largest message-log offset a copied record names
+	following uint64 // ID of the master's store the copy follows
+	marked    bool   // the marker file exists
+	master    bool   // the directory held a master's store when opened
+	replayed  int64  // master message-log position the copy holds (Commit)
+	maxWAL    int64  // largest message-log offset a copied record names
 	closed    bool
 }
 
@@ -117,7 +117,7 @@ func (r *Replica) load() error {
 	b, err := os.ReadFile(filepath.Join(r.dir, replicaFile))
 	switch {
 	case err == nil:
-		if r.epoch, err = decodeReplicaMarker(b); err != nil {
+		if r.following, err = decodeReplicaMarker(b); err != nil {
 			return err
 		}
 		r.marked = true
@@ -184,44 +184,45 @@ func (r *Replica) load() error {
 		st.dispatchSize = valid
 	}
 	r.replayed = r.maxWAL + 1
-	r.lg.Info("replica opened", zap.Bool("replica_marker", r.marked), zap.Uint64("epoch", r.epoch),
+	r.lg.Info("replica opened", zap.Bool("replica_marker", r.marked), zap.Uint64("following", r.following),
 		zap.Bool("master_directory", r.master), zap.Int("hours", len(r.hours)))
 	return nil
 }
 
-// Epoch returns the epoch of the master the copy follows, and whether the
-// directory is a replica's at all (false: new, or a master's store).
-func (r *Replica) Epoch() (uint64, bool) {
+// Following returns the ID of the master's store the copy follows, and
+// whether the directory is a replica's at all (false: new, or a master's
+// store).
+func (r *Replica) Following() (uint64, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.epoch, r.marked
+	return r.following, r.marked
 }
 
-// Follow makes the copy follow the master of epoch: a copy of another
-// epoch's master, or a master's own store (a deposed master rejoining), may
-// hold what the new master never had, so it is dropped and the copy starts
-// from empty. It reports whether the copy was dropped.
-func (r *Replica) Follow(epoch uint64) (bool, error) {
+// Follow makes the copy follow the master's store with ID store: a copy of
+// another store, or a master's own store (a deposed master rejoining), may
+// hold what that store never had, so it is dropped and the copy starts from
+// empty. It reports whether the copy was dropped.
+func (r *Replica) Follow(store uint64) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return false, ErrClosed
 	}
-	if r.marked && r.epoch == epoch {
+	if r.marked && r.following == store {
 		return false, nil
 	}
 	drop := len(r.hours) > 0 || r.master
 	if drop {
-		r.lg.Warn("dropping the copy: it does not belong to this master", zap.Uint64("copy_epoch", r.epoch),
-			zap.Bool("was_master", r.master), zap.Uint64("master_epoch", epoch), zap.Int("hours", len(r.hours)))
+		r.lg.Warn("dropping the copy: it is not a copy of this master's store", zap.Uint64("copy_of", r.following),
+			zap.Bool("was_master", r.master), zap.Uint64("master_store", store), zap.Int("hours", len(r.hours)))
 		if err := r.wipeLocked(); err != nil {
 			return false, err
 		}
 	}
-	if err := fsutil.WriteFileAtomic(fsutil.OS, filepath.Join(r.dir, replicaFile), encodeReplicaMarker(epoch)); err != nil {
+	if err := fsutil.WriteFileAtomic(fsutil.OS, filepath.Join(r.dir, replicaFile), encodeReplicaMarker(store)); err != nil {
 		return false, err
 	}
-	r.epoch, r.marked, r.master = epoch, true, false
+	r.following, r.marked, r.master = store, true, false
 	return drop, nil
 }
 
@@ -237,8 +238,10 @@ func (r *Replica) wipeLocked() error {
 			return err
 		}
 	}
-	if err := os.Remove(filepath.Join(r.dir, checkpointFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+	for _, f := range []string{checkpointFile, idFile} {
+		if err := os.Remove(filepath.Join(r.dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
 	}
 	clear(r.hours)
 	for _, m := range r.dirty {
@@ -476,6 +479,10 @@ func (r *Replica) Promote() error {
 
 func unmarkReplicaDir(dir string, lg *zap.Logger) error {
 	if err := os.RemoveAll(filepath.Join(dir, walDir)); err != nil {
+		return err
+	}
+	// The promoted store is a store of its own: a new ID (Open makes it).
+	if err := os.Remove(filepath.Join(dir, idFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	if err := os.Remove(filepath.Join(dir, replicaFile)); err != nil {

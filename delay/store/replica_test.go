@@ -98,7 +98,7 @@ func TestReplica_CopyThenPromoteFiresWhatIsPending(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Follow(3); err != nil {
+	if _, err := r.Follow(m.store.ID()); err != nil {
 		t.Fatal(err)
 	}
 	run, ver := copyStore(t, m.store, r, 0, 0)
@@ -133,6 +133,7 @@ func TestReplica_CopyThenPromoteFiresWhatIsPending(t *testing.T) {
 			t.Fatalf("hour %d: copy %+v, master %+v", i, got[i], want[i])
 		}
 	}
+	masterID := m.store.ID()
 	m.close()
 
 	if err := r.Promote(); err != nil {
@@ -142,6 +143,9 @@ func TestReplica_CopyThenPromoteFiresWhatIsPending(t *testing.T) {
 		t.Fatalf("replica marker left after promotion: %v", err)
 	}
 	p := newHarness(t, dir, Options{}, clk)
+	if p.store.ID() == masterID {
+		t.Fatal("the promoted store kept the master's store ID")
+	}
 	p.settle()
 	if p.count() != 0 {
 		t.Fatalf("promoted store fired %v before their time", p.order)
@@ -175,7 +179,7 @@ func TestReplica_FollowDropsForeignCopies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dropped, err := r.Follow(5); err != nil || dropped {
+	if dropped, err := r.Follow(m.store.ID()); err != nil || dropped {
 		t.Fatalf("empty copy: dropped %v, %v", dropped, err)
 	}
 	m.waitFor("replay", func() bool { return m.store.Manifest(0, 0).Replayed > 0 })
@@ -186,14 +190,14 @@ func TestReplica_FollowDropsForeignCopies(t *testing.T) {
 	if r, err = OpenReplica(dir, zaptest.NewLogger(t)); err != nil {
 		t.Fatal(err)
 	}
-	if e, ok := r.Epoch(); !ok || e != 5 || r.Pending() != 1 {
-		t.Fatalf("reopened: epoch %d %v, pending %d", e, ok, r.Pending())
+	if id, ok := r.Following(); !ok || id != m.store.ID() || r.Pending() != 1 {
+		t.Fatalf("reopened: following %x %v, pending %d", id, ok, r.Pending())
 	}
-	if dropped, err := r.Follow(5); err != nil || dropped {
-		t.Fatalf("same epoch: dropped %v, %v", dropped, err)
+	if dropped, err := r.Follow(m.store.ID()); err != nil || dropped {
+		t.Fatalf("same store: dropped %v, %v", dropped, err)
 	}
-	if dropped, err := r.Follow(6); err != nil || !dropped || r.Pending() != 0 || len(r.HourFiles()) != 0 {
-		t.Fatalf("new epoch: dropped %v, %v, %d hours left", dropped, err, len(r.HourFiles()))
+	if dropped, err := r.Follow(m.store.ID() + 2); err != nil || !dropped || r.Pending() != 0 || len(r.HourFiles()) != 0 {
+		t.Fatalf("another store: dropped %v, %v, %d hours left", dropped, err, len(r.HourFiles()))
 	}
 	r.Close()
 
@@ -204,10 +208,10 @@ func TestReplica_FollowDropsForeignCopies(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if _, marked := r.Epoch(); marked {
+	if _, marked := r.Following(); marked {
 		t.Fatal("a master's directory opened as a marked replica")
 	}
-	if dropped, err := r.Follow(0); err != nil || !dropped {
+	if dropped, err := r.Follow(1); err != nil || !dropped {
 		t.Fatalf("master's directory: dropped %v, %v", dropped, err)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(mdir, walDir)); len(ents) != 0 {

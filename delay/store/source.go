@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+
+	"github.com/qmq-go/qmq/pkg/fsutil"
+	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
 // Replication source: what a master's store offers its slave (see
@@ -93,6 +96,8 @@ type HourFiles struct {
 
 // Manifest is what changed in the store since a version.
 type Manifest struct {
+	// Store is the store's ID (ID).
+	Store        uint64
 	Run, Version uint64
 	// Replayed is the message-log position the listed schedule sizes cover.
 	Replayed int64
@@ -111,7 +116,7 @@ type Manifest struct {
 func (s *Store) Manifest(run, since uint64) Manifest {
 	s.mu.Lock()
 	c := &s.changes.log
-	m := Manifest{Run: c.run, Version: c.version, Replayed: c.replayed, CaughtUp: c.replayed >= s.recoveredEnd}
+	m := Manifest{Store: s.id, Run: c.run, Version: c.version, Replayed: c.replayed, CaughtUp: c.replayed >= s.recoveredEnd}
 	m.Full = run != c.run || since == 0 || since > c.version
 	for h, st := range s.hours {
 		if m.Full || c.changed[h] > since {
@@ -248,3 +253,49 @@ func (d *dispatchLogs) wholeSize(h int64) int64 {
 	}
 	return info.Size() / dispatchEntrySize * dispatchEntrySize
 }
+
+// Store ID file "id", written atomically when a store is created (and when
+// a replica's directory becomes a master's store):
+//
+//	0            8           12
+//	+------------+-----------+
+//	| id u64     | crc u32   |
+//	+------------+-----------+
+//
+// The ID names the store's data from its creation on; a slave's copy
+// records the ID of the store it copies, so a copy of another store (a
+// deposed master's own data, an older master's) is never mistaken for a
+// prefix of this one.
+const idFile = "id"
+
+// ID returns the store's ID.
+func (s *Store) ID() uint64 { return s.id }
+
+// loadID reads the store's ID, creating one for a new store.
+func loadID(dir string) (uint64, error) {
+	path := filepath.Join(dir, idFile)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if len(b) == 12 && protocol.Checksum(b[:8]) == binary.BigEndian.Uint32(b[8:]) {
+			return binary.BigEndian.Uint64(b), nil
+		}
+		return 0, fmt.Errorf("%w: store id file", ErrCorrupt)
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return 0, err
+	}
+	var r [8]byte
+	rand.Read(r[:])
+	id := binary.BigEndian.Uint64(r[:]) | 1
+	b = binary.BigEndian.AppendUint64(nil, id)
+	b = binary.BigEndian.AppendUint32(b, protocol.Checksum(b))
+	if err := fsutil.WriteFileAtomic(fsutil.OS, path, b); err != nil {
+		return 0, err
+	}
+	return id, nil
+}
+
+// LogEnd returns the end of the message log written so far: a message
+// whose Append completed lies below it, so a master's slave holds it once
+// the slave's copy covers a manifest whose Replayed is at least LogEnd.
+func (s *Store) LogEnd() int64 { return s.written.Load() }

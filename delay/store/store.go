@@ -26,7 +26,8 @@ type Store struct {
 	clock      clock.Clock
 	lg         *zap.Logger
 	lock       *fsutil.DirLock
-	maxMessage int64 // largest encoded message accepted
+	id         uint64 // the store's ID (id file)
+	maxMessage int64  // largest encoded message accepted
 
 	// Append path: writeLoop owns wal; syncLoop completes waiters.
 	closeMu    sync.RWMutex // guards closed and sends on appendCh
@@ -166,6 +167,10 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 		syncReq:    make(chan chan error),
 		quit:       make(chan struct{}),
 		changes:    changes{log: newChangeLog()},
+	}
+	if s.id, err = loadID(dir); err != nil {
+		lock.Unlock()
+		return nil, fmt.Errorf("delay/store: %w", err)
 	}
 	if s.maxMessage > maxRecordSize {
 		s.maxMessage = maxRecordSize

@@ -13,7 +13,7 @@ import (
 //
 //	manifest request   epoch u64 | group s8 | run u64 | since u64 |
 //	                   acked i64 | wait ms u32
-//	manifest response  epoch u64 | run u64 | version u64 | replayed i64 |
+//	manifest response  epoch u64 | store u64 | run u64 | version u64 | replayed i64 |
 //	                   flags u8 | count u32 |
 //	                   count × (hour i64 | hour flags u8 | schedule size i64 |
 //	                            records i64 | dispatch size i64)
@@ -22,6 +22,9 @@ import (
 //	read response      epoch u64 | count u16 |
 //	                   count × (hour i64 | file u8 | offset i64 | data len u32 | data)
 //
+// store names the master's store: its data, from its creation on (a
+// promoted slave's store gets a new name); a copy of another store may hold
+// what this one never had, so the slave drops it and copies from empty.
 // run names one run of the master's store (it changes when the master
 // restarts); version counts the changes of that run. A manifest request
 // with the master's run and a version asks for the hours changed after it
@@ -102,6 +105,7 @@ type DelayHour struct {
 // DelayManifestResponse lists hours changed since the request's version.
 type DelayManifestResponse struct {
 	Epoch    uint64
+	Store    uint64
 	Run      uint64
 	Version  uint64
 	Replayed int64
@@ -170,6 +174,7 @@ func DecodeDelayManifestRequest(body []byte) (DelayManifestRequest, error) {
 // AppendDelayManifestResponse appends the body of p.
 func AppendDelayManifestResponse(dst []byte, p *DelayManifestResponse) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, p.Epoch)
+	dst = binary.BigEndian.AppendUint64(dst, p.Store)
 	dst = binary.BigEndian.AppendUint64(dst, p.Run)
 	dst = binary.BigEndian.AppendUint64(dst, p.Version)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(p.Replayed))
@@ -189,7 +194,7 @@ func AppendDelayManifestResponse(dst []byte, p *DelayManifestResponse) []byte {
 // sizes are rejected.
 func DecodeDelayManifestResponse(body []byte) (DelayManifestResponse, error) {
 	r := reader{b: body}
-	p := DelayManifestResponse{Epoch: r.u64(), Run: r.u64(), Version: r.u64(), Replayed: int64(r.u64()), Flags: r.u8()}
+	p := DelayManifestResponse{Epoch: r.u64(), Store: r.u64(), Run: r.u64(), Version: r.u64(), Replayed: int64(r.u64()), Flags: r.u8()}
 	n := r.u32()
 	if r.err == nil && uint64(n)*delayHourSize > uint64(len(body)-r.off) {
 		r.err = ErrTruncated
