@@ -312,7 +312,7 @@ func (s *Server) routes(subject string) []api.Route {
 			g := v.groupLocked(name)
 			rg := api.RouteGroup{Group: name, State: v.stateLocked(g, rk.subject).String()}
 			if g.master != nil {
-				rg.Master = g.master.Address
+				rg.Master, rg.Epoch = g.master.Address, g.master.Epoch
 			}
 			r.Groups = append(r.Groups, rg)
 		}

@@ -376,6 +376,9 @@ func TestQmqctl_SwitchoverAndReplicationColumns(t *testing.T) {
 		}
 	}
 
+	run(0, "--token="+testToken, "route", "add", "orders", "g1")
+	has(run(0, "routes", "orders"), "EPOCH", g.master.addr()+"  "+jsonNumber(g.mEpoch)+"\n")
+
 	has(run(ctl.ExitUnauthorized, "switchover", "g1"), "token")
 	has(run(ctl.ExitFailed, "--token="+testToken, "switchover", "lone"), "no slave")
 	has(run(ctl.ExitNotFound, "--token="+testToken, "switchover", "nosuch"), "not registered")

@@ -80,6 +80,7 @@ type RouteGroup struct {
 	Group  string `json:"group"`
 	State  string `json:"state"`
 	Master string `json:"master,omitempty"`
+	Epoch  uint64 `json:"epoch,omitempty"` // the master's epoch; 0 when none is alive
 }
 
 // Consumer is one registered consumer.

@@ -151,6 +151,7 @@ async function subjects() {
     for (const g of r.groups) {
       rows.push(el("tr", { "data-subject": r.subject },
         el("td", {}, r.subject), el("td", {}, r.kind), el("td", {}, g.group), stateCell(g.state), el("td", {}, g.master || "-"),
+        el("td", { class: "epoch" }, g.epoch || "-"),
         el("td", {}, el("button", {
           "data-action": "remove-group", onclick: () => confirm("Remove " + g.group + " from " + r.subject + "?") &&
             act("remove " + g.group + " from " + r.subject, "DELETE", "/routes/" + enc(r.subject) + "/groups/" + enc(g.group)),
@@ -161,7 +162,7 @@ async function subjects() {
   const group = el("select", { id: "add-group" }, gs.map(g => el("option", { value: g.name }, g.name + " (" + (g.kind || "?") + ", " + g.state + ")")));
   const form = el("form", { class: "inline", id: "add-group-form", onsubmit: e => { e.preventDefault(); act("add " + group.value + " to " + subject.value, "POST", "/routes/" + enc(subject.value) + "/groups", { group: group.value }); } },
     "Add group", group, "to subject", subject, el("button", { type: "submit" }, "Add"));
-  return [el("h2", {}, "Subjects and routes"), table(["subject", "kind", "group", "state", "master", ""], rows), el("h2", {}, "Grow a route"), form];
+  return [el("h2", {}, "Subjects and routes"), table(["subject", "kind", "group", "state", "master", "epoch", ""], rows), el("h2", {}, "Grow a route"), form];
 }
 
 async function consumers() {

@@ -261,10 +261,10 @@ func dash(s string) string {
 }
 
 func routeTable(w *tabwriter.Writer, rs []api.Route) {
-	fmt.Fprintln(w, "SUBJECT\tKIND\tGROUP\tSTATE\tMASTER")
+	fmt.Fprintln(w, "SUBJECT\tKIND\tGROUP\tSTATE\tMASTER\tEPOCH")
 	for _, r := range rs {
 		for _, x := range r.Groups {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.Subject, r.Kind, x.Group, x.State, dash(x.Master))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Subject, r.Kind, x.Group, x.State, dash(x.Master), epoch(x.Epoch))
 		}
 	}
 }
