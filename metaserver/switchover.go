@@ -130,11 +130,11 @@ func (s *Server) switchover(ctx context.Context, group string, timeout time.Dura
 	switch {
 	case err == nil:
 	case errors.Is(err, protocol.ErrUnknownCommand):
-		return res, fmt.Errorf("group %s: %w: broker %s at %s answered %v", group, errSwitchoverUnsupported, res.From.BrokerID, res.From.Address, err)
+		return res, fmt.Errorf("group %s: %w: broker %s answered %v", group, errSwitchoverUnsupported, seatName(res.From), err)
 	case errors.As(err, &pe):
-		return res, fmt.Errorf("group %s: %w: broker %s at %s (epoch %d) keeps the group: %w", group, errSwitchoverRefused, res.From.BrokerID, res.From.Address, res.From.Epoch, err)
+		return res, fmt.Errorf("group %s: %w: broker %s (epoch %d) keeps the group: %w", group, errSwitchoverRefused, seatName(res.From), res.From.Epoch, err)
 	case transport.NotSent(err):
-		return res, fmt.Errorf("group %s: cannot reach master %s at %s: %w", group, res.From.BrokerID, res.From.Address, err)
+		return res, fmt.Errorf("group %s: cannot reach master %s: %w", group, seatName(res.From), err)
 	default:
 		// No answer: the master may have handed over all the same.
 		lg.Warn("switchover: no answer from the master; watching for a new one", zap.Error(err))
@@ -173,6 +173,15 @@ func stuckReason(g groupView, from api.Seat, callErr error) string {
 		why += fmt.Sprintf(" (the master did not answer: %v)", callErr)
 	}
 	return why
+}
+
+// seatName names a broker for people: "id at address", or the address
+// alone when it is the id.
+func seatName(st api.Seat) string {
+	if st.BrokerID == st.Address {
+		return st.Address
+	}
+	return st.BrokerID + " at " + st.Address
 }
 
 func seat(r *brokerRecord) api.Seat {
