@@ -197,7 +197,24 @@ func TestSwitchover_Refusals(t *testing.T) {
 	})
 	stuck := startReplicatedGroup(t, s, c, "stuck") // answers OK and does nothing
 	stuck.master.setSwitchover(func(protocol.SwitchoverRequest) error { return nil })
-	eventually(t, 5*time.Second, "every group in the view", func() bool { return len(s.groups()) == 5 })
+	leaderless := startReplicatedGroup(t, s, c, "leaderless") // steps down; its slave never takes over
+	leaderless.master.setSwitchover(func(protocol.SwitchoverRequest) error {
+		leave := leaderless.mReq
+		leave.Flags, leave.LeaseID = protocol.RegisterLeaving, leaderless.mLease
+		_, err := c.register(s, leave)
+		return err
+	})
+	clinging := startReplicatedGroup(t, s, c, "clinging") // steps down and wins the election again
+	clinging.master.setSwitchover(func(protocol.SwitchoverRequest) error {
+		leave := clinging.mReq
+		leave.Flags, leave.LeaseID = protocol.RegisterLeaving, clinging.mLease
+		if _, err := c.register(s, leave); err != nil {
+			return err
+		}
+		_, err := c.register(s, clinging.mReq)
+		return err
+	})
+	eventually(t, 5*time.Second, "every group in the view", func() bool { return len(s.groups()) == 7 })
 
 	cases := []struct {
 		group   string
@@ -211,7 +228,9 @@ func TestSwitchover_Refusals(t *testing.T) {
 		{"orphan", 0, http.StatusConflict, []string{"no live master", "unavailable"}},
 		{"old", 0, http.StatusNotImplemented, []string{"does not support switchover", "old-m", "unknown command"}},
 		{"refusing", 0, http.StatusConflict, []string{"refused", "refusing-m", "keeps the group", "slave did not catch up"}},
-		{"stuck", 1500 * time.Millisecond, http.StatusGatewayTimeout, []string{"did not complete", "stuck-m still holds the master seat"}},
+		{"stuck", time.Second, http.StatusGatewayTimeout, []string{"did not complete", "stuck-m still holds the master seat"}},
+		{"leaderless", time.Second, http.StatusGatewayTimeout, []string{"leaderless-m unregistered but no broker has won the election yet"}},
+		{"clinging", time.Second, http.StatusGatewayTimeout, []string{"clinging-m took the master seat back at epoch"}},
 	}
 	for _, tc := range cases {
 		_, err := a.Switchover(ctx, tc.group, tc.timeout)
@@ -254,7 +273,7 @@ func TestSwitchover_Refusals(t *testing.T) {
 	}
 	scrape := metricsText(t, s)
 	for _, want := range []string{`qmq_meta_switchovers_total{outcome="refused"} 3`, `qmq_meta_switchovers_total{outcome="unsupported"} 1`,
-		`qmq_meta_switchovers_total{outcome="timeout"} 1`} {
+		`qmq_meta_switchovers_total{outcome="timeout"} 3`} {
 		if !strings.Contains(scrape, want) {
 			t.Fatalf("/metrics lacks %s:\n%s", want, grepLines(scrape, "switchovers"))
 		}
