@@ -2,6 +2,7 @@ package delay
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/qmq-go/qmq/pkg/metaclient"
 )
 
 // metrics are the delay server's Prometheus series (prefix qmq_delay_).
@@ -12,6 +13,7 @@ type metrics struct {
 	forwardErrors prometheus.Counter
 	fireLateness  prometheus.Histogram
 	lateness      prometheus.Histogram
+	rates         *metaclient.Rates // in/out rates for the heartbeats
 }
 
 func newMetrics(reg prometheus.Registerer, group string, s *Server) *metrics {
@@ -30,12 +32,43 @@ func newMetrics(reg prometheus.Registerer, group string, s *Server) *metrics {
 			Help: "Time from a message's due time to its leaving the wheel.", ConstLabels: labels, Buckets: buckets}),
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "qmq_delay_forward_lateness_seconds",
 			Help: "Time from a message's due time to a realtime broker storing it.", ConstLabels: labels, Buckets: buckets}),
+		rates: &metaclient.Rates{},
 	}
-	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_delay_messages_pending",
-		Help: "Stored messages not yet forwarded.", ConstLabels: labels}, func() float64 { return float64(s.store.Stats().Pending) })
-	inWheel := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_delay_messages_in_wheel",
-		Help: "Messages loaded into the time wheel.", ConstLabels: labels}, func() float64 { return float64(s.store.Stats().InWheel) })
-	reg.MustRegister(m.received, m.rejected, m.forwarded, m.forwardErrors, m.fireLateness, m.lateness, pending, inWheel,
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, f)
+	}
+	bool01 := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	reg.MustRegister(m.received, m.rejected, m.forwarded, m.forwardErrors, m.fireLateness, m.lateness,
+		gauge("qmq_delay_messages_pending", "Stored messages not yet forwarded (on a slave: copied, not marked dispatched).",
+			func() float64 { return float64(s.Stats().Pending) }),
+		gauge("qmq_delay_messages_in_wheel", "Messages loaded into the time wheel.",
+			func() float64 { return float64(s.Stats().InWheel) }),
+		gauge("qmq_delay_role", "1 master, 2 slave, 0 changing role.", func() float64 {
+			switch s.Role() {
+			case RoleMaster:
+				return 1
+			case RoleSlave:
+				return 2
+			}
+			return 0
+		}),
+		gauge("qmq_delay_epoch", "The group's epoch this server serves in (a slave: its master's).",
+			func() float64 { return float64(s.Replication().Epoch) }),
+		gauge("qmq_delay_fenced", "1 while a master takes no sends and forwards nothing (registration not renewed in time).",
+			func() float64 { return bool01(s.Replication().Fenced) }),
+		gauge("qmq_delay_replication_lag_bytes", "A master: message-log bytes its slave's copy lacks; a slave: bytes of the last manifest not copied yet.",
+			func() float64 { return float64(s.Replication().LagBytes) }),
+		gauge("qmq_delay_replication_lag_seconds", "A master: age of the oldest bytes its slave lacks; a slave: time since its copy last held all its master had.",
+			func() float64 { return s.Replication().Lag.Seconds() }),
+		gauge("qmq_delay_waiting_acks", "Send replies waiting for the slave's copy (--wait-slave).",
+			func() float64 { return float64(s.Replication().WaitingAcks) }),
+		gauge("qmq_delay_slave_lag_readonly", "1 while the master is readonly because its slave lags (--wait-slave).",
+			func() float64 { return bool01(s.Replication().Readonly) }),
 		&pendingByHour{s: s, desc: prometheus.NewDesc("qmq_delay_messages_pending_by_hour",
 			"Messages not yet forwarded, by hour of due time (UTC, yyyyMMddHH).", []string{"hour"}, labels)})
 	return m
@@ -50,7 +83,7 @@ type pendingByHour struct {
 func (p *pendingByHour) Describe(ch chan<- *prometheus.Desc) { ch <- p.desc }
 
 func (p *pendingByHour) Collect(ch chan<- prometheus.Metric) {
-	for _, h := range p.s.store.Stats().Hours {
+	for _, h := range p.s.Stats().Hours {
 		if n := h.Pending(); n > 0 {
 			ch <- prometheus.MustNewConstMetric(p.desc, prometheus.GaugeValue, float64(n), h.Hour.UTC().Format("2006010215"))
 		}

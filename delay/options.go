@@ -53,26 +53,74 @@ type Options struct {
 	// ShutdownTimeout bounds a graceful shutdown (default 10s).
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 
+	// Role is "master" (default) or "slave": a slave copies its master's
+	// hour files, refuses sends, and (with meta servers and Failover) takes
+	// over when the master's registration expires.
+	Role string `yaml:"role"`
+	// Master is the master's address a slave copies from (default: the
+	// group's master as the meta servers name it).
+	Master string `yaml:"master"`
+	// BrokerID names this server to the meta servers, stable across
+	// restarts (default: the advertised address).
+	BrokerID string `yaml:"broker_id"`
+	// Failover lets a slave win the group when the master's registration
+	// expires, and makes a master stop writes and forwards when it cannot
+	// renew its registration (default true; needs meta servers).
+	Failover bool `yaml:"failover"`
+	// FenceMargin is how long before its registration could expire a
+	// master stops taking sends and forwarding (default 1s; below the meta
+	// server's broker TTL).
+	FenceMargin time.Duration `yaml:"fence_margin"`
+	// WaitSlave makes a send's reply wait until the slave holds the
+	// messages (default false).
+	WaitSlave bool `yaml:"wait_slave"`
+	// SlaveLagReadonly: with WaitSlave, a slave lagging longer than this
+	// makes the master readonly (waiting replies and new sends get
+	// StatusReadonly, the meta server hears GroupReadonly) until it has
+	// caught up (default 3s).
+	SlaveLagReadonly time.Duration `yaml:"slave_lag_readonly"`
+	// MaxWaitingAcks bounds the send replies waiting for the slave; more
+	// sends get StatusBusy (default 4096).
+	MaxWaitingAcks int `yaml:"max_waiting_acks"`
+	// SyncWait is how long a master holds a slave's manifest request when
+	// nothing changed (default 1s).
+	SyncWait time.Duration `yaml:"sync_wait"`
+	// SyncMaxBytes bounds the file bytes of one read answer (default 4 MiB).
+	SyncMaxBytes int `yaml:"sync_max_bytes"`
+
 	Log logging.Options `yaml:"log"`
 }
+
+// Roles of a delay server in its group (Options.Role).
+const (
+	RoleMaster = "master"
+	RoleSlave  = "slave"
+)
 
 // NewOptions returns the defaults.
 func NewOptions() Options {
 	return Options{
-		Group:           "dl1",
-		Addr:            "127.0.0.1:20801",
-		HTTPAddr:        "127.0.0.1:20811",
-		DataDir:         "./data/delay",
-		Flush:           "sync",
-		FlushInterval:   100 * time.Millisecond,
-		Window:          30 * time.Minute,
-		Horizon:         store.DefaultHorizon,
-		Keep:            24 * time.Hour,
-		ForwardInFlight: 16,
-		MaxBody:         4 << 20,
-		MaxFrameSize:    16 << 20,
-		ShutdownTimeout: 10 * time.Second,
-		Log:             logging.NewOptions(),
+		Group:            "dl1",
+		Addr:             "127.0.0.1:20801",
+		HTTPAddr:         "127.0.0.1:20811",
+		DataDir:          "./data/delay",
+		Flush:            "sync",
+		FlushInterval:    100 * time.Millisecond,
+		Window:           30 * time.Minute,
+		Horizon:          store.DefaultHorizon,
+		Keep:             24 * time.Hour,
+		ForwardInFlight:  16,
+		MaxBody:          4 << 20,
+		MaxFrameSize:     16 << 20,
+		ShutdownTimeout:  10 * time.Second,
+		Role:             RoleMaster,
+		Failover:         true,
+		FenceMargin:      time.Second,
+		SlaveLagReadonly: 3 * time.Second,
+		MaxWaitingAcks:   4096,
+		SyncWait:         time.Second,
+		SyncMaxBytes:     4 << 20,
+		Log:              logging.NewOptions(),
 	}
 }
 
@@ -91,6 +139,14 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	config.StringList(fs, &o.MetaServers, "meta", "meta server addresses (comma-separated or repeated)")
 	config.StringList(fs, &o.Realtime, "realtime", "fixed realtime broker addresses to forward to, without a meta server (comma-separated or repeated)")
 	fs.IntVar(&o.MaxBody, "max-body", o.MaxBody, "largest message body in bytes")
+	fs.StringVar(&o.Role, "role", o.Role, "master or slave")
+	fs.StringVar(&o.Master, "master", o.Master, "a slave's master address (default: the master the meta servers name)")
+	fs.StringVar(&o.BrokerID, "broker-id", o.BrokerID, "stable name of this server for the meta servers (default: the advertised address)")
+	fs.BoolVar(&o.Failover, "failover", o.Failover, "a slave takes over when its master's registration expires; a master fences itself when it cannot renew")
+	fs.DurationVar(&o.FenceMargin, "fence-margin", o.FenceMargin, "how long before its registration could expire a master stops writes")
+	fs.BoolVar(&o.WaitSlave, "wait-slave", o.WaitSlave, "a send's reply waits for the slave's copy")
+	fs.DurationVar(&o.SlaveLagReadonly, "slave-lag-readonly", o.SlaveLagReadonly, "with --wait-slave: slave lag that makes the master readonly")
+	fs.IntVar(&o.MaxWaitingAcks, "max-waiting-acks", o.MaxWaitingAcks, "send replies that may wait for the slave; more sends get busy")
 	o.Log.AddFlags(fs)
 }
 
@@ -115,6 +171,14 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("delay: max body must be positive and below max frame size")
 	case o.ShutdownTimeout <= 0:
 		return fmt.Errorf("delay: shutdown timeout must be positive")
+	case o.Role != RoleMaster && o.Role != RoleSlave:
+		return fmt.Errorf("delay: role must be %q or %q, got %q", RoleMaster, RoleSlave, o.Role)
+	case o.Role == RoleSlave && o.Master == "" && len(o.MetaServers) == 0:
+		return fmt.Errorf("delay: a slave needs --master or --meta to find its master")
+	case o.FenceMargin <= 0 || o.SlaveLagReadonly <= 0 || o.SyncWait <= 0:
+		return fmt.Errorf("delay: fence margin, slave lag readonly and sync wait must be positive")
+	case o.MaxWaitingAcks <= 0 || o.SyncMaxBytes <= 0:
+		return fmt.Errorf("delay: max waiting acks and sync max bytes must be positive")
 	}
 	return o.Log.Validate()
 }

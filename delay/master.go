@@ -1,0 +1,252 @@
+package delay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/qmq-go/qmq/delay/store"
+	"github.com/qmq-go/qmq/pkg/netserver"
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/producer"
+	"go.uber.org/zap"
+)
+
+// master is the master role: the store, the forwarder that sends due
+// messages to realtime brokers, and the replication source its slave
+// copies from.
+type master struct {
+	s       *Server
+	lg      *zap.Logger
+	store   *store.Store
+	forward *producer.Producer
+	src     *source
+	marks   chan store.Ref // forwarded and acked: to markLoop
+
+	// fenced: the registration was not renewed in time (or another broker
+	// won the group): no sends are taken and no due message is forwarded.
+	fenced  atomic.Bool
+	epoch   atomic.Uint64 // the group's epoch this master serves in (0: none yet)
+	closing atomic.Bool
+
+	started     bool
+	stopForward chan struct{}
+	forwardDone chan struct{}
+	marksDone   chan struct{}
+	retries     sync.WaitGroup
+}
+
+// openMaster opens (and recovers) the store in the data directory; a
+// slave's copy there becomes a master's store (store.Open promotes it).
+func openMaster(s *Server) (*master, error) {
+	o := s.opts
+	sopts := store.DefaultOptions()
+	sopts.Flush = store.FlushMode(o.Flush)
+	sopts.FlushInterval = o.FlushInterval
+	sopts.Window = o.Window
+	sopts.Horizon = o.Horizon
+	sopts.Keep = o.Keep
+	sopts.Limits = s.limits
+	st, err := store.Open(o.DataDir, sopts, s.clk, s.lg)
+	if err != nil {
+		return nil, fmt.Errorf("delay: open store: %w", err)
+	}
+	fwd, err := producer.New(producer.WithResolver(s.resolver), producer.WithLogger(s.lg), producer.WithLimits(s.limits),
+		producer.WithMaxInFlight(o.ForwardInFlight), producer.WithSendTimeout(time.Hour), producer.WithQueueSize(65536))
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	m := &master{s: s, lg: s.lg, store: st, forward: fwd, marks: make(chan store.Ref, 65536),
+		stopForward: make(chan struct{}), forwardDone: make(chan struct{}), marksDone: make(chan struct{})}
+	// With meta servers and failover a master is fenced until its
+	// registration proves it holds the group.
+	m.fenced.Store(len(o.MetaServers) > 0 && o.Failover)
+	m.src = newSource(m)
+	return m, nil
+}
+
+func (m *master) start() {
+	m.started = true
+	go m.forwardLoop()
+	go m.markLoop()
+	m.src.start()
+}
+
+// serveSend stores delayed messages; each gets its own status once it is
+// durable (and with WaitSlave on the slave), or why it was refused:
+// invalid, too large, beyond the horizon.
+func (m *master) serveSend(r *netserver.Request) {
+	if m.fenced.Load() {
+		r.ReplyError(protocol.Errorf(protocol.StatusNotMaster, "delay group "+m.s.opts.Group+
+			": this master is fenced (it cannot renew its registration, or another server holds the group)"))
+		return
+	}
+	if err := m.src.admit(); err != nil {
+		r.ReplyError(err)
+		return
+	}
+	req, err := protocol.DecodeSendRequest(r.Body)
+	if err != nil {
+		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
+		return
+	}
+	metrics := m.s.metrics
+	metrics.received.Add(float64(len(req.Messages)))
+	m.store.Append(req.Messages, func(results []store.Result) {
+		statuses := make([]protocol.Status, len(results))
+		stored := false
+		for i, res := range results {
+			if res.Err != nil {
+				st := protocol.StatusOf(res.Err)
+				if st == protocol.StatusInternal {
+					st = protocol.StatusStoreError
+				}
+				statuses[i] = st
+				metrics.rejected.WithLabelValues(st.String()).Inc()
+				continue
+			}
+			stored = true
+		}
+		if !stored || !m.s.opts.WaitSlave {
+			r.Reply(protocol.StatusOK, protocol.AppendSendResponse(nil, statuses))
+			return
+		}
+		// The messages lie below the log's end now; the slave holds them
+		// once its copy covers a manifest replayed that far.
+		m.src.await(m.store.LogEnd(), func(err error) {
+			if err != nil {
+				r.ReplyError(err)
+				return
+			}
+			r.Reply(protocol.StatusOK, protocol.AppendSendResponse(nil, statuses))
+		})
+	})
+}
+
+// forwardLoop sends every due message to a realtime group of its subject.
+// The producer retries each until a broker stores it (or answers that it
+// already has it: the message keeps its id, so re-forwards are dropped).
+// While the master is fenced it takes nothing from the store: messages
+// wait in the wheel (their slave may be forwarding them by now).
+func (m *master) forwardLoop() {
+	defer close(m.forwardDone)
+	due := m.store.Due()
+	fencedWait := time.NewTicker(20 * time.Millisecond)
+	defer fencedWait.Stop()
+	for {
+		if m.fenced.Load() {
+			select {
+			case <-m.stopForward:
+				return
+			case <-fencedWait.C:
+			}
+			continue
+		}
+		select {
+		case <-m.stopForward:
+			return
+		case <-fencedWait.C:
+		case batch, ok := <-due:
+			if !ok {
+				return
+			}
+			now := m.s.clk.Now()
+			for _, d := range batch {
+				if d.DueMillis > 0 {
+					m.s.metrics.fireLateness.Observe(float64(now.UnixMilli()-d.DueMillis) / 1000)
+				}
+				m.send(d)
+			}
+		}
+	}
+}
+
+func (m *master) send(d store.Due) {
+	metrics := m.s.metrics
+	err := m.forward.SendEncoded(d.Message, func(err error) {
+		if err == nil {
+			metrics.forwarded.Inc()
+			if d.DueMillis > 0 {
+				metrics.lateness.Observe(float64(m.s.clk.Now().UnixMilli()-d.DueMillis) / 1000)
+			}
+			m.marks <- d.Ref
+			return
+		}
+		// Not delivered within the producer's send timeout (an hour of
+		// retries): keep trying, unless the master is closing (the message
+		// stays unmarked and is forwarded again after a restart).
+		metrics.forwardErrors.Inc()
+		m.lg.Warn("forward failed, retrying", zap.Stringer("ref", d.Ref), zap.Error(err))
+		if !m.closing.Load() {
+			m.retries.Add(1)
+			time.AfterFunc(time.Second, func() { defer m.retries.Done(); m.send(d) })
+		}
+	})
+	if err != nil && !errors.Is(err, producer.ErrClosed) {
+		// An invalid stored message cannot happen (the store checked it on
+		// the way in and on read-back): log it and mark it so it does not
+		// come back on every restart.
+		m.lg.Error("cannot forward a stored message; dropping it", zap.Stringer("ref", d.Ref), zap.Error(err))
+		m.marks <- d.Ref
+	}
+}
+
+// markLoop records forwarded messages in the dispatch logs, in batches.
+func (m *master) markLoop() {
+	defer close(m.marksDone)
+	buf := make([]store.Ref, 0, 4096)
+	flush := func() {
+		if len(buf) == 0 {
+			return
+		}
+		if err := m.store.MarkDispatched(buf); err != nil {
+			m.lg.Error("cannot record dispatched messages; they will be forwarded again after a restart", zap.Error(err))
+		}
+		buf = buf[:0]
+	}
+	for ref := range m.marks {
+		buf = append(buf, ref)
+		for drained := false; !drained && len(buf) < cap(buf); {
+			select {
+			case r, ok := <-m.marks:
+				if !ok {
+					drained = true
+					break
+				}
+				buf = append(buf, r)
+			default:
+				drained = true
+			}
+		}
+		flush()
+	}
+	flush()
+}
+
+// close stops forwarding, lets forwards in flight finish (until ctx ends),
+// records them, stops the replication source and closes the store.
+func (m *master) close(ctx context.Context) error {
+	m.closing.Store(true)
+	var errs []error
+	close(m.stopForward)
+	if m.started {
+		<-m.forwardDone
+	}
+	if err := m.forward.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("delay: forwards in flight: %w", err))
+	}
+	m.retries.Wait()
+	close(m.marks)
+	if m.started {
+		<-m.marksDone
+	}
+	m.src.close()
+	if err := m.store.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("delay: close store: %w", err))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,286 @@
+package delay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/qmq-go/qmq/delay/store"
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/transport"
+	"go.uber.org/zap"
+)
+
+// maxReadRanges bounds the ranges of one read request.
+const maxReadRanges = 1024
+
+// slave is the slave role: replicaLoop copies the master's hour files into
+// a store.Replica.
+type slave struct {
+	s       *Server
+	lg      *zap.Logger
+	replica *store.Replica
+	client  *transport.Client
+
+	epoch      atomic.Uint64 // the master's epoch as the meta servers name it (0: none)
+	synced     atomic.Bool   // the copy follows a master's store (it has synced once)
+	lagBytes   atomic.Int64  // bytes of the last manifest not copied yet
+	caughtUpAt atomic.Int64  // unix nanos: the copy last held all the master listed
+	polling    atomic.Bool   // caught up, waiting for the master's next change
+	errors     atomic.Int64
+	following  atomic.Pointer[string]
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// openSlave opens the slave's copy in the data directory.
+func openSlave(s *Server) (*slave, error) {
+	r, err := store.OpenReplica(s.opts.DataDir, s.lg)
+	if err != nil {
+		return nil, fmt.Errorf("delay: open replica: %w", err)
+	}
+	c, err := transport.New(transport.Options{RequestTimeout: s.opts.SyncWait + 10*time.Second, MaxFrameSize: s.opts.MaxFrameSize + 1<<20}, s.lg)
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	y := &slave{s: s, lg: s.lg.Named("replica"), replica: r, client: c, ctx: ctx, cancel: cancel}
+	_, marked := r.Following()
+	y.synced.Store(marked)
+	y.caughtUpAt.Store(time.Now().UnixNano())
+	return y, nil
+}
+
+func (y *slave) start() {
+	y.wg.Add(1)
+	go y.replicaLoop()
+}
+
+// stop ends replicaLoop and waits for it; the copy stays open.
+func (y *slave) stop() {
+	y.cancel()
+	y.wg.Wait()
+	y.client.Close()
+}
+
+// close stops copying and closes the copy.
+func (y *slave) close() error {
+	y.stop()
+	return y.replica.Close()
+}
+
+// replicaLoop copies until stopped, backing off 50 ms → 1 s after a
+// failure.
+func (y *slave) replicaLoop() {
+	defer y.wg.Done()
+	backoff := time.Duration(0)
+	var lastErr string
+	for y.ctx.Err() == nil {
+		if backoff > 0 {
+			select {
+			case <-y.ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+		}
+		err := y.follow()
+		if y.ctx.Err() != nil {
+			return
+		}
+		y.errors.Add(1)
+		if err.Error() != lastErr {
+			lastErr = err.Error()
+			level := zap.WarnLevel
+			if errors.Is(err, store.ErrReplicaMismatch) || errors.Is(err, protocol.ErrInvalid) {
+				level = zap.ErrorLevel
+			}
+			y.lg.Log(level, "sync failed; retrying", zap.Error(err))
+		}
+		backoff = min(max(2*backoff, 50*time.Millisecond), time.Second)
+	}
+}
+
+// errNoMaster: neither Options.Master nor the meta servers name a master.
+var errNoMaster = errors.New("no master known yet: the meta servers name none")
+
+// master returns the address to copy from: Options.Master, or the group's
+// live master as the meta servers last named it.
+func (y *slave) master() string {
+	if y.s.opts.Master != "" {
+		return y.s.opts.Master
+	}
+	if r := y.s.roles; r != nil {
+		if reg := r.slaveReg.Load(); reg != nil {
+			return reg.Master()
+		}
+	}
+	return ""
+}
+
+// follow copies from the master until an error: it asks for the hours
+// changed since the version its copy holds (a full list first), copies the
+// missing bytes of each file, commits, and acknowledges with the next
+// manifest request.
+func (y *slave) follow() error {
+	addr := y.master()
+	if addr == "" {
+		return errNoMaster
+	}
+	if prev := y.following.Load(); prev == nil || *prev != addr {
+		y.following.Store(&addr)
+		y.lg.Info("following master", zap.String("addr", addr))
+	}
+	var run, since uint64
+	for {
+		acked := int64(-1)
+		if y.synced.Load() {
+			acked = y.replica.Replayed()
+		}
+		q := protocol.DelayManifestRequest{Epoch: y.epoch.Load(), Group: y.s.opts.Group, Run: run, Since: since, Acked: acked,
+			WaitMillis: uint32(y.s.opts.SyncWait / time.Millisecond)}
+		y.polling.Store(since != 0)
+		body, err := y.call(addr, protocol.CmdDelaySyncManifest, protocol.AppendDelayManifestRequest(nil, &q), y.s.opts.SyncWait+10*time.Second)
+		y.polling.Store(false)
+		if err != nil {
+			return err
+		}
+		y.caughtUpAt.Store(time.Now().UnixNano())
+		p, err := protocol.DecodeDelayManifestResponse(body)
+		if err != nil {
+			return err
+		}
+		if e := y.epoch.Load(); p.Epoch < e {
+			return fmt.Errorf("%w: %s serves epoch %d, the group is at %d", protocol.ErrStaleEpoch, addr, p.Epoch, e)
+		}
+		if id, ok := y.replica.Following(); !ok || id != p.Store {
+			dropped, err := y.replica.Follow(p.Store)
+			if err != nil {
+				return err
+			}
+			y.synced.Store(false)
+			if dropped || p.Flags&protocol.DelayManifestFull == 0 {
+				run, since = 0, 0
+				continue
+			}
+		}
+		if err := y.apply(addr, &p); err != nil {
+			return err
+		}
+		run, since = p.Run, p.Version
+		y.synced.Store(true)
+	}
+}
+
+func (y *slave) call(addr string, cmd protocol.Command, body []byte, timeout time.Duration) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(y.ctx, timeout)
+	defer cancel()
+	return y.client.Call(ctx, addr, cmd, body)
+}
+
+// apply copies what a manifest lists and the copy lacks, then commits.
+func (y *slave) apply(addr string, p *protocol.DelayManifestResponse) error {
+	listed := make(map[int64]bool, len(p.Hours))
+	var ranges []protocol.DelayRange
+	missing := int64(0)
+	for _, h := range p.Hours {
+		listed[h.Hour] = true
+		if h.Flags&protocol.DelayHourRemoved != 0 {
+			if err := y.replica.RemoveHour(h.Hour); err != nil {
+				return err
+			}
+			continue
+		}
+		have := y.replica.Hour(h.Hour)
+		if h.ScheduleSize > have.ScheduleSize {
+			ranges = append(ranges, protocol.DelayRange{Hour: h.Hour, File: protocol.DelayScheduleFile, From: have.ScheduleSize, To: h.ScheduleSize})
+			missing += h.ScheduleSize - have.ScheduleSize
+		}
+		if h.DispatchSize > have.DispatchSize {
+			ranges = append(ranges, protocol.DelayRange{Hour: h.Hour, File: protocol.DelayDispatchFile, From: have.DispatchSize, To: h.DispatchSize})
+			missing += h.DispatchSize - have.DispatchSize
+		}
+	}
+	if p.Flags&protocol.DelayManifestFull != 0 {
+		for _, hf := range y.replica.HourFiles() {
+			if !listed[hf.Hour] {
+				if err := y.replica.RemoveHour(hf.Hour); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	y.lagBytes.Store(missing)
+	for len(ranges) > 0 {
+		batch := ranges[:min(len(ranges), maxReadRanges)]
+		q := protocol.DelayReadRequest{Epoch: y.epoch.Load(), Group: y.s.opts.Group, MaxBytes: uint32(y.s.opts.SyncMaxBytes), Ranges: batch}
+		body, err := y.call(addr, protocol.CmdDelaySyncRead, protocol.AppendDelayReadRequest(nil, &q), 30*time.Second)
+		if err != nil {
+			return err
+		}
+		rp, err := protocol.DecodeDelayReadResponse(body)
+		if err != nil {
+			return err
+		}
+		got := 0
+		for _, c := range rp.Chunks {
+			if c.File == protocol.DelayScheduleFile {
+				err = y.replica.WriteSchedule(c.Hour, c.Offset, c.Data)
+			} else {
+				err = y.replica.WriteDispatch(c.Hour, c.Offset, c.Data)
+			}
+			if err != nil {
+				return err
+			}
+			got += len(c.Data)
+		}
+		missing -= int64(got)
+		y.lagBytes.Store(max(missing, 0))
+		// What is still missing, from where the copy ends now.
+		rest := ranges[:0]
+		for _, g := range ranges {
+			have := y.replica.Hour(g.Hour)
+			at := have.ScheduleSize
+			if g.File == protocol.DelayDispatchFile {
+				at = have.DispatchSize
+			}
+			if at < g.To {
+				g.From = at
+				rest = append(rest, g)
+			}
+		}
+		ranges = rest
+		if got == 0 && len(ranges) > 0 {
+			// The master has no more of these for now (an hour removed
+			// meanwhile, a dispatch file whose tail it has not validated):
+			// schedule bytes must come, dispatch entries may come later.
+			for _, g := range ranges {
+				if g.File == protocol.DelayScheduleFile {
+					return fmt.Errorf("%w: master %s sent nothing of schedule %d [%d, %d)", store.ErrReplicaMismatch, addr, g.Hour, g.From, g.To)
+				}
+			}
+			break
+		}
+	}
+	if err := y.replica.Commit(p.Replayed); err != nil {
+		return err
+	}
+	y.lagBytes.Store(0)
+	return nil
+}
+
+// lag returns how far the copy is behind: bytes of the latest manifest not
+// copied yet, and the time since the copy last held everything the master
+// had (0 while it waits on the master's next change: the master answers at
+// once when there is one).
+func (y *slave) lag() (int64, time.Duration) {
+	if y.polling.Load() {
+		return y.lagBytes.Load(), 0
+	}
+	return y.lagBytes.Load(), time.Since(time.Unix(0, y.caughtUpAt.Load()))
+}

@@ -1,0 +1,179 @@
+package delay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/qmq-go/qmq/delay"
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/route"
+	"github.com/qmq-go/qmq/pkg/testutil"
+	"github.com/qmq-go/qmq/pkg/transport"
+	"github.com/qmq-go/qmq/producer"
+	"go.uber.org/zap/zaptest"
+)
+
+func startDelayWith(t *testing.T, o delay.Options) *delay.Server {
+	t.Helper()
+	s, err := delay.New(o, nil, nil, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return s
+}
+
+func slaveOptions(t *testing.T, dir, master, realtimeAddr string) delay.Options {
+	o := delay.NewOptions()
+	o.Addr, o.HTTPAddr, o.DataDir, o.Realtime = "127.0.0.1:0", "", dir, []string{realtimeAddr}
+	o.Role, o.Master = delay.RoleSlave, master
+	o.SyncWait = 200 * time.Millisecond
+	return o
+}
+
+func sendDelayed(t *testing.T, p *producer.Producer, prefix string, n int, due time.Time) []string {
+	t.Helper()
+	ids := make([]string, 0, n)
+	for i := range n {
+		m := &producer.Message{Subject: "repl", Body: fmt.Appendf(nil, "%s-%d", prefix, i), DeliverAt: due}
+		if err := p.Send(context.Background(), m); err != nil {
+			t.Fatalf("send %s-%d: %v", prefix, i, err)
+		}
+		ids = append(ids, m.ID)
+	}
+	return ids
+}
+
+// A slave started after the master took messages catches up from empty,
+// follows what the master takes and forwards (its pending count follows the
+// master's), and refuses sends with StatusNotMaster.
+func TestReplication_SlaveCatchesUpAndFollows(t *testing.T) {
+	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
+	rtAddr := rt.Addr().String()
+	mu, got := subscribe(t, rtAddr, "repl")
+	m := startDelay(t, t.TempDir(), "127.0.0.1:0", rtAddr)
+	p, err := producer.New(producer.WithResolver(route.NewStatic(route.Groups(rtAddr), route.Groups(m.Addr().String()))),
+		producer.WithTransportOptions(fastTransport))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	sendDelayed(t, p, "later", 40, time.Now().Add(time.Hour))
+	sendDelayed(t, p, "next-day", 10, time.Now().Add(26*time.Hour))
+
+	sl := startDelayWith(t, slaveOptions(t, t.TempDir(), m.Addr().String(), rtAddr))
+	testutil.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+		if n := sl.Stats().Pending; n != 50 {
+			return fmt.Errorf("slave holds %d pending, want 50", n)
+		}
+		return nil
+	})
+	soon := sendDelayed(t, p, "soon", 20, time.Now().Add(1500*time.Millisecond))
+	testutil.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range soon {
+			if len(got[id]) == 0 {
+				return fmt.Errorf("message %s not delivered", id)
+			}
+		}
+		return nil
+	})
+	// The dispatch marks reach the slave: its pending count goes back.
+	testutil.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+		if n, mn := sl.Stats().Pending, m.Stats().Pending; n != 50 || mn != 50 {
+			return fmt.Errorf("slave holds %d pending, master %d, want 50", n, mn)
+		}
+		if r := m.Replication(); r.LagBytes != 0 {
+			return fmt.Errorf("master sees its slave %d bytes behind", r.LagBytes)
+		}
+		return nil
+	})
+	if r := sl.Replication(); r.Role != delay.RoleSlave || r.LagBytes != 0 {
+		t.Fatalf("slave replication status %+v", r)
+	}
+
+	c, err := transport.New(fastTransport, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	msg, _ := protocol.AppendMessage(nil, &protocol.Message{Subject: "repl", ID: "x", Body: []byte("x"), DeliverAt: time.Now().Add(time.Hour)}, protocol.DefaultLimits)
+	_, err = c.Call(context.Background(), sl.Addr().String(), protocol.CmdSend, protocol.AppendSendRequest(nil, 0, [][]byte{msg}))
+	if !errors.Is(err, protocol.ErrNotMaster) {
+		t.Fatalf("send to the slave: %v, want StatusNotMaster", err)
+	}
+}
+
+// --wait-slave: a reply comes once the slave holds the message; with the
+// slave gone, the master turns readonly after SlaveLagReadonly and back
+// once a slave has caught up.
+func TestReplication_WaitSlave(t *testing.T) {
+	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
+	rtAddr := rt.Addr().String()
+	mo := delay.NewOptions()
+	mo.Addr, mo.HTTPAddr, mo.DataDir, mo.Realtime = "127.0.0.1:0", "", t.TempDir(), []string{rtAddr}
+	mo.WaitSlave, mo.SlaveLagReadonly = true, 500*time.Millisecond
+	m := startDelayWith(t, mo)
+	slaveDir := t.TempDir()
+	so := slaveOptions(t, slaveDir, m.Addr().String(), rtAddr)
+	sl, err := delay.New(so, nil, nil, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := producer.New(producer.WithResolver(route.NewStatic(route.Groups(rtAddr), route.Groups(m.Addr().String()))),
+		producer.WithTransportOptions(fastTransport), producer.WithSendTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	for i := range 20 {
+		sendDelayed(t, p, fmt.Sprint("w", i), 1, time.Now().Add(time.Hour))
+		if n := sl.Stats().Pending; n != int64(i+1) {
+			t.Fatalf("send %d acknowledged while the slave holds %d messages", i, n)
+		}
+	}
+	sl.Close(context.Background())
+
+	c, err := transport.New(fastTransport, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	send := func() error {
+		msg, _ := protocol.AppendMessage(nil, &protocol.Message{Subject: "repl", ID: fmt.Sprint(time.Now().UnixNano()), Body: []byte("x"),
+			DeliverAt: time.Now().Add(time.Hour)}, protocol.DefaultLimits)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, err := c.Call(ctx, m.Addr().String(), protocol.CmdSend, protocol.AppendSendRequest(nil, 0, [][]byte{msg}))
+		return err
+	}
+	if err := send(); !errors.Is(err, protocol.ErrReadonly) {
+		t.Fatalf("send without a slave: %v, want StatusReadonly after the lag threshold", err)
+	}
+	testutil.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
+		if !m.Replication().Readonly {
+			return errors.New("master not readonly")
+		}
+		return nil
+	})
+	if err := send(); !errors.Is(err, protocol.ErrReadonly) {
+		t.Fatalf("send while readonly: %v", err)
+	}
+	startDelayWith(t, so) // the slave returns and catches up
+	testutil.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if m.Replication().Readonly {
+			return errors.New("master still readonly")
+		}
+		return send()
+	})
+}
