@@ -104,6 +104,9 @@ func newFairShare(opts FairShareOptions, reg prometheus.Registerer, group string
 	return s
 }
 
+// recheck is how often a held pull looks at the shares again.
+func (s *fairShare) recheck() time.Duration { return max(s.opts.Hold/5, time.Millisecond) }
+
 // enabled reports whether pulls are ever held.
 func (s *fairShare) enabled() bool { return s != nil && s.opts.Hold > 0 }
 

@@ -65,7 +65,8 @@ type pullCall struct {
 	waitUntil time.Time // when a waiting pull is answered empty
 	staleAt   time.Time // past this the client has given up: drop
 	nextDue   time.Time // a held message is due then
-	heldUntil time.Time // held for fair share until then
+	heldUntil time.Time // held for fair share until then (zero: not held)
+	holdEnd   time.Time // served by then however the shares stand
 }
 
 func (b *Broker) actorFor(key actorKey) *pullActor {
@@ -204,16 +205,37 @@ func (a *pullActor) handle(ev pullEvent) {
 
 // holdForFairShare holds a new pull when its actor took more than its
 // share of the recent deliveries while other actors drain backlogs too (see
-// "Fair share" in doc.go): the pull waits up to the hold, then is served.
-// A pull that may not wait longer than the hold is not held.
+// "Fair share" in doc.go). A held pull is looked at again every recheck
+// and served once its actor is back within its share, or when the hold
+// ends. A pull that may not wait longer than the hold is not held.
 func (a *pullActor) holdForFairShare(c *pullCall, now time.Time) bool {
 	f := a.b.fair
 	if !f.enabled() || c.waitUntil.Sub(now) <= f.opts.Hold || !f.over(&a.share, now) {
 		return false
 	}
-	c.heldUntil = now.Add(f.opts.Hold)
+	c.holdEnd = now.Add(f.opts.Hold)
+	c.heldUntil = now.Add(f.recheck())
 	f.held.Inc()
 	return true
+}
+
+// stillHeld reports whether a held pull must go on waiting at now.
+func (a *pullActor) stillHeld(c *pullCall, now time.Time) bool {
+	if c.heldUntil.IsZero() {
+		return false
+	}
+	if now.Before(c.heldUntil) {
+		return true
+	}
+	if now.Before(c.holdEnd) && a.b.fair.over(&a.share, now) {
+		c.heldUntil = now.Add(a.b.fair.recheck())
+		if c.heldUntil.After(c.holdEnd) {
+			c.heldUntil = c.holdEnd
+		}
+		return true
+	}
+	c.heldUntil = time.Time{}
+	return false
 }
 
 // serve tries to answer c now; it reports false when c should wait.
@@ -223,11 +245,8 @@ func (a *pullActor) serve(c *pullCall, now time.Time) bool {
 		return true // nobody waits for the answer
 	default:
 	}
-	if !c.heldUntil.IsZero() {
-		if now.Before(c.heldUntil) {
-			return false
-		}
-		c.heldUntil = time.Time{}
+	if a.stillHeld(c, now) {
+		return false
 	}
 	res, err := a.b.store.Pull(c.req)
 	if err != nil {
