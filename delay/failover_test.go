@@ -1,0 +1,330 @@
+package delay_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/qmq-go/qmq/consumer"
+	"github.com/qmq-go/qmq/delay"
+	"github.com/qmq-go/qmq/metaserver"
+	"github.com/qmq-go/qmq/pkg/devetcd"
+	"github.com/qmq-go/qmq/pkg/metaclient"
+	"github.com/qmq-go/qmq/pkg/testutil"
+	"github.com/qmq-go/qmq/producer"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+)
+
+// The failover test: a delay group of two child processes (this test
+// binary re-executed, running TestDelayFailoverChild) — a master with
+// --wait-slave and a slave — registered with an in-process meta server on
+// an embedded etcd. Delayed messages due over the next seconds are sent;
+// the master is SIGKILLed with all of them pending; its registration
+// expires, the slave wins the group's election, promotes its copy and
+// forwards every message when due: all are delivered, none early. The old
+// master, restarted on its directory, finds another master and rejoins as
+// its slave, dropping its own data for a copy of the new master's.
+//
+// Short: 60 messages due 1–5 s after the kill. QMQ_DELAY_FAILOVER_LONG=1:
+// 600 due 1–20 s after it.
+
+const failoverChildRole = "delay-failover-child"
+
+// TestDelayFailoverChild is the child: it serves a delay server until killed.
+func TestDelayFailoverChild(t *testing.T) {
+	if testutil.ChildRole() != failoverChildRole {
+		t.Skip("runs only as the failover test's child process")
+	}
+	o := delay.NewOptions()
+	o.Addr, o.HTTPAddr, o.DataDir = os.Getenv("QMQ_DL_FO_ADDR"), os.Getenv("QMQ_DL_FO_HTTP"), os.Getenv("QMQ_DL_FO_DIR")
+	o.Realtime = []string{os.Getenv("QMQ_DL_FO_REALTIME")}
+	o.MetaServers = []string{os.Getenv("QMQ_DL_FO_META")}
+	o.Role = os.Getenv("QMQ_DL_FO_ROLE")
+	o.WaitSlave = os.Getenv("QMQ_DL_FO_WAIT_SLAVE") == "1"
+	o.FenceMargin = 700 * time.Millisecond
+	o.SyncWait = 300 * time.Millisecond
+	lg, _ := zap.NewDevelopment(zap.IncreaseLevel(zap.InfoLevel))
+	s, err := delay.New(o, nil, nil, lg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child: open:", err)
+		os.Exit(3)
+	}
+	if err := s.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "child: start:", err)
+		os.Exit(3)
+	}
+	fmt.Println("ready")
+	select {} // until SIGKILL
+}
+
+type failoverChild struct {
+	name, httpAddr string
+	cmd            *exec.Cmd
+	log            *lockedBuffer
+	done           chan struct{}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func startFailoverChild(t *testing.T, name, dir, addr, httpAddr, role string, waitSlave bool, meta, realtimeAddr string) *failoverChild {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDelayFailoverChild$", "-test.v")
+	ws := "0"
+	if waitSlave {
+		ws = "1"
+	}
+	cmd.Env = append(os.Environ(), testutil.ChildEnv+"="+failoverChildRole, "QMQ_DL_FO_DIR="+dir, "QMQ_DL_FO_ADDR="+addr,
+		"QMQ_DL_FO_HTTP="+httpAddr, "QMQ_DL_FO_ROLE="+role, "QMQ_DL_FO_WAIT_SLAVE="+ws, "QMQ_DL_FO_META="+meta,
+		"QMQ_DL_FO_REALTIME="+realtimeAddr)
+	c := &failoverChild{name: name, httpAddr: httpAddr, cmd: cmd, log: &lockedBuffer{}, done: make(chan struct{})}
+	cmd.Stderr = c.log
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		ok := false
+		for sc.Scan() {
+			if !ok && sc.Text() == "ready" {
+				ok = true
+				ready <- true
+			}
+		}
+		if !ok {
+			ready <- false
+		}
+		cmd.Wait()
+		close(c.done)
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			<-c.done
+			t.Fatalf("%s exited before ready: %s", name, c.log.String())
+		}
+	case <-time.After(30 * time.Second):
+		c.kill()
+		t.Fatalf("%s not ready after 30s: %s", name, c.log.String())
+	}
+	t.Cleanup(func() {
+		c.kill()
+		if strings.Contains(c.log.String(), "WARNING: DATA RACE") {
+			t.Errorf("%s: data race", name)
+		}
+		if t.Failed() {
+			t.Logf("%s log:\n%s", name, c.log.String())
+		}
+	})
+	return c
+}
+
+func (c *failoverChild) kill() {
+	c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.done
+}
+
+// gauge reads a qmq_delay_ series from the child's /metrics.
+func (c *failoverChild) gauge(name string) (float64, error) {
+	resp, err := http.Get("http://" + c.httpAddr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, name+"{"); ok {
+			var v float64
+			if _, err := fmt.Sscan(rest[strings.LastIndexByte(rest, ' ')+1:], &v); err == nil {
+				return v, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("%s: no %s in /metrics", c.name, name)
+}
+
+// waitGauge polls until the child's series has value want.
+func (c *failoverChild) waitGauge(t *testing.T, timeout time.Duration, name string, want float64) {
+	t.Helper()
+	testutil.CheckFor(t, timeout, 50*time.Millisecond, func() error {
+		v, err := c.gauge(name)
+		if err != nil {
+			return err
+		}
+		if v != want {
+			return fmt.Errorf("%s: %s is %v, want %v", c.name, name, v, want)
+		}
+		return nil
+	})
+}
+
+func TestDelay_FailoverDeliversEverythingNeverEarly(t *testing.T) {
+	n, spread := 60, 4*time.Second
+	if os.Getenv("QMQ_DELAY_FAILOVER_LONG") == "1" {
+		n, spread = 600, 19*time.Second
+	}
+	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir(), Fast: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	mo := metaserver.NewOptions()
+	mo.Addr, mo.HTTPAddr, mo.EtcdEndpoints, mo.BrokerTTL = "127.0.0.1:0", "127.0.0.1:0", e.Endpoints(), 2*time.Second
+	ms, err := metaserver.New(mo, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ms.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ms.Close(context.Background()) })
+	meta := ms.Addr().String()
+
+	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
+	rtAddr := rt.Addr().String()
+	var (
+		mu    sync.Mutex
+		got   = map[string]int{}
+		early atomic.Int64
+	)
+	c, err := consumer.New(consumer.WithBrokers(rtAddr), consumer.WithConsumerID("failover"), consumer.WithTransportOptions(fastTransport))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	if _, err := c.Subscribe("failover", "g", func(ctx context.Context, m *consumer.Message) error {
+		if time.Now().Before(m.DeliverAt) {
+			early.Add(1)
+		}
+		mu.Lock()
+		got[m.ID]++
+		mu.Unlock()
+		return nil
+	}, consumer.StartEarliest(), consumer.Concurrency(4)); err != nil {
+		t.Fatal(err)
+	}
+
+	aDir, bDir := t.TempDir(), t.TempDir()
+	aAddr, aHTTP, bAddr, bHTTP := freePort(t), freePort(t), freePort(t), freePort(t)
+	a := startFailoverChild(t, "A (master)", aDir, aAddr, aHTTP, delay.RoleMaster, true, meta, rtAddr)
+	a.waitGauge(t, 20*time.Second, "qmq_delay_fenced", 0)
+	b := startFailoverChild(t, "B (slave)", bDir, bAddr, bHTTP, delay.RoleSlave, false, meta, rtAddr)
+	b.waitGauge(t, 20*time.Second, "qmq_delay_role", 2)
+
+	mc, err := metaclient.New([]string{meta}, "failover-test", metaclient.WithRefreshInterval(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	p, err := producer.New(producer.WithResolver(mc), producer.WithTransportOptions(fastTransport), producer.WithSendTimeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+
+	// Every message is due after the kill (1 s to 1 s + spread after the
+	// last send), so none has been forwarded by A when it dies.
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	offsets := make([]time.Duration, n)
+	for i := range offsets {
+		offsets[i] = 2*time.Second + time.Duration(rng.Int64N(int64(spread)))
+	}
+	base := time.Now()
+	ids := make([]string, n)
+	for i := range n {
+		m := &producer.Message{Subject: "failover", Body: fmt.Appendf(nil, "m%d", i), DeliverAt: base.Add(offsets[i])}
+		if err := p.Send(context.Background(), m); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+		ids[i] = m.ID
+	}
+	if sent := time.Since(base); sent > time.Second {
+		t.Logf("sending took %v: the first messages fall due %v after the kill", sent, 2*time.Second-sent)
+	}
+	// --wait-slave: every acknowledged message is on B already.
+	if v, err := b.gauge("qmq_delay_messages_pending"); err != nil || v != float64(n) {
+		t.Fatalf("slave holds %v pending after %d acknowledged sends (%v)", v, n, err)
+	}
+	a.kill()
+	killed := time.Now()
+	b.waitGauge(t, 20*time.Second, "qmq_delay_role", 1)
+	t.Logf("B promoted %v after A was killed", time.Since(killed).Round(time.Millisecond))
+
+	testutil.CheckFor(t, 30*time.Second+spread, 50*time.Millisecond, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		missing := 0
+		for _, id := range ids {
+			if got[id] == 0 {
+				missing++
+			}
+		}
+		if missing > 0 {
+			return fmt.Errorf("%d of %d messages not delivered", missing, n)
+		}
+		return nil
+	})
+	if v := early.Load(); v > 0 {
+		t.Errorf("%d deliveries before their due time", v)
+	}
+	mu.Lock()
+	dups := 0
+	for _, id := range ids {
+		dups += got[id] - 1
+	}
+	mu.Unlock()
+	if dups > 0 {
+		t.Errorf("%d duplicate deliveries", dups)
+	}
+
+	// A rejoins as B's slave: it finds B holding the group, drops its own
+	// data (which B may not have) and copies B's: B's pending messages, not
+	// A's old ones.
+	later := make([]string, 0, 5)
+	for i := range 5 {
+		m := &producer.Message{Subject: "failover", Body: fmt.Appendf(nil, "later%d", i), DeliverAt: time.Now().Add(time.Hour)}
+		if err := p.Send(context.Background(), m); err != nil {
+			t.Fatalf("send to the new master: %v", err)
+		}
+		later = append(later, m.ID)
+	}
+	b.waitGauge(t, 10*time.Second, "qmq_delay_messages_pending", 5)
+	a = startFailoverChild(t, "A (rejoining)", aDir, aAddr, aHTTP, delay.RoleMaster, true, meta, rtAddr)
+	a.waitGauge(t, 20*time.Second, "qmq_delay_role", 2)
+	a.waitGauge(t, 20*time.Second, "qmq_delay_messages_pending", 5)
+	t.Logf("%d messages delivered after the failover, none early, no duplicate; A rejoined as the slave", n)
+}
