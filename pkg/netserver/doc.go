@@ -82,9 +82,21 @@
 // StatusShuttingDown, then waits until every request handed to a handler
 // has been answered and its reply written (or its connection closed), or
 // until its context ends, and then stops gnet, which closes the remaining
-// connections (gnet checks for shutdown every 500 ms, so Close takes about
-// half a second). The wait is a count of held requests kept per connection
+// connections. The wait is a count of held requests kept per connection
 // on the event loop; see Conn.
+//
+// gnet is stopped by shutting its listening socket down, not with
+// Engine.Stop: Engine.Stop tells gnet's acceptor and its event loops to
+// exit at the same moment, so a client redialling then could be accepted
+// and handed to a loop that had already exited; that connection was never
+// served nor closed and its client waited on it forever (seen as pulls
+// timing out after a broker restart in the same process). A shut-down
+// listener refuses new connections and resets those not yet accepted; the
+// acceptor's next accept fails, it exits, and only then does gnet stop the
+// loops, so every accepted connection reaches a loop and is closed there.
+// gnet reports that failed accept as an error, which the server logs at
+// debug level while closing. (Close also no longer waits for gnet's 500 ms
+// shutdown poll.)
 //
 // # Design notes
 //

@@ -25,6 +25,10 @@ const drainPollInterval = 2 * time.Millisecond
 // already ended (gnet checks for shutdown every 500 ms).
 const gnetStopTimeout = 5 * time.Second
 
+// listenerStopTimeout bounds the wait for gnet to stop once its listener is
+// shut down (it stops within microseconds; Engine.Stop is the fallback).
+const listenerStopTimeout = 2 * time.Second
+
 // Server is a gnet server that frames requests, hands them to a Handler off
 // the event loop and writes the handler's replies.
 type Server struct {
@@ -49,6 +53,7 @@ type Server struct {
 	started bool
 	closed  bool
 	addr    net.Addr
+	lnFD    int // a duplicate of the listener's descriptor (-1: none)
 	eng     gnet.Engine
 	booted  chan struct{} // closed in OnBoot
 	stopped chan struct{} // closed when gnet.Run has returned
@@ -71,6 +76,7 @@ func New(opts Options, h Handler, lg *zap.Logger) (*Server, error) {
 		opts:    opts.withDefaults(),
 		handler: h,
 		lg:      lg,
+		lnFD:    -1,
 		booted:  make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
@@ -160,24 +166,63 @@ func (s *Server) Close(ctx context.Context) error {
 	select {
 	case <-s.booted:
 		drainErr = s.drain(ctx)
-		stopCtx, cancel := ctx, context.CancelFunc(func() {})
-		if ctx.Err() != nil {
-			stopCtx, cancel = context.WithTimeout(context.Background(), gnetStopTimeout)
-		}
-		s.mu.Lock()
-		eng := s.eng
-		s.mu.Unlock()
-		if err := eng.Stop(stopCtx); err != nil {
-			s.lg.Warn("gnet stop", zap.Error(err))
-		}
-		cancel()
+		s.stopEngine(ctx)
 	case <-s.stopped:
 	}
 	<-s.stopped
+	s.mu.Lock()
+	if s.lnFD >= 0 { // gnet stopped by itself
+		syscall.Close(s.lnFD)
+		s.lnFD = -1
+	}
+	s.mu.Unlock()
 	s.serving.Wait()
 	s.lg.Info("closed", zap.Stringer("addr", s.Addr()))
 	s.gnetLog.detach()
 	return drainErr
+}
+
+// stopEngine stops gnet by shutting its listener down rather than with
+// Engine.Stop. Engine.Stop tells the event loops and the acceptor (gnet's
+// main reactor) to exit at the same time, so a connection accepted at that
+// moment can be handed to a loop that has already exited: it is never
+// served nor closed, and its client waits on it forever. A listener shut
+// down instead resets the connections waiting to be accepted and refuses
+// new ones; the acceptor's next accept fails, it exits, and only then does
+// gnet tell the loops to exit (closing their connections), so every
+// connection it accepted reached a loop first. gnet logs the failed accept
+// as an error; while closing, the server logs gnet's errors at debug level.
+// Engine.Stop remains the fallback should the engine not stop.
+func (s *Server) stopEngine(ctx context.Context) {
+	s.mu.Lock()
+	eng, lnFD := s.eng, s.lnFD
+	s.lnFD = -1
+	s.mu.Unlock()
+	err := errors.New("no listener descriptor")
+	if lnFD >= 0 {
+		defer syscall.Close(lnFD)
+		s.gnetLog.quiet()
+		err = syscall.Shutdown(lnFD, syscall.SHUT_RDWR)
+	}
+	if err == nil {
+		t := time.NewTimer(listenerStopTimeout)
+		defer t.Stop()
+		select {
+		case <-s.stopped:
+			return
+		case <-t.C:
+			err = errors.New("the engine did not stop")
+		}
+	}
+	s.lg.Warn("stopping gnet without shutting its listener down first", zap.Error(err))
+	stopCtx, cancel := ctx, context.CancelFunc(func() {})
+	if ctx.Err() != nil {
+		stopCtx, cancel = context.WithTimeout(context.Background(), gnetStopTimeout)
+	}
+	defer cancel()
+	if err := eng.Stop(stopCtx); err != nil {
+		s.lg.Warn("gnet stop", zap.Error(err))
+	}
 }
 
 // drain waits until no work is left or ctx ends.
@@ -206,25 +251,30 @@ type events struct {
 
 func (e *events) OnBoot(eng gnet.Engine) gnet.Action {
 	s := e.srv
-	addr, err := listenerAddr(eng)
+	// Keep a duplicate of the listener's descriptor: it names the address
+	// and lets Close shut the listener down (see stopEngine). Taken here,
+	// before Start returns, as gnet's listener is gnet's to close.
+	lnFD, err := eng.Dup()
+	var addr net.Addr
+	if err == nil {
+		addr, err = socketAddr(lnFD)
+	} else {
+		lnFD = -1
+	}
 	if err != nil {
 		s.lg.Error("cannot read the listening address", zap.Error(err))
 	}
 	s.mu.Lock()
 	s.eng = eng
 	s.addr = addr
+	s.lnFD = lnFD
 	s.mu.Unlock()
 	close(s.booted)
 	return gnet.None
 }
 
-// listenerAddr reads the bound address of the engine's listener.
-func listenerAddr(eng gnet.Engine) (net.Addr, error) {
-	fd, err := eng.Dup()
-	if err != nil {
-		return nil, err
-	}
-	defer syscall.Close(fd)
+// socketAddr reads the bound address of a socket.
+func socketAddr(fd int) (net.Addr, error) {
 	sa, err := syscall.Getsockname(fd)
 	if err != nil {
 		return nil, err
