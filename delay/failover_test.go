@@ -3,6 +3,7 @@ package delay_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -21,7 +22,10 @@ import (
 	"github.com/qmq-go/qmq/metaserver"
 	"github.com/qmq-go/qmq/pkg/devetcd"
 	"github.com/qmq-go/qmq/pkg/metaclient"
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/route"
 	"github.com/qmq-go/qmq/pkg/testutil"
+	"github.com/qmq-go/qmq/pkg/transport"
 	"github.com/qmq-go/qmq/producer"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -193,6 +197,7 @@ func (c *failoverChild) waitGauge(t *testing.T, timeout time.Duration, name stri
 }
 
 func TestDelay_FailoverDeliversEverythingNeverEarly(t *testing.T) {
+	t.Parallel()
 	n, spread := 60, 4*time.Second
 	if os.Getenv("QMQ_DELAY_FAILOVER_LONG") == "1" {
 		n, spread = 600, 19*time.Second
@@ -327,4 +332,103 @@ func TestDelay_FailoverDeliversEverythingNeverEarly(t *testing.T) {
 	a.waitGauge(t, 20*time.Second, "qmq_delay_role", 2)
 	a.waitGauge(t, 20*time.Second, "qmq_delay_messages_pending", 5)
 	t.Logf("%d messages delivered after the failover, none early, no duplicate; A rejoined as the slave", n)
+}
+
+// A master that cannot renew its registration (the meta server is gone)
+// stops taking sends and forwarding before its lease can expire, and
+// resumes once it holds the group again: a message due meanwhile is
+// forwarded after the fence lifts, never early.
+func TestDelay_MasterFencesWhenItCannotRenew(t *testing.T) {
+	t.Parallel()
+	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir(), Fast: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	const ttl, margin = 2 * time.Second, 500 * time.Millisecond
+	metaAddr := freePort(t)
+	startMeta := func() *metaserver.Server {
+		mo := metaserver.NewOptions()
+		mo.Addr, mo.HTTPAddr, mo.EtcdEndpoints, mo.BrokerTTL = metaAddr, "127.0.0.1:0", e.Endpoints(), ttl
+		ms, err := metaserver.New(mo, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ms.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return ms
+	}
+	ms := startMeta()
+
+	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
+	rtAddr := rt.Addr().String()
+	mu, got := subscribe(t, rtAddr, "repl")
+	o := delay.NewOptions()
+	o.Addr, o.HTTPAddr, o.DataDir, o.Realtime, o.MetaServers = "127.0.0.1:0", "", t.TempDir(), []string{rtAddr}, []string{metaAddr}
+	o.FenceMargin = margin
+	m := startDelayWith(t, o)
+	testutil.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if r := m.Replication(); r.Fenced || r.Epoch == 0 {
+			return fmt.Errorf("master not registered: %+v", r)
+		}
+		return nil
+	})
+	p, err := producer.New(producer.WithResolver(route.NewStatic(route.Groups(rtAddr), route.Groups(m.Addr().String()))),
+		producer.WithTransportOptions(fastTransport), producer.WithSendTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	due := time.Now().Add(3 * time.Second)
+	id := sendDelayed(t, p, "fenced", 1, due)[0]
+
+	closed := time.Now()
+	ms.Close(context.Background())
+	testutil.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if !m.Replication().Fenced {
+			return errors.New("master not fenced")
+		}
+		return nil
+	})
+	// The lease lives at least until the last renewal (before the close)
+	// plus the TTL; the fence must come a margin before that.
+	if at := time.Since(closed); at > ttl-margin+200*time.Millisecond {
+		t.Fatalf("fenced %v after the meta server went away: later than TTL %v minus the margin %v", at, ttl, margin)
+	}
+	c, err := transport.New(fastTransport, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	msg, _ := protocol.AppendMessage(nil, &protocol.Message{Subject: "repl", ID: "while-fenced", Body: []byte("x"), DeliverAt: time.Now().Add(time.Hour)}, protocol.DefaultLimits)
+	if _, err := c.Call(context.Background(), m.Addr().String(), protocol.CmdSend, protocol.AppendSendRequest(nil, 0, [][]byte{msg})); !errors.Is(err, protocol.ErrNotMaster) {
+		t.Fatalf("send to a fenced master: %v, want StatusNotMaster", err)
+	}
+	time.Sleep(time.Until(due.Add(time.Second)))
+	mu.Lock()
+	n := len(got[id])
+	mu.Unlock()
+	if n != 0 {
+		t.Fatal("a fenced master forwarded a due message")
+	}
+
+	ms = startMeta()
+	t.Cleanup(func() { ms.Close(context.Background()) })
+	testutil.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if m.Replication().Fenced {
+			return errors.New("master still fenced")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(got[id]) == 0 {
+			return errors.New("message not delivered after the fence lifted")
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if r := got[id][0]; r.at.Before(r.deliverAt) {
+		t.Fatalf("delivered %v early", r.deliverAt.Sub(r.at))
+	}
 }

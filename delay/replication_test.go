@@ -54,6 +54,7 @@ func sendDelayed(t *testing.T, p *producer.Producer, prefix string, n int, due t
 // follows what the master takes and forwards (its pending count follows the
 // master's), and refuses sends with StatusNotMaster.
 func TestReplication_SlaveCatchesUpAndFollows(t *testing.T) {
+	t.Parallel()
 	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
 	rtAddr := rt.Addr().String()
 	mu, got := subscribe(t, rtAddr, "repl")
@@ -115,6 +116,7 @@ func TestReplication_SlaveCatchesUpAndFollows(t *testing.T) {
 // slave gone, the master turns readonly after SlaveLagReadonly and back
 // once a slave has caught up.
 func TestReplication_WaitSlave(t *testing.T) {
+	t.Parallel()
 	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
 	rtAddr := rt.Addr().String()
 	mo := delay.NewOptions()

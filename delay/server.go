@@ -122,6 +122,9 @@ func (s *Server) Start() error {
 			return fmt.Errorf("delay: %w", err)
 		}
 	}
+	if len(s.opts.MetaServers) > 0 {
+		s.roles = newRoles(s) // before the role starts: a slave asks it for its master
+	}
 	s.mu.Lock()
 	if s.master != nil {
 		s.master.start()
@@ -129,8 +132,7 @@ func (s *Server) Start() error {
 		s.slave.start()
 	}
 	s.mu.Unlock()
-	if len(s.opts.MetaServers) > 0 {
-		s.roles = newRoles(s)
+	if s.roles != nil {
 		s.roles.start()
 	}
 	s.life.SetReady()
