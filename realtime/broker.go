@@ -38,7 +38,19 @@ type Broker struct {
 	dead    *deadLetters       // re-driven and purged dead letters
 	sync    *syncService       // a master's replication service (nil on a slave)
 	replica *replica           // a slave's sync loop (nil on a master)
-	fair    *fairShare         // deliveries per pull actor, to hold the greedy
+	rates   metaclient.Rates   // in and out rates reported to the meta servers
+
+	// Failover (node.go): a Node manages the broker's registration
+	// (managed), hands it over (lease) and learns from the replica that
+	// the copy must be cut back (onTruncate). deposed: another broker is
+	// the group's master now, so no more writes.
+	managed    bool
+	lease      atomic.Pointer[leaseRef]
+	deposed    atomic.Bool
+	onTruncate func(truncation)
+	histMu     sync.Mutex
+	history    []protocol.EpochStart // epochs that wrote the logs (epochs.go)
+	fair       *fairShare            // deliveries per pull actor, to hold the greedy
 
 	actorsMu  sync.Mutex
 	actors    map[actorKey]*pullActor
@@ -78,15 +90,7 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 	b.metrics = newMetrics(b.reg, opts.Group)
 	b.fair = newFairShare(opts.FairShare, b.reg, opts.Group)
 
-	sopts := store.DefaultOptions
-	sopts.Flush = store.FlushPolicy(opts.Flush)
-	sopts.FlushInterval = opts.FlushInterval
-	sopts.SegmentSize = opts.SegmentSize
-	sopts.RetentionAge = opts.RetentionAge
-	sopts.RetentionBytes = opts.RetentionBytes
-	sopts.Limits = b.limits
-	sopts.OnAppend = b.onAppend
-	sopts.Replica = opts.Role == RoleSlave
+	sopts := storeOptions(opts, b.onAppend)
 	if !sopts.Replica {
 		b.sync = newSyncService(b)
 		sopts.ActionLogFloor = b.sync.actionFloor
@@ -110,6 +114,10 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 		st.Close()
 		return nil, err
 	}
+	if b.history, err = loadEpochs(opts.DataDir); err != nil {
+		st.Close()
+		return nil, err
+	}
 	rep := st.OpenReport()
 	lg.Info("store opened", zap.String("dir", opts.DataDir), zap.Duration("took", rep.Duration),
 		zap.Int64("messages_replayed", rep.MessagesReplayed), zap.Int64("actions_replayed", rep.ActionsReplayed))
@@ -129,6 +137,7 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 	mux.HandleFunc(protocol.CmdBrokerStats, b.serveBrokerStats)
 	mux.HandleFunc(protocol.CmdDeadLetters, b.masterOnly(b.serveDeadLetters))
 	mux.HandleFunc(protocol.CmdSyncLog, b.serveSync)
+	mux.HandleFunc(protocol.CmdSyncEpoch, b.serveSyncEpoch)
 	srv, err := netserver.New(netserver.Options{Addr: opts.Addr, MaxFrameSize: opts.MaxFrameSize}, mux, lg)
 	if err != nil {
 		sched.Close()
@@ -140,6 +149,22 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 		b.ops = opsserver.New(opsserver.Options{Addr: opts.HTTPAddr, Registry: b.reg, Ready: b.life.Err}, lg)
 	}
 	return b, nil
+}
+
+// storeOptions are the store options of a broker with opts.
+func storeOptions(opts Options, onAppend func(subject string, next int64)) store.Options {
+	limits := protocol.DefaultLimits
+	limits.MaxBody = opts.MaxBody
+	sopts := store.DefaultOptions
+	sopts.Flush = store.FlushPolicy(opts.Flush)
+	sopts.FlushInterval = opts.FlushInterval
+	sopts.SegmentSize = opts.SegmentSize
+	sopts.RetentionAge = opts.RetentionAge
+	sopts.RetentionBytes = opts.RetentionBytes
+	sopts.Limits = limits
+	sopts.OnAppend = onAppend
+	sopts.Replica = opts.Role == RoleSlave
+	return sopts
 }
 
 // Start serves clients and starts the broker's loops.
@@ -158,7 +183,9 @@ func (b *Broker) Start() error {
 		b.wg.Add(1)
 		go b.livenessLoop()
 	}
-	b.register()
+	if !b.managed {
+		b.register()
+	}
 	if b.replica != nil {
 		// After register: without --master it follows the meta servers'.
 		b.replica.keeper.Store(b.keeper)
@@ -194,6 +221,11 @@ func (b *Broker) writable() error {
 		return protocol.Errorf(protocol.StatusShuttingDown, "broker group "+b.opts.Group+" is shutting down")
 	case b.sync == nil:
 		return b.notMaster()
+	}
+	if err := b.fenced(); err != nil {
+		return err
+	}
+	switch {
 	case b.readonly.Load():
 		return protocol.Errorf(protocol.StatusReadonly, "broker group "+b.opts.Group+" is readonly")
 	}
@@ -210,12 +242,19 @@ func (b *Broker) notMaster() error {
 	return protocol.Errorf(protocol.StatusNotMaster, "broker group "+b.opts.Group+": this broker is its slave (master "+master+")")
 }
 
-// masterOnly refuses h's requests on a slave with StatusNotMaster.
+// masterOnly refuses h's requests on a slave, and on a master that is
+// fenced or deposed, with StatusNotMaster.
 func (b *Broker) masterOnly(h func(*netserver.Request)) func(*netserver.Request) {
-	if b.opts.Role != RoleSlave {
-		return h
+	if b.opts.Role == RoleSlave {
+		return func(r *netserver.Request) { r.ReplyError(b.notMaster()) }
 	}
-	return func(r *netserver.Request) { r.ReplyError(b.notMaster()) }
+	return func(r *netserver.Request) {
+		if err := b.fenced(); err != nil {
+			r.ReplyError(err)
+			return
+		}
+		h(r)
+	}
 }
 
 // ReplicationStatus is a broker's replication state, for admin tools.
@@ -247,8 +286,8 @@ type ReplicationStatus struct {
 func (b *Broker) Replication() ReplicationStatus {
 	st := ReplicationStatus{Role: b.opts.Role, SlaveOffset: -1, SlaveActionOffset: -1}
 	st.MessageEnd, st.ActionEnd = b.store.CommittedEnds()
+	st.Epoch = b.epoch()
 	if y := b.sync; y != nil {
-		st.Epoch = y.epoch
 		st.SlaveOffset = y.slaveMsg.Load()
 		st.SlaveActionOffset = y.slaveAct.Load()
 		st.WaitingAcks = y.waiting()
@@ -259,7 +298,6 @@ func (b *Broker) Replication() ReplicationStatus {
 		st.LagSeconds = time.Duration(y.lagNanos.Load()).Seconds()
 	}
 	if y := b.replica; y != nil {
-		st.Epoch = y.epoch
 		st.Master = y.master()
 		var d time.Duration
 		st.LagBytes, d = y.lag()

@@ -3,6 +3,7 @@ package realtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,7 +25,7 @@ type replica struct {
 	opts   *Options
 	lg     *zap.Logger
 	client *transport.Client
-	epoch  uint64 // 0 until automatic failover (phase 2) assigns epochs
+	epoch  atomic.Uint64 // the master's epoch, learnt with CmdSyncEpoch
 
 	lagBytes   atomic.Int64
 	caughtUpAt atomic.Int64 // unix nanos: the copy last held all the master had committed
@@ -79,12 +80,18 @@ func (y *replica) replicaLoop() {
 		if y.ctx.Err() != nil {
 			return
 		}
+		var cut *truncation
+		if errors.As(err, &cut) && y.b.onTruncate != nil {
+			y.lg.Warn("the copy holds records the master does not; handing over to be cut back", zap.Error(err))
+			y.b.onTruncate(*cut)
+			return
+		}
 		y.errors.Add(1)
 		y.connected.Store(false)
 		if err.Error() != lastErr {
 			lastErr = err.Error()
 			level := zap.WarnLevel
-			if errors.Is(err, store.ErrReplicaGap) || errors.Is(err, store.ErrReplicaMismatch) || errors.Is(err, protocol.ErrInvalid) {
+			if errors.Is(err, store.ErrReplicaGap) || errors.Is(err, store.ErrReplicaMismatch) || errors.Is(err, protocol.ErrInvalid) || errors.As(err, &cut) {
 				level = zap.ErrorLevel // needs an operator: a fresh copy or matching options
 			}
 			y.lg.Log(level, "sync failed; retrying", zap.Error(err))
@@ -101,6 +108,9 @@ var errNoMaster = errors.New("no master known yet: the meta servers name none")
 func (y *replica) master() string {
 	if y.opts.Master != "" {
 		return y.opts.Master
+	}
+	if l := y.b.currentLease(); l != nil {
+		return l.Master()
 	}
 	if k := y.keeper.Load(); k != nil {
 		if r := k.Registration(); r != nil {
@@ -130,11 +140,15 @@ func (y *replica) follow() error {
 		y.following.Store(&master)
 		y.lg.Info("following master", zap.String("addr", master))
 	}
+	epoch, err := y.agreeEpoch(master)
+	if err != nil {
+		return err
+	}
 	msgSeg, actSeg := y.store.SegmentSizes()
 	msgPos, actPos := y.store.CommittedEnds()
 	request := func(maxBytes uint32) []byte {
 		durable, _ := y.store.CommittedEnds()
-		q := protocol.SyncRequest{Epoch: y.epoch, Group: y.opts.Group, MessageOffset: msgPos, ActionOffset: actPos,
+		q := protocol.SyncRequest{Epoch: epoch, Group: y.opts.Group, MessageOffset: msgPos, ActionOffset: actPos,
 			MessageDurable: min(durable, msgPos), MessageSegmentSize: msgSeg, ActionSegmentSize: actSeg,
 			MaxBytes: maxBytes, WaitMillis: uint32(y.opts.SyncWait / time.Millisecond)}
 		return protocol.AppendSyncRequest(nil, &q)
@@ -168,6 +182,9 @@ func (y *replica) follow() error {
 		if err != nil {
 			return err
 		}
+		if p.Epoch != epoch {
+			return fmt.Errorf("%w: the master answered from epoch %d, agreed on %d", errEpochChanged, p.Epoch, epoch)
+		}
 		y.connected.Store(true)
 		if len(p.Message.Data) == 0 && len(p.Action.Data) == 0 {
 			y.noteLag(p.Message)
@@ -181,6 +198,41 @@ func (y *replica) follow() error {
 		}
 		pending = &p
 	}
+}
+
+// errEpochChanged: the master's epoch moved; the slave agrees on it again.
+var errEpochChanged = errors.New("the master's epoch changed")
+
+// agreeEpoch runs the CmdSyncEpoch exchange with master before copying:
+// a copy holding records the master does not is cut back first (a
+// *truncation error), and the master's epoch history becomes the slave's
+// (on disk before anything of its epoch is copied). It returns the epoch
+// the copy follows.
+func (y *replica) agreeEpoch(master string) (uint64, error) {
+	mine := y.b.epochHistory()
+	ctx, cancel := context.WithTimeout(y.ctx, 5*time.Second)
+	defer cancel()
+	body, err := y.client.Call(ctx, master, protocol.CmdSyncEpoch,
+		protocol.AppendSyncEpochRequest(nil, &protocol.SyncEpochRequest{Group: y.opts.Group, History: mine}))
+	if err != nil {
+		return 0, err
+	}
+	p, err := protocol.DecodeSyncEpochResponse(body)
+	if err != nil {
+		return 0, err
+	}
+	msgEnd, actEnd := y.store.CommittedEnds()
+	if msgEnd > p.TruncateMessage || actEnd > p.TruncateAction {
+		return 0, &truncation{Message: p.TruncateMessage, Action: p.TruncateAction, History: p.History}
+	}
+	if err := y.b.setHistory(p.History); err != nil {
+		return 0, err
+	}
+	e := lastEpoch(p.History)
+	if y.epoch.Swap(e) != e {
+		y.lg.Info("following epoch", zap.Uint64("epoch", e), zap.String("master", master))
+	}
+	return e, nil
 }
 
 // apply writes and replays a received response's chunks.

@@ -24,6 +24,10 @@ func (b *Broker) serveSend(r *netserver.Request) {
 		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
 		return
 	}
+	if err := b.checkEpoch(req.Epoch); err != nil {
+		r.ReplyError(err)
+		return
+	}
 	n := len(req.Messages)
 	b.metrics.received.Add(float64(n))
 	statuses := make([]protocol.Status, n)

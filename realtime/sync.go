@@ -42,7 +42,6 @@ type syncService struct {
 	store *store.Store
 	opts  *Options
 	lg    *zap.Logger
-	epoch uint64 // 0 until automatic failover (phase 2) assigns epochs
 
 	// slaveMsg is the slave's durable message-log end; slaveAct the action
 	// offset of its latest request and slaveActPrev of the one before (-1:
@@ -54,6 +53,10 @@ type syncService struct {
 	slaveSeen                        atomic.Int64 // unix nanos of the last sync request
 	// readonly is set while the slave lags past SlaveLagReadonly (WaitSlave).
 	readonly atomic.Bool
+	// alone: a master promoted by a failover serves without a slave (send
+	// replies do not wait, no lag rule) until a slave has caught up with
+	// it once.
+	alone    atomic.Bool
 	lagNanos atomic.Int64
 	lagBytes atomic.Int64
 	served   atomic.Int64 // log bytes sent to the slave
@@ -136,8 +139,10 @@ func (y *syncService) serve(r *netserver.Request) {
 		r.ReplyError(protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf("a slave of broker group %q asked the master of %q", q.Group, y.opts.Group)))
 		return
 	}
-	if q.Epoch < y.epoch {
-		r.ReplyError(protocol.Errorf(protocol.StatusStaleEpoch, fmt.Sprintf("sync from epoch %d, the group is at %d", q.Epoch, y.epoch)))
+	if epoch := y.b.epoch(); q.Epoch != epoch {
+		// Older: the slave must learn the new history first (CmdSyncEpoch).
+		// Newer: this master has been replaced.
+		r.ReplyError(protocol.Errorf(protocol.StatusStaleEpoch, fmt.Sprintf("sync from epoch %d, this master serves epoch %d", q.Epoch, epoch)))
 		return
 	}
 	if ms, as := y.store.SegmentSizes(); q.MessageSegmentSize != ms || q.ActionSegmentSize != as {
@@ -158,7 +163,7 @@ func (y *syncService) serve(r *netserver.Request) {
 		// An acknowledgement only (normally one-way: the reply is dropped).
 		m := protocol.SyncChunk{Start: mEnd, End: mEnd, Offset: mEnd}
 		a := protocol.SyncChunk{Start: aEnd, End: aEnd, Offset: aEnd}
-		r.Reply(protocol.StatusOK, protocol.AppendSyncResponse(nil, &protocol.SyncResponse{Epoch: y.epoch, Message: m, Action: a}))
+		r.Reply(protocol.StatusOK, protocol.AppendSyncResponse(nil, &protocol.SyncResponse{Epoch: y.b.epoch(), Message: m, Action: a}))
 		return
 	}
 	y.mu.Lock()
@@ -220,7 +225,7 @@ func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
 		if len(mc.Data) > 0 || len(ac.Data) > 0 || waited || wait == 0 {
 			m := protocol.SyncChunk{Start: mc.Start, End: mc.End, Offset: mc.Offset, Data: mc.Data}
 			a := protocol.SyncChunk{Start: ac.Start, End: ac.End, Offset: ac.Offset, Data: ac.Data}
-			head := protocol.AppendSyncResponseHead(make([]byte, 0, 80), y.epoch, &m)
+			head := protocol.AppendSyncResponseHead(make([]byte, 0, 80), y.b.epoch(), &m)
 			mid := protocol.AppendSyncChunkHead(make([]byte, 0, 32), &a)
 			r.Reply(protocol.StatusOK, head, mc.Data, mid, ac.Data)
 			y.served.Add(int64(len(mc.Data) + len(ac.Data)))
@@ -243,6 +248,12 @@ func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
 func (y *syncService) slaveAck(msg, act int64) {
 	y.slaveSeen.Store(time.Now().UnixNano())
 	y.slaveActPrev.Store(y.slaveAct.Swap(act)) // one connection: serial
+	if y.alone.Load() {
+		if end, _ := y.store.CommittedEnds(); msg >= end {
+			y.alone.Store(false)
+			y.lg.Info("the slave caught up: send replies wait for its copy again", zap.Int64("offset", msg))
+		}
+	}
 	if msg <= y.slaveMsg.Load() {
 		return
 	}
@@ -253,7 +264,7 @@ func (y *syncService) slaveAck(msg, act int64) {
 // admit refuses a send when too many replies wait for the slave or the
 // slave lags past the readonly threshold.
 func (y *syncService) admit() error {
-	if !y.opts.WaitSlave {
+	if !y.opts.WaitSlave || y.alone.Load() {
 		return nil
 	}
 	if y.readonly.Load() {
@@ -273,7 +284,7 @@ func (y *syncService) admit() error {
 // the broker closes. It never blocks (it runs on the store's commit
 // goroutine).
 func (y *syncService) await(need int64, done func(error)) {
-	if y.slaveMsg.Load() >= need {
+	if y.slaveMsg.Load() >= need || y.alone.Load() {
 		done(nil)
 		return
 	}
@@ -354,6 +365,9 @@ func (y *syncService) watch(now time.Time) {
 			y.samples = y.samples[:k]
 		}
 		y.samples = append(y.samples, lagSample{end: end, at: now})
+	}
+	if y.alone.Load() {
+		y.samples = y.samples[:0] // no slave to wait for
 	}
 	lag := time.Duration(0)
 	if len(y.samples) > 0 {
@@ -448,6 +462,13 @@ func (y *syncService) registerMetrics(reg prometheus.Registerer) {
 			Help: "Message-log and action-log bytes sent to the slave."}, func() float64 { return float64(y.served.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_waiting_acks", ConstLabels: labels,
 			Help: "Send replies waiting for the slave's copy (--wait-slave)."}, func() float64 { return float64(y.waiting()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_serving_alone", ConstLabels: labels,
+			Help: "1 while a master promoted by a failover serves without a slave that caught up with it."}, func() float64 {
+			if y.alone.Load() {
+				return 1
+			}
+			return 0
+		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_slave_lag_readonly", ConstLabels: labels,
 			Help: "1 while the group is readonly because its slave lags."}, func() float64 {
 			if y.readonly.Load() {
