@@ -1,8 +1,9 @@
-// Package delay is the delay server: the master of one delay group. It keeps
-// delayed and scheduled messages in a delay/store (a durable message log,
-// hourly schedule files, a 500 ms time wheel loaded 30 minutes ahead) and
-// forwards each one to a realtime broker group of its subject when it falls
-// due — never before.
+// Package delay is the delay server: the master or the slave of one delay
+// group. A master keeps delayed and scheduled messages in a delay/store (a
+// durable message log, hourly schedule files, a 500 ms time wheel loaded 30
+// minutes ahead) and forwards each one to a realtime broker group of its
+// subject when it falls due — never before. A slave keeps a copy of its
+// master's store and takes the group over when the master is gone.
 //
 // # Receive
 //
@@ -11,7 +12,9 @@
 // the store and acknowledged once durable (group commit under the default
 // sync flush), each with its own status: a message beyond the horizon
 // (default 2 years) is refused with StatusBeyondHorizon, an oversized one
-// with StatusTooLarge — never reported stored when it was not.
+// with StatusTooLarge — never reported stored when it was not. A slave, and
+// a fenced master (see Failover), refuse sends with StatusNotMaster, which
+// producers retry on another group after refreshing their routes.
 //
 // # Forward
 //
@@ -23,12 +26,125 @@
 // already had it: its dedupe window drops re-forwards), markLoop records it
 // in the hour's dispatch log. A message not yet recorded when the server
 // stops or dies is forwarded again after the restart; the realtime broker
-// drops that copy.
+// drops that copy. A fenced master takes nothing from the store (the wheel
+// keeps the messages; forwards already handed to the producer finish).
+//
+// # Replication
+//
+// What a slave copies. The store's durable state is its hour files: the
+// schedule file of an hour holds full copies of the messages due in it,
+// written by replaying the message log deterministically (same records,
+// same order, same offsets — also after a master's crash and recovery), and
+// the dispatch file says which of them were forwarded. Both only grow;
+// retention removes whole hours. So a slave copies each file's new bytes
+// at the same offsets (delay/store Replica) and has the same hours, with
+// the dispatch entries pointing at the same schedule offsets; it needs no
+// message log of its own (the master's is trimmed as soon as its records
+// are in the hour files, so it could not serve a slave that starts from
+// empty anyway), and catching up from empty is copying every hour file.
+// Copying the hour files rather than replaying the message log on the
+// slave is the "derived, not copied" rule bent: the hour files are the
+// derived state here, and copying them byte for byte is what keeps the
+// dispatch entries meaningful.
+//
+// The conversation (pkg/protocol delaysync.go). replicaLoop asks the master
+// (Options.Master, or the group's master as the meta servers name it) with
+// CmdDelaySyncManifest for the hours changed since the version its copy
+// holds — the first request of a connection asks for every hour. The
+// master's store numbers its changes (replayed schedule bytes, dispatch
+// entries, removed hours) per run; a request that names another run (the
+// master restarted) gets every hour again. The master long-polls a request
+// with nothing new up to SyncWait, and answers with RetryLater until its
+// replay has caught up with its log after a restart (its schedule files are
+// cut back to its checkpoint and rebuilt meanwhile). The slave then reads
+// the missing bytes of each file with CmdDelaySyncRead (whole records, at
+// most SyncMaxBytes an answer), checks every record's CRC, writes them,
+// removes the hours the master no longer has, fdatasyncs (Replica.Commit)
+// and only then asks for the next version: that request carries its
+// acknowledgement, the master's replayed message-log position the copy now
+// durably holds. A copy of another store (store IDs: a store gets one when
+// it is created, a promoted copy gets a new one) is dropped and copied
+// again from empty (Replica.Follow), as is a master's own directory opened
+// as a slave (a deposed master rejoining).
+//
+// --wait-slave (Options.WaitSlave): a send's reply waits until the slave
+// has acknowledged a replayed position at or past the message log's end
+// as it was when the messages were stored. Waiting replies are kept ordered
+// and completed as acknowledgements arrive; with MaxWaitingAcks waiting,
+// new sends get StatusBusy. watchLoop dates the bytes the slave lacks: once
+// the oldest is older than SlaveLagReadonly the master is readonly — waiting
+// replies and new sends get StatusReadonly (their messages are on the
+// master only; a producer's retry elsewhere may make a duplicate, dropped
+// by id downstream), heartbeats report GroupReadonly so producers go to
+// other delay groups — until the slave holds everything again. Without
+// --wait-slave a master never waits for its slave.
+//
+// Lag: Server.Replication, the heartbeats (BrokerLoad.ReplicaLagBytes and
+// ReplicaLagMillis, shown by qmqctl and the console) and the metrics
+// qmq_delay_replication_lag_bytes and _seconds (a master: message-log bytes
+// its slave lacks, the age of the oldest; a slave: bytes of the manifest
+// being copied, the time since its copy last held everything), plus
+// qmq_delay_waiting_acks, _slave_lag_readonly, _role, _epoch and _fenced.
+//
+// # Failover
+//
+// With meta servers (and Options.Failover, the default) roleLoop keeps the
+// server registered in its role and changes the role as the group's
+// election says. The election is the meta server's master registration
+// (pkg/metaclient): whoever creates the group's master key is the master,
+// at an epoch (the key's etcd create revision) that grows with every
+// election; the key lives on the master's lease (BrokerTTL).
+//
+//   - Fencing. A master takes no sends and forwards nothing until its
+//     registration succeeded, and again as soon as its last renewal is
+//     older than TTL − FenceMargin (measured on the monotonic clock from
+//     when the successful heartbeat was sent), so it stops before its lease
+//     can expire and before a slave can win. When a heartbeat succeeds
+//     again and nobody else took the group, it resumes (perhaps at a new
+//     epoch).
+//   - Promotion. A slave whose heartbeat shows no live master registers as
+//     master (a new registration: it wins only if the key is free); it runs
+//     only once its copy follows a master's store, so a slave that never
+//     copied anything cannot win and make the master's data be dropped.
+//     The winner stops copying, turns its copy into a master's store
+//     (Replica.Promote: a checkpoint of the copy, a new store ID; the
+//     message log starts past every copied record) and opens it as a
+//     master: recovery rebuilds the wheel from the schedule files minus the
+//     dispatch files, so every pending message is forwarded when due and
+//     none before (the wheel compares due times with the clock when it
+//     fires). Messages due while no master was alive are forwarded at once
+//     by the new master, late by about the TTL.
+//   - Rejoin. A master that finds another broker holding the group (a
+//     heartbeat or its first registration answers StatusNotMaster) closes
+//     its store and reopens the directory as a slave; the first sync drops
+//     the directory (it may hold messages the new master never had) and
+//     copies the new master's store from empty.
+//   - Requests carry epochs: a master refuses sync requests from a slave
+//     that knows a newer epoch (StatusStaleEpoch: it has been deposed), and
+//     a slave refuses answers from a master at an older epoch.
+//
+// What a failover costs. With --wait-slave every acknowledged message is on
+// the slave, so none is lost; without it a failover loses what the slave
+// had not copied (its lag). Messages the old master forwarded but whose
+// dispatch entries the slave had not copied yet are forwarded again by the
+// new master: duplicates we accept because the realtime broker drops them
+// by message id within its dedupe window (default 10 minutes; the delay
+// server keeps each message's id and bytes). A deposed master's forwards
+// in flight when it was fenced complete too, and are dropped the same way.
+// Never early: neither master hands out a message before its due time.
+//
+// Known limits: a rejoining master always copies the whole store again
+// (no per-hour divergence points); a slave's copy is scanned in full when
+// it opens; CmdSwitchover (planned handover) is served as described in
+// switchover.go.
 //
 // # Lifecycle
 //
-// New opens (and recovers) the store; Start serves and forwards; Close stops
-// taking messages, lets forwards in flight finish, records them and closes
-// the store. Goroutines: forwardLoop and markLoop (owned by the Server), the
-// store's, the producer's and the servers' own.
+// New opens (and recovers) the store or the copy; Start serves, forwards
+// or copies, and starts roleLoop; Close unregisters, stops taking messages,
+// lets forwards in flight finish, records them and closes the store.
+// Goroutines: roleLoop (owned by roles, the only one that changes the
+// role), forwardLoop and markLoop and the source's watchLoop and answers
+// (owned by the master), replicaLoop (owned by the slave), the store's,
+// the producer's and the servers' own.
 package delay

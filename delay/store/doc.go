@@ -33,6 +33,8 @@
 //	dir/schedule/yyyyMMddHH       one schedule file per hour of due time (UTC)
 //	dir/dispatch/yyyyMMddHH       what of that hour has been forwarded
 //	dir/checkpoint                replay position and schedule-file sizes
+//	dir/id                        the store's ID (source.go)
+//	dir/replica                   present in a slave's copy: the ID of the store it copies (replica.go)
 //
 // Byte layouts are drawn next to the code that writes them: wal.go,
 // schedulelog.go, dispatchlog.go, checkpoint.go. Every record carries a
@@ -147,6 +149,40 @@
 // the in-flight table; it is never held during file I/O. dispatchLogs.mu serialises dispatch-log writes; fileCache.mu
 // guards open handles. Order: Store.mu is never held while taking the
 // others.
+//
+// # Replication
+//
+// A master's store is a replication source (source.go). Schedule files
+// only grow, and their bytes never change once written (the replay is
+// deterministic; after a crash the files are cut back and rebuilt to the
+// same bytes); dispatch files only grow; retention removes whole hours. The
+// store numbers these changes: a change log, under Store.mu, holds per run
+// of the store (a random number at Open) a version and the version of each
+// hour's last change, and the message-log position the hour sizes cover.
+// Manifest lists the hours changed after a version (every hour for another
+// run), with their schedule size and record count, taken under mu together
+// with that position, and their dispatch size; ChangeSignal wakes a long
+// poll at the next change; ReadSchedule and ReadDispatch return whole
+// records of a file below the size the store published (the first record's
+// CRC proves the offset is a record start). Manifest reports CaughtUp false
+// until the replay has caught up with the log found at Open: before that a
+// schedule file may be shorter than a slave's copy of it.
+//
+// A slave's store is a Replica (replica.go): the hour files only, written
+// by WriteSchedule and WriteDispatch at the copy's sizes after every record
+// is checked, made durable by Commit (fdatasync of each file written, and
+// of the directories when files came or went), which also records the
+// master's replayed position the copy holds. OpenReplica scans every file
+// and cuts it at its first invalid record. The replica marker names the
+// store the copy follows (every store has a random ID from its creation);
+// Follow drops a copy of another store, or a master's own directory, and
+// starts from empty. Promote writes a checkpoint of the copy (its message
+// log starts past the largest message-log offset a copied record names, so
+// schedule records stay in increasing WAL order), removes the marker and
+// the ID, and Open then recovers the directory as a master's store with a
+// new ID, loading every message not dispatched into the wheel. Open also
+// promotes a directory it finds with the marker (a slave that died while
+// being promoted, or one started as a master).
 //
 // # Stats
 //
