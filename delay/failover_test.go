@@ -432,3 +432,104 @@ func TestDelay_MasterFencesWhenItCannotRenew(t *testing.T) {
 		t.Fatalf("delivered %v early", r.deliverAt.Sub(r.at))
 	}
 }
+
+// A planned switchover (CmdSwitchover, as the meta server relays it): the
+// master waits until its slave holds everything, unregisters and rejoins
+// as the slave; the slave wins the group and forwards every pending
+// message when due.
+func TestDelay_Switchover(t *testing.T) {
+	t.Parallel()
+	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir(), Fast: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	mo := metaserver.NewOptions()
+	mo.Addr, mo.HTTPAddr, mo.EtcdEndpoints, mo.BrokerTTL = "127.0.0.1:0", "127.0.0.1:0", e.Endpoints(), 2*time.Second
+	ms, err := metaserver.New(mo, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ms.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ms.Close(context.Background()) })
+	meta := []string{ms.Addr().String()}
+	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
+	rtAddr := rt.Addr().String()
+	mu, got := subscribe(t, rtAddr, "repl")
+
+	opts := func(role string) delay.Options {
+		o := delay.NewOptions()
+		o.Addr, o.HTTPAddr, o.DataDir, o.Realtime, o.MetaServers = "127.0.0.1:0", "", t.TempDir(), []string{rtAddr}, meta
+		o.Role, o.SyncWait = role, 200*time.Millisecond
+		return o
+	}
+	a := startDelayWith(t, opts(delay.RoleMaster))
+	testutil.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if r := a.Replication(); r.Fenced || r.Epoch == 0 {
+			return fmt.Errorf("master not registered: %+v", r)
+		}
+		return nil
+	})
+	b := startDelayWith(t, opts(delay.RoleSlave))
+	p, err := producer.New(producer.WithResolver(route.NewStatic(route.Groups(rtAddr), route.Groups(a.Addr().String()))),
+		producer.WithTransportOptions(fastTransport))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	ids := sendDelayed(t, p, "sw", 20, time.Now().Add(3*time.Second))
+	epochA := a.Replication().Epoch
+	testutil.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if n := b.Stats().Pending; n != 20 {
+			return fmt.Errorf("slave holds %d pending", n)
+		}
+		return nil
+	})
+
+	c, err := transport.New(fastTransport, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sw := func(epoch uint64) error {
+		_, err := c.Call(context.Background(), a.Addr().String(), protocol.CmdSwitchover,
+			protocol.AppendSwitchoverRequest(nil, &protocol.SwitchoverRequest{Group: "dl1", Epoch: epoch, Timeout: 5 * time.Second}))
+		return err
+	}
+	if err := sw(epochA + 1); !errors.Is(err, protocol.ErrNotMaster) {
+		t.Fatalf("switchover naming a newer epoch: %v, want StatusNotMaster", err)
+	}
+	if err := sw(epochA); err != nil {
+		t.Fatalf("switchover: %v", err)
+	}
+	testutil.CheckFor(t, 15*time.Second, 20*time.Millisecond, func() error {
+		if ra, rb := a.Replication(), b.Replication(); ra.Role != delay.RoleSlave || rb.Role != delay.RoleMaster || rb.Fenced || rb.Epoch <= epochA {
+			return fmt.Errorf("after the switchover: A %+v, B %+v", ra, rb)
+		}
+		return nil
+	})
+	testutil.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range ids {
+			if len(got[id]) == 0 {
+				return fmt.Errorf("message %s not delivered", id)
+			}
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range ids {
+		for _, r := range got[id] {
+			if r.at.Before(r.deliverAt) {
+				t.Fatalf("message %s delivered %v early", id, r.deliverAt.Sub(r.at))
+			}
+		}
+		if len(got[id]) != 1 {
+			t.Fatalf("message %s delivered %d times", id, len(got[id]))
+		}
+	}
+}

@@ -27,13 +27,14 @@ type roles struct {
 	slaveReg  atomic.Pointer[metaclient.Registration]
 	nextTry   time.Time
 	backoff   time.Duration
+	switchCh  chan *switchReq // a planned handover for the master (one at a time)
 
 	stop chan struct{}
 	done chan struct{}
 }
 
 func newRoles(s *Server) *roles {
-	return &roles{s: s, lg: s.lg.Named("roles"), stop: make(chan struct{}), done: make(chan struct{})}
+	return &roles{s: s, lg: s.lg.Named("roles"), switchCh: make(chan *switchReq, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
 func (r *roles) start() { go r.roleLoop() }
@@ -100,6 +101,11 @@ func (r *roles) check() {
 	case m != nil:
 		r.checkMaster(m)
 	case sl != nil:
+		select {
+		case req := <-r.switchCh:
+			req.reply(protocol.Errorf(protocol.StatusNotMaster, "delay group "+s.opts.Group+": this server is no longer the master"))
+		default:
+		}
 		r.checkSlave(sl)
 	}
 }
@@ -108,6 +114,16 @@ func (r *roles) check() {
 // renewed in time, and demotes it when another server won the group.
 func (r *roles) checkMaster(m *master) {
 	s := r.s
+	select {
+	case req := <-r.switchCh:
+		if r.masterReg == nil {
+			req.reply(protocol.Errorf(protocol.StatusUnavailable, "delay group "+s.opts.Group+": not registered as master yet"))
+			return
+		}
+		r.switchover(m, req)
+		return
+	default:
+	}
 	if r.masterReg == nil {
 		reg, err := r.register(protocol.RoleMaster)
 		switch {

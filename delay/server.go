@@ -97,6 +97,7 @@ func New(opts Options, clk clock.Clock, resolver route.Resolver, lg *zap.Logger)
 	mux.HandleFunc(protocol.CmdSend, s.serveSend)
 	mux.HandleFunc(protocol.CmdDelaySyncManifest, s.serveManifest)
 	mux.HandleFunc(protocol.CmdDelaySyncRead, s.serveRead)
+	mux.HandleFunc(protocol.CmdSwitchover, s.serveSwitchover)
 	srv, err := netserver.New(netserver.Options{Addr: opts.Addr, MaxFrameSize: opts.MaxFrameSize}, mux, lg)
 	if err != nil {
 		s.closeRole(context.Background())

@@ -42,6 +42,9 @@ type source struct {
 	lagNanos atomic.Int64
 	lagBytes atomic.Int64
 	served   atomic.Int64 // file bytes sent to the slave
+	// The run and version the slave's copy holds, as its last manifest
+	// request named them.
+	slaveRun, slaveSince atomic.Uint64
 
 	mu      sync.Mutex
 	waiters []ackWaiter // ordered by need
@@ -134,6 +137,8 @@ func (y *source) serveManifest(r *netserver.Request) {
 		r.ReplyError(err)
 		return
 	}
+	y.slaveRun.Store(q.Run)
+	y.slaveSince.Store(q.Since)
 	y.slaveAck(q.Acked)
 	y.goAnswer(r, func() { y.answerManifest(r, q) })
 }
@@ -311,6 +316,20 @@ func (y *source) lagError() error {
 	return protocol.Errorf(protocol.StatusReadonly, fmt.Sprintf(
 		"delay group %s: the slave did not copy the messages within %v (stored on the master only; the group is readonly until the slave catches up)",
 		y.opts.Group, y.opts.SlaveLagReadonly))
+}
+
+// slaveConnected reports whether a slave asked for a manifest recently.
+func (y *source) slaveConnected() bool {
+	seen := y.seen.Load()
+	return seen != 0 && time.Since(time.Unix(0, seen)) < max(3*y.opts.SyncWait, 3*time.Second)
+}
+
+// slaveHoldsAll reports whether the slave's copy holds every hour file at
+// its current size (its last manifest request named the store's current
+// version) and has acknowledged the whole message log.
+func (y *source) slaveHoldsAll() bool {
+	man := y.store.Manifest(y.slaveRun.Load(), y.slaveSince.Load())
+	return !man.Full && len(man.Hours) == 0 && man.Replayed >= y.store.LogEnd() && y.acked.Load() >= man.Replayed
 }
 
 func (y *source) waiting() int {
