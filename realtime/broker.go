@@ -88,6 +88,7 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 	b.limits.MaxBody = opts.MaxBody
 	b.dedupe = newDedupe(opts.DedupeWindow, opts.DedupeCapacity, time.Now)
 	b.metrics = newMetrics(b.reg, opts.Group)
+	b.registerFailoverMetrics(b.reg)
 	b.fair = newFairShare(opts.FairShare, b.reg, opts.Group)
 
 	sopts := storeOptions(opts, b.onAppend)
@@ -280,6 +281,13 @@ type ReplicationStatus struct {
 	LagSeconds float64
 	// MessageEnd and ActionEnd are this broker's committed log ends.
 	MessageEnd, ActionEnd int64
+	// Failover (a Node's broker): Alone while a promoted master has no
+	// slave that caught up with it; Fenced while a master refuses writes
+	// (deposed, or its lease not renewed in time); LeaseRenewedAt and
+	// LeaseTTL of its registration (zero without one).
+	Alone, Fenced  bool
+	LeaseRenewedAt time.Time
+	LeaseTTL       time.Duration
 }
 
 // Replication reports the broker's role, epoch and replication lag.
@@ -287,11 +295,16 @@ func (b *Broker) Replication() ReplicationStatus {
 	st := ReplicationStatus{Role: b.opts.Role, SlaveOffset: -1, SlaveActionOffset: -1}
 	st.MessageEnd, st.ActionEnd = b.store.CommittedEnds()
 	st.Epoch = b.epoch()
+	if l := b.currentLease(); l != nil {
+		st.LeaseRenewedAt, st.LeaseTTL = l.RenewedAt(), l.TTL()
+	}
+	st.Fenced = b.sync != nil && b.fenced() != nil
 	if y := b.sync; y != nil {
 		st.SlaveOffset = y.slaveMsg.Load()
 		st.SlaveActionOffset = y.slaveAct.Load()
 		st.WaitingAcks = y.waiting()
 		st.LagReadonly = y.readonly.Load()
+		st.Alone = y.alone.Load()
 		st.SyncServed = y.served.Load()
 		st.SlaveResumedFrom = y.resumedFrom.Load()
 		st.LagBytes = y.lagBytes.Load()

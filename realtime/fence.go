@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"go.uber.org/zap"
@@ -181,4 +182,31 @@ func (b *Broker) serveSyncEpoch(r *netserver.Request) {
 	msg, act := divergence(h, q.History, mEnd, aEnd)
 	r.Reply(protocol.StatusOK, protocol.AppendSyncEpochResponse(nil, &protocol.SyncEpochResponse{
 		TruncateMessage: msg, TruncateAction: act, History: h}))
+}
+
+// registerFailoverMetrics adds the broker's role, epoch and fencing.
+func (b *Broker) registerFailoverMetrics(reg prometheus.Registerer) {
+	labels := prometheus.Labels{"group": b.opts.Group}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_role", ConstLabels: labels,
+			Help: "This broker's role: 1 master, 2 slave."}, func() float64 {
+			if b.sync != nil {
+				return 1
+			}
+			return 2
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_epoch", ConstLabels: labels,
+			Help: "The epoch this broker serves in (a slave: its master's)."}, func() float64 { return float64(b.epoch()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_message_end_bytes", ConstLabels: labels,
+			Help: "The committed end of this broker's message log."}, func() float64 { m, _ := b.store.CommittedEnds(); return float64(m) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_action_end_bytes", ConstLabels: labels,
+			Help: "The committed end of this broker's action log."}, func() float64 { _, a := b.store.CommittedEnds(); return float64(a) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_fenced", ConstLabels: labels,
+			Help: "1 while a master refuses writes: deposed, or its lease not renewed in time."}, func() float64 {
+			if b.sync != nil && b.fenced() != nil {
+				return 1
+			}
+			return 0
+		}),
+	)
 }

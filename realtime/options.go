@@ -92,6 +92,8 @@ type Options struct {
 	Master string `yaml:"master"`
 	// WaitSlave makes a send's reply wait until the slave has the messages
 	// durably (default off: the reply waits for the master's disk only).
+	// A slave that can be elected (meta servers, no Master) may set it for
+	// when it is the master.
 	WaitSlave bool `yaml:"wait_slave"`
 	// SlaveLagReadonly: with WaitSlave, once the oldest committed bytes the
 	// slave lacks are older than this (a slave that never connected lacks
@@ -208,8 +210,9 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("realtime: role must be %q or %q, got %q", RoleMaster, RoleSlave, o.Role)
 	case o.Role == RoleSlave && o.Master == "" && len(o.MetaServers) == 0:
 		return fmt.Errorf("realtime: a slave needs the master's address or meta servers that name it")
-	case o.Role == RoleSlave && o.WaitSlave:
-		return fmt.Errorf("realtime: --wait-slave is a master's option")
+	case o.Role == RoleSlave && o.WaitSlave && (o.Master != "" || len(o.MetaServers) == 0):
+		// Under failover a slave may become the master: it keeps the option.
+		return fmt.Errorf("realtime: --wait-slave is a master's option (a slave takes it only when it can be elected: meta servers and no --master)")
 	case o.SlaveLagReadonly <= 0 || o.MaxWaitingAcks <= 0:
 		return fmt.Errorf("realtime: slave lag readonly and max waiting acks must be positive")
 	case o.SyncMaxBytes < 4<<10 || o.SyncMaxBytes > o.MaxFrameSize/2-1024:

@@ -454,6 +454,8 @@ func (y *syncService) registerMetrics(reg prometheus.Registerer) {
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_slave_offset_bytes", ConstLabels: labels,
 			Help: "The slave's durable message-log offset (-1: no slave yet)."}, func() float64 { return float64(y.slaveMsg.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_slave_action_offset_bytes", ConstLabels: labels,
+			Help: "The action-log offset of the slave's latest sync request (-1: no slave yet)."}, func() float64 { return float64(y.slaveAct.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_slave_lag_bytes", ConstLabels: labels,
 			Help: "Committed message-log bytes the slave has not copied."}, func() float64 { return float64(y.lagBytes.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_slave_lag_seconds", ConstLabels: labels,

@@ -1,5 +1,7 @@
-// Command qmq-realtime runs a realtime broker (the master of one broker
-// group). Flags override the YAML file given with --config.
+// Command qmq-realtime runs a realtime broker of one broker group: its
+// master or its slave, switching roles on failover when it registers with
+// meta servers (realtime.Node). Flags override the YAML file given with
+// --config.
 package main
 
 import (
@@ -34,7 +36,7 @@ func main() {
 		os.Exit(2)
 	}
 	defer lg.Sync()
-	b, err := realtime.New(opts, lg)
+	b, err := realtime.NewNode(opts, lg)
 	if err != nil {
 		lg.Fatal("cannot open broker", zap.Error(err))
 	}
