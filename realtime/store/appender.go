@@ -143,11 +143,13 @@ func (s *Store) appendAsync(msgs [][]byte, done func([]Result), block bool) erro
 	if s.closed {
 		return ErrClosed
 	}
+	s.direct.queued.Add(1)
 	if !block {
 		select {
 		case s.appendCh <- r:
 			return nil
 		default:
+			s.direct.queued.Add(-1)
 			return ErrWouldBlock
 		}
 	}
@@ -155,15 +157,13 @@ func (s *Store) appendAsync(msgs [][]byte, done func([]Result), block bool) erro
 	return nil
 }
 
-// appendLoop is the one writer of the message log: it takes every request
-// that has arrived (up to MaxBatchBytes), assigns sequences, writes the
-// records with one write, and hands the group to syncLoop (FlushSync) or
-// publishes it (FlushAsync).
+// appendLoop is the message log's writer (with TryAppendNow, under
+// direct.mu): it takes every request that has arrived (up to
+// MaxBatchBytes), assigns sequences, writes the records with one write, and
+// hands the group to syncLoop (FlushSync) or publishes it (FlushAsync).
 func (s *Store) appendLoop() {
 	defer s.wg.Done()
 	defer close(s.syncCh)
-	batch := s.msgLog.NewBatch()
-	var head [recordHeadSize]byte
 	for {
 		first, ok := <-s.appendCh
 		if !ok {
@@ -185,101 +185,121 @@ func (s *Store) appendLoop() {
 				break drain
 			}
 		}
+		n := int64(len(g.reqs))
+		s.direct.mu.Lock()
 		if s.writeFailed.Load() {
 			if err := s.recoverWrites(); err != nil {
 				s.failGroup(g, err)
+				s.direct.queued.Add(-n)
+				s.direct.mu.Unlock()
 				continue
 			}
 		}
-		batch.Reset()
-		now := max(s.opts.Clock().UnixMilli(), s.lastTs)
-		s.lastTs = now
-		g.touched, g.nexts, g.sizes = g.touched[:0], g.nexts[:0], g.sizes[:0]
-		var gerr error
-		for _, r := range g.reqs {
-			for i, m := range r.msgs {
-				if r.results[i].Err != nil {
-					continue
-				}
-				meta := &r.metas[i]
-				sj := meta.subj
-				if sj == nil {
-					var err error
-					if sj, err = s.subjectFor(string(meta.subject), true); err != nil {
-						r.results[i].Err = fmt.Errorf("%w: %w", ErrIO, err)
-						continue
-					}
-					meta.subj = sj
-				}
-				putRecordHead(head[:], sj.next, now)
-				off, err := batch.Append(recordMessage, head[:], m)
-				if err != nil {
-					r.results[i].Err = protocol.Errorf(protocol.StatusTooLarge, err.Error())
-					continue
-				}
-				r.results[i].Seq, r.results[i].Offset = sj.next, off
-				if sj.touched != g {
-					sj.touched = g
-					sj.touchedIdx = len(g.touched)
-					g.touched = append(g.touched, sj)
-					g.nexts = append(g.nexts, sj.next)
-					g.sizes = append(g.sizes, 0)
-				}
-				g.sizes[sj.touchedIdx] += int64(recordOverhead + len(m))
-				sj.next++
+		if s.appendGroup(g) {
+			if s.opts.Flush == FlushAsync {
+				s.publish(g)
+			} else {
+				s.inflight.Add(1)
+				s.syncCh <- g
 			}
 		}
-		if batch.Records() > 0 {
-			gerr = s.msgLog.Write(batch)
-		}
-		if gerr != nil {
-			// Nothing of this group is stored: give its sequences back.
-			for i, sj := range g.touched {
-				sj.rollback(g.nexts[i])
-				sj.touched = nil
-			}
-			s.writeFailed.Store(true)
-			s.lg.Error("message log write failed", zap.Error(gerr))
-			s.failGroup(g, fmt.Errorf("%w: %w", ErrIO, gerr))
-			continue
-		}
-		g.end = batch.End()
-		g.ts = now
-		// Index: consume-log entries, visible only once published. Runs of
-		// one subject take its lock once.
-		var run *subject
-		for _, r := range g.reqs {
-			for i, m := range r.msgs {
-				res := &r.results[i]
-				if res.Err != nil {
-					continue
-				}
-				meta := &r.metas[i]
-				if meta.subj != run {
-					if run != nil {
-						s.endEntries(run)
-					}
-					run = meta.subj
-					run.mu.Lock()
-				}
-				e := entry{offset: res.Offset, size: uint32(recordOverhead + len(m)), timestamp: now, deliverAt: meta.deliverAt, bloom: meta.bloom}
-				run.addEntryLocked(&e)
-			}
-		}
-		if run != nil {
-			s.endEntries(run)
-		}
-		for i, sj := range g.touched {
-			sj.touched = nil
-			g.nexts[i] = sj.next
-		}
-		if s.opts.Flush == FlushAsync {
-			s.publish(g)
-			continue
-		}
-		s.inflight.Add(1)
-		s.syncCh <- g
+		s.direct.queued.Add(-n)
+		s.direct.mu.Unlock()
 	}
+}
+
+// appendGroup assigns g's messages their sequences, writes their records
+// with one write and indexes them (visible once published). It reports
+// false when the write failed: g has then failed and its sequences are
+// given back. direct.mu must be held.
+func (s *Store) appendGroup(g *commitGroup) bool {
+	if s.direct.batch == nil {
+		s.direct.batch = s.msgLog.NewBatch()
+	}
+	batch, head := s.direct.batch, s.direct.head[:]
+	batch.Reset()
+	now := max(s.opts.Clock().UnixMilli(), s.lastTs)
+	s.lastTs = now
+	g.touched, g.nexts, g.sizes = g.touched[:0], g.nexts[:0], g.sizes[:0]
+	for _, r := range g.reqs {
+		for i, m := range r.msgs {
+			if r.results[i].Err != nil {
+				continue
+			}
+			meta := &r.metas[i]
+			sj := meta.subj
+			if sj == nil {
+				var err error
+				if sj, err = s.subjectFor(string(meta.subject), true); err != nil {
+					r.results[i].Err = fmt.Errorf("%w: %w", ErrIO, err)
+					continue
+				}
+				meta.subj = sj
+			}
+			putRecordHead(head, sj.next, now)
+			off, err := batch.Append(recordMessage, head, m)
+			if err != nil {
+				r.results[i].Err = protocol.Errorf(protocol.StatusTooLarge, err.Error())
+				continue
+			}
+			r.results[i].Seq, r.results[i].Offset = sj.next, off
+			if sj.touched != g {
+				sj.touched = g
+				sj.touchedIdx = len(g.touched)
+				g.touched = append(g.touched, sj)
+				g.nexts = append(g.nexts, sj.next)
+				g.sizes = append(g.sizes, 0)
+			}
+			g.sizes[sj.touchedIdx] += int64(recordOverhead + len(m))
+			sj.next++
+		}
+	}
+	var err error
+	if batch.Records() > 0 {
+		err = s.msgLog.Write(batch)
+	}
+	if err != nil {
+		// Nothing of this group is stored: give its sequences back.
+		for i, sj := range g.touched {
+			sj.rollback(g.nexts[i])
+			sj.touched = nil
+		}
+		s.writeFailed.Store(true)
+		s.lg.Error("message log write failed", zap.Error(err))
+		s.failGroup(g, fmt.Errorf("%w: %w", ErrIO, err))
+		return false
+	}
+	g.end = batch.End()
+	g.ts = now
+	// Index: consume-log entries, visible only once published. Runs of
+	// one subject take its lock once.
+	var run *subject
+	for _, r := range g.reqs {
+		for i, m := range r.msgs {
+			res := &r.results[i]
+			if res.Err != nil {
+				continue
+			}
+			meta := &r.metas[i]
+			if meta.subj != run {
+				if run != nil {
+					s.endEntries(run)
+				}
+				run = meta.subj
+				run.mu.Lock()
+			}
+			e := entry{offset: res.Offset, size: uint32(recordOverhead + len(m)), timestamp: now, deliverAt: meta.deliverAt, bloom: meta.bloom}
+			run.addEntryLocked(&e)
+		}
+	}
+	if run != nil {
+		s.endEntries(run)
+	}
+	for i, sj := range g.touched {
+		sj.touched = nil
+		g.nexts[i] = sj.next
+	}
+	return true
 }
 
 // endEntries ends a run of addEntryLocked calls: it flushes a full buffer

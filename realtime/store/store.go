@@ -35,6 +35,7 @@ type Store struct {
 	groups   map[groupKey]*group
 
 	appendCh    chan *appendReq
+	direct      directAppend // the writer's lock and state (direct.go)
 	syncCh      chan *commitGroup
 	inflight    sync.WaitGroup
 	goodEnd     atomic.Int64 // end of the last published group

@@ -1,9 +1,15 @@
 package store
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
 // TryAppendAsync stores like AppendAsync when the queue has room, and fails
@@ -32,5 +38,143 @@ func TestTryAppendAsync(t *testing.T) {
 	}
 	if err := s.TryAppendAsync([][]byte{encode(t, "s", "id-2", []byte("y"))}, func([]Result) {}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("after Close: %v", err)
+	}
+}
+
+// TryAppendNow appends on the caller's goroutine only under FlushAsync, for
+// subjects the store knows, and stores exactly what AppendAsync would: the
+// sequences continue, the messages are readable, OnAppend fires, invalid
+// messages fail alone.
+func TestTryAppendNow(t *testing.T) {
+	durable := openStore(t, t.TempDir(), testOptions())
+	appendAll(t, durable, encode(t, "s", "a", []byte("x")))
+	if _, ok := durable.TryAppendNow([][]byte{encode(t, "s", "b", []byte("y"))}); ok {
+		t.Fatal("appended now under FlushSync")
+	}
+	if err := durable.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	opts := testOptions()
+	opts.Flush = FlushAsync
+	var woken atomic.Int64
+	opts.OnAppend = func(subject string, next int64) {
+		if subject == "s" {
+			woken.Store(next)
+		}
+	}
+	s := openStore(t, t.TempDir(), opts)
+	defer s.Close()
+	if _, ok := s.TryAppendNow([][]byte{encode(t, "s", "new", []byte("x"))}); ok {
+		t.Fatal("appended now to a subject the store does not have yet")
+	}
+	appendAll(t, s, encode(t, "s", "first", []byte("x")))
+	bad := encode(t, "s", "bad", []byte("z"))
+	bad[len(bad)-1] ^= 1
+	res, ok := s.TryAppendNow([][]byte{encode(t, "s", "now-1", []byte("y")), bad, encode(t, "s", "now-2", []byte("w"))})
+	if !ok {
+		t.Fatal("did not append now")
+	}
+	if res[0].Err != nil || res[2].Err != nil || res[0].Seq != 1 || res[2].Seq != 2 {
+		t.Fatalf("results %+v", res)
+	}
+	if !errors.Is(res[1].Err, protocol.ErrInvalid) {
+		t.Fatalf("corrupt message: %v", res[1].Err)
+	}
+	if woken.Load() != 3 {
+		t.Fatalf("OnAppend saw next %d, want 3", woken.Load())
+	}
+	got, err := s.Read("s", 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, p := range got {
+		ids = append(ids, msgID(t, p.Message))
+	}
+	if fmt.Sprint(ids) != "[first now-1 now-2]" {
+		t.Fatalf("read %v", ids)
+	}
+	// Records that would start a new segment file go through the appender.
+	big := encode(t, "s", "big", make([]byte, 900<<10))
+	refused := false
+	for range 20 {
+		res, ok := s.TryAppendNow([][]byte{big})
+		if !ok {
+			refused = true
+			break
+		}
+		if res[0].Err != nil {
+			t.Fatal(res[0].Err)
+		}
+		if n := len(s.msgLog.Segments()); n != 1 {
+			t.Fatalf("an append now made the log %d segments", n)
+		}
+	}
+	if !refused {
+		t.Fatal("appended now past the end of the segment")
+	}
+	appendAll(t, s, big)
+	if n := len(s.msgLog.Segments()); n != 2 {
+		t.Fatalf("the appender left %d segments, want 2", n)
+	}
+}
+
+// Appends now and queued appends from many goroutines interleave into one
+// gap-free sequence per subject, every message stored once and readable.
+func TestTryAppendNow_InterleavesWithTheAppender(t *testing.T) {
+	opts := testOptions()
+	opts.Flush = FlushAsync
+	s := openStore(t, t.TempDir(), opts)
+	defer s.Close()
+	appendAll(t, s, encode(t, "a", "seed-a", nil), encode(t, "b", "seed-b", nil))
+	const workers, per = 4, 300
+	var now atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				subject := []string{"a", "b"}[(w+i)%2]
+				m := [][]byte{encode(t, subject, fmt.Sprintf("w%d-%d", w, i), []byte("x"))}
+				if i%3 != 0 {
+					if res, ok := s.TryAppendNow(m); ok {
+						now.Add(1)
+						if res[0].Err != nil {
+							t.Error(res[0].Err)
+						}
+						continue
+					}
+				}
+				if _, err := s.Append(context.Background(), m); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if now.Load() == 0 {
+		t.Fatal("no append went the direct way")
+	}
+	seen := map[string]bool{}
+	for _, subject := range []string{"a", "b"} {
+		got, err := s.Read(subject, 0, workers*per)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range got {
+			if p.ConsumeSeq != int64(i) {
+				t.Fatalf("%s: entry %d has sequence %d", subject, i, p.ConsumeSeq)
+			}
+			id := msgID(t, p.Message)
+			if seen[id] {
+				t.Fatalf("%s stored twice", id)
+			}
+			seen[id] = true
+		}
+	}
+	if len(seen) != workers*per+2 {
+		t.Fatalf("%d messages stored, want %d", len(seen), workers*per+2)
 	}
 }
