@@ -94,6 +94,12 @@ func (m *master) serveSend(r *netserver.Request) {
 		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
 		return
 	}
+	if mine := m.epoch.Load(); mine != 0 && req.Epoch > mine {
+		// The producer learnt of a newer election: this master was deposed.
+		r.ReplyError(protocol.Errorf(protocol.StatusNotMaster, fmt.Sprintf(
+			"delay group %s: the send names epoch %d, this master serves %d", m.s.opts.Group, req.Epoch, mine)))
+		return
+	}
 	metrics := m.s.metrics
 	metrics.received.Add(float64(len(req.Messages)))
 	m.store.Append(req.Messages, func(results []store.Result) {

@@ -1,4 +1,5 @@
-// Command qmq-delay runs a delay server (the master of one delay group).
+// Command qmq-delay runs a delay server: the master (--role master, the
+// default) or the slave (--role slave) of one delay group.
 // Flags override the YAML file given with --config.
 package main
 
