@@ -1,0 +1,631 @@
+package realtime_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/qmq-go/qmq/consumer"
+	"github.com/qmq-go/qmq/metaserver"
+	"github.com/qmq-go/qmq/pkg/devetcd"
+	"github.com/qmq-go/qmq/pkg/metaclient"
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/testutil"
+	"github.com/qmq-go/qmq/producer"
+	"github.com/qmq-go/qmq/realtime"
+	"github.com/qmq-go/qmq/realtime/store"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+)
+
+// The failover tests run a broker group of two child processes (this test
+// binary re-executed, running TestFailoverChild: a realtime.Node, as
+// qmq-realtime does) registered with an in-process meta server on an
+// embedded etcd, and kill them with SIGKILL.
+
+const (
+	failoverChildRole = "realtime-failover-child"
+	failoverGroup     = "fo"
+	failoverTTL       = 3 * time.Second
+)
+
+// TestFailoverChild is the child: a Node serving until SIGKILL or SIGTERM.
+func TestFailoverChild(t *testing.T) {
+	if testutil.ChildRole() != failoverChildRole {
+		t.Skip("runs only as the failover tests' child process")
+	}
+	o := realtime.NewOptions()
+	o.Group = failoverGroup
+	o.Addr, o.HTTPAddr, o.DataDir = os.Getenv("QMQ_RT_FO_ADDR"), os.Getenv("QMQ_RT_FO_HTTP"), os.Getenv("QMQ_RT_FO_DIR")
+	o.MetaServers = []string{os.Getenv("QMQ_RT_FO_META")}
+	o.Role = os.Getenv("QMQ_RT_FO_ROLE")
+	o.WaitSlave = true
+	o.SegmentSize, o.MaxBody = replSegment, replMaxBody
+	o.SyncWait = 300 * time.Millisecond
+	if d, err := time.ParseDuration(os.Getenv("QMQ_RT_FO_LAG_READONLY")); err == nil {
+		o.SlaveLagReadonly = d
+	}
+	lg, _ := zap.NewDevelopment(zap.IncreaseLevel(zap.InfoLevel))
+	n, err := realtime.NewNode(o, lg)
+	if err == nil {
+		err = n.Start()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(3)
+	}
+	fmt.Println("ready")
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+	<-sig
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.Close(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "child: close:", err)
+		os.Exit(4)
+	}
+	os.Exit(0)
+}
+
+// startFailoverMeta starts etcd and a meta server whose broker leases live
+// ttl.
+func startFailoverMeta(t *testing.T, ttl time.Duration) (*metaserver.Server, *devetcd.Etcd) {
+	t.Helper()
+	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir(), Fast: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return startMetaOn(t, e, "127.0.0.1:0", ttl), e
+}
+
+func startMetaOn(t *testing.T, e *devetcd.Etcd, addr string, ttl time.Duration) *metaserver.Server {
+	t.Helper()
+	o := metaserver.NewOptions()
+	o.Addr, o.HTTPAddr, o.EtcdEndpoints, o.AdminToken = addr, "127.0.0.1:0", e.Endpoints(), "t"
+	o.EtcdTimeout, o.BrokerTTL = 2*time.Second, ttl
+	s, err := metaserver.New(o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+type nodeChild struct {
+	name, addr, httpAddr string
+	cmd                  *exec.Cmd
+	log                  *lockedBuffer
+	done                 chan struct{}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startNode starts a child Node and waits until it serves.
+func startNode(t *testing.T, name, dir, addr, httpAddr, role, meta string, env ...string) *nodeChild {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFailoverChild$")
+	cmd.Env = append(append(os.Environ(), testutil.ChildEnv+"="+failoverChildRole, "QMQ_RT_FO_DIR="+dir, "QMQ_RT_FO_ADDR="+addr,
+		"QMQ_RT_FO_HTTP="+httpAddr, "QMQ_RT_FO_ROLE="+role, "QMQ_RT_FO_META="+meta), env...)
+	c := &nodeChild{name: name, addr: addr, httpAddr: httpAddr, cmd: cmd, log: &lockedBuffer{}, done: make(chan struct{})}
+	cmd.Stderr = c.log
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		ok := false
+		for sc.Scan() {
+			if !ok && sc.Text() == "ready" {
+				ok = true
+				ready <- true
+			}
+		}
+		if !ok {
+			ready <- false
+		}
+		cmd.Wait()
+		close(c.done)
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			<-c.done
+			t.Fatalf("%s exited before ready: %s", name, c.log.String())
+		}
+	case <-time.After(30 * time.Second):
+		c.kill()
+		t.Fatalf("%s not ready after 30s: %s", name, c.log.String())
+	}
+	t.Cleanup(func() {
+		c.kill()
+		if testing.Verbose() {
+			for _, line := range strings.Split(c.log.String(), "\n") {
+				for _, key := range []string{"won the group", "deposed", "cut back", "store truncated", "serving as", "serving epoch", "caught up"} {
+					if strings.Contains(line, key) {
+						t.Logf("%s: %s", name, line)
+						break
+					}
+				}
+			}
+		}
+		if strings.Contains(c.log.String(), "WARNING: DATA RACE") {
+			t.Errorf("%s: data race", name)
+		}
+		if t.Failed() {
+			t.Logf("%s log:\n%s", name, c.log.String())
+		}
+	})
+	return c
+}
+
+func (c *nodeChild) kill() {
+	c.cmd.Process.Kill()
+	<-c.done
+}
+
+// term stops the child gracefully and waits for it.
+func (c *nodeChild) term(t *testing.T) {
+	t.Helper()
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(20 * time.Second):
+		c.kill()
+		t.Fatalf("%s did not stop on SIGTERM", c.name)
+	}
+	if code := c.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("%s exited with %d", c.name, code)
+	}
+}
+
+func (c *nodeChild) gauge(name string) (float64, error) {
+	resp, err := http.Get("http://" + c.httpAddr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
+			f := strings.Fields(line)
+			return strconv.ParseFloat(f[len(f)-1], 64)
+		}
+	}
+	return 0, fmt.Errorf("%s: no %s", c.name, name)
+}
+
+func (c *nodeChild) waitGauge(t *testing.T, timeout time.Duration, name string, ok func(float64) bool) {
+	t.Helper()
+	testutil.CheckFor(t, timeout, 50*time.Millisecond, func() error {
+		v, err := c.gauge(name)
+		if err != nil {
+			return err
+		}
+		if !ok(v) {
+			return fmt.Errorf("%s: %s is %v", c.name, name, v)
+		}
+		return nil
+	})
+}
+
+func is(want float64) func(float64) bool { return func(v float64) bool { return v == want } }
+
+// waitSlaveHolds waits until master's slave holds both of its logs up to
+// its committed ends and the master no longer serves alone.
+func waitSlaveHolds(t *testing.T, master *nodeChild, timeout time.Duration) {
+	t.Helper()
+	testutil.CheckFor(t, timeout, 50*time.Millisecond, func() error {
+		vals := map[string]float64{}
+		for _, g := range []string{"qmq_realtime_role", "qmq_realtime_serving_alone", "qmq_realtime_slave_offset_bytes",
+			"qmq_realtime_message_end_bytes", "qmq_realtime_slave_action_offset_bytes", "qmq_realtime_action_end_bytes"} {
+			v, err := master.gauge(g)
+			if err != nil {
+				return err
+			}
+			vals[g] = v
+		}
+		if vals["qmq_realtime_role"] != 1 || vals["qmq_realtime_serving_alone"] != 0 ||
+			vals["qmq_realtime_slave_offset_bytes"] != vals["qmq_realtime_message_end_bytes"] ||
+			vals["qmq_realtime_slave_action_offset_bytes"] != vals["qmq_realtime_action_end_bytes"] {
+			return fmt.Errorf("%s: %v", master.name, vals)
+		}
+		return nil
+	})
+}
+
+// load sends messages with unique ids from a few goroutines until stopped,
+// remembering which were acknowledged and when the last was.
+type load struct {
+	p     *producer.Producer
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	acked []string
+	times []time.Time
+	fails int
+}
+
+func startLoad(p *producer.Producer, subject string, senders int) *load {
+	l := &load{p: p, stop: make(chan struct{})}
+	for g := 0; g < senders; g++ {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				id := fmt.Sprintf("g%d-%d", g, i)
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				err := p.Send(ctx, &producer.Message{Subject: subject, ID: id, Body: []byte(id)})
+				cancel()
+				l.mu.Lock()
+				if err == nil {
+					l.acked = append(l.acked, id)
+					l.times = append(l.times, time.Now())
+				} else {
+					l.fails++
+				}
+				l.mu.Unlock()
+			}
+		}()
+	}
+	return l
+}
+
+func (l *load) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.acked)
+}
+
+// firstAckAfter returns the time of the first acknowledgement after t.
+func (l *load) firstAckAfter(t time.Time) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, at := range l.times {
+		if at.After(t) {
+			return at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+func (l *load) finish() []string {
+	close(l.stop)
+	l.wg.Wait()
+	return l.acked
+}
+
+func (l *load) waitCount(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
+	testutil.Eventually(t, timeout, fmt.Sprintf("%d sends acknowledged", n), func() bool { return l.count() >= n })
+}
+
+func newMetaClients(t *testing.T, meta string) (*producer.Producer, *metaclient.Client) {
+	t.Helper()
+	mc, err := metaclient.New([]string{meta}, "failover-test", metaclient.WithRefreshInterval(200*time.Millisecond),
+		metaclient.WithMinEarlyRefresh(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mc.Close() })
+	p, err := producer.New(producer.WithResolver(mc), producer.WithTransportOptions(fastTransport), producer.WithSendTimeout(20*time.Second),
+		producer.WithLogger(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(context.Background()) })
+	return p, mc
+}
+
+func subscribe(t *testing.T, mc *metaclient.Client, id, subject string, col *collector) *consumer.Consumer {
+	t.Helper()
+	c, err := consumer.New(consumer.WithResolver(mc), consumer.WithConsumerID(id), consumer.WithTransportOptions(fastTransport),
+		consumer.WithRouteRefresh(200*time.Millisecond), consumer.WithLogger(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Subscribe(subject, "g", col.handler, consumer.StartEarliest(), consumer.Concurrency(4)); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// logsOf opens a stopped broker's store and returns its state and both
+// logs' bytes.
+func logsOf(t *testing.T, dir string) (copyState, []byte, []byte) {
+	t.Helper()
+	st := storeState(t, dir, true)
+	o := store.DefaultOptions
+	o.SegmentSize = replSegment
+	o.Limits.MaxBody = replMaxBody
+	o.CheckpointInterval, o.RetentionInterval, o.RetentionAge = -1, -1, -1
+	o.Replica = true
+	s, err := store.Open(dir, o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	read := func(rd func(int64, int) (store.LogChunk, error)) []byte {
+		var out []byte
+		for off := int64(0); ; {
+			c, err := rd(off, 1<<20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(c.Data) == 0 {
+				return out
+			}
+			out = append(out, c.Data...)
+			off = c.Offset + int64(len(c.Data))
+		}
+	}
+	return st, read(s.ReadMessageLog), read(s.ReadActionLog)
+}
+
+// The master is SIGKILLed under steady produce and consume load with
+// --wait-slave: the slave wins the group within seconds, producers and
+// consumers follow it, every acknowledged message is delivered. The old
+// master, restarted, rejoins as the slave, cuts off what the new master
+// never had and converges: both logs byte-identical.
+func TestFailover_KillMasterUnderLoad(t *testing.T) {
+	meta, _ := startFailoverMeta(t, failoverTTL)
+	metaAddr := meta.Addr().String()
+	aDir, bDir := t.TempDir(), t.TempDir()
+	aAddr, aHTTP, bAddr, bHTTP := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	a := startNode(t, "A", aDir, aAddr, aHTTP, realtime.RoleMaster, metaAddr)
+	a.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(1))
+	b := startNode(t, "B", bDir, bAddr, bHTTP, realtime.RoleSlave, metaAddr)
+	b.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(2))
+	waitSlaveHolds(t, a, 20*time.Second)
+
+	p, mc := newMetaClients(t, metaAddr)
+	col := newCollector()
+	c := subscribe(t, mc, "c1", "fo", col)
+	l := startLoad(p, "fo", 4)
+	l.waitCount(t, 300, 30*time.Second)
+
+	a.kill()
+	killed := time.Now()
+	testutil.Eventually(t, 30*time.Second, "a send acknowledged after the kill", func() bool {
+		_, ok := l.firstAckAfter(killed)
+		return ok
+	})
+	first, _ := l.firstAckAfter(killed)
+	b.waitGauge(t, 5*time.Second, "qmq_realtime_role", is(1))
+	before := l.count()
+	l.waitCount(t, before+300, 30*time.Second)
+	acked := l.finish()
+	t.Logf("failover: SIGKILL at %s, first acknowledged send %v after it (lease ttl %v); %d sends acknowledged, %d failed",
+		killed.UTC().Format("15:04:05.000"), first.Sub(killed).Round(time.Millisecond), failoverTTL, len(acked), l.fails)
+	if d := first.Sub(killed); d > 4*failoverTTL {
+		t.Errorf("failover took %v", d)
+	}
+	col.waitAll(t, acked, 30*time.Second)
+
+	// The old master comes back: a slave of B, cut back and converged.
+	a = startNode(t, "A again", aDir, aAddr, aHTTP, realtime.RoleMaster, metaAddr)
+	a.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(2))
+	more := startLoad(p, "fo", 2)
+	more.waitCount(t, 100, 30*time.Second)
+	acked = append(acked, more.finish()...)
+	col.waitAll(t, acked, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	c.Close(ctx)
+	cancel()
+	waitSlaveHolds(t, b, 30*time.Second)
+	a.term(t)
+	b.term(t)
+	as, am, aa := logsOf(t, aDir)
+	bs, bm, ba := logsOf(t, bDir)
+	if !bytes.Equal(am, bm) || !bytes.Equal(aa, ba) {
+		t.Fatalf("logs differ after the rejoin: message %d vs %d bytes, action %d vs %d bytes", len(am), len(bm), len(aa), len(ba))
+	}
+	if fmt.Sprint(as) != fmt.Sprint(bs) {
+		t.Fatalf("stores differ after the rejoin:\n A %+v\n B %+v", as, bs)
+	}
+	t.Logf("converged: %d message-log and %d action-log bytes; %d messages delivered (%d duplicates)", len(am), len(aa), col.total.Load(), col.duplicates())
+}
+
+// The old master holds records its slave never copied (the slave was
+// stopped while sends waited for it, unacknowledged) when it is killed;
+// the slave wins with a shorter log. Restarted, the old master cuts its
+// logs back to the new master's promotion point (its extra records were
+// never acknowledged) and converges byte for byte.
+func TestFailover_OldMasterCutBack(t *testing.T) {
+	meta, _ := startFailoverMeta(t, failoverTTL)
+	metaAddr := meta.Addr().String()
+	aDir, bDir := t.TempDir(), t.TempDir()
+	aAddr, aHTTP, bAddr, bHTTP := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	a := startNode(t, "A", aDir, aAddr, aHTTP, realtime.RoleMaster, metaAddr)
+	a.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(1))
+	b := startNode(t, "B", bDir, bAddr, bHTTP, realtime.RoleSlave, metaAddr)
+	b.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(2))
+	waitSlaveHolds(t, a, 20*time.Second)
+
+	p, mc := newMetaClients(t, metaAddr)
+	l := startLoad(p, "cut", 4)
+	l.waitCount(t, 200, 30*time.Second)
+	// Stop the slave (not long enough for its own lease to expire): the
+	// master stores new sends and holds their replies.
+	b.cmd.Process.Signal(syscall.SIGSTOP)
+	end, _ := a.gauge("qmq_realtime_message_end_bytes")
+	a.waitGauge(t, 10*time.Second, "qmq_realtime_message_end_bytes", func(v float64) bool { return v > end })
+	a.kill()
+	b.cmd.Process.Signal(syscall.SIGCONT)
+	b.waitGauge(t, 30*time.Second, "qmq_realtime_role", is(1))
+	before := l.count()
+	l.waitCount(t, before+200, 30*time.Second)
+	acked := l.finish()
+
+	a = startNode(t, "A again", aDir, aAddr, aHTTP, realtime.RoleMaster, metaAddr)
+	testutil.Eventually(t, 30*time.Second, "A cut its copy back", func() bool {
+		return strings.Contains(a.log.String(), "copy cut back")
+	})
+	a.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(2))
+	col := newCollector()
+	c := subscribe(t, mc, "c1", "cut", col)
+	col.waitAll(t, acked, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	c.Close(ctx)
+	cancel()
+	waitSlaveHolds(t, b, 30*time.Second)
+	a.term(t)
+	b.term(t)
+	_, am, aa := logsOf(t, aDir)
+	_, bm, ba := logsOf(t, bDir)
+	if !bytes.Equal(am, bm) || !bytes.Equal(aa, ba) {
+		t.Fatalf("logs differ after the cut: message %d vs %d bytes, action %d vs %d bytes", len(am), len(bm), len(aa), len(ba))
+	}
+}
+
+// A master cut off from the meta servers (so from etcd) refuses writes
+// before its lease can expire, measured against its last renewal; when a
+// meta server is back after the lease expired, it wins the group again at
+// a new epoch and serves.
+func TestFailover_MasterCutOffFromMetaStopsWrites(t *testing.T) {
+	meta, etcd := startFailoverMeta(t, failoverTTL)
+	metaAddr := meta.Addr().String()
+	o := realtime.NewOptions()
+	o.Group, o.Addr, o.HTTPAddr, o.DataDir = failoverGroup, "127.0.0.1:0", "", t.TempDir()
+	o.MetaServers, o.SegmentSize, o.MaxBody = []string{metaAddr}, replSegment, replMaxBody
+	n, err := realtime.NewNode(o, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close(context.Background()) })
+	c := newClient(t)
+	addr := n.Addr().String()
+	ctx := context.Background()
+	testutil.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error { return rawSend(ctx, c, addr, "cut", "before") })
+	epoch := n.Broker().Replication().Epoch
+	if epoch == 0 {
+		t.Fatal("a registered master serves epoch 0")
+	}
+
+	if err := meta.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var refusedAt time.Time
+	for i := 0; ; i++ {
+		err := rawSend(ctx, c, addr, "cut", fmt.Sprint("during", i))
+		if errors.Is(err, protocol.ErrNotMaster) {
+			refusedAt = time.Now()
+			break
+		}
+		if err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+		if i > 1000 {
+			t.Fatal("the master never stopped taking sends")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	st := n.Broker().Replication()
+	expires := st.LeaseRenewedAt.Add(st.LeaseTTL)
+	t.Logf("refused %v after the last renewal (lease ttl %v): %v before the lease could expire",
+		refusedAt.Sub(st.LeaseRenewedAt).Round(time.Millisecond), st.LeaseTTL, expires.Sub(refusedAt).Round(time.Millisecond))
+	if !refusedAt.Before(expires) || !st.Fenced {
+		t.Fatalf("refused at %v, lease renewed at %v with ttl %v (fenced %v)", refusedAt, st.LeaseRenewedAt, st.LeaseTTL, st.Fenced)
+	}
+
+	// Past the lease's expiry a meta server comes back on the same address.
+	time.Sleep(time.Until(expires.Add(500 * time.Millisecond)))
+	startMetaOn(t, etcd, metaAddr, failoverTTL)
+	testutil.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error { return rawSend(ctx, c, addr, "cut", "after") })
+	if e := n.Broker().Replication().Epoch; e <= epoch {
+		t.Fatalf("epoch %d after the lease expired, %d before", e, epoch)
+	}
+}
+
+// The slave is SIGKILLed under load: the master keeps serving consumers;
+// with --wait-slave its sends turn readonly once the slave lags past the
+// configured threshold, and take messages again once the restarted slave
+// caught up. Every acknowledged message is delivered.
+func TestFailover_KillSlave(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: the slave is killed and restarted under load")
+	}
+	meta, _ := startFailoverMeta(t, failoverTTL)
+	metaAddr := meta.Addr().String()
+	aDir, bDir := t.TempDir(), t.TempDir()
+	aAddr, aHTTP, bAddr, bHTTP := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	lagEnv := "QMQ_RT_FO_LAG_READONLY=1s"
+	a := startNode(t, "A", aDir, aAddr, aHTTP, realtime.RoleMaster, metaAddr, lagEnv)
+	a.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(1))
+	b := startNode(t, "B", bDir, bAddr, bHTTP, realtime.RoleSlave, metaAddr, lagEnv)
+	waitSlaveHolds(t, a, 20*time.Second)
+
+	p, mc := newMetaClients(t, metaAddr)
+	col := newCollector()
+	subscribe(t, mc, "c1", "slavekill", col)
+	l := startLoad(p, "slavekill", 4)
+	l.waitCount(t, 200, 30*time.Second)
+	b.kill()
+	a.waitGauge(t, 20*time.Second, "qmq_realtime_slave_lag_readonly", is(1))
+	a.waitGauge(t, 5*time.Second, "qmq_realtime_role", is(1))
+	b = startNode(t, "B again", bDir, bAddr, bHTTP, realtime.RoleSlave, metaAddr, lagEnv)
+	a.waitGauge(t, 30*time.Second, "qmq_realtime_slave_lag_readonly", is(0))
+	before := l.count()
+	l.waitCount(t, before+200, 30*time.Second)
+	acked := l.finish()
+	col.waitAll(t, acked, 30*time.Second)
+	t.Logf("%d sends acknowledged, %d failed while the group was readonly", len(acked), l.fails)
+}
