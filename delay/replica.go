@@ -27,6 +27,7 @@ type slave struct {
 
 	epoch      atomic.Uint64 // the master's epoch as the meta servers name it (0: none)
 	synced     atomic.Bool   // the copy follows a master's store (it has synced once)
+	applied    atomic.Bool   // a manifest was applied in this run: the ack is exact
 	lagBytes   atomic.Int64  // bytes of the last manifest not copied yet
 	caughtUpAt atomic.Int64  // unix nanos: the copy last held all the master listed
 	polling    atomic.Bool   // caught up, waiting for the master's next change
@@ -138,8 +139,11 @@ func (y *slave) follow() error {
 	}
 	var run, since uint64
 	for {
+		// Acknowledge only what this run committed: after a restart the
+		// copy's files may have been cut, so what it holds is known again
+		// once a manifest has been applied.
 		acked := int64(-1)
-		if y.synced.Load() {
+		if y.applied.Load() {
 			acked = y.replica.Replayed()
 		}
 		q := protocol.DelayManifestRequest{Epoch: y.epoch.Load(), Group: y.s.opts.Group, Run: run, Since: since, Acked: acked,
@@ -164,16 +168,28 @@ func (y *slave) follow() error {
 				return err
 			}
 			y.synced.Store(false)
+			y.applied.Store(false)
 			if dropped || p.Flags&protocol.DelayManifestFull == 0 {
 				run, since = 0, 0
 				continue
 			}
 		}
 		if err := y.apply(addr, &p); err != nil {
+			if errors.Is(err, protocol.ErrBadRequest) {
+				// The master found no record where the copy ends: it lost
+				// bytes the copy holds (a machine crash under async flush).
+				y.lg.Error("the copy does not line up with the master's files; copying again from empty", zap.Error(err))
+				y.applied.Store(false)
+				y.synced.Store(false)
+				if derr := y.replica.Drop(); derr != nil {
+					return errors.Join(err, derr)
+				}
+			}
 			return err
 		}
 		run, since = p.Run, p.Version
 		y.synced.Store(true)
+		y.applied.Store(true)
 	}
 }
 

@@ -226,6 +226,26 @@ func (r *Replica) Follow(store uint64) (bool, error) {
 	return drop, nil
 }
 
+// Drop removes the copy and the marker: the next Follow starts from empty.
+// A slave whose copy no longer lines up with its master's files (the
+// master lost bytes the slave had copied) drops it and copies again.
+func (r *Replica) Drop() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return ErrClosed
+	}
+	r.lg.Warn("dropping the copy", zap.Int("hours", len(r.hours)))
+	if err := r.wipeLocked(); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(r.dir, replicaFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	r.following, r.marked, r.master = 0, false, false
+	return fsutil.SyncDir(r.dir)
+}
+
 // wipeLocked removes every file of the store.
 func (r *Replica) wipeLocked() error {
 	r.schedules.closeAll()

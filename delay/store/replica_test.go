@@ -274,4 +274,16 @@ func TestReplica_RejectsMisfitsAndCutsTornTails(t *testing.T) {
 	if got := r.Hour(h); got.ScheduleSize != int64(len(rec)) || got.Records != 1 || got.DispatchSize != dispatchEntrySize {
 		t.Fatalf("after the torn tails: %+v", got)
 	}
+	// Drop: a copy that no longer lines up is removed, marker and all.
+	if err := r.Drop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, marked := r.Following(); marked || len(r.HourFiles()) != 0 {
+		t.Fatalf("after Drop: marked %v, hours %+v", marked, r.HourFiles())
+	}
+	for _, p := range []string{replicaFile, filepath.Join(scheduleDir, hourName(h)), filepath.Join(dispatchDir, hourName(h))} {
+		if _, err := os.Stat(filepath.Join(dir, p)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s left after Drop: %v", p, err)
+		}
+	}
 }
