@@ -21,10 +21,10 @@ type FairShareOptions struct {
 	// (default 100ms; two periods of Window are kept and the older one fades
 	// out linearly).
 	Window time.Duration `yaml:"window"`
-	// Excess is how far above its equal share an actor may go before its
-	// pulls are held: 1.2 holds an actor that took more than 1.2 × 1/n of
-	// the window's deliveries when n actors drain backlogs (default 1.2;
-	// at least 1).
+	// Excess is how far above the others an actor may go before its pulls
+	// are held: 1.1 holds an actor that took more than 1.1 times the mean
+	// of the window's deliveries to the other actors draining backlogs
+	// (default 1.1; at least 1).
 	Excess float64 `yaml:"excess"`
 }
 
@@ -33,7 +33,7 @@ func NewFairShareOptions() FairShareOptions {
 	return FairShareOptions{
 		Hold:   10 * time.Millisecond,
 		Window: 100 * time.Millisecond,
-		Excess: 1.2,
+		Excess: 1.1,
 	}
 }
 
@@ -60,9 +60,13 @@ func (o *FairShareOptions) Validate() error {
 // fairShare measures the recent deliveries of every flow (a pull actor: a
 // consumer group of a subject, or a broadcast subscriber) and tells which
 // flows took more than their share. A flow contends while one of its pulls
-// found a backlog (was answered with a full batch) in the current or the
-// last period; only contending flows are compared, and only when at least
-// two contend, so a group following the tail of its subject is never held.
+// was hungry in the current or the last period: it asked for a full batch
+// (at least half the most one pull of the flow asked for since the flow was
+// last idle for a period) and got all of it, so its consumers had room for more and a backlog was there to
+// fill it. A group following the tail of its subject gets less than it asks
+// for, and one whose handlers are its limit asks for the few messages they
+// just finished: neither contends. Only contending flows are compared, and
+// only when at least two contend.
 //
 // Periods are Window long and numbered by the monotonic time since the
 // fairShare was made. A flow's recent deliveries are its current period's
@@ -84,7 +88,8 @@ type fairShare struct {
 // flowShare is one flow's record; fairShare.mu guards it.
 type flowShare struct {
 	cur, prev         int64 // messages delivered in this and the last period
-	fullCur, fullPrev bool  // a pull found a backlog in this or the last period
+	askMax            int   // the most one pull asked for since the flow was listed
+	fullCur, fullPrev bool  // a hungry pull in this or the last period
 	listed            bool
 }
 
@@ -110,9 +115,9 @@ func (s *fairShare) recheck() time.Duration { return max(s.opts.Hold/5, time.Mil
 // enabled reports whether pulls are ever held.
 func (s *fairShare) enabled() bool { return s != nil && s.opts.Hold > 0 }
 
-// record counts n messages delivered to f by one pull at now; full says the
-// pull found a backlog (it got all it asked for).
-func (s *fairShare) record(f *flowShare, n int, full bool, now time.Time) {
+// record counts n messages delivered at now to f by a pull that asked for
+// asked.
+func (s *fairShare) record(f *flowShare, n, asked int, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.rollLocked(now)
@@ -120,6 +125,8 @@ func (s *fairShare) record(f *flowShare, n int, full bool, now time.Time) {
 		f.listed = true
 		s.listed = append(s.listed, f)
 	}
+	f.askMax = max(f.askMax, asked)
+	full := n >= asked && 2*asked >= f.askMax
 	if full && !f.contending() {
 		s.n++
 		s.sumCur += f.cur
@@ -132,8 +139,10 @@ func (s *fairShare) record(f *flowShare, n int, full bool, now time.Time) {
 	}
 }
 
-// over reports whether f took more than Excess times its equal share of
-// the recent deliveries of the contending flows.
+// over reports whether f took more than Excess times the mean of the other
+// contending flows' recent deliveries. Compared with the others' mean, not
+// with the mean of all, two flows can never both be over (Excess ≥ 1), so
+// the lighter of two is never held.
 func (s *fairShare) over(f *flowShare, now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -144,8 +153,8 @@ func (s *fairShare) over(f *flowShare, now time.Time) bool {
 	elapsed := now.Sub(s.start) - time.Duration(s.period)*s.opts.Window
 	fade := 1 - float64(elapsed)/float64(s.opts.Window)
 	mine := float64(f.cur) + fade*float64(f.prev)
-	all := float64(s.sumCur) + fade*float64(s.sumPrev)
-	return mine > s.opts.Excess*all/float64(s.n)
+	others := float64(s.sumCur) + fade*float64(s.sumPrev) - mine
+	return mine > s.opts.Excess*others/float64(s.n-1)
 }
 
 // rollLocked starts the period now falls in: this period's counts become
@@ -166,7 +175,7 @@ func (s *fairShare) rollLocked(now time.Time) {
 			f.prev, f.fullPrev = 0, false
 		}
 		if f.prev == 0 && !f.fullPrev {
-			f.listed = false
+			f.listed, f.askMax = false, 0
 			continue
 		}
 		kept = append(kept, f)

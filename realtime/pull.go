@@ -259,7 +259,7 @@ func (a *pullActor) serve(c *pullCall, now time.Time) bool {
 		}
 		a.b.metrics.pulled.Add(float64(len(res.Messages)))
 		if a.b.fair.enabled() {
-			a.b.fair.record(&a.share, len(res.Messages), len(res.Messages) >= c.req.Max, now)
+			a.b.fair.record(&a.share, len(res.Messages), c.req.Max, now)
 		}
 		a.b.replyPulled(c.r, res.Messages)
 		return true

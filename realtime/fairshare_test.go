@@ -1,0 +1,154 @@
+package realtime
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+func newTestFairShare(t *testing.T) (*fairShare, time.Time) {
+	t.Helper()
+	o := NewFairShareOptions()
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s := newFairShare(o, nil, "g")
+	return s, s.start
+}
+
+func TestFairShare_HoldsOnlyTheGreedyOfContendingFlows(t *testing.T) {
+	s, t0 := newTestFairShare(t)
+	var big, small, tail flowShare
+	now := t0.Add(10 * time.Millisecond)
+	s.record(&big, 640, 640, now)
+	if s.over(&big, now) {
+		t.Fatal("a flow alone was held")
+	}
+	// A group at the tail of its subject takes few messages: it does not
+	// contend, and nobody is held on its account.
+	s.record(&tail, 3, 64, now)
+	if s.over(&big, now) || s.over(&tail, now) {
+		t.Fatal("a flow was held beside a tail follower")
+	}
+	s.record(&small, 64, 64, now)
+	if !s.over(&big, now) {
+		t.Fatal("the flow with 10× the deliveries of the other contending flow was not held")
+	}
+	if s.over(&small, now) || s.over(&tail, now) {
+		t.Fatal("a flow under its share was held")
+	}
+	// Within Excess of each other, neither is held.
+	s.record(&small, 540, 540, now)
+	if s.over(&big, now) || s.over(&small, now) {
+		t.Fatalf("flows within %.2f× of each other held", s.opts.Excess)
+	}
+	s.record(&small, 200, 200, now)
+	if !s.over(&small, now) || s.over(&big, now) {
+		t.Fatal("the lead did not pass to the flow that took more")
+	}
+}
+
+func TestFairShare_SharesFadeWithTheWindow(t *testing.T) {
+	s, t0 := newTestFairShare(t)
+	w := s.opts.Window
+	var big, small flowShare
+	s.record(&big, 1000, 1000, t0.Add(w/2))
+	s.record(&small, 100, 100, t0.Add(w/2))
+	if !s.over(&big, t0.Add(w/2)) {
+		t.Fatal("big not held")
+	}
+	// In the next period the last one counts for the part of it still in
+	// the window: at 0.9 of the period, 1000 counts as 100 and 100 as 10;
+	// small's 200 new ones put it ahead.
+	at := t0.Add(w + w*9/10)
+	s.record(&small, 200, 200, at)
+	if s.over(&big, at) {
+		t.Fatal("big still held once its deliveries left the window")
+	}
+	if !s.over(&small, at) {
+		t.Fatal("small not held once it took more than big in the window")
+	}
+	// Two periods without a pull: nobody contends any more.
+	at = t0.Add(4 * w)
+	if s.over(&big, at) || s.over(&small, at) {
+		t.Fatal("held on deliveries older than the window")
+	}
+	if len(s.listed) != 0 || s.n != 0 {
+		t.Fatalf("stale flows kept: listed %d, contending %d", len(s.listed), s.n)
+	}
+}
+
+func TestFairShare_ContentionEndsWithTheBacklog(t *testing.T) {
+	s, t0 := newTestFairShare(t)
+	w := s.opts.Window
+	var big, small flowShare
+	s.record(&big, 1000, 1000, t0)
+	s.record(&small, 10, 10, t0)
+	if !s.over(&big, t0) {
+		t.Fatal("big not held")
+	}
+	// Small drained its backlog: its pulls come back short. One period
+	// later it still contends (its last full pull is in the window), two
+	// periods later it does not.
+	s.record(&big, 1000, 1000, t0.Add(w))
+	s.record(&small, 2, 64, t0.Add(w))
+	if !s.over(&big, t0.Add(w)) {
+		t.Fatal("big not held while small's last backlog is in the window")
+	}
+	s.record(&big, 1000, 1000, t0.Add(2*w))
+	s.record(&small, 2, 64, t0.Add(2*w))
+	if s.over(&big, t0.Add(2*w)) {
+		t.Fatal("big held beside a group that follows the tail")
+	}
+}
+
+// A group whose handlers are its limit asks for the few messages they just
+// finished: it gets them all, but does not contend, so a fast group beside
+// it runs free.
+func TestFairShare_SelfLimitedGroupDoesNotContend(t *testing.T) {
+	s, t0 := newTestFairShare(t)
+	w := s.opts.Window
+	var fast, slow flowShare
+	s.record(&fast, 6400, 64, t0)
+	s.record(&slow, 64, 64, t0) // its first pull: a full batch
+	if !s.over(&fast, t0) {
+		t.Fatal("fast not held beside a group that took a full batch")
+	}
+	// From then on the slow group asks for what its handlers finished.
+	for i := 1; i <= 3; i++ {
+		at := t0.Add(time.Duration(i) * w)
+		s.record(&fast, 6400, 64, at)
+		for range 5 {
+			s.record(&slow, 2, 2, at)
+		}
+		if i >= 2 && s.over(&fast, at) {
+			t.Fatalf("period %d: fast held beside a group limited by its own handlers", i)
+		}
+	}
+}
+
+func TestFairShareOptions_Validate(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*FairShareOptions)
+	}{
+		{"negative hold", func(o *FairShareOptions) { o.Hold = -time.Millisecond }},
+		{"hold over a second", func(o *FairShareOptions) { o.Hold = 2 * time.Second }},
+		{"tiny window", func(o *FairShareOptions) { o.Window = time.Microsecond }},
+		{"excess below 1", func(o *FairShareOptions) { o.Excess = 0.9 }},
+		{"excess NaN", func(o *FairShareOptions) { o.Excess = math.NaN() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewFairShareOptions()
+			tc.mutate(&o)
+			if o.Validate() == nil {
+				t.Fatalf("%+v accepted", o)
+			}
+		})
+	}
+	o := NewFairShareOptions()
+	o.Hold = 0
+	if err := o.Validate(); err != nil {
+		t.Fatalf("hold 0 (off) refused: %v", err)
+	}
+}
