@@ -28,9 +28,12 @@ type master struct {
 
 	// fenced: the registration was not renewed in time (or another broker
 	// won the group): no sends are taken and no due message is forwarded.
-	fenced  atomic.Bool
-	epoch   atomic.Uint64 // the group's epoch this master serves in (0: none yet)
-	closing atomic.Bool
+	fenced atomic.Bool
+	epoch  atomic.Uint64 // the group's epoch this master serves in (0: none yet)
+	// leaseUntil (unix nanos) is the earliest the registration's lease can
+	// expire: the last renewal's send time plus the TTL (0: unknown).
+	leaseUntil atomic.Int64
+	closing    atomic.Bool
 
 	started     bool
 	stopForward chan struct{}

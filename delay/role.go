@@ -152,6 +152,7 @@ func (r *roles) checkMaster(m *master) {
 		r.demote(m)
 		return
 	}
+	m.leaseUntil.Store(reg.RenewedAt().Add(reg.TTL()).UnixNano())
 	fenced := time.Since(reg.RenewedAt()) > reg.TTL()-s.opts.FenceMargin
 	if was := m.fenced.Swap(fenced); was != fenced {
 		r.lg.Warn("fence", zap.Bool("fenced", fenced), zap.Time("renewed_at", reg.RenewedAt()), zap.Duration("ttl", reg.TTL()),

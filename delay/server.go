@@ -198,6 +198,10 @@ type Replication struct {
 	// Fenced: a master that has not renewed its registration in time (or
 	// was deposed) takes no sends and forwards nothing.
 	Fenced bool
+	// LeaseUntil: on a master, the earliest its registration's lease can
+	// expire (its last renewal plus the TTL; zero before it registered).
+	// It is fenced FenceMargin before.
+	LeaseUntil time.Time
 	// LagBytes and Lag: on a master, how far its slave is behind (bytes of
 	// the message log replayed that the slave's copy lacks; age of the
 	// oldest); on a slave, how far its copy is behind its master.
@@ -215,8 +219,12 @@ func (s *Server) Replication() Replication {
 	switch {
 	case m != nil:
 		b, d := m.src.lag()
-		return Replication{Role: RoleMaster, Epoch: m.epoch.Load(), Fenced: m.fenced.Load(), LagBytes: b, Lag: d,
+		r := Replication{Role: RoleMaster, Epoch: m.epoch.Load(), Fenced: m.fenced.Load(), LagBytes: b, Lag: d,
 			Readonly: m.src.readonly.Load(), WaitingAcks: m.src.waiting()}
+		if ns := m.leaseUntil.Load(); ns != 0 {
+			r.LeaseUntil = time.Unix(0, ns)
+		}
+		return r
 	case sl != nil:
 		b, d := sl.lag()
 		return Replication{Role: RoleSlave, Epoch: sl.epoch.Load(), LagBytes: b, Lag: d}
