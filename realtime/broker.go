@@ -131,7 +131,7 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 	b.sched = sched
 
 	mux := netserver.NewMux()
-	mux.HandleFunc(protocol.CmdSend, b.serveSend)
+	mux.HandleInline(protocol.CmdSend, netserver.HandlerFunc(b.serveSendInline))
 	mux.HandleFunc(protocol.CmdPull, b.masterOnly(b.servePull))
 	mux.HandleFunc(protocol.CmdAck, b.masterOnly(b.serveAck))
 	mux.HandleFunc(protocol.CmdConsumerManage, b.masterOnly(b.serveConsumerManage))

@@ -388,7 +388,9 @@ func TestBroker_ConsumersJoinAndLeave(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Subscribe("stream", "g", col.handler, consumer.Concurrency(2)); err != nil {
+		// StartEarliest as "stay": whichever pull creates the group must
+		// start it before the first messages, already stored by then.
+		if _, err := c.Subscribe("stream", "g", col.handler, consumer.Concurrency(2), consumer.StartEarliest()); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(80 * time.Millisecond)

@@ -12,7 +12,13 @@
 // without being stored again, so a producer's retry or a delay server's
 // re-forward does not make a copy. The rest go to the store in one append;
 // the reply goes out from the store's commit callback once they are durable
-// (group commit under the default sync flush).
+// (group commit under the default sync flush). Requests up to 64 KiB are
+// checked on the event loop itself (never blocking). Under --flush=async,
+// when nothing else is appending, the store appends them at once
+// (store.TryAppendNow) and the reply leaves with the loop's write at the end
+// of the read: a lone send crosses no goroutine, as nsqd's PUB does not.
+// Otherwise the request is detached and queued (TryAppendAsync); bigger
+// ones, and any that meet a full append queue, go to a goroutine.
 //
 // # Pull
 //

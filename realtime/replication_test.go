@@ -46,12 +46,24 @@ func startSlave(t *testing.T, dir, master string, mutate ...func(*realtime.Optio
 
 // waitCaughtUp waits until the master sees its slave holding both of its
 // logs up to its committed ends.
+//
+// The master's action log commits every ActionFlushInterval (50 ms), so
+// actions just taken (a consumer's last acks) may not be committed yet: the
+// master's ends must also hold still for longer than that.
 func waitCaughtUp(t *testing.T, m *testBroker, timeout time.Duration) {
 	t.Helper()
+	var lastMsg, lastAct int64 = -1, -1
+	var still time.Time
 	testutil.CheckFor(t, timeout, 10*time.Millisecond, func() error {
 		st := m.Replication()
+		if st.MessageEnd != lastMsg || st.ActionEnd != lastAct {
+			lastMsg, lastAct, still = st.MessageEnd, st.ActionEnd, time.Now()
+		}
 		if st.SlaveOffset != st.MessageEnd || st.SlaveActionOffset != st.ActionEnd {
 			return fmt.Errorf("slave at message %d / action %d, master at %d / %d", st.SlaveOffset, st.SlaveActionOffset, st.MessageEnd, st.ActionEnd)
+		}
+		if time.Since(still) < 200*time.Millisecond {
+			return errors.New("the master may still commit actions")
 		}
 		return nil
 	})
