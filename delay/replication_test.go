@@ -179,3 +179,73 @@ func TestReplication_WaitSlave(t *testing.T) {
 		return send()
 	})
 }
+
+// Sync requests with bad input get clear errors: an undecodable body
+// (StatusBadRequest), another group (StatusInvalid), a newer epoch than the
+// master's (StatusStaleEpoch: the master was deposed), a read at an offset
+// that is no record start (StatusBadRequest); a slave refuses them all
+// with StatusNotMaster.
+func TestReplication_BadSyncRequests(t *testing.T) {
+	t.Parallel()
+	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
+	rtAddr := rt.Addr().String()
+	m := startDelay(t, t.TempDir(), "127.0.0.1:0", rtAddr)
+	p, err := producer.New(producer.WithResolver(route.NewStatic(route.Groups(rtAddr), route.Groups(m.Addr().String()))),
+		producer.WithTransportOptions(fastTransport))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	sendDelayed(t, p, "x", 3, time.Now().Add(time.Hour))
+	c, err := transport.New(fastTransport, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	call := func(addr string, cmd protocol.Command, body []byte) ([]byte, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		return c.Call(ctx, addr, cmd, body)
+	}
+	manifest := func(q protocol.DelayManifestRequest) ([]byte, error) {
+		return call(m.Addr().String(), protocol.CmdDelaySyncManifest, protocol.AppendDelayManifestRequest(nil, &q))
+	}
+	if _, err := call(m.Addr().String(), protocol.CmdDelaySyncManifest, []byte{1, 2, 3}); !errors.Is(err, protocol.ErrBadRequest) {
+		t.Fatalf("undecodable manifest request: %v", err)
+	}
+	if _, err := manifest(protocol.DelayManifestRequest{Group: "other", Acked: -1}); !errors.Is(err, protocol.ErrInvalid) {
+		t.Fatalf("another group: %v", err)
+	}
+	if _, err := manifest(protocol.DelayManifestRequest{Group: "dl1", Epoch: 9, Acked: -1}); !errors.Is(err, protocol.ErrStaleEpoch) {
+		t.Fatalf("a newer epoch: %v", err)
+	}
+	body, err := manifest(protocol.DelayManifestRequest{Group: "dl1", Acked: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	man, err := protocol.DecodeDelayManifestResponse(body)
+	if err != nil || man.Flags&protocol.DelayManifestFull == 0 || len(man.Hours) != 1 || man.Hours[0].Records != 3 {
+		t.Fatalf("full manifest: %+v, %v", man, err)
+	}
+	h := man.Hours[0]
+	read := func(g protocol.DelayRange) ([]byte, error) {
+		q := protocol.DelayReadRequest{Group: "dl1", MaxBytes: 1 << 20, Ranges: []protocol.DelayRange{g}}
+		return call(m.Addr().String(), protocol.CmdDelaySyncRead, protocol.AppendDelayReadRequest(nil, &q))
+	}
+	if _, err := read(protocol.DelayRange{Hour: h.Hour, File: protocol.DelayScheduleFile, From: 1, To: h.ScheduleSize}); !errors.Is(err, protocol.ErrBadRequest) {
+		t.Fatalf("read inside a record: %v", err)
+	}
+	body, err = read(protocol.DelayRange{Hour: h.Hour, File: protocol.DelayScheduleFile, From: 0, To: h.ScheduleSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp, err := protocol.DecodeDelayReadResponse(body)
+	if err != nil || len(rp.Chunks) != 1 || int64(len(rp.Chunks[0].Data)) != h.ScheduleSize {
+		t.Fatalf("read the whole hour: %+v, %v", rp, err)
+	}
+
+	sl := startDelayWith(t, slaveOptions(t, t.TempDir(), m.Addr().String(), rtAddr))
+	if _, err := call(sl.Addr().String(), protocol.CmdDelaySyncManifest, protocol.AppendDelayManifestRequest(nil, &protocol.DelayManifestRequest{Group: "dl1", Acked: -1})); !errors.Is(err, protocol.ErrNotMaster) {
+		t.Fatalf("manifest asked of a slave: %v", err)
+	}
+}
