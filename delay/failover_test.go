@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/qmq-go/qmq/consumer"
 	"github.com/qmq-go/qmq/delay"
+	"github.com/qmq-go/qmq/delay/store"
 	"github.com/qmq-go/qmq/metaserver"
 	"github.com/qmq-go/qmq/pkg/devetcd"
 	"github.com/qmq-go/qmq/pkg/metaclient"
@@ -56,8 +58,13 @@ func TestDelayFailoverChild(t *testing.T) {
 	o := delay.NewOptions()
 	o.Addr, o.HTTPAddr, o.DataDir = os.Getenv("QMQ_DL_FO_ADDR"), os.Getenv("QMQ_DL_FO_HTTP"), os.Getenv("QMQ_DL_FO_DIR")
 	o.Realtime = []string{os.Getenv("QMQ_DL_FO_REALTIME")}
-	o.MetaServers = []string{os.Getenv("QMQ_DL_FO_META")}
-	o.Role = os.Getenv("QMQ_DL_FO_ROLE")
+	if meta := os.Getenv("QMQ_DL_FO_META"); meta != "" {
+		o.MetaServers = []string{meta}
+	}
+	o.Role, o.Master = os.Getenv("QMQ_DL_FO_ROLE"), os.Getenv("QMQ_DL_FO_MASTER")
+	if n, err := strconv.Atoi(os.Getenv("QMQ_DL_FO_SYNC_MAX")); err == nil {
+		o.SyncMaxBytes = n
+	}
 	o.WaitSlave = os.Getenv("QMQ_DL_FO_WAIT_SLAVE") == "1"
 	o.FenceMargin = 700 * time.Millisecond
 	o.SyncWait = 300 * time.Millisecond
@@ -99,7 +106,7 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func startFailoverChild(t *testing.T, name, dir, addr, httpAddr, role string, waitSlave bool, meta, realtimeAddr string) *failoverChild {
+func startFailoverChild(t *testing.T, name, dir, addr, httpAddr, role string, waitSlave bool, meta, realtimeAddr string, env ...string) *failoverChild {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestDelayFailoverChild$", "-test.v")
 	ws := "0"
@@ -109,6 +116,7 @@ func startFailoverChild(t *testing.T, name, dir, addr, httpAddr, role string, wa
 	cmd.Env = append(os.Environ(), testutil.ChildEnv+"="+failoverChildRole, "QMQ_DL_FO_DIR="+dir, "QMQ_DL_FO_ADDR="+addr,
 		"QMQ_DL_FO_HTTP="+httpAddr, "QMQ_DL_FO_ROLE="+role, "QMQ_DL_FO_WAIT_SLAVE="+ws, "QMQ_DL_FO_META="+meta,
 		"QMQ_DL_FO_REALTIME="+realtimeAddr)
+	cmd.Env = append(cmd.Env, env...)
 	c := &failoverChild{name: name, httpAddr: httpAddr, cmd: cmd, log: &lockedBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = c.log
 	out, err := cmd.StdoutPipe()
@@ -552,6 +560,86 @@ func TestDelay_Switchover(t *testing.T) {
 		}
 		if len(got[id]) != 1 {
 			t.Fatalf("message %s delivered %d times", id, len(got[id]))
+		}
+	}
+}
+
+// A slave SIGKILLed while it catches up from empty, and restarted, ends with
+// an exact copy: its files are cut at their last whole record, it copies
+// the rest, and the copy opens as a master's store holding every hour with
+// the master's record counts and pending messages.
+func TestDelay_SlaveKilledWhileCopying(t *testing.T) {
+	t.Parallel()
+	n := 6000
+	if testing.Short() {
+		n = 2000
+	}
+	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
+	rtAddr := rt.Addr().String()
+	m := startDelay(t, t.TempDir(), "127.0.0.1:0", rtAddr)
+	p, err := producer.New(producer.WithResolver(route.NewStatic(route.Groups(rtAddr), route.Groups(m.Addr().String()))),
+		producer.WithTransportOptions(fastTransport))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	body := make([]byte, 200)
+	for i := range n {
+		wg.Add(1)
+		// Spread over 40 hours: 40 schedule files.
+		due := time.Now().Add(time.Hour + time.Duration(i%40)*time.Hour)
+		if err := p.SendAsync(&producer.Message{Subject: "copy", Body: body, DeliverAt: due}, func(_ *producer.Message, err error) {
+			if err != nil {
+				failed.Add(1)
+			}
+			wg.Done()
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		t.Fatalf("%d sends failed", failed.Load())
+	}
+
+	dir, addr, httpAddr := t.TempDir(), freePort(t), freePort(t)
+	env := []string{"QMQ_DL_FO_MASTER=" + m.Addr().String(), "QMQ_DL_FO_SYNC_MAX=2048"} // many small reads
+	sl := startFailoverChild(t, "slave", dir, addr, httpAddr, delay.RoleSlave, false, "", rtAddr, env...)
+	testutil.CheckFor(t, 20*time.Second, time.Millisecond, func() error {
+		v, err := sl.gauge("qmq_delay_messages_pending")
+		if err != nil || v == 0 {
+			return fmt.Errorf("copy not started (%v)", err)
+		}
+		return nil
+	})
+	sl.kill()
+	after, _ := store.OpenReplica(dir, nil)
+	copied := after.Pending()
+	after.Close()
+	if copied >= int64(n) {
+		t.Logf("the slave had copied everything (%d) when killed: the restart only checks the copy", copied)
+	} else {
+		t.Logf("slave killed with %d of %d messages copied", copied, n)
+	}
+	sl = startFailoverChild(t, "slave (restarted)", dir, addr, httpAddr, delay.RoleSlave, false, "", rtAddr, env...)
+	sl.waitGauge(t, 30*time.Second, "qmq_delay_messages_pending", float64(n))
+	sl.kill()
+
+	// The copy, opened as a master's store, holds what the master holds.
+	st, err := store.Open(dir, store.Options{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	want, got := m.Stats(), st.Stats()
+	if got.Pending != int64(n) || len(got.Hours) != len(want.Hours) {
+		t.Fatalf("promoted copy: %d pending in %d hours; master: %d in %d", got.Pending, len(got.Hours), want.Pending, len(want.Hours))
+	}
+	for i := range want.Hours {
+		if got.Hours[i].Hour != want.Hours[i].Hour || got.Hours[i].Records != want.Hours[i].Records {
+			t.Fatalf("hour %d: copy %+v, master %+v", i, got.Hours[i], want.Hours[i])
 		}
 	}
 }
