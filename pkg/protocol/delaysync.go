@@ -47,11 +47,98 @@ const (
 	CmdDelaySyncManifest Command = 60
 	// CmdDelaySyncRead asks a delay master for bytes of its hour files.
 	CmdDelaySyncRead Command = 61
+	// CmdDelaySyncOrigin asks a delay master where its store came from.
+	CmdDelaySyncOrigin Command = 62
 )
 
 func init() {
 	commandNames[CmdDelaySyncManifest] = "delay-sync-manifest"
 	commandNames[CmdDelaySyncRead] = "delay-sync-read"
+	commandNames[CmdDelaySyncOrigin] = "delay-sync-origin"
+}
+
+// Origin (CmdDelaySyncOrigin), big-endian:
+//
+//	origin request   epoch u64 | group s8
+//	origin response  store u64 | parent u64 | count u32 |
+//	                 count × (hour i64 | schedule size i64 | dispatch size i64)
+//
+// A store made by promoting a slave's copy names the store it copied
+// (parent; 0 for a store created empty) and the size of every hour file of
+// the copy when it was promoted: the bytes the new store shares with its
+// parent. A deposed master rejoining as the slave keeps that much of each
+// of its own files (the parent's bytes, the same on both) and drops the
+// rest, instead of copying everything again.
+
+// DelayOriginRequest asks a delay master for its store's origin.
+type DelayOriginRequest struct {
+	Epoch uint64
+	Group string
+}
+
+// DelayOrigin is a store's origin: its parent and the hour sizes it shares
+// with it (Hours' Flags and Records are not carried).
+type DelayOrigin struct {
+	Store  uint64
+	Parent uint64
+	Hours  []DelayHour
+}
+
+const delayOriginHourSize = 8 + 8 + 8
+
+// AppendDelayOriginRequest appends the body of q.
+func AppendDelayOriginRequest(dst []byte, q *DelayOriginRequest) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, q.Epoch)
+	return appendString8(dst, q.Group)
+}
+
+// DecodeDelayOriginRequest decodes an origin request body.
+func DecodeDelayOriginRequest(body []byte) (DelayOriginRequest, error) {
+	r := reader{b: body}
+	q := DelayOriginRequest{Epoch: r.u64(), Group: r.string8()}
+	if err := r.done(); err != nil {
+		return DelayOriginRequest{}, fmt.Errorf("%w: delay origin request", err)
+	}
+	return q, nil
+}
+
+// AppendDelayOrigin appends the body of an origin response.
+func AppendDelayOrigin(dst []byte, o *DelayOrigin) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, o.Store)
+	dst = binary.BigEndian.AppendUint64(dst, o.Parent)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(o.Hours)))
+	for _, h := range o.Hours {
+		dst = binary.BigEndian.AppendUint64(dst, uint64(h.Hour))
+		dst = binary.BigEndian.AppendUint64(dst, uint64(h.ScheduleSize))
+		dst = binary.BigEndian.AppendUint64(dst, uint64(h.DispatchSize))
+	}
+	return dst
+}
+
+// DecodeDelayOrigin decodes an origin response body. Negative sizes are
+// rejected.
+func DecodeDelayOrigin(body []byte) (DelayOrigin, error) {
+	r := reader{b: body}
+	o := DelayOrigin{Store: r.u64(), Parent: r.u64()}
+	n := r.u32()
+	if r.err == nil && uint64(n)*delayOriginHourSize > uint64(len(body)-r.off) {
+		r.err = ErrTruncated
+	}
+	if r.err == nil && n > 0 {
+		o.Hours = make([]DelayHour, n)
+		for i := range o.Hours {
+			o.Hours[i] = DelayHour{Hour: int64(r.u64()), ScheduleSize: int64(r.u64()), DispatchSize: int64(r.u64())}
+		}
+	}
+	if err := r.done(); err != nil {
+		return DelayOrigin{}, fmt.Errorf("%w: delay origin", err)
+	}
+	for _, h := range o.Hours {
+		if h.ScheduleSize < 0 || h.DispatchSize < 0 {
+			return DelayOrigin{}, fmt.Errorf("%w: delay origin hour %d with a negative size", ErrInvalid, h.Hour)
+		}
+	}
+	return o, nil
 }
 
 // Flags of the delay replication bodies.

@@ -24,6 +24,8 @@ func sampleDelaySync() (DelayManifestRequest, DelayManifestResponse, DelayReadRe
 	return mq, mp, rq, rp
 }
 
+var sampleOrigin = DelayOrigin{Store: 11, Parent: 9, Hours: []DelayHour{{Hour: 490000, ScheduleSize: 700, DispatchSize: 36}}}
+
 func TestDelaySyncBodies_RoundTrip(t *testing.T) {
 	mq, mp, rq, rp := sampleDelaySync()
 	if g, err := DecodeDelayManifestRequest(AppendDelayManifestRequest(nil, &mq)); err != nil || g != mq {
@@ -42,6 +44,13 @@ func TestDelaySyncBodies_RoundTrip(t *testing.T) {
 	if g, err := DecodeDelayManifestResponse(AppendDelayManifestResponse(nil, &empty)); err != nil || !reflect.DeepEqual(g, empty) {
 		t.Fatalf("empty manifest: %+v, %v", g, err)
 	}
+	oq := DelayOriginRequest{Epoch: 4, Group: "dl1"}
+	if g, err := DecodeDelayOriginRequest(AppendDelayOriginRequest(nil, &oq)); err != nil || g != oq {
+		t.Fatalf("origin request: %+v, %v", g, err)
+	}
+	if g, err := DecodeDelayOrigin(AppendDelayOrigin(nil, &sampleOrigin)); err != nil || !reflect.DeepEqual(g, sampleOrigin) {
+		t.Fatalf("origin: %+v, %v", g, err)
+	}
 	if CmdDelaySyncRead.String() != "delay-sync-read" {
 		t.Fatalf("command name %q", CmdDelaySyncRead)
 	}
@@ -58,6 +67,8 @@ func TestDelaySyncBodies_RejectBadInput(t *testing.T) {
 		{"manifest response", AppendDelayManifestResponse(nil, &mp), func(b []byte) error { _, err := DecodeDelayManifestResponse(b); return err }},
 		{"read request", AppendDelayReadRequest(nil, &rq), func(b []byte) error { _, err := DecodeDelayReadRequest(b); return err }},
 		{"read response", AppendDelayReadResponse(nil, &rp), func(b []byte) error { _, err := DecodeDelayReadResponse(b); return err }},
+		{"origin request", AppendDelayOriginRequest(nil, &DelayOriginRequest{Epoch: 1, Group: "g"}), func(b []byte) error { _, err := DecodeDelayOriginRequest(b); return err }},
+		{"origin", AppendDelayOrigin(nil, &sampleOrigin), func(b []byte) error { _, err := DecodeDelayOrigin(b); return err }},
 	}
 	for _, c := range bodies {
 		for n := 0; n < len(c.b); n++ {
@@ -86,6 +97,10 @@ func TestDelaySyncBodies_RejectBadInput(t *testing.T) {
 			t.Fatalf("range %+v: %v", g, err)
 		}
 	}
+	negOrigin := DelayOrigin{Hours: []DelayHour{{DispatchSize: -12}}}
+	if _, err := DecodeDelayOrigin(AppendDelayOrigin(nil, &negOrigin)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("negative origin size: %v", err)
+	}
 	badChunk := rp
 	badChunk.Chunks = []DelayChunk{{File: 0, Data: []byte{}}}
 	if _, err := DecodeDelayReadResponse(AppendDelayReadResponse(nil, &badChunk)); !errors.Is(err, ErrInvalid) {
@@ -105,7 +120,14 @@ func FuzzDelaySyncBodies(f *testing.F) {
 	f.Add(AppendDelayManifestResponse(nil, &mp))
 	f.Add(AppendDelayReadRequest(nil, &rq))
 	f.Add(AppendDelayReadResponse(nil, &rp))
+	f.Add(AppendDelayOrigin(nil, &sampleOrigin))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		if q, err := DecodeDelayOriginRequest(b); err == nil && !bytes.Equal(AppendDelayOriginRequest(nil, &q), b) {
+			t.Fatal("origin request re-encodes differently")
+		}
+		if o, err := DecodeDelayOrigin(b); err == nil && !bytes.Equal(AppendDelayOrigin(nil, &o), b) {
+			t.Fatal("origin re-encodes differently")
+		}
 		if q, err := DecodeDelayManifestRequest(b); err == nil && !bytes.Equal(AppendDelayManifestRequest(nil, &q), b) {
 			t.Fatal("manifest request re-encodes differently")
 		}
