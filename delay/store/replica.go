@@ -76,6 +76,7 @@ type Replica struct {
 	following uint64 // ID of the master's store the copy follows
 	marked    bool   // the marker file exists
 	master    bool   // the directory held a master's store when opened
+	ownID     uint64 // that store's ID (0: unknown)
 	replayed  int64  // master message-log position the copy holds (Commit)
 	maxWAL    int64  // largest message-log offset a copied record names
 	closed    bool
@@ -123,11 +124,12 @@ func (r *Replica) load() error {
 		r.marked = true
 	case errors.Is(err, os.ErrNotExist):
 		// A master's directory, or a new one.
-		for _, p := range []string{checkpointFile, walDir} {
+		for _, p := range []string{checkpointFile, walDir, idFile} {
 			if _, err := os.Stat(filepath.Join(r.dir, p)); err == nil {
 				r.master = true
 			}
 		}
+		r.ownID = readID(r.dir)
 	default:
 		return err
 	}
@@ -222,7 +224,7 @@ func (r *Replica) Follow(store uint64) (bool, error) {
 	if err := fsutil.WriteFileAtomic(fsutil.OS, filepath.Join(r.dir, replicaFile), encodeReplicaMarker(store)); err != nil {
 		return false, err
 	}
-	r.following, r.marked, r.master = store, true, false
+	r.following, r.marked, r.master, r.ownID = store, true, false, 0
 	return drop, nil
 }
 
@@ -242,7 +244,7 @@ func (r *Replica) Drop() error {
 	if err := os.Remove(filepath.Join(r.dir, replicaFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	r.following, r.marked, r.master = 0, false, false
+	r.following, r.marked, r.master, r.ownID = 0, false, false, 0
 	return fsutil.SyncDir(r.dir)
 }
 
@@ -258,7 +260,7 @@ func (r *Replica) wipeLocked() error {
 			return err
 		}
 	}
-	for _, f := range []string{checkpointFile, idFile} {
+	for _, f := range []string{checkpointFile, idFile, originFile} {
 		if err := os.Remove(filepath.Join(r.dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
@@ -491,6 +493,16 @@ func (r *Replica) closeFiles() {
 // store (a checkpoint of the copy, no message log, no marker): Open then
 // recovers it as a master's and loads every pending message into the wheel.
 func (r *Replica) Promote() error {
+	r.mu.Lock()
+	if r.marked && !r.closed {
+		// Where the promoted store comes from: its parent may rejoin and
+		// keep what the two share.
+		if err := r.writeOriginLocked(); err != nil {
+			r.mu.Unlock()
+			return err
+		}
+	}
+	r.mu.Unlock()
 	if err := r.Close(); err != nil {
 		return err
 	}

@@ -287,3 +287,87 @@ func TestReplica_RejectsMisfitsAndCutsTornTails(t *testing.T) {
 		}
 	}
 }
+
+// A deposed master rejoining as its successor's slave keeps what the two
+// stores share (the successor's origin: its copy's sizes when promoted)
+// and drops the rest: messages and dispatch entries the successor never
+// had, and hours it never knew. Then it copies the successor's newer bytes
+// and ends with the same hours.
+func TestReplica_RejoinKeepsWhatTheStoresShare(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	aDir := t.TempDir()
+	a := newHarness(t, aDir, Options{}, clk)
+	a.append(encode(t, "now", time.Time{}), encode(t, "h1-a", epoch.Add(2*time.Hour)), encode(t, "h2-a", epoch.Add(5*time.Hour)))
+	a.waitCount(1)
+	if err := a.store.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	bDir := t.TempDir()
+	r, err := OpenReplica(bDir, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	aID := a.store.ID()
+	r.Follow(aID)
+	copyStore(t, a.store, r, 0, 0)
+	// A takes more that its slave never copies: a message in a copied hour
+	// and one in a new hour.
+	a.append(encode(t, "h1-lost", epoch.Add(2*time.Hour+time.Minute)), encode(t, "h9-lost", epoch.Add(9*time.Hour)))
+	if err := a.store.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	a.close()
+
+	if err := r.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	b := newHarness(t, bDir, Options{}, clk)
+	if o := b.store.Origin(); o.Parent != aID || len(o.Hours) != 3 {
+		t.Fatalf("promoted store's origin %+v, want parent %x and 3 hours", o, aID)
+	}
+	b.append(encode(t, "h1-b", epoch.Add(2*time.Hour+2*time.Minute)))
+	if err := b.store.Sync(); err != nil {
+		t.Fatal(err)
+	}
+
+	ra, err := OpenReplica(aDir, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept, err := ra.Rejoin(b.store.ID()+2, Origin{Parent: 12345}); err != nil || kept {
+		t.Fatalf("rejoin under a store that is no child of A's: kept %v, %v", kept, err)
+	}
+	kept, err := ra.Rejoin(b.store.ID(), b.store.Origin())
+	if err != nil || !kept {
+		t.Fatalf("rejoin: kept %v, %v", kept, err)
+	}
+	if ra.Pending() != 2 || len(ra.HourFiles()) != 3 {
+		t.Fatalf("after the rejoin A's copy holds %d pending in hours %+v; want h1-a, h2-a in A's 3 shared hours", ra.Pending(), ra.HourFiles())
+	}
+	copyStore(t, b.store, ra, 0, 0)
+	want, got := b.store.Manifest(0, 0).Hours, ra.HourFiles()
+	if len(got) != len(want) {
+		t.Fatalf("A's copy %+v, B %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("hour %d: A's copy %+v, B %+v", i, got[i], want[i])
+		}
+	}
+	if err := ra.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	b.close()
+	a2 := newHarness(t, aDir, Options{}, clk)
+	clk.Advance(10 * time.Hour)
+	a2.waitCount(3)
+	a2.settle()
+	for _, id := range []string{"h1-a", "h2-a", "h1-b"} {
+		if a2.times(id) != 1 {
+			t.Fatalf("%s delivered %d times: %v", id, a2.times(id), a2.order)
+		}
+	}
+	if a2.count() != 3 {
+		t.Fatalf("delivered %v: the messages B never had came back", a2.order)
+	}
+}

@@ -27,6 +27,7 @@ type Store struct {
 	lg         *zap.Logger
 	lock       *fsutil.DirLock
 	id         uint64 // the store's ID (id file)
+	origin     Origin // where the store came from (origin file)
 	maxMessage int64  // largest encoded message accepted
 
 	// Append path: writeLoop owns wal; syncLoop completes waiters.
@@ -169,6 +170,10 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 		changes:    changes{log: newChangeLog()},
 	}
 	if s.id, err = loadID(dir); err != nil {
+		lock.Unlock()
+		return nil, fmt.Errorf("delay/store: %w", err)
+	}
+	if s.origin, err = readOrigin(dir, s.lg); err != nil {
 		lock.Unlock()
 		return nil, fmt.Errorf("delay/store: %w", err)
 	}
