@@ -62,10 +62,16 @@
 // removes the hours the master no longer has, fdatasyncs (Replica.Commit)
 // and only then asks for the next version: that request carries its
 // acknowledgement, the master's replayed message-log position the copy now
-// durably holds. A copy of another store (store IDs: a store gets one when
-// it is created, a promoted copy gets a new one) is dropped and copied
-// again from empty (Replica.Follow), as is a master's own directory opened
-// as a slave (a deposed master rejoining).
+// durably holds. Every store has an ID from its creation (a promoted copy
+// gets a new one and records its origin: the store it copied and the hour
+// sizes the two share). A copy of another store — or a master's own
+// directory opened as a slave, a deposed master rejoining — is checked
+// against the master's origin (CmdDelaySyncOrigin): when the master's store
+// was promoted from it, each hour file is cut back to the shared size and
+// hours the master never had are removed (Replica.Rejoin); otherwise it is
+// dropped and copied again from empty (Replica.Follow). A slave whose copy
+// no longer lines up with the master's files (a read finds no record where
+// the copy ends) drops it and copies again.
 //
 // --wait-slave (Options.WaitSlave): a send's reply waits until the slave
 // has acknowledged a replayed position at or past the message log's end
@@ -122,9 +128,13 @@
 //     by the new master, late by about the TTL.
 //   - Rejoin. A master that finds another broker holding the group (a
 //     heartbeat or its first registration answers StatusNotMaster) closes
-//     its store and reopens the directory as a slave; the first sync drops
-//     the directory (it may hold messages the new master never had) and
-//     copies the new master's store from empty.
+//     its store and reopens the directory as a slave. The new master's
+//     store was promoted from this one's copy, so the first sync keeps of
+//     each hour file what the new master's copy had when promoted and drops
+//     the rest — messages and dispatch entries the new master never had,
+//     and its message log — then copies the new master's newer bytes. (A
+//     directory the new master's store did not come from is dropped and
+//     copied from empty.)
 //   - Requests carry epochs: a master refuses sync requests from a slave
 //     that knows a newer epoch (StatusStaleEpoch: it has been deposed), and
 //     a slave refuses answers from a master at an older epoch.
@@ -139,10 +149,18 @@
 // in flight when it was fenced complete too, and are dropped the same way.
 // Never early: neither master hands out a message before its due time.
 //
-// Known limits: a rejoining master always copies the whole store again
-// (no per-hour divergence points); a slave's copy is scanned in full when
-// it opens; CmdSwitchover (planned handover) is served as described in
-// switchover.go.
+// Planned handover: CmdSwitchover (switchover.go) fences the master, waits
+// (bounded) until the slave's copy holds every hour file at its current
+// size, unregisters and rejoins as the slave; the slave wins at its next
+// heartbeat.
+//
+// Known limits: clocks of master and slave must agree (the promoted slave
+// fires by its own clock; skew makes forwards early or late by the skew);
+// a slave's copy is scanned in full when it opens; under --flush=async a
+// master's machine crash can lose bytes its slave copied: the slave then
+// drops its copy and copies again, and lost dispatch entries mean
+// re-forwards (dropped by id); a full manifest lists every hour, about 33
+// bytes each (17,500 hours for the default two-year horizon).
 //
 // # Lifecycle
 //

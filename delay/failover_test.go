@@ -42,8 +42,8 @@ import (
 // copy and forwards every message not marked dispatched when due: all are
 // delivered once (the realtime broker drops re-forwards by id), none early.
 // The old master, restarted on its directory, finds another master and
-// rejoins as its slave, dropping its own data for a copy of the new
-// master's.
+// rejoins as its slave: it keeps what it shares with the new master's
+// store (which was promoted from its copy) and copies the rest.
 //
 // Short: 60 messages due 2–6 s after the first send.
 // QMQ_DELAY_FAILOVER_LONG=1: 600 due 2–21 s after it.
@@ -342,9 +342,9 @@ func TestDelay_FailoverDeliversEverythingNeverEarly(t *testing.T) {
 			fw, n-atKill, fw-float64(n-atKill))
 	}
 
-	// A rejoins as B's slave: it finds B holding the group, drops its own
-	// data (which B may not have) and copies B's: B's pending messages, not
-	// A's old ones.
+	// A rejoins as B's slave: it finds B holding the group, keeps what the
+	// two stores share, drops the rest and copies B's newer bytes: it ends
+	// with B's pending messages, not A's old ones.
 	later := make([]string, 0, 5)
 	for i := range 5 {
 		m := &producer.Message{Subject: "failover", Body: fmt.Appendf(nil, "later%d", i), DeliverAt: time.Now().Add(time.Hour)}
@@ -357,6 +357,11 @@ func TestDelay_FailoverDeliversEverythingNeverEarly(t *testing.T) {
 	a = startFailoverChild(t, "A (rejoining)", aDir, aAddr, aHTTP, delay.RoleMaster, true, meta, rtAddr)
 	a.waitGauge(t, 20*time.Second, "qmq_delay_role", 2)
 	a.waitGauge(t, 20*time.Second, "qmq_delay_messages_pending", 5)
+	// B's store was promoted from A's: A kept the bytes they share instead
+	// of copying everything again.
+	if !strings.Contains(a.log.String(), "rejoined: kept what this directory shares") {
+		t.Errorf("A did not keep what it shares with B's store:\n%s", a.log.String())
+	}
 	t.Logf("%d messages delivered after the failover, none early, no duplicate; A rejoined as the slave", n)
 }
 

@@ -163,9 +163,19 @@ func (y *slave) follow() error {
 			return fmt.Errorf("%w: %s serves epoch %d, the group is at %d", protocol.ErrStaleEpoch, addr, p.Epoch, e)
 		}
 		if id, ok := y.replica.Following(); !ok || id != p.Store {
-			dropped, err := y.replica.Follow(p.Store)
+			// A copy of another store: keep what it shares with this one
+			// when this one was promoted from it (a deposed master
+			// rejoining), else drop it.
+			dropped := false
+			kept, err := y.rejoin(addr, p.Store)
+			if err == nil && !kept {
+				dropped, err = y.replica.Follow(p.Store)
+			}
 			if err != nil {
 				return err
+			}
+			if kept {
+				dropped = true // start over with a full manifest
 			}
 			y.synced.Store(false)
 			y.applied.Store(false)
@@ -191,6 +201,25 @@ func (y *slave) follow() error {
 		y.synced.Store(true)
 		y.applied.Store(true)
 	}
+}
+
+// rejoin asks the master where its store came from and, when it was
+// promoted from this copy's store, keeps what the two share.
+func (y *slave) rejoin(addr string, id uint64) (bool, error) {
+	q := protocol.DelayOriginRequest{Epoch: y.epoch.Load(), Group: y.s.opts.Group}
+	body, err := y.call(addr, protocol.CmdDelaySyncOrigin, protocol.AppendDelayOriginRequest(nil, &q), 10*time.Second)
+	if err != nil {
+		return false, err
+	}
+	o, err := protocol.DecodeDelayOrigin(body)
+	if err != nil || o.Store != id {
+		return false, err
+	}
+	origin := store.Origin{Parent: o.Parent, Hours: make([]store.HourFiles, len(o.Hours))}
+	for i, h := range o.Hours {
+		origin.Hours[i] = store.HourFiles{Hour: h.Hour, ScheduleSize: h.ScheduleSize, DispatchSize: h.DispatchSize}
+	}
+	return y.replica.Rejoin(id, origin)
 }
 
 func (y *slave) call(addr string, cmd protocol.Command, body []byte, timeout time.Duration) ([]byte, error) {

@@ -97,6 +97,7 @@ func New(opts Options, clk clock.Clock, resolver route.Resolver, lg *zap.Logger)
 	mux.HandleFunc(protocol.CmdSend, s.serveSend)
 	mux.HandleFunc(protocol.CmdDelaySyncManifest, s.serveManifest)
 	mux.HandleFunc(protocol.CmdDelaySyncRead, s.serveRead)
+	mux.HandleFunc(protocol.CmdDelaySyncOrigin, s.serveOrigin)
 	mux.HandleFunc(protocol.CmdSwitchover, s.serveSwitchover)
 	srv, err := netserver.New(netserver.Options{Addr: opts.Addr, MaxFrameSize: opts.MaxFrameSize}, mux, lg)
 	if err != nil {
@@ -252,6 +253,14 @@ func (s *Server) serveSend(r *netserver.Request) {
 func (s *Server) serveManifest(r *netserver.Request) {
 	if m, _ := s.current(); m != nil {
 		m.src.serveManifest(r)
+		return
+	}
+	r.ReplyError(protocol.Errorf(protocol.StatusNotMaster, "delay group "+s.opts.Group+": this server is not the master"))
+}
+
+func (s *Server) serveOrigin(r *netserver.Request) {
+	if m, _ := s.current(); m != nil {
+		m.src.serveOrigin(r)
 		return
 	}
 	r.ReplyError(protocol.Errorf(protocol.StatusNotMaster, "delay group "+s.opts.Group+": this server is not the master"))

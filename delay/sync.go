@@ -407,3 +407,23 @@ func (y *source) watch(now time.Time) {
 		}
 	}
 }
+
+// serveOrigin answers CmdDelaySyncOrigin: the store's ID, its parent and
+// the hour sizes they share (a rejoining parent keeps that much).
+func (y *source) serveOrigin(r *netserver.Request) {
+	q, err := protocol.DecodeDelayOriginRequest(r.Body)
+	if err != nil {
+		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
+		return
+	}
+	if err := y.check(q.Group, q.Epoch); err != nil {
+		r.ReplyError(err)
+		return
+	}
+	o := y.store.Origin()
+	p := protocol.DelayOrigin{Store: y.store.ID(), Parent: o.Parent, Hours: make([]protocol.DelayHour, len(o.Hours))}
+	for i, h := range o.Hours {
+		p.Hours[i] = protocol.DelayHour{Hour: h.Hour, ScheduleSize: h.ScheduleSize, DispatchSize: h.DispatchSize}
+	}
+	r.Reply(protocol.StatusOK, protocol.AppendDelayOrigin(nil, &p))
+}

@@ -35,6 +35,7 @@
 //	dir/checkpoint                replay position and schedule-file sizes
 //	dir/id                        the store's ID (source.go)
 //	dir/replica                   present in a slave's copy: the ID of the store it copies (replica.go)
+//	dir/origin                    in a promoted copy: the store it copied, the hour sizes they share (origin.go)
 //
 // Byte layouts are drawn next to the code that writes them: wal.go,
 // schedulelog.go, dispatchlog.go, checkpoint.go. Every record carries a
@@ -180,7 +181,12 @@
 // log starts past the largest message-log offset a copied record names, so
 // schedule records stay in increasing WAL order), removes the marker and
 // the ID, and Open then recovers the directory as a master's store with a
-// new ID, loading every message not dispatched into the wheel. Open also
+// new ID, loading every message not dispatched into the wheel; Promote
+// first writes the origin file (the followed store's ID and every hour's
+// copied sizes). Rejoin turns the directory of that parent store (a
+// deposed master's) into a copy of the promoted one: each hour file is cut
+// to the shared sizes (a record boundary of both), hours the origin does
+// not list and the message log are removed. Open also
 // promotes a directory it finds with the marker (a slave that died while
 // being promoted, or one started as a master).
 //
