@@ -214,11 +214,14 @@ func (p *Producer) sendDirect(ctx context.Context, pd *pending) (done bool, err 
 		return false, nil
 	}
 	g := groups[idx]
-	var body [12]byte
-	req := protocol.AppendSendRequest(body[:0], g.Epoch, [][]byte{pd.raw})
-	cctx, cancel := context.WithTimeout(ctx, p.cfg.requestTime)
-	resp, err := p.transport.Call(cctx, g.Addr, protocol.CmdSend, req)
-	cancel()
+	rb := requestPool.Get().(*requestBuf)
+	rb.msgs[0] = pd.raw
+	rb.b = protocol.AppendSendRequest(rb.b[:0], g.Epoch, rb.msgs[:])
+	resp, err := p.transport.CallTimeout(ctx, g.Addr, protocol.CmdSend, rb.b, p.cfg.requestTime)
+	rb.msgs[0] = nil
+	if cap(rb.b) <= maxPooledRequest {
+		requestPool.Put(rb)
+	}
 	var st []protocol.Status
 	if err == nil {
 		if st, err = protocol.DecodeSendResponse(resp); err == nil && len(st) != 1 {
@@ -254,6 +257,18 @@ func (p *Producer) sendDirect(ctx context.Context, pd *pending) (done bool, err 
 	}
 	return false, nil
 }
+
+// requestBuf is sendDirect's request body, reused: the transport copies a
+// body before Call sends it.
+type requestBuf struct {
+	b    []byte
+	msgs [1][]byte
+}
+
+var requestPool = sync.Pool{New: func() any { return new(requestBuf) }}
+
+// maxPooledRequest is the largest request buffer kept for reuse.
+const maxPooledRequest = 64 << 10
 
 func (p *Producer) queuePending(ctx context.Context, pd *pending) error {
 	p.mu.RLock()

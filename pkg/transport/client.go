@@ -104,7 +104,7 @@ func (c *Client) BreakerState(addr string) gobreaker.State {
 	c.mu.RLock()
 	p := c.peers[addr]
 	c.mu.RUnlock()
-	if p == nil {
+	if p == nil || p.healthy.Load() { // healthy: closed, last outcome a success
 		return gobreaker.StateClosed
 	}
 	return p.breaker.State()
@@ -120,11 +120,22 @@ func (c *Client) BreakerState(addr string) gobreaker.State {
 // DialTimeout and ctx; Call may also write queued requests to the socket
 // itself, which WriteTimeout bounds.
 func (c *Client) Call(ctx context.Context, addr string, cmd protocol.Command, body []byte) ([]byte, error) {
+	return c.CallTimeout(ctx, addr, cmd, body, 0)
+}
+
+// CallTimeout is Call with timeout (0: Options.RequestTimeout) in place of
+// RequestTimeout. Unlike a deadline of ctx's, it costs no timer: it is
+// counted from the client's coarse clock and checked by the sweep, as Go's
+// timeout is, so it ends within 10 ms of its time.
+func (c *Client) CallTimeout(ctx context.Context, addr string, cmd protocol.Command, body []byte, timeout time.Duration) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, ctxError(err)
 	}
+	if timeout <= 0 {
+		timeout = c.opts.RequestTimeout
+	}
 	cl := c.syncPool.Get().(*call)
-	deadline := c.now() + c.opts.RequestTimeout
+	deadline := c.coarseNow() + timeout
 	if d, ok := ctx.Deadline(); ok {
 		deadline = min(deadline, time.Until(d)+c.now())
 	}

@@ -230,6 +230,38 @@ func TestClient_Call_DefaultRequestTimeout(t *testing.T) {
 	}
 }
 
+// CallTimeout's own timeout replaces RequestTimeout, shorter or longer.
+func TestClient_CallTimeout(t *testing.T) {
+	hs := startHoldServer(t)
+	c := newClient(t, Options{RequestTimeout: 5 * time.Second})
+	start := time.Now()
+	_, err := c.CallTimeout(context.Background(), hs.Addr().String(), protocol.CmdSend, nil, 100*time.Millisecond)
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("CallTimeout = %v", err)
+	}
+	if d := time.Since(start); d < 80*time.Millisecond || d > 2*time.Second {
+		t.Fatalf("a 100 ms timeout took %v", d)
+	}
+	short := newClient(t, Options{RequestTimeout: 50 * time.Millisecond})
+	done := make(chan error, 1)
+	go func() {
+		_, err := short.CallTimeout(context.Background(), hs.Addr().String(), protocol.CmdSend, nil, time.Hour)
+		done <- err
+	}()
+	waitFor(t, 5*time.Second, "the request held", func() bool { return hs.count() == 2 })
+	select {
+	case err := <-done:
+		t.Fatalf("ended after RequestTimeout, not its own timeout: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	for _, r := range hs.take() {
+		r.Reply(protocol.StatusOK, []byte("late"))
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestClient_Call_CancelDoesNotTripBreaker(t *testing.T) {
 	hs := startHoldServer(t)
 	c := newClient(t, Options{BreakerFailures: 2})

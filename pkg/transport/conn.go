@@ -71,16 +71,19 @@ type conn struct {
 	closedFlag atomic.Bool
 	done       chan struct{} // closed by close
 
-	mu        sync.Mutex
-	nextID    uint64
-	pending   map[uint64]*call
-	wbuf      []byte // frames waiting for writeLoop
-	wspare    []byte
-	signalled bool  // writeLoop has been woken for wbuf
-	writing   bool  // a goroutine is writing taken bytes; only one at a time
-	corked    bool  // readLoop is completing a batch; it writes wbuf at the end
-	closeErr  error // why the connection closed
-	wake      chan struct{}
+	mu      sync.Mutex
+	nextID  uint64
+	pending map[uint64]*call
+	wbuf    []byte // frames waiting for writeLoop
+	wspare  []byte
+	// writeDeadline is the socket's write deadline (since the client's
+	// epoch); only the goroutine writing (see writing) touches it.
+	writeDeadline time.Duration
+	signalled     bool  // writeLoop has been woken for wbuf
+	writing       bool  // a goroutine is writing taken bytes; only one at a time
+	corked        bool  // readLoop is completing a batch; it writes wbuf at the end
+	closeErr      error // why the connection closed
+	wake          chan struct{}
 }
 
 func newConn(client *Client, addr string, nc net.Conn) *conn {
@@ -175,7 +178,13 @@ func (c *conn) write(buf []byte) error {
 	if len(buf) == 0 {
 		return nil
 	}
-	_ = c.nc.SetWriteDeadline(time.Now().Add(c.client.opts.WriteTimeout))
+	// Move the write deadline only when less than half of WriteTimeout is
+	// left (a deadline costs a clock read and a timer update per write).
+	wt := c.client.opts.WriteTimeout
+	if now := c.client.coarseNow(); now+wt/2 > c.writeDeadline {
+		c.writeDeadline = now + wt
+		_ = c.nc.SetWriteDeadline(c.client.epoch.Add(c.writeDeadline))
+	}
 	if _, err := c.nc.Write(buf); err != nil {
 		return err
 	}
