@@ -208,6 +208,9 @@ func (y *slave) follow() error {
 func (y *slave) rejoin(addr string, id uint64) (bool, error) {
 	q := protocol.DelayOriginRequest{Epoch: y.epoch.Load(), Group: y.s.opts.Group}
 	body, err := y.call(addr, protocol.CmdDelaySyncOrigin, protocol.AppendDelayOriginRequest(nil, &q), 10*time.Second)
+	if errors.Is(err, protocol.ErrUnknownCommand) {
+		return false, nil // a master that cannot say: copy from empty
+	}
 	if err != nil {
 		return false, err
 	}
