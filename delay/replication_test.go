@@ -249,3 +249,51 @@ func TestReplication_BadSyncRequests(t *testing.T) {
 		t.Fatalf("manifest asked of a slave: %v", err)
 	}
 }
+
+// The replies waiting for the slave are bounded: past MaxWaitingAcks new
+// sends get StatusBusy at once; the waiting one completes when a slave
+// copies its message.
+func TestReplication_WaitingAcksAreBounded(t *testing.T) {
+	t.Parallel()
+	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
+	rtAddr := rt.Addr().String()
+	mo := delay.NewOptions()
+	mo.Addr, mo.HTTPAddr, mo.DataDir, mo.Realtime = "127.0.0.1:0", "", t.TempDir(), []string{rtAddr}
+	mo.WaitSlave, mo.SlaveLagReadonly, mo.MaxWaitingAcks = true, time.Minute, 1
+	m := startDelayWith(t, mo)
+	c, err := transport.New(fastTransport, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	send := func(id string) error {
+		msg, _ := protocol.AppendMessage(nil, &protocol.Message{Subject: "repl", ID: id, Body: []byte("x"), DeliverAt: time.Now().Add(time.Hour)}, protocol.DefaultLimits)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, err := c.Call(ctx, m.Addr().String(), protocol.CmdSend, protocol.AppendSendRequest(nil, 0, [][]byte{msg}))
+		return err
+	}
+	first := make(chan error, 1)
+	go func() { first <- send("first") }()
+	testutil.CheckFor(t, 5*time.Second, 5*time.Millisecond, func() error {
+		if n := m.Replication().WaitingAcks; n != 1 {
+			return fmt.Errorf("%d replies waiting", n)
+		}
+		return nil
+	})
+	if err := send("second"); !errors.Is(err, protocol.ErrBusy) {
+		t.Fatalf("send past the bound: %v, want StatusBusy", err)
+	}
+	select {
+	case err := <-first:
+		t.Fatalf("the first send was answered without a slave: %v", err)
+	default:
+	}
+	sl := startDelayWith(t, slaveOptions(t, t.TempDir(), m.Addr().String(), rtAddr))
+	if err := <-first; err != nil {
+		t.Fatalf("the first send once a slave copied it: %v", err)
+	}
+	if n := sl.Stats().Pending; n != 1 {
+		t.Fatalf("the slave holds %d messages, want the first", n)
+	}
+}
