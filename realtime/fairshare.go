@@ -14,8 +14,10 @@ import (
 // doc.go).
 type FairShareOptions struct {
 	// Hold is the longest a pull of an actor over its share waits before it
-	// is served (default 10ms; 0 turns fair sharing off). A pull is held
-	// once, and only when it may wait longer than Hold.
+	// is served (default 50ms; 0 turns fair sharing off). A held pull looks
+	// at the shares again every fifth of Hold and is served as soon as its
+	// actor is back within its share. Only pulls that may wait longer than
+	// Hold are held.
 	Hold time.Duration `yaml:"hold"`
 	// Window is the span of recent deliveries that shares are measured over
 	// (default 100ms; two periods of Window are kept and the older one fades
@@ -26,14 +28,21 @@ type FairShareOptions struct {
 	// of the window's deliveries to the other actors draining backlogs
 	// (default 1.1; at least 1).
 	Excess float64 `yaml:"excess"`
+	// Busy: shares are enforced only while the pulls of the other groups
+	// draining backlogs waited longer than this on average between arriving
+	// and their actor taking them (default 50µs; 0: always). On an idle
+	// broker a hungry group that is slow for its own reasons (far away, or
+	// on a slow machine) then costs the others nothing.
+	Busy time.Duration `yaml:"busy"`
 }
 
 // NewFairShareOptions returns the defaults.
 func NewFairShareOptions() FairShareOptions {
 	return FairShareOptions{
-		Hold:   10 * time.Millisecond,
+		Hold:   50 * time.Millisecond,
 		Window: 100 * time.Millisecond,
 		Excess: 1.1,
+		Busy:   50 * time.Microsecond,
 	}
 }
 
@@ -41,7 +50,8 @@ func NewFairShareOptions() FairShareOptions {
 func (o *FairShareOptions) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Hold, "fair-share-hold", o.Hold, "longest hold of a pull whose consumer group took more than its share of deliveries (0: off)")
 	fs.DurationVar(&o.Window, "fair-share-window", o.Window, "span of recent deliveries that consumer groups' shares are measured over")
-	fs.Float64Var(&o.Excess, "fair-share-excess", o.Excess, "how many times its equal share a consumer group may take before its pulls are held")
+	fs.Float64Var(&o.Excess, "fair-share-excess", o.Excess, "how many times the other consumer groups' mean share one may take before its pulls are held")
+	fs.DurationVar(&o.Busy, "fair-share-busy", o.Busy, "mean wait of the other groups' pulls in the broker above which shares are enforced (0: always)")
 }
 
 // Validate checks the options.
@@ -53,6 +63,8 @@ func (o *FairShareOptions) Validate() error {
 		return fmt.Errorf("realtime: fair share window must be between 1ms and 1m, got %v", o.Window)
 	case !(o.Excess >= 1 && o.Excess <= 100):
 		return fmt.Errorf("realtime: fair share excess must be between 1 and 100, got %v", o.Excess)
+	case o.Busy < 0 || o.Busy > time.Second:
+		return fmt.Errorf("realtime: fair share busy must be between 0 and 1s, got %v", o.Busy)
 	}
 	return nil
 }
@@ -62,34 +74,46 @@ func (o *FairShareOptions) Validate() error {
 // flows took more than their share. A flow contends while one of its pulls
 // was hungry in the current or the last period: it asked for a full batch
 // (at least half the most one pull of the flow asked for since the flow was
-// last idle for a period) and got all of it, so its consumers had room for more and a backlog was there to
-// fill it. A group following the tail of its subject gets less than it asks
-// for, and one whose handlers are its limit asks for the few messages they
-// just finished: neither contends. Only contending flows are compared, and
-// only when at least two contend.
+// last idle for a period) and got all of it, so its consumers had room for
+// more and a backlog was there to fill it. A group following the tail of
+// its subject gets less than it asks for, and one whose handlers are its
+// limit asks for the few messages they just finished: neither contends.
+// Only contending flows are compared, only when at least two contend, and
+// only while the broker is busy: the other contending flows' pulls waited
+// in it longer than Busy on average before their actors took them. On an
+// idle broker a hungry group that is slow for reasons of its own (far away,
+// or a slow machine) costs the others nothing.
 //
 // Periods are Window long and numbered by the monotonic time since the
-// fairShare was made. A flow's recent deliveries are its current period's
-// plus the last period's scaled by the part of it still inside the
-// sliding window.
+// fairShare was made. A flow's recent tally is its current period's plus
+// the last period's scaled by the part of it still inside the sliding
+// window.
 type fairShare struct {
 	opts  FairShareOptions
 	start time.Time
 	held  prometheus.Counter
 
-	mu      sync.Mutex
-	period  int64        // the current period's number
-	listed  []*flowShare // flows with deliveries in this or the last period
-	n       int          // contending flows
-	sumCur  int64        // deliveries of the contending flows in this period
-	sumPrev int64        // and in the last one
+	mu     sync.Mutex
+	period int64        // the current period's number
+	listed []*flowShare // flows with deliveries in this or the last period
+	n      int          // contending flows
+	sum    [2]tally     // the contending flows' tallies: this period, the last
 }
+
+// tally is what a flow did in one period.
+type tally struct {
+	msgs  int64         // messages delivered
+	pulls int64         // pulls taken by its actor
+	wait  time.Duration // their total wait from arrival to their actor
+}
+
+func (t *tally) add(o tally) { t.msgs, t.pulls, t.wait = t.msgs+o.msgs, t.pulls+o.pulls, t.wait+o.wait }
 
 // flowShare is one flow's record; fairShare.mu guards it.
 type flowShare struct {
-	cur, prev         int64 // messages delivered in this and the last period
-	askMax            int   // the most one pull asked for since the flow was listed
-	fullCur, fullPrev bool  // a hungry pull in this or the last period
+	t                 [2]tally // this period, the last
+	askMax            int      // the most one pull asked for since the flow was listed
+	fullCur, fullPrev bool     // a hungry pull in this or the last period
 	listed            bool
 }
 
@@ -115,49 +139,79 @@ func (s *fairShare) recheck() time.Duration { return max(s.opts.Hold/5, time.Mil
 // enabled reports whether pulls are ever held.
 func (s *fairShare) enabled() bool { return s != nil && s.opts.Hold > 0 }
 
+// addLocked adds t to f's current period (and to the sums while f
+// contends), listing f.
+func (s *fairShare) addLocked(f *flowShare, t tally) {
+	if !f.listed {
+		f.listed = true
+		s.listed = append(s.listed, f)
+	}
+	f.t[0].add(t)
+	if f.contending() {
+		s.sum[0].add(t)
+	}
+}
+
 // record counts n messages delivered at now to f by a pull that asked for
 // asked.
 func (s *fairShare) record(f *flowShare, n, asked int, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.rollLocked(now)
-	if !f.listed {
-		f.listed = true
-		s.listed = append(s.listed, f)
-	}
 	f.askMax = max(f.askMax, asked)
-	full := n >= asked && 2*asked >= f.askMax
-	if full && !f.contending() {
-		s.n++
-		s.sumCur += f.cur
-		s.sumPrev += f.prev
+	if n >= asked && 2*asked >= f.askMax && !f.fullCur {
+		if !f.contending() {
+			s.n++
+			s.sum[0].add(f.t[0])
+			s.sum[1].add(f.t[1])
+		}
+		f.fullCur = true
 	}
-	f.fullCur = f.fullCur || full
-	f.cur += int64(n)
-	if f.contending() {
-		s.sumCur += int64(n)
-	}
+	s.addLocked(f, tally{msgs: int64(n)})
 }
 
-// over reports whether f took more than Excess times the mean of the other
-// contending flows' recent deliveries. Compared with the others' mean, not
-// with the mean of all, two flows can never both be over (Excess ≥ 1), so
-// the lighter of two is never held.
+// arrived counts a pull that waited wait before f's actor took it, and
+// reports whether f is over its share now (see over).
+func (s *fairShare) arrived(f *flowShare, wait time.Duration, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rollLocked(now)
+	s.addLocked(f, tally{pulls: 1, wait: wait})
+	return s.overLocked(f, now)
+}
+
+// over reports whether f, contending, took more than Excess times the mean
+// of the other contending flows' recent deliveries while their pulls waited
+// longer than Busy on average. Compared with the others' mean, not with the
+// mean of all, two flows can never both be over (Excess ≥ 1), so the
+// lighter of two is never held.
 func (s *fairShare) over(f *flowShare, now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.rollLocked(now)
+	return s.overLocked(f, now)
+}
+
+func (s *fairShare) overLocked(f *flowShare, now time.Time) bool {
 	if s.n < 2 || !f.contending() {
 		return false
 	}
 	elapsed := now.Sub(s.start) - time.Duration(s.period)*s.opts.Window
 	fade := 1 - float64(elapsed)/float64(s.opts.Window)
-	mine := float64(f.cur) + fade*float64(f.prev)
-	others := float64(s.sumCur) + fade*float64(s.sumPrev) - mine
-	return mine > s.opts.Excess*others/float64(s.n-1)
+	recent := func(t [2]tally) (msgs, pulls, wait float64) {
+		return float64(t[0].msgs) + fade*float64(t[1].msgs), float64(t[0].pulls) + fade*float64(t[1].pulls),
+			float64(t[0].wait) + fade*float64(t[1].wait)
+	}
+	msgs, pulls, wait := recent(f.t)
+	allMsgs, allPulls, allWait := recent(s.sum)
+	othersPulls, othersWait := allPulls-pulls, allWait-wait
+	if othersPulls <= 0 || othersWait <= float64(s.opts.Busy)*othersPulls {
+		return false // the others' pulls are not kept waiting
+	}
+	return msgs > s.opts.Excess*(allMsgs-msgs)/float64(s.n-1)
 }
 
-// rollLocked starts the period now falls in: this period's counts become
+// rollLocked starts the period now falls in: this period's tallies become
 // the last period's, and flows with no deliveries in either are dropped.
 func (s *fairShare) rollLocked(now time.Time) {
 	p := int64(now.Sub(s.start) / s.opts.Window)
@@ -166,22 +220,22 @@ func (s *fairShare) rollLocked(now time.Time) {
 	}
 	skipped := p > s.period+1 // a whole period passed with no calls: nothing is recent
 	s.period = p
-	s.n, s.sumCur, s.sumPrev = 0, 0, 0
+	s.n, s.sum = 0, [2]tally{}
 	kept := s.listed[:0]
 	for _, f := range s.listed {
-		f.prev, f.cur = f.cur, 0
+		f.t = [2]tally{{}, f.t[0]}
 		f.fullPrev, f.fullCur = f.fullCur, false
 		if skipped {
-			f.prev, f.fullPrev = 0, false
+			f.t[1], f.fullPrev = tally{}, false
 		}
-		if f.prev == 0 && !f.fullPrev {
+		if f.t[1].msgs == 0 && !f.fullPrev {
 			f.listed, f.askMax = false, 0
 			continue
 		}
 		kept = append(kept, f)
 		if f.contending() {
 			s.n++
-			s.sumPrev += f.prev
+			s.sum[1].add(f.t[1])
 		}
 	}
 	clear(s.listed[len(kept):])

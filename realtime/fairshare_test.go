@@ -16,21 +16,33 @@ func newTestFairShare(t *testing.T) (*fairShare, time.Time) {
 	return s, s.start
 }
 
+// pull records one pull of f that waited wait and was answered with n of
+// the asked messages, and reports whether f was over its share on arrival.
+func pull(s *fairShare, f *flowShare, wait time.Duration, n, asked int, now time.Time) bool {
+	over := s.arrived(f, wait, now)
+	s.record(f, n, asked, now)
+	return over
+}
+
+const busyWait = 200 * time.Microsecond // above the default Busy
+
 func TestFairShare_HoldsOnlyTheGreedyOfContendingFlows(t *testing.T) {
 	s, t0 := newTestFairShare(t)
 	var big, small, tail flowShare
 	now := t0.Add(10 * time.Millisecond)
-	s.record(&big, 640, 640, now)
+	for range 10 {
+		pull(s, &big, busyWait, 64, 64, now)
+	}
 	if s.over(&big, now) {
 		t.Fatal("a flow alone was held")
 	}
-	// A group at the tail of its subject takes few messages: it does not
-	// contend, and nobody is held on its account.
-	s.record(&tail, 3, 64, now)
+	// A group at the tail of its subject gets less than it asks for: it
+	// does not contend, and nobody is held on its account.
+	pull(s, &tail, busyWait, 3, 64, now)
 	if s.over(&big, now) || s.over(&tail, now) {
 		t.Fatal("a flow was held beside a tail follower")
 	}
-	s.record(&small, 64, 64, now)
+	pull(s, &small, busyWait, 64, 64, now)
 	if !s.over(&big, now) {
 		t.Fatal("the flow with 10× the deliveries of the other contending flow was not held")
 	}
@@ -38,13 +50,50 @@ func TestFairShare_HoldsOnlyTheGreedyOfContendingFlows(t *testing.T) {
 		t.Fatal("a flow under its share was held")
 	}
 	// Within Excess of each other, neither is held.
-	s.record(&small, 540, 540, now)
+	for range 9 {
+		pull(s, &small, busyWait, 64, 64, now)
+	}
 	if s.over(&big, now) || s.over(&small, now) {
 		t.Fatalf("flows within %.2f× of each other held", s.opts.Excess)
 	}
-	s.record(&small, 200, 200, now)
+	for range 3 {
+		pull(s, &small, busyWait, 64, 64, now)
+	}
 	if !s.over(&small, now) || s.over(&big, now) {
 		t.Fatal("the lead did not pass to the flow that took more")
+	}
+}
+
+// On an idle broker (the others' pulls are taken at once) a group that is
+// slow for its own reasons, far away or on a slow machine, costs the fast
+// one nothing; once the others' pulls wait, shares are enforced.
+func TestFairShare_OnlyWhileTheOthersWait(t *testing.T) {
+	s, t0 := newTestFairShare(t)
+	var fast, far flowShare
+	now := t0.Add(10 * time.Millisecond)
+	for range 100 {
+		pull(s, &fast, 20*time.Microsecond, 64, 64, now)
+	}
+	pull(s, &far, 20*time.Microsecond, 64, 64, now)
+	if s.over(&fast, now) {
+		t.Fatal("fast held while the other group's pulls were taken at once")
+	}
+	for range 3 {
+		pull(s, &far, time.Millisecond, 64, 64, now)
+	}
+	if !s.over(&fast, now) {
+		t.Fatal("fast not held while the other group's pulls waited 1ms")
+	}
+	// The fast group's own waits (its pulls queue in its own actor) do not
+	// count as the others'.
+	var fast2, far2 flowShare
+	s2, t2 := newTestFairShare(t)
+	for range 100 {
+		pull(s2, &fast2, 10*time.Millisecond, 64, 64, t2)
+	}
+	pull(s2, &far2, 20*time.Microsecond, 64, 64, t2)
+	if s2.over(&fast2, t2) {
+		t.Fatal("fast held because of its own pulls' waits")
 	}
 }
 
@@ -52,8 +101,8 @@ func TestFairShare_SharesFadeWithTheWindow(t *testing.T) {
 	s, t0 := newTestFairShare(t)
 	w := s.opts.Window
 	var big, small flowShare
-	s.record(&big, 1000, 1000, t0.Add(w/2))
-	s.record(&small, 100, 100, t0.Add(w/2))
+	pull(s, &big, busyWait, 1000, 1000, t0.Add(w/2))
+	pull(s, &small, busyWait, 100, 100, t0.Add(w/2))
 	if !s.over(&big, t0.Add(w/2)) {
 		t.Fatal("big not held")
 	}
@@ -61,7 +110,8 @@ func TestFairShare_SharesFadeWithTheWindow(t *testing.T) {
 	// the window: at 0.9 of the period, 1000 counts as 100 and 100 as 10;
 	// small's 200 new ones put it ahead.
 	at := t0.Add(w + w*9/10)
-	s.record(&small, 200, 200, at)
+	pull(s, &big, busyWait, 0, 1000, at)
+	pull(s, &small, busyWait, 200, 200, at)
 	if s.over(&big, at) {
 		t.Fatal("big still held once its deliveries left the window")
 	}
@@ -82,21 +132,21 @@ func TestFairShare_ContentionEndsWithTheBacklog(t *testing.T) {
 	s, t0 := newTestFairShare(t)
 	w := s.opts.Window
 	var big, small flowShare
-	s.record(&big, 1000, 1000, t0)
-	s.record(&small, 10, 10, t0)
+	pull(s, &big, busyWait, 1000, 1000, t0)
+	pull(s, &small, busyWait, 10, 10, t0)
 	if !s.over(&big, t0) {
 		t.Fatal("big not held")
 	}
 	// Small drained its backlog: its pulls come back short. One period
 	// later it still contends (its last full pull is in the window), two
 	// periods later it does not.
-	s.record(&big, 1000, 1000, t0.Add(w))
-	s.record(&small, 2, 64, t0.Add(w))
+	pull(s, &big, busyWait, 1000, 1000, t0.Add(w))
+	pull(s, &small, busyWait, 2, 10, t0.Add(w))
 	if !s.over(&big, t0.Add(w)) {
 		t.Fatal("big not held while small's last backlog is in the window")
 	}
-	s.record(&big, 1000, 1000, t0.Add(2*w))
-	s.record(&small, 2, 64, t0.Add(2*w))
+	pull(s, &big, busyWait, 1000, 1000, t0.Add(2*w))
+	pull(s, &small, busyWait, 2, 10, t0.Add(2*w))
 	if s.over(&big, t0.Add(2*w)) {
 		t.Fatal("big held beside a group that follows the tail")
 	}
@@ -109,17 +159,21 @@ func TestFairShare_SelfLimitedGroupDoesNotContend(t *testing.T) {
 	s, t0 := newTestFairShare(t)
 	w := s.opts.Window
 	var fast, slow flowShare
-	s.record(&fast, 6400, 64, t0)
-	s.record(&slow, 64, 64, t0) // its first pull: a full batch
+	for range 100 {
+		pull(s, &fast, busyWait, 64, 64, t0)
+	}
+	pull(s, &slow, busyWait, 64, 64, t0) // its first pull: a full batch
 	if !s.over(&fast, t0) {
 		t.Fatal("fast not held beside a group that took a full batch")
 	}
 	// From then on the slow group asks for what its handlers finished.
-	for i := 1; i <= 3; i++ {
+	for i := 1; i <= 5; i++ {
 		at := t0.Add(time.Duration(i) * w)
-		s.record(&fast, 6400, 64, at)
+		for range 100 {
+			pull(s, &fast, busyWait, 64, 64, at)
+		}
 		for range 5 {
-			s.record(&slow, 2, 2, at)
+			pull(s, &slow, busyWait, 2, 2, at)
 		}
 		if i >= 2 && s.over(&fast, at) {
 			t.Fatalf("period %d: fast held beside a group limited by its own handlers", i)
@@ -137,6 +191,7 @@ func TestFairShareOptions_Validate(t *testing.T) {
 		{"tiny window", func(o *FairShareOptions) { o.Window = time.Microsecond }},
 		{"excess below 1", func(o *FairShareOptions) { o.Excess = 0.9 }},
 		{"excess NaN", func(o *FairShareOptions) { o.Excess = math.NaN() }},
+		{"negative busy", func(o *FairShareOptions) { o.Busy = -time.Microsecond }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := NewFairShareOptions()
@@ -147,8 +202,8 @@ func TestFairShareOptions_Validate(t *testing.T) {
 		})
 	}
 	o := NewFairShareOptions()
-	o.Hold = 0
+	o.Hold, o.Busy = 0, 0
 	if err := o.Validate(); err != nil {
-		t.Fatalf("hold 0 (off) refused: %v", err)
+		t.Fatalf("hold 0 (off) and busy 0 (always) refused: %v", err)
 	}
 }

@@ -210,7 +210,7 @@ func (a *pullActor) handle(ev pullEvent) {
 // ends. A pull that may not wait longer than the hold is not held.
 func (a *pullActor) holdForFairShare(c *pullCall, now time.Time) bool {
 	f := a.b.fair
-	if !f.enabled() || c.waitUntil.Sub(now) <= f.opts.Hold || !f.over(&a.share, now) {
+	if !f.enabled() || !f.arrived(&a.share, now.Sub(c.r.Arrived), now) || c.waitUntil.Sub(now) <= f.opts.Hold {
 		return false
 	}
 	c.holdEnd = now.Add(f.opts.Hold)
