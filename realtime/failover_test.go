@@ -503,8 +503,20 @@ func TestFailover_OldMasterCutBack(t *testing.T) {
 	// Stop the slave (not long enough for its own lease to expire): the
 	// master stores new sends and holds their replies.
 	b.cmd.Process.Signal(syscall.SIGSTOP)
-	end, _ := a.gauge("qmq_realtime_message_end_bytes")
-	a.waitGauge(t, 10*time.Second, "qmq_realtime_message_end_bytes", func(v float64) bool { return v > end })
+	testutil.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		end, err := a.gauge("qmq_realtime_message_end_bytes")
+		if err != nil {
+			return err
+		}
+		copied, err := a.gauge("qmq_realtime_slave_offset_bytes")
+		if err != nil {
+			return err
+		}
+		if end <= copied {
+			return fmt.Errorf("the master's log ends at %v, the stopped slave holds %v", end, copied)
+		}
+		return nil
+	})
 	a.kill()
 	b.cmd.Process.Signal(syscall.SIGCONT)
 	b.waitGauge(t, 30*time.Second, "qmq_realtime_role", is(1))

@@ -48,6 +48,10 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
 		return
 	}
+	if err := b.checkEpoch(req.Epoch); err != nil {
+		r.ReplyError(err)
+		return
+	}
 	n := len(req.Messages)
 	b.metrics.received.Add(float64(n))
 	s := &sendCall{
@@ -75,7 +79,7 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 		if b.dedupe.enabled() {
 			s.keys[i] = b.dedupe.key(v.Subject, v.ID, v.Attempts)
 			if !b.dedupe.reserve(s.keys[i]) {
-				s.statuses[i] = protocol.StatusDuplicate
+				s.statuses[i] = b.duplicateStatus(s.keys[i])
 				b.metrics.duplicates.Inc()
 				continue
 			}
@@ -155,7 +159,7 @@ func (s *sendCall) done(results []store.Result) {
 	}
 	b.metrics.stored.Add(float64(stored))
 	b.metrics.appendSecs.Observe(time.Since(s.start).Seconds())
-	b.replyStored(s.r, s.statuses, results)
+	b.replyStored(s, results)
 }
 
 // failed answers a call the store did not take.

@@ -56,10 +56,15 @@ type syncService struct {
 	// alone: a master promoted by a failover serves without a slave (send
 	// replies do not wait, no lag rule) until a slave has caught up with
 	// it once.
-	alone    atomic.Bool
-	lagNanos atomic.Int64
-	lagBytes atomic.Int64
-	served   atomic.Int64 // log bytes sent to the slave
+	alone atomic.Bool
+
+	// pendingDups: dedupe keys of stored messages whose send replies wait
+	// (or failed waiting) for the slave, with the offset it must pass.
+	dupMu       sync.Mutex
+	pendingDups map[uint64]int64
+	lagNanos    atomic.Int64
+	lagBytes    atomic.Int64
+	served      atomic.Int64 // log bytes sent to the slave
 	// resumedFrom is the message-log offset of the first sync request on
 	// the slave's latest connection: where its copy stood when it
 	// (re)connected.
@@ -88,7 +93,8 @@ type lagSample struct {
 }
 
 func newSyncService(b *Broker) *syncService {
-	y := &syncService{b: b, store: b.store, opts: &b.opts, lg: b.lg.Named("sync"), stop: make(chan struct{})}
+	y := &syncService{b: b, store: b.store, opts: &b.opts, lg: b.lg.Named("sync"), stop: make(chan struct{}),
+		pendingDups: map[uint64]int64{}}
 	y.slaveMsg.Store(-1)
 	y.slaveAct.Store(-1)
 	y.slaveActPrev.Store(-1)
@@ -354,6 +360,7 @@ func (y *syncService) watch(now time.Time) {
 	y.mu.Lock()
 	if slave >= end {
 		y.samples = y.samples[:0]
+		y.sweepDups()
 	} else if n := len(y.samples); n == 0 || y.samples[n-1].end < end {
 		if n == maxLagSamples {
 			// Keep the oldest and every other one after it.
@@ -423,12 +430,16 @@ func (y *syncService) waiting() int {
 }
 
 // replyStored answers a send once its stored messages are covered by the
-// slave's copy (WaitSlave), or at once.
-func (b *Broker) replyStored(r *netserver.Request, statuses []protocol.Status, results []store.Result) {
+// slave's copy (WaitSlave), or at once. While a reply waits, its messages'
+// dedupe keys are pending: a resent copy is answered StatusBusy, not
+// StatusDuplicate, until the slave holds the first copy (a duplicate
+// answer acknowledges it: it must be as safe as the first answer).
+func (b *Broker) replyStored(s *sendCall, results []store.Result) {
+	r, statuses := s.r, s.statuses
 	// The slave's durable end is a record boundary: past a record's offset
 	// means past its end.
 	need := int64(-1)
-	if b.sync != nil && b.opts.WaitSlave {
+	if b.waitsForSlave() && !b.sync.alone.Load() {
 		for _, res := range results {
 			if res.Err == nil {
 				need = max(need, res.Offset+1)
@@ -439,13 +450,69 @@ func (b *Broker) replyStored(r *netserver.Request, statuses []protocol.Status, r
 		r.Reply(protocol.StatusOK, protocol.AppendSendResponse(nil, statuses))
 		return
 	}
-	b.sync.await(need, func(err error) {
+	y := b.sync
+	var keys []uint64
+	if b.dedupe.enabled() {
+		keys = make([]uint64, 0, len(results))
+		y.dupMu.Lock()
+		for j, res := range results {
+			if i := s.index[j]; res.Err == nil && s.reserved[i] {
+				keys = append(keys, s.keys[i])
+				y.pendingDups[s.keys[i]] = res.Offset + 1
+			}
+		}
+		y.dupMu.Unlock()
+	}
+	y.await(need, func(err error) {
 		if err != nil {
+			// The keys stay pending until the slave holds their messages.
 			r.ReplyError(err)
 			return
 		}
+		y.settleDups(keys)
 		r.Reply(protocol.StatusOK, protocol.AppendSendResponse(nil, statuses))
 	})
+}
+
+// duplicateStatus answers a message whose dedupe key is known: a
+// duplicate, or busy while the first copy is not yet in the slave's copy
+// (its reply waits, or failed waiting).
+func (b *Broker) duplicateStatus(k uint64) protocol.Status {
+	if y := b.sync; y != nil && b.opts.WaitSlave {
+		y.dupMu.Lock()
+		need, pending := y.pendingDups[k]
+		if pending && y.slaveMsg.Load() >= need {
+			delete(y.pendingDups, k)
+			pending = false
+		}
+		y.dupMu.Unlock()
+		if pending {
+			return protocol.StatusBusy
+		}
+	}
+	return protocol.StatusDuplicate
+}
+
+// settleDups forgets pending dedupe keys whose messages the slave holds.
+func (y *syncService) settleDups(keys []uint64) {
+	if len(keys) == 0 {
+		return
+	}
+	y.dupMu.Lock()
+	for _, k := range keys {
+		delete(y.pendingDups, k)
+	}
+	y.dupMu.Unlock()
+}
+
+// sweepDups forgets every pending key once the slave holds all that is
+// committed (replies that failed waiting leave theirs behind).
+func (y *syncService) sweepDups() {
+	y.dupMu.Lock()
+	if len(y.pendingDups) > 0 {
+		clear(y.pendingDups)
+	}
+	y.dupMu.Unlock()
 }
 
 // registerSyncMetrics adds the master's replication series.
@@ -455,7 +522,12 @@ func (y *syncService) registerMetrics(reg prometheus.Registerer) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_slave_offset_bytes", ConstLabels: labels,
 			Help: "The slave's durable message-log offset (-1: no slave yet)."}, func() float64 { return float64(y.slaveMsg.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_slave_action_offset_bytes", ConstLabels: labels,
-			Help: "The action-log offset of the slave's latest sync request (-1: no slave yet)."}, func() float64 { return float64(y.slaveAct.Load()) }),
+			Help: "The action-log offset the slave has written (the smaller of its last two requests'; -1: no slave yet)."}, func() float64 {
+			if prev := y.slaveActPrev.Load(); prev >= 0 {
+				return float64(min(prev, y.slaveAct.Load()))
+			}
+			return float64(y.slaveAct.Load())
+		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_slave_lag_bytes", ConstLabels: labels,
 			Help: "Committed message-log bytes the slave has not copied."}, func() float64 { return float64(y.lagBytes.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_slave_lag_seconds", ConstLabels: labels,
