@@ -252,7 +252,8 @@ func (p *Producer) sendDirect(ctx context.Context, pd *pending) (done bool, err 
 		return true, fmt.Errorf("producer: message %s: %w", pd.id, protocol.StatusError(st[0], "group "+g.Name))
 	}
 	pd.avoid = g.Name
-	if st == nil || st[0] == protocol.StatusReadonly || st[0] == protocol.StatusNotRouted || st[0] == protocol.StatusNotMaster {
+	if st == nil || st[0] == protocol.StatusReadonly || st[0] == protocol.StatusNotRouted || st[0] == protocol.StatusNotMaster ||
+		st[0] == protocol.StatusStaleEpoch {
 		s.invalidate(g, []*pending{pd}, err)
 	}
 	return false, nil

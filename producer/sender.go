@@ -307,7 +307,8 @@ func (s *sender) handle(r *result) {
 		case st.Success():
 			s.complete(pd, nil)
 		case st.Retryable():
-			routing = routing || st == protocol.StatusReadonly || st == protocol.StatusNotRouted || st == protocol.StatusNotMaster
+			routing = routing || st == protocol.StatusReadonly || st == protocol.StatusNotRouted || st == protocol.StatusNotMaster ||
+				st == protocol.StatusStaleEpoch
 			pd.avoid = r.group.Name
 			s.retry(pd, protocol.StatusError(st, "group "+r.group.Name), now)
 		default:
@@ -341,6 +342,9 @@ func (s *sender) invalidate(g route.Group, msgs []*pending, _ error) {
 
 // retry schedules pd for another try after a back-off, or fails it when its
 // deadline has passed.
+// maxRetryBackoff caps the wait before a message's next try.
+const maxRetryBackoff = time.Second
+
 func (s *sender) retry(pd *pending, err error, now time.Time) {
 	pd.tries++
 	pd.lastErr = err
@@ -354,7 +358,9 @@ func (s *sender) retry(pd *pending, err error, now time.Time) {
 	}
 	var backoff time.Duration
 	if pd.tries > 1 {
-		backoff = 50 * time.Millisecond << min(pd.tries-2, 6) // 50 ms … 3.2 s
+		// 50 ms … 1 s: a failover takes seconds, and a message should land
+		// within a second of its group's new master.
+		backoff = min(50*time.Millisecond<<min(pd.tries-2, 6), maxRetryBackoff)
 	}
 	pd.retryAt = now.Add(backoff)
 	if pd.retryAt.After(pd.deadline) {
