@@ -156,7 +156,7 @@
 //
 // Known limits: clocks of master and slave must agree (the promoted slave
 // fires by its own clock; skew makes forwards early or late by the skew);
-// a slave's copy is scanned in full when it opens; under --flush=async a
+// under --flush=async a
 // master's machine crash can lose bytes its slave copied: the slave then
 // drops its copy and copies again, and lost dispatch entries mean
 // re-forwards (dropped by id); a full manifest lists every hour, about 33

@@ -173,8 +173,11 @@
 // by WriteSchedule and WriteDispatch at the copy's sizes after every record
 // is checked, made durable by Commit (fdatasync of each file written, and
 // of the directories when files came or went), which also records the
-// master's replayed position the copy holds. OpenReplica scans every file
-// and cuts it at its first invalid record. The replica marker names the
+// master's replayed position the copy holds; every few seconds it also
+// writes the copy's checkpoint (hour sizes and record counts, all
+// fdatasynced before). OpenReplica scans each schedule file from its
+// checkpointed size (the whole file when it has none, or is shorter) and
+// every dispatch file, and cuts each at its first invalid record. The replica marker names the
 // store the copy follows (every store has a random ID from its creation);
 // Follow drops a copy of another store, or a master's own directory, and
 // starts from empty. Promote writes a checkpoint of the copy (its message

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -78,7 +79,8 @@ type Replica struct {
 	master    bool   // the directory held a master's store when opened
 	ownID     uint64 // that store's ID (0: unknown)
 	replayed  int64  // master message-log position the copy holds (Commit)
-	maxWAL    int64  // largest message-log offset a copied record names
+	lastCkpt  time.Time
+	maxWAL    int64 // largest message-log offset a copied record names
 	closed    bool
 }
 
@@ -133,6 +135,23 @@ func (r *Replica) load() error {
 	default:
 		return err
 	}
+	// A copy's checkpoint (Commit writes one now and then): every byte below
+	// an hour's checkpointed size was fdatasynced before it, so only the
+	// rest of each file is scanned.
+	known := map[int64]hourCheckpoint{}
+	ckptWAL := int64(0)
+	if r.marked {
+		ckpt, found, err := readCheckpoint(filepath.Join(r.dir, checkpointFile))
+		if err != nil && !errors.Is(err, ErrCorrupt) {
+			return err
+		}
+		if found {
+			for _, hc := range ckpt.hours {
+				known[hc.hour] = hc
+			}
+			ckptWAL = ckpt.walOffset
+		}
+	}
 	ents, err := os.ReadDir(filepath.Join(r.dir, scheduleDir))
 	if err != nil {
 		return err
@@ -143,7 +162,7 @@ func (r *Replica) load() error {
 			continue
 		}
 		path := filepath.Join(r.dir, scheduleDir, e.Name())
-		scan, err := scanFile(path, maxRecordSize)
+		scan, base, err := scanCopy(path, known[h])
 		if err != nil {
 			return err
 		}
@@ -153,8 +172,8 @@ func (r *Replica) load() error {
 				return err
 			}
 		}
-		r.hours[h] = &replicaHour{scheduleSize: scan.end, records: scan.records}
-		r.maxWAL = max(r.maxWAL, scan.lastWAL)
+		r.hours[h] = &replicaHour{scheduleSize: scan.end, records: base + scan.records}
+		r.maxWAL = max(r.maxWAL, scan.lastWAL, ckptWAL-1)
 	}
 	ents, err = os.ReadDir(filepath.Join(r.dir, dispatchDir))
 	if err != nil {
@@ -189,6 +208,30 @@ func (r *Replica) load() error {
 	r.lg.Info("replica opened", zap.Bool("replica_marker", r.marked), zap.Uint64("following", r.following),
 		zap.Bool("master_directory", r.master), zap.Int("hours", len(r.hours)))
 	return nil
+}
+
+// scanCopy scans a schedule file of a copy from its checkpointed size when
+// the file holds at least that much (else whole); base is the records below
+// where the scan started.
+func scanCopy(path string, hc hourCheckpoint) (scheduleScan, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return scheduleScan{}, 0, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return scheduleScan{}, 0, err
+	}
+	from, base := int64(0), int64(0)
+	if hc.size > 0 && info.Size() >= hc.size {
+		from, base = hc.size, hc.records
+	}
+	res := scanScheduleFrom(f, from, -1, maxRecordSize, nil)
+	if res.err != nil && !errors.Is(res.err, errTorn) {
+		return res, 0, fmt.Errorf("scan %s: %w", path, res.err)
+	}
+	return res, base, nil
 }
 
 // Following returns the ID of the master's store the copy follows, and
@@ -403,6 +446,7 @@ func (r *Replica) RemoveHour(h int64) error {
 		return nil
 	}
 	delete(r.hours, h)
+	r.lastCkpt = time.Time{} // the next Commit writes a checkpoint without it
 	for _, c := range []*fileCache{r.schedules, r.dispatch} {
 		c.forget(h)
 		delete(r.dirty[c], h)
@@ -447,8 +491,18 @@ func (r *Replica) Commit(replayed int64) error {
 		r.newFiles = false
 	}
 	r.replayed = max(r.replayed, replayed)
+	if time.Since(r.lastCkpt) >= replicaCheckpointEvery {
+		// Lets a restart scan only what came after it.
+		if err := r.checkpointLocked(); err != nil {
+			return err
+		}
+		r.lastCkpt = time.Now()
+	}
 	return nil
 }
+
+// replicaCheckpointEvery is how often Commit writes the copy's checkpoint.
+const replicaCheckpointEvery = 5 * time.Second
 
 // Close commits, writes a checkpoint so the directory opens as a master's
 // store, and releases the directory. The replica marker stays: Open turns

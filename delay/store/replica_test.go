@@ -371,3 +371,48 @@ func TestReplica_RejoinKeepsWhatTheStoresShare(t *testing.T) {
 		t.Fatalf("delivered %v: the messages B never had came back", a2.order)
 	}
 }
+
+// A copy that died without closing reopens from its last checkpoint (only
+// the bytes after it are scanned) with every committed record counted.
+func TestReplica_ReopensFromItsCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	r, err := OpenReplica(dir, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Follow(7)
+	h := hourOf(epoch.UnixMilli())
+	off := int64(0)
+	write := func(id string) {
+		rec := appendScheduleRecord(nil, off, encode(t, id, epoch))
+		if err := r.WriteSchedule(h, off, rec); err != nil {
+			t.Fatal(err)
+		}
+		off += int64(len(rec))
+	}
+	write("a")
+	write("b")
+	if err := r.Commit(10); err != nil { // the first Commit checkpoints
+		t.Fatal(err)
+	}
+	write("c")
+	if err := r.Commit(20); err != nil { // within replicaCheckpointEvery: no checkpoint
+		t.Fatal(err)
+	}
+	ckpt, found, err := readCheckpoint(filepath.Join(dir, checkpointFile))
+	if err != nil || !found || len(ckpt.hours) != 1 || ckpt.hours[0].records != 2 {
+		t.Fatalf("checkpoint %+v %v %v, want the first two records", ckpt, found, err)
+	}
+	r.closeFiles() // dies: no Close, no new checkpoint
+	r, err = OpenReplica(dir, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if got := r.Hour(h); got.Records != 3 || got.ScheduleSize != off {
+		t.Fatalf("reopened: %+v, want 3 records in %d bytes", got, off)
+	}
+	if r.Replayed() < 10 {
+		t.Fatalf("reopened copy replayed %d, below its checkpoint's", r.Replayed())
+	}
+}

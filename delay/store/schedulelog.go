@@ -111,6 +111,12 @@ type scheduleScan struct {
 // the end of the file) and calls fn for each valid one (fn may be nil). It
 // stops at the first invalid record. msg is valid only during fn.
 func scanSchedule(f *os.File, limit int64, maxSize int64, fn func(off int64, msg []byte)) scheduleScan {
+	return scanScheduleFrom(f, 0, limit, maxSize, fn)
+}
+
+// scanScheduleFrom is scanSchedule from offset from (a record start); the
+// result counts the records from there.
+func scanScheduleFrom(f *os.File, from, limit int64, maxSize int64, fn func(off int64, msg []byte)) scheduleScan {
 	res := scheduleScan{lastWAL: -1}
 	if limit < 0 {
 		st, err := f.Stat()
@@ -121,8 +127,8 @@ func scanSchedule(f *os.File, limit int64, maxSize int64, fn func(off int64, msg
 		limit = st.Size()
 	}
 	buf := make([]byte, 0, scanChunk)
-	bufOff := int64(0) // file offset of buf[0]
-	off := int64(0)
+	bufOff := from // file offset of buf[0]
+	off := from
 	fill := func(n int64) ([]byte, error) {
 		if off+n > limit {
 			return nil, fmt.Errorf("%w: schedule record at %d runs past %d", errTorn, off, limit)
