@@ -192,10 +192,19 @@ func (s *Server) status() api.Status {
 	}
 	st.Subjects = len(subjects)
 	for bk, e := range v.brokers {
-		if bk.role == protocol.RoleMaster {
-			st.InPerSec += uint64(e.rec.Load.InPerSec)
-			st.OutPerSec += uint64(e.rec.Load.OutPerSec)
+		if bk.role != protocol.RoleMaster {
+			continue
 		}
+		st.InPerSec += uint64(e.rec.Load.InPerSec)
+		st.OutPerSec += uint64(e.rec.Load.OutPerSec)
+		lag := groupLag(v.groupLocked(bk.group))
+		if lag == nil {
+			st.Replication.WithoutSlave++
+			continue
+		}
+		st.Replication.WithSlave++
+		st.Replication.MaxLag.Bytes = max(st.Replication.MaxLag.Bytes, lag.Bytes)
+		st.Replication.MaxLag.Millis = max(st.Replication.MaxLag.Millis, lag.Millis)
 	}
 	v.mu.RUnlock()
 	sort.Slice(st.MetaServers, func(i, j int) bool { return st.MetaServers[i].ID < st.MetaServers[j].ID })

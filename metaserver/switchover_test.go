@@ -378,6 +378,7 @@ func TestQmqctl_SwitchoverAndReplicationColumns(t *testing.T) {
 	}
 	epoch := func(e uint64) string { return " " + jsonNumber(e) + " " }
 
+	has(run(0, "status"), "replication", "1 groups with a slave, 1 without; largest lag 1.0MiB 350ms")
 	out := run(0, "brokers")
 	has(out, "EPOCH", "REPLICA LAG", "g1-m", "g1-s", "4.0KiB 20ms", "1.0MiB 350ms", epoch(g.mEpoch))
 	out = run(0, "groups")
@@ -459,6 +460,11 @@ func TestConsole_ReplicationAndSwitchover(t *testing.T) {
 	eventually(t, 5*time.Second, "two groups", func() bool { return len(s.groups()) == 2 })
 
 	ch := startChromium(t)
+	ch.navigate("http://" + s.HTTPAddr().String() + "/#overview")
+	ch.waitText("overview", "groups with a slave (1 without; largest lag 1.0MiB 350ms)")
+	if n := ch.eval("document.getElementById('n-replicated').textContent"); n != "1" {
+		t.Fatalf("overview shows %s groups with a slave, want 1", n)
+	}
 	ch.navigate("http://" + s.HTTPAddr().String() + "/#groups")
 	ch.waitText("groups", "g1-m@"+g.master.addr(), "g1-s@"+g.slave.addr(), "1.0MiB 350ms", "4.0KiB 20ms", "Brokers")
 	cell := func(sel string) string {

@@ -140,6 +140,18 @@ type Status struct {
 	Consumers   int          `json:"consumers"`
 	InPerSec    uint64       `json:"inPerSec"`
 	OutPerSec   uint64       `json:"outPerSec"`
+	Replication Replication  `json:"replication"`
+}
+
+// Replication sums up the groups' master/slave pairs.
+type Replication struct {
+	// WithSlave counts groups with a live master and a slave; WithoutSlave
+	// those with a master alone (a failover there loses the group's data
+	// until the master comes back).
+	WithSlave    int `json:"withSlave"`
+	WithoutSlave int `json:"withoutSlave"`
+	// MaxLag is the largest lag of any group's slave.
+	MaxLag Lag `json:"maxLag"`
 }
 
 // GroupCounts counts groups by state.

@@ -76,6 +76,8 @@ async function overview() {
       card("meta servers", st.metaServers.length, "n-meta"),
       card("brokers", st.brokers, "n-brokers"),
       card("groups (" + st.groups.rw + " rw, " + st.groups.readonly + " readonly, " + st.groups.unavailable + " unavailable)", st.groups.total, "n-groups"),
+      card("groups with a slave (" + st.replication.withoutSlave + " without; largest lag " +
+        lag(st.replication.maxLag.bytes, st.replication.maxLag.millis) + ")", st.replication.withSlave, "n-replicated"),
       card("subjects", st.subjects, "n-subjects"),
       card("consumers", st.consumers, "n-consumers"),
       card("msg/s in", st.inPerSec, "n-in"),

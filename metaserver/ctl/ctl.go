@@ -144,6 +144,8 @@ func statusCmd(g *globals) *cobra.Command {
 				}
 				fmt.Fprintf(w, "brokers\t%d\n", st.Brokers)
 				fmt.Fprintf(w, "groups\t%d (rw %d, readonly %d, unavailable %d)\n", st.Groups.Total, st.Groups.ReadWrite, st.Groups.Readonly, st.Groups.Unavailable)
+				fmt.Fprintf(w, "replication\t%d groups with a slave, %d without; largest lag %s\n", st.Replication.WithSlave,
+					st.Replication.WithoutSlave, lag(st.Replication.MaxLag.Bytes, st.Replication.MaxLag.Millis))
 				fmt.Fprintf(w, "subjects\t%d\n", st.Subjects)
 				fmt.Fprintf(w, "consumers\t%d\n", st.Consumers)
 				fmt.Fprintf(w, "throughput\tin %d msg/s, out %d msg/s\n", st.InPerSec, st.OutPerSec)
