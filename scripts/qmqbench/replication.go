@@ -9,6 +9,10 @@ package main
 //	produce_alone_msgs_per_s        the master alone
 //	produce_wait_slave_msgs_per_s   master + slave, --wait-slave
 //	produce_wait_slave_ratio        wait-slave / alone (target ≥ 0.7)
+//
+// Then automatic failover (replication_failover.go): failover_seconds,
+// failover_seconds_mean and failover_lost_acked over ten SIGKILLs of the
+// master.
 
 import (
 	"fmt"
@@ -43,7 +47,7 @@ func runReplication(env *Env) error {
 	env.Metric("produce_alone_msgs_per_s", alone, "msg/s")
 	env.Metric("produce_wait_slave_msgs_per_s", waited, "msg/s")
 	env.Metric("produce_wait_slave_ratio", waited/alone, "x")
-	return nil
+	return runReplicationFailover(env)
 }
 
 // produceWaitSlave runs a master with --wait-slave and its slave, and the
