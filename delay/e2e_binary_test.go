@@ -177,3 +177,65 @@ func pendingGauge(t *testing.T, httpAddr string) float64 {
 	t.Fatalf("no qmq_delay_messages_pending in /metrics")
 	return 0
 }
+
+// The qmq-delay binary as a group of two: a master with --wait-slave and a
+// slave with --role slave --master: every acknowledged message is on the
+// slave (its pending gauge), and both stop cleanly on SIGTERM.
+func TestE2E_BinaryMasterAndSlave(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the qmq-delay binary")
+	}
+	bin := filepath.Join(t.TempDir(), "qmq-delay")
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "github.com/qmq-go/qmq/delay/cmd/qmq-delay")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v: %s", err, out)
+	}
+	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
+	rtAddr := rt.Addr().String()
+	start := func(args ...string) (*exec.Cmd, *strings.Builder, string) {
+		addr, httpAddr := freePort(t), freePort(t)
+		cmd := exec.Command(bin, append([]string{"--addr", addr, "--http-addr", httpAddr, "--data-dir", t.TempDir(),
+			"--realtime", rtAddr, "--log-level", "warn"}, args...)...)
+		out := &strings.Builder{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		testutil.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+			_, err := gaugeAt(httpAddr, "qmq_delay_role")
+			return err
+		})
+		return cmd, out, httpAddr
+	}
+	master, mout, _ := start("--wait-slave")
+	masterAddr := master.Args[2]
+	slave, sout, slaveHTTP := start("--role", "slave", "--master", masterAddr)
+	if v, _ := gaugeAt(slaveHTTP, "qmq_delay_role"); v != 2 {
+		t.Fatalf("slave's role gauge %v", v)
+	}
+	p, err := producer.New(producer.WithResolver(route.NewStatic(route.Groups(rtAddr), route.Groups(masterAddr))),
+		producer.WithTransportOptions(fastTransport))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	for i := range 50 {
+		m := &producer.Message{Subject: "e2e-slave", Body: fmt.Appendf(nil, "%d", i), DeliverAt: time.Now().Add(time.Hour)}
+		if err := p.Send(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := gaugeAt(slaveHTTP, "qmq_delay_messages_pending"); err != nil || v != float64(i+1) {
+			t.Fatalf("send %d acknowledged; the slave holds %v (%v)", i, v, err)
+		}
+	}
+	for _, c := range []struct {
+		cmd *exec.Cmd
+		out *strings.Builder
+	}{{slave, sout}, {master, mout}} {
+		c.cmd.Process.Signal(syscall.SIGTERM)
+		if err := c.cmd.Wait(); err != nil {
+			t.Fatalf("%s after SIGTERM: %v: %s", c.cmd.Args, err, c.out)
+		}
+	}
+}

@@ -171,7 +171,16 @@ func (c *failoverChild) kill() {
 
 // gauge reads a qmq_delay_ series from the child's /metrics.
 func (c *failoverChild) gauge(name string) (float64, error) {
-	resp, err := http.Get("http://" + c.httpAddr + "/metrics")
+	v, err := gaugeAt(c.httpAddr, name)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", c.name, err)
+	}
+	return v, nil
+}
+
+// gaugeAt reads a series from the /metrics of the server at httpAddr.
+func gaugeAt(httpAddr, name string) (float64, error) {
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
 	if err != nil {
 		return 0, err
 	}
@@ -188,7 +197,7 @@ func (c *failoverChild) gauge(name string) (float64, error) {
 			}
 		}
 	}
-	return 0, fmt.Errorf("%s: no %s in /metrics", c.name, name)
+	return 0, fmt.Errorf("no %s in /metrics", name)
 }
 
 // waitGauge polls until the child's series has value want.
