@@ -6,6 +6,7 @@
 //
 //	c, err := transport.New(transport.Options{}, lg)
 //	body, err := c.Call(ctx, addr, protocol.CmdLookup, req)          // waits
+//	body, err = c.CallTimeout(ctx, addr, protocol.CmdSend, req, 2*time.Second) // its own timeout
 //	err = c.Go(addr, protocol.CmdSend, batch, 0, func(body []byte, err error) {...}) // does not
 //	err = c.Notify(ctx, addr, protocol.CmdAck, ack)                   // one-way
 //	if c.BreakerState(addr) == gobreaker.StateOpen { /* pick another group */ }
@@ -32,12 +33,16 @@
 // nobody writing writes the buffer itself (no hand-off for a lone request);
 // what others queue meanwhile goes to a writer goroutine, which writes
 // everything queued since its last write in one system call, so pipelined
-// requests coalesce. While the reader runs a batch of callbacks the buffer
+// requests coalesce. The write deadline (WriteTimeout) is moved only when
+// half of it has passed, not on every write. While the reader runs a batch of callbacks the buffer
 // is corked, and the requests those callbacks send are written together at
 // the end of the batch by the reader itself, as a server answers a read. A reader goroutine reads every whole frame
 // already buffered, matches the batch to pending requests by request id
 // under one lock, copies their bodies into one block (a caller that keeps
-// one body keeps that read's block alive) and completes them. Responses may
+// one body keeps that read's block alive) and completes them; when it woke
+// a caller waiting in Call it yields before reading again, so on one CPU
+// the caller (often with its next request ready) runs before a read that
+// would find nothing. Responses may
 // come in any order. When the connection drops (read or write error, a
 // write that takes longer than WriteTimeout because the server stopped
 // reading, or a malformed frame from the server) every pending request
@@ -46,9 +51,9 @@
 // to RedialBackoffMax and resets on success.
 //
 // Deadlines: Call watches its context, so its deadline is exact. Every
-// pending request also carries a deadline (the context's, or RequestTimeout)
-// that a sweep checks every 10 ms; that is how Go's timeout is enforced
-// without a timer per request. The same sweep forgets addresses with
+// pending request also carries a deadline (the context's, or RequestTimeout,
+// or CallTimeout's and Go's own timeout) that a sweep checks every 10 ms;
+// that is how those timeouts are enforced without a timer per request. The same sweep forgets addresses with
 // nothing in flight and no request for IdleTimeout, closing their
 // connections, so the client's map does not grow forever.
 //
