@@ -67,6 +67,12 @@ func newMetrics(reg prometheus.Registerer, group string, s *Server) *metrics {
 			func() float64 { return s.Replication().Lag.Seconds() }),
 		gauge("qmq_delay_waiting_acks", "Send replies waiting for the slave's copy (--wait-slave).",
 			func() float64 { return float64(s.Replication().WaitingAcks) }),
+		gauge("qmq_delay_sync_bytes_served", "Hour-file bytes this master has sent its slave since it started serving.", func() float64 {
+			if m, _ := s.current(); m != nil {
+				return float64(m.src.served.Load())
+			}
+			return 0
+		}),
 		gauge("qmq_delay_slave_lag_readonly", "1 while the master is readonly because its slave lags (--wait-slave).",
 			func() float64 { return bool01(s.Replication().Readonly) }),
 		&pendingByHour{s: s, desc: prometheus.NewDesc("qmq_delay_messages_pending_by_hour",

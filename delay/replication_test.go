@@ -297,3 +297,56 @@ func TestReplication_WaitingAcksAreBounded(t *testing.T) {
 		t.Fatalf("the slave holds %d messages, want the first", n)
 	}
 }
+
+// A master that restarts keeps its slave's copy valid: the slave asks for
+// every hour again (a new run), finds it holds them, and copies only what
+// is new.
+func TestReplication_MasterRestartKeepsTheCopy(t *testing.T) {
+	t.Parallel()
+	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
+	rtAddr := rt.Addr().String()
+	mo := delay.NewOptions()
+	mo.Addr, mo.HTTPAddr, mo.DataDir, mo.Realtime = freePort(t), freePort(t), t.TempDir(), []string{rtAddr}
+	m, err := delay.New(mo, nil, nil, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sl := startDelayWith(t, slaveOptions(t, t.TempDir(), mo.Addr, rtAddr))
+	p, err := producer.New(producer.WithResolver(route.NewStatic(route.Groups(rtAddr), route.Groups(mo.Addr))),
+		producer.WithTransportOptions(fastTransport), producer.WithSendTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	sendDelayed(t, p, "before", 200, time.Now().Add(time.Hour))
+	waitPending := func(n int64) {
+		t.Helper()
+		testutil.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+			if got := sl.Stats().Pending; got != n {
+				return fmt.Errorf("slave holds %d pending, want %d", got, n)
+			}
+			return nil
+		})
+	}
+	waitPending(200)
+	before, err := gaugeAt(mo.HTTPAddr, "qmq_delay_sync_bytes_served")
+	if err != nil || before == 0 {
+		t.Fatalf("bytes served before the restart: %v (%v)", before, err)
+	}
+	if err := m.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m = startDelayWith(t, mo)
+	sendDelayed(t, p, "after", 2, time.Now().Add(time.Hour))
+	waitPending(202)
+	after, err := gaugeAt(mo.HTTPAddr, "qmq_delay_sync_bytes_served")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after <= 0 || after > before/50 {
+		t.Fatalf("after the restart the master sent %v bytes for 2 new messages (%v for the first 200): the copy was not kept", after, before)
+	}
+}
