@@ -96,7 +96,8 @@
 // qmq_delay_replication_lag_bytes and _seconds (a master: message-log bytes
 // its slave lacks, the age of the oldest; a slave: bytes of the manifest
 // being copied, the time since its copy last held everything), plus
-// qmq_delay_waiting_acks, _slave_lag_readonly, _role, _epoch and _fenced.
+// qmq_delay_waiting_acks, _slave_lag_readonly, _sync_bytes_served, _role,
+// _epoch and _fenced.
 //
 // # Failover
 //
