@@ -164,7 +164,16 @@ func (m *master) forwardLoop() {
 				return
 			}
 			now := m.s.clk.Now()
-			for _, d := range batch {
+			for i, d := range batch {
+				if m.fenced.Load() {
+					// Fenced mid-batch: the rest goes back to the wheel.
+					refs := make([]store.Ref, 0, len(batch)-i)
+					for _, r := range batch[i:] {
+						refs = append(refs, r.Ref)
+					}
+					m.store.Postpone(refs, now)
+					break
+				}
 				if d.DueMillis > 0 {
 					m.s.metrics.fireLateness.Observe(float64(now.UnixMilli()-d.DueMillis) / 1000)
 				}
