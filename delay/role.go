@@ -135,6 +135,9 @@ func (r *roles) checkMaster(m *master) {
 		case errors.Is(err, protocol.ErrNotMaster) && s.opts.Failover:
 			r.lg.Warn("another server is the group's master: rejoining as its slave", zap.Error(err))
 			r.demote(m)
+		case errors.Is(err, protocol.ErrNotMaster):
+			m.fenced.Store(true)
+			r.lg.Error("another server is the group's master; without failover this one takes nothing until it holds the group", zap.Error(err))
 		case err != nil:
 			r.lg.Warn("cannot register as the group's master; retrying", zap.Error(err))
 		}
@@ -144,12 +147,17 @@ func (r *roles) checkMaster(m *master) {
 	if e := reg.Epoch(); e != 0 {
 		m.epoch.Store(e)
 	}
-	if !s.opts.Failover {
-		return
-	}
 	if errors.Is(reg.Err(), protocol.ErrNotMaster) {
+		if !s.opts.Failover {
+			m.fenced.Store(true) // another server holds the group
+			return
+		}
 		r.lg.Warn("deposed: another server is the group's master; rejoining as its slave", zap.Error(reg.Err()))
 		r.demote(m)
+		return
+	}
+	if !s.opts.Failover {
+		m.fenced.Store(false)
 		return
 	}
 	m.leaseUntil.Store(reg.RenewedAt().Add(reg.TTL()).UnixNano())
