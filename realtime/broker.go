@@ -44,13 +44,16 @@ type Broker struct {
 	// (managed), hands it over (lease) and learns from the replica that
 	// the copy must be cut back (onTruncate). deposed: another broker is
 	// the group's master now, so no more writes.
-	managed    bool
-	lease      atomic.Pointer[leaseRef]
-	deposed    atomic.Bool
-	onTruncate func(truncation)
-	histMu     sync.Mutex
-	history    []protocol.EpochStart // epochs that wrote the logs (epochs.go)
-	fair       *fairShare            // deliveries per pull actor, to hold the greedy
+	managed     bool
+	lease       atomic.Pointer[leaseRef]
+	deposed     atomic.Bool
+	handingOver atomic.Bool // a switchover stopped writes (switchover.go)
+	onTruncate  func(truncation)
+	onResign    func(context.Context) error // a Node's: unregister as master
+	onResigned  func()                      // a Node's: rejoin as slave
+	histMu      sync.Mutex
+	history     []protocol.EpochStart // epochs that wrote the logs (epochs.go)
+	fair        *fairShare            // deliveries per pull actor, to hold the greedy
 
 	actorsMu  sync.Mutex
 	actors    map[actorKey]*pullActor
@@ -139,6 +142,7 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 	mux.HandleFunc(protocol.CmdDeadLetters, b.masterOnly(b.serveDeadLetters))
 	mux.HandleFunc(protocol.CmdSyncLog, b.serveSync)
 	mux.HandleFunc(protocol.CmdSyncEpoch, b.serveSyncEpoch)
+	mux.HandleFunc(protocol.CmdSwitchover, b.serveSwitchover)
 	srv, err := netserver.New(netserver.Options{Addr: opts.Addr, MaxFrameSize: opts.MaxFrameSize}, mux, lg)
 	if err != nil {
 		sched.Close()

@@ -641,3 +641,51 @@ func TestFailover_KillSlave(t *testing.T) {
 	col.waitAll(t, acked, 30*time.Second)
 	t.Logf("%d sends acknowledged, %d failed while the group was readonly", len(acked), l.fails)
 }
+
+// A planned switchover (CmdSwitchover, as the meta server relays it) hands
+// the group to the slave under load: the master stops writes, waits for
+// its slave, leaves the master seat and rejoins as the slave; the slave
+// wins at a higher epoch; every acknowledged message is delivered. A
+// switchover of a group without a caught-up slave is refused.
+func TestFailover_Switchover(t *testing.T) {
+	meta, _ := startFailoverMeta(t, failoverTTL)
+	metaAddr := meta.Addr().String()
+	aDir, bDir := t.TempDir(), t.TempDir()
+	aAddr, aHTTP, bAddr, bHTTP := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	a := startNode(t, "A", aDir, aAddr, aHTTP, realtime.RoleMaster, metaAddr)
+	a.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(1))
+	tr := newClient(t)
+	ctx := context.Background()
+	body := protocol.AppendSwitchoverRequest(nil, &protocol.SwitchoverRequest{Group: failoverGroup})
+	if _, err := tr.Call(ctx, aAddr, protocol.CmdSwitchover, body); !errors.Is(err, protocol.ErrUnavailable) {
+		t.Fatalf("switchover without a slave: %v", err)
+	}
+	b := startNode(t, "B", bDir, bAddr, bHTTP, realtime.RoleSlave, metaAddr)
+	waitSlaveHolds(t, a, 20*time.Second)
+	epoch, _ := a.gauge("qmq_realtime_epoch")
+
+	p, mc := newMetaClients(t, metaAddr)
+	col := newCollector()
+	subscribe(t, mc, "c1", "switch", col)
+	l := startLoad(p, "switch", 4)
+	l.waitCount(t, 200, 30*time.Second)
+	wrong := protocol.AppendSwitchoverRequest(nil, &protocol.SwitchoverRequest{Group: failoverGroup, Epoch: uint64(epoch) - 1})
+	if _, err := tr.Call(ctx, aAddr, protocol.CmdSwitchover, wrong); !errors.Is(err, protocol.ErrStaleEpoch) {
+		t.Fatalf("switchover at an older epoch: %v", err)
+	}
+	body = protocol.AppendSwitchoverRequest(nil, &protocol.SwitchoverRequest{Group: failoverGroup, Epoch: uint64(epoch), Timeout: 10 * time.Second})
+	if _, err := tr.Call(ctx, aAddr, protocol.CmdSwitchover, body); err != nil {
+		t.Fatalf("switchover: %v", err)
+	}
+	b.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(1))
+	a.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(2))
+	b.waitGauge(t, 5*time.Second, "qmq_realtime_epoch", func(v float64) bool { return v > epoch })
+	before := l.count()
+	l.waitCount(t, before+200, 30*time.Second)
+	acked := l.finish()
+	col.waitAll(t, acked, 30*time.Second)
+	waitSlaveHolds(t, b, 30*time.Second)
+	if strings.Contains(a.log.String(), "copy cut back") && !strings.Contains(a.log.String(), `"message_bytes_cut": 0,`) {
+		t.Fatal("the old master had to cut messages off after a switchover")
+	}
+}

@@ -60,6 +60,9 @@ func (b *Broker) fenced() error {
 	if b.deposed.Load() {
 		return protocol.Errorf(protocol.StatusNotMaster, "broker group "+b.opts.Group+": another broker is its master now")
 	}
+	if b.handingOver.Load() {
+		return protocol.Errorf(protocol.StatusNotMaster, "broker group "+b.opts.Group+": its master is handing the group over to its slave")
+	}
 	l := b.currentLease()
 	if l == nil {
 		return nil

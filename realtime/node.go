@@ -47,6 +47,8 @@ type Node struct {
 	nextReg   time.Time
 
 	truncate chan truncation
+	resign   chan resignRequest
+	rejoin   chan struct{}
 	stop     chan struct{}
 	done     chan struct{}
 	closeMu  sync.Mutex
@@ -69,7 +71,8 @@ func NewNode(opts Options, lg *zap.Logger) (*Node, error) {
 		lg = zap.NewNop()
 	}
 	return &Node{opts: opts, lg: lg.Named("node").With(zap.String("group", opts.Group)),
-		truncate: make(chan truncation, 1), stop: make(chan struct{}), done: make(chan struct{})}, nil
+		truncate: make(chan truncation, 1), resign: make(chan resignRequest), rejoin: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{})}, nil
 }
 
 // failover reports whether the node takes part in elections.
@@ -168,6 +171,21 @@ func (n *Node) openBroker(role string) (*Broker, error) {
 	b.onTruncate = func(t truncation) {
 		select {
 		case n.truncate <- t:
+		default:
+		}
+	}
+	b.onResign = func(ctx context.Context) error {
+		q := resignRequest{ctx: ctx, done: make(chan error, 1)}
+		select {
+		case n.resign <- q:
+		case <-ctx.Done():
+			return protocol.Errorf(protocol.StatusUnavailable, "switchover: the node is busy: "+ctx.Err().Error())
+		}
+		return <-q.done
+	}
+	b.onResigned = func() {
+		select {
+		case n.rejoin <- struct{}{}:
 		default:
 		}
 	}
@@ -293,6 +311,10 @@ func (n *Node) memberLoop() {
 			return
 		case cut := <-n.truncate:
 			n.cutBack(cut)
+		case q := <-n.resign:
+			q.done <- n.unregisterMaster(q.ctx)
+		case <-n.rejoin:
+			n.rejoinAsSlave()
 		case <-t.C:
 			n.check()
 		}
@@ -312,6 +334,8 @@ func (n *Node) check() {
 				n.nextReg = time.Now().Add(time.Second)
 			}
 		}
+	case b.sync != nil && mreg == nil:
+		// A master that resigned (switchover): rejoinAsSlave follows.
 	case mreg != nil:
 		if err := mreg.Err(); errors.Is(err, protocol.ErrNotMaster) {
 			n.depose(err)
@@ -413,6 +437,50 @@ func (n *Node) depose(cause error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	_ = reg.Close(ctx)
 	cancel()
+	n.sawMaster = true
+	if err := n.startSlave(); err != nil {
+		n.lg.Error("cannot open the broker as slave", zap.Error(err))
+	}
+}
+
+// resignRequest asks memberLoop to unregister the master (switchover).
+type resignRequest struct {
+	ctx  context.Context
+	done chan error
+}
+
+// unregisterMaster leaves the group's master seat (switchover): the slave
+// wins it at its next heartbeat. The broker, already refusing writes,
+// rejoins as slave once it has answered (rejoinAsSlave).
+func (n *Node) unregisterMaster(ctx context.Context) error {
+	n.mu.Lock()
+	reg := n.masterReg
+	n.masterReg = nil
+	n.mu.Unlock()
+	if reg == nil {
+		return protocol.Errorf(protocol.StatusNotMaster, "broker group "+n.opts.Group+": not registered as master")
+	}
+	if err := reg.Close(ctx); err != nil {
+		// Its heartbeats stopped all the same: the lease expires and the
+		// slave wins a TTL later.
+		return protocol.Errorf(protocol.StatusUnavailable, "switchover: unregister: "+err.Error())
+	}
+	n.lg.Warn("switchover: left the master seat; rejoining as slave")
+	return nil
+}
+
+// rejoinAsSlave replaces a master that resigned by a slave.
+func (n *Node) rejoinAsSlave() {
+	n.mu.Lock()
+	b := n.broker
+	if b == nil || b.sync == nil || n.masterReg != nil {
+		n.mu.Unlock()
+		return
+	}
+	n.broker = nil
+	n.mu.Unlock()
+	b.deposed.Store(true)
+	n.closeBroker(b)
 	n.sawMaster = true
 	if err := n.startSlave(); err != nil {
 		n.lg.Error("cannot open the broker as slave", zap.Error(err))
