@@ -222,5 +222,6 @@
 // (owned by the Broker), the actor workers (pkg/actor), the store's and the
 // servers' own; on a master syncWatchLoop and one goroutine per sync request
 // being answered (owned by syncService), on a slave replicaLoop (owned by
-// replica).
+// replica); a Node's memberLoop (owned by the Node) watches its
+// registrations and replaces its Broker.
 package realtime

@@ -20,6 +20,7 @@
 //	s.Stats(); s.Checkpoint(); s.RunRetention(); s.Close()
 //	s.ReadMessageLog/ReadActionLog(+Into), s.ReplicateMessages/ReplicateActions,
 //	s.CommittedEnds, s.CommitSignal, s.Promote   // replication, see below
+//	s.FlushActions; store.Truncate(dir, opts, message, action, lg) // failover
 //
 // Messages are encoded pkg/protocol messages; Append validates each with
 // protocol.ParseMessage (CRC) and Limits.CheckView and stores exactly those
@@ -231,6 +232,21 @@
 // ErrReplicaGap and must be started again from empty with a snapshot
 // (CmdSyncCheckpoint, phase 2). A consumer that never received an entry has
 // no action and is not replicated (it has nothing to lose).
+//
+// Failover: an old master rejoining its promoted slave may hold records
+// the new master never got. Truncate (truncate.go) cuts a closed store's
+// two logs back to the new master's promotion point (record boundaries of
+// both, since the new master's logs are a byte-identical prefix up to it).
+// A checkpoint at or below the point stays and the next Open replays from
+// it (consume logs are cut to what it replays, as after a crash);
+// otherwise the checkpoint, consume logs and pull logs are removed first
+// (a crash in between only makes Open replay everything) and Open rebuilds
+// them from the logs; when the action log no longer starts at 0 the groups
+// cannot be rebuilt and the store is wiped (TruncateReport.Wiped) to be
+// copied again. Tested with real divergent stores (a crash image whose
+// checkpoint lies below the point, a closed store whose checkpoint does
+// not, and the wipe). FlushActions commits the buffered actions at once (a
+// master handing its group over).
 //
 // CommitSignal returns a channel closed when either log's committed end
 // moves; the master's sync service long-polls on it. Promote (failover)
