@@ -657,3 +657,155 @@ func TestDelay_SlaveKilledWhileCopying(t *testing.T) {
 		}
 	}
 }
+
+// Repeated failovers under load (QMQ_DELAY_FAILOVER_LONG=1): two child
+// processes take turns as master — the master is SIGKILLed, the slave wins,
+// the killed one restarts and rejoins as the slave — while a producer keeps
+// sending delayed messages through the meta server. Every acknowledged
+// message reaches the consumer group, none before its due time.
+func TestDelay_RepeatedFailovers(t *testing.T) {
+	if os.Getenv("QMQ_DELAY_FAILOVER_LONG") != "1" {
+		t.Skip("long: QMQ_DELAY_FAILOVER_LONG=1")
+	}
+	const cycles = 4
+	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir(), Fast: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	mo := metaserver.NewOptions()
+	mo.Addr, mo.HTTPAddr, mo.EtcdEndpoints, mo.BrokerTTL = "127.0.0.1:0", "127.0.0.1:0", e.Endpoints(), 2*time.Second
+	ms, err := metaserver.New(mo, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ms.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ms.Close(context.Background()) })
+	meta := ms.Addr().String()
+	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
+	rtAddr := rt.Addr().String()
+	var (
+		mu    sync.Mutex
+		got   = map[string]int{}
+		early atomic.Int64
+	)
+	c, err := consumer.New(consumer.WithBrokers(rtAddr), consumer.WithConsumerID("cycles"), consumer.WithTransportOptions(fastTransport))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	if _, err := c.Subscribe("cycles", "g", func(ctx context.Context, m *consumer.Message) error {
+		if time.Now().Before(m.DeliverAt) {
+			early.Add(1)
+		}
+		mu.Lock()
+		got[m.ID]++
+		mu.Unlock()
+		return nil
+	}, consumer.StartEarliest(), consumer.Concurrency(4)); err != nil {
+		t.Fatal(err)
+	}
+
+	type node struct {
+		name, dir, addr, http string
+		child                 *failoverChild
+	}
+	nodes := [2]*node{{name: "A", dir: t.TempDir(), addr: freePort(t), http: freePort(t)}, {name: "B", dir: t.TempDir(), addr: freePort(t), http: freePort(t)}}
+	nodes[0].child = startFailoverChild(t, "A", nodes[0].dir, nodes[0].addr, nodes[0].http, delay.RoleMaster, true, meta, rtAddr)
+	nodes[0].child.waitGauge(t, 20*time.Second, "qmq_delay_fenced", 0)
+	nodes[1].child = startFailoverChild(t, "B", nodes[1].dir, nodes[1].addr, nodes[1].http, delay.RoleSlave, true, meta, rtAddr)
+	nodes[1].child.waitGauge(t, 20*time.Second, "qmq_delay_role", 2)
+
+	mc, err := metaclient.New([]string{meta}, "cycles-test", metaclient.WithRefreshInterval(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	p, err := producer.New(producer.WithResolver(mc), producer.WithTransportOptions(fastTransport), producer.WithSendTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acked sync.Map
+	var ackCount, failed atomic.Int64
+	stop := make(chan struct{})
+	sent := make(chan struct{})
+	go func() { // sendLoop: about 200 messages a second, due 1–6 s ahead
+		defer close(sent)
+		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			for range 2 {
+				m := &producer.Message{Subject: "cycles", Body: fmt.Appendf(nil, "m%d", i),
+					DeliverAt: time.Now().Add(time.Second + time.Duration(rng.Int64N(int64(5*time.Second))))}
+				if err := p.SendAsync(m, func(m *producer.Message, err error) {
+					if err != nil {
+						failed.Add(1)
+						return
+					}
+					acked.Store(m.ID, struct{}{})
+					ackCount.Add(1)
+				}); err != nil {
+					return
+				}
+			}
+		}
+	}()
+
+	master, slave := nodes[0], nodes[1]
+	for k := range cycles {
+		time.Sleep(3 * time.Second)
+		// The slave holds everything acknowledged (--wait-slave); kill the master.
+		master.child.kill()
+		killed := time.Now()
+		slave.child.waitGauge(t, 20*time.Second, "qmq_delay_role", 1)
+		t.Logf("cycle %d: %s promoted %v after %s was killed; %d acknowledged so far", k+1, slave.name,
+			time.Since(killed).Round(time.Millisecond), master.name, ackCount.Load())
+		master.child = startFailoverChild(t, master.name, master.dir, master.addr, master.http, delay.RoleSlave, true, meta, rtAddr)
+		master.child.waitGauge(t, 20*time.Second, "qmq_delay_role", 2)
+		master, slave = slave, master
+	}
+	time.Sleep(2 * time.Second)
+	close(stop)
+	<-sent
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	acked.Range(func(k, _ any) bool { ids = append(ids, k.(string)); return true })
+	if len(ids) == 0 {
+		t.Fatal("no send acknowledged")
+	}
+	testutil.CheckFor(t, 60*time.Second, 100*time.Millisecond, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		missing := 0
+		for _, id := range ids {
+			if got[id] == 0 {
+				missing++
+			}
+		}
+		if missing > 0 {
+			return fmt.Errorf("%d of %d acknowledged messages not delivered", missing, len(ids))
+		}
+		return nil
+	})
+	if n := early.Load(); n > 0 {
+		t.Errorf("%d deliveries before their due time", n)
+	}
+	mu.Lock()
+	dups := 0
+	for _, n := range got {
+		dups += n - 1
+	}
+	mu.Unlock()
+	t.Logf("%d failovers: %d acknowledged, all delivered, none early; %d sends not acknowledged (the producer was told); %d duplicate deliveries",
+		cycles, len(ids), failed.Load(), dups)
+}
