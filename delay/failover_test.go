@@ -22,6 +22,7 @@ import (
 	"github.com/qmq-go/qmq/delay"
 	"github.com/qmq-go/qmq/delay/store"
 	"github.com/qmq-go/qmq/metaserver"
+	"github.com/qmq-go/qmq/metaserver/api"
 	"github.com/qmq-go/qmq/pkg/devetcd"
 	"github.com/qmq-go/qmq/pkg/metaclient"
 	"github.com/qmq-go/qmq/pkg/protocol"
@@ -808,4 +809,82 @@ func TestDelay_RepeatedFailovers(t *testing.T) {
 	mu.Unlock()
 	t.Logf("%d failovers: %d acknowledged, all delivered, none early; %d sends not acknowledged (the producer was told); %d duplicate deliveries",
 		cycles, len(ids), failed.Load(), dups)
+}
+
+// What operators see through the meta server: a --wait-slave master whose
+// slave is missing reports itself readonly once the lag passes the
+// threshold (producers go elsewhere) and read-write again once a slave has
+// caught up; the group then lists the slave, its epoch and its lag.
+func TestDelay_ReadonlyOnLagThroughTheMetaServer(t *testing.T) {
+	t.Parallel()
+	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir(), Fast: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	mo := metaserver.NewOptions()
+	mo.Addr, mo.HTTPAddr, mo.EtcdEndpoints, mo.BrokerTTL, mo.AdminToken = "127.0.0.1:0", "127.0.0.1:0", e.Endpoints(), 2*time.Second, "t"
+	ms, err := metaserver.New(mo, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ms.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ms.Close(context.Background()) })
+	meta := []string{ms.Addr().String()}
+	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
+	rtAddr := rt.Addr().String()
+	opts := func(role string) delay.Options {
+		o := delay.NewOptions()
+		o.Addr, o.HTTPAddr, o.DataDir, o.Realtime, o.MetaServers = "127.0.0.1:0", "", t.TempDir(), []string{rtAddr}, meta
+		o.Role, o.WaitSlave, o.SlaveLagReadonly, o.SyncWait = role, true, 300*time.Millisecond, 200*time.Millisecond
+		return o
+	}
+	m := startDelayWith(t, opts(delay.RoleMaster))
+	p, err := producer.New(producer.WithResolver(route.NewStatic(route.Groups(rtAddr), route.Groups(m.Addr().String()))),
+		producer.WithTransportOptions(fastTransport), producer.WithSendTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	// A send with no slave to copy it: the master turns readonly.
+	_ = p.Send(context.Background(), &producer.Message{Subject: "lag", Body: []byte("x"), DeliverAt: time.Now().Add(time.Hour)})
+	admin := api.NewClient(ms.HTTPAddr().String(), "t", 5*time.Second)
+	group := func() (api.Group, error) {
+		gs, err := admin.Groups(context.Background())
+		if err != nil {
+			return api.Group{}, err
+		}
+		for _, g := range gs {
+			if g.Name == "dl1" {
+				return g, nil
+			}
+		}
+		return api.Group{}, errors.New("delay group dl1 not listed")
+	}
+	testutil.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		g, err := group()
+		if err != nil {
+			return err
+		}
+		if g.State != "readonly" {
+			return fmt.Errorf("group state %q, want readonly", g.State)
+		}
+		return nil
+	})
+	startDelayWith(t, opts(delay.RoleSlave))
+	testutil.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		g, err := group()
+		if err != nil {
+			return err
+		}
+		if g.State != "rw" || g.Slave == "" || g.Lag == nil || g.SlaveEpoch != g.Epoch || g.Epoch == 0 {
+			return fmt.Errorf("group %+v, want read-write with a slave at the master's epoch and its lag", g)
+		}
+		return nil
+	})
+	if err := p.Send(context.Background(), &producer.Message{Subject: "lag", Body: []byte("y"), DeliverAt: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatalf("send once the slave caught up: %v", err)
+	}
 }
