@@ -423,6 +423,7 @@ func logsOf(t *testing.T, dir string) (copyState, []byte, []byte) {
 // master, restarted, rejoins as the slave, cuts off what the new master
 // never had and converges: both logs byte-identical.
 func TestFailover_KillMasterUnderLoad(t *testing.T) {
+	t.Parallel() // mostly waiting for leases: the failover tests overlap
 	meta, _ := startFailoverMeta(t, failoverTTL)
 	metaAddr := meta.Addr().String()
 	aDir, bDir := t.TempDir(), t.TempDir()
@@ -487,6 +488,7 @@ func TestFailover_KillMasterUnderLoad(t *testing.T) {
 // logs back to the new master's promotion point (its extra records were
 // never acknowledged) and converges byte for byte.
 func TestFailover_OldMasterCutBack(t *testing.T) {
+	t.Parallel() // mostly waiting for leases: the failover tests overlap
 	meta, _ := startFailoverMeta(t, failoverTTL)
 	metaAddr := meta.Addr().String()
 	aDir, bDir := t.TempDir(), t.TempDir()
@@ -550,6 +552,7 @@ func TestFailover_OldMasterCutBack(t *testing.T) {
 // meta server is back after the lease expired, it wins the group again at
 // a new epoch and serves.
 func TestFailover_MasterCutOffFromMetaStopsWrites(t *testing.T) {
+	t.Parallel() // mostly waiting for leases: the failover tests overlap
 	meta, etcd := startFailoverMeta(t, failoverTTL)
 	metaAddr := meta.Addr().String()
 	o := realtime.NewOptions()
@@ -615,6 +618,7 @@ func TestFailover_KillSlave(t *testing.T) {
 	if testing.Short() {
 		t.Skip("slow: the slave is killed and restarted under load")
 	}
+	t.Parallel()
 	meta, _ := startFailoverMeta(t, failoverTTL)
 	metaAddr := meta.Addr().String()
 	aDir, bDir := t.TempDir(), t.TempDir()
@@ -648,6 +652,7 @@ func TestFailover_KillSlave(t *testing.T) {
 // wins at a higher epoch; every acknowledged message is delivered. A
 // switchover of a group without a caught-up slave is refused.
 func TestFailover_Switchover(t *testing.T) {
+	t.Parallel() // mostly waiting for leases: the failover tests overlap
 	meta, _ := startFailoverMeta(t, failoverTTL)
 	metaAddr := meta.Addr().String()
 	aDir, bDir := t.TempDir(), t.TempDir()
