@@ -21,9 +21,10 @@ import (
 
 // TestE2E_SwitchoverWithRealBrokers: a realtime group of a master and a
 // slave (realtime.Nodes, each registering itself with the meta server), a producer and a
-// consumer. qmqctl switchover hands the group to the slave: the answer
-// names the old and the new master at a larger epoch, the old master comes
-// back as the slave, and every message sent before and after is received.
+// consumer. qmqctl switchover hands the group to the slave while the
+// producer keeps sending: the answer names the old and the new master at a
+// larger epoch, the old master comes back as the slave, no send fails, and
+// every message acknowledged before, during and after is received.
 func TestE2E_SwitchoverWithRealBrokers(t *testing.T) {
 	t.Parallel()
 	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir(), Fast: true}, nil)
@@ -129,6 +130,28 @@ func TestE2E_SwitchoverWithRealBrokers(t *testing.T) {
 	send("before", 200)
 	waitFor(t, 20*time.Second, "the messages sent before received", received("before", 200))
 	send("unread", 100) // stored on the old master; read from the new one
+	// Steady sends through the switchover: each one the application saw
+	// acknowledged must be received; none may fail.
+	stopLoad, loadDone := make(chan struct{}), make(chan struct{})
+	var acked []string
+	var loadErr error
+	go func() {
+		defer close(loadDone)
+		for i := 0; ; i++ {
+			select {
+			case <-stopLoad:
+				return
+			default:
+			}
+			id := fmt.Sprintf("load-%d", i)
+			if err := p.Send(ctx, &producer.Message{Subject: "orders", ID: id, Body: []byte("x")}); err != nil {
+				loadErr = fmt.Errorf("send %s: %w", id, err)
+				return
+			}
+			acked = append(acked, id)
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
 
 	var out, errOut bytes.Buffer
 	code := ctl.Main([]string{"--meta=" + s.HTTPAddr().String(), "--token=t", "switchover", "rt1", "--wait=30s"}, &out, &errOut)
@@ -148,8 +171,25 @@ func TestE2E_SwitchoverWithRealBrokers(t *testing.T) {
 		g := group()
 		return g.Master == sAddr && g.Slave == mAddr && g.SlaveEpoch == g.Epoch && g.Epoch == after.Epoch
 	})
+	close(stopLoad)
+	<-loadDone
+	if loadErr != nil {
+		t.Fatalf("a send during the switchover failed: %v", loadErr)
+	}
+	if len(acked) == 0 {
+		t.Fatal("no send went through during the switchover")
+	}
+	t.Logf("%d messages sent during the switchover; qmqctl said:\n%s", len(acked), out.String())
 	send("after", 100)
 	waitFor(t, 30*time.Second, "every message received", func() bool {
+		mu.Lock()
+		for _, id := range acked {
+			if !got[id] {
+				mu.Unlock()
+				return false
+			}
+		}
+		mu.Unlock()
 		return received("unread", 100)() && received("after", 100)()
 	})
 	if mr, sr := m.Role(), sl.Role(); mr != realtime.RoleSlave || sr != realtime.RoleMaster {

@@ -98,7 +98,7 @@ function bytes(n) {
 
 function lag(b, ms) { return bytes(b) + " " + ms + "ms"; }
 
-function seat(id, addr) { return addr ? (id ? id + "@" + addr : addr) : "-"; }
+function seat(id, addr) { return addr ? (id && id !== addr ? id + "@" + addr : addr) : "-"; }
 
 // switchover asks the meta server to hand a group to its slave and reports
 // the old and the new master.

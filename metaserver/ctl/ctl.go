@@ -207,12 +207,13 @@ func groupTable(w *tabwriter.Writer, gs []api.Group) {
 	}
 }
 
-// seatName is "id@address", or "-" for an empty seat.
+// seatName is "id@address" ("address" when the id is the address), or "-"
+// for an empty seat.
 func seatName(id, addr string) string {
 	switch {
 	case addr == "":
 		return "-"
-	case id == "":
+	case id == "" || id == addr:
 		return addr
 	}
 	return id + "@" + addr
