@@ -42,6 +42,16 @@ func (b *Broker) report() (protocol.GroupState, protocol.BrokerLoad) {
 	}
 	st := b.store.Stats()
 	in, out := b.rates.Update(st.Appended, st.Pulled)
-	return state, protocol.BrokerLoad{InPerSec: in, OutPerSec: out, Subjects: uint32(len(st.Subjects)),
+	load := protocol.BrokerLoad{InPerSec: in, OutPerSec: out, Subjects: uint32(len(st.Subjects)),
 		StoredBytes: uint64(max(st.MessageLogEnd-st.MessageLogStart, 0))}
+	switch {
+	case b.sync != nil && b.sync.slaveMsg.Load() >= 0:
+		// A master: its slave's lag (0 when no slave is connected).
+		load.ReplicaLagBytes = uint64(max(b.sync.lagBytes.Load(), 0))
+		load.ReplicaLagMillis = uint64(max(b.sync.lagNanos.Load(), 0) / int64(time.Millisecond))
+	case b.replica != nil:
+		lag, d := b.replica.lag()
+		load.ReplicaLagBytes, load.ReplicaLagMillis = uint64(max(lag, 0)), uint64(d.Milliseconds())
+	}
+	return state, load
 }
