@@ -1,35 +1,49 @@
 package main
 
-// The fairness suite: a group of 2 consumers drains a backlog alone, then
-// again while a group of 64 consumers floods the broker with pulls of the
-// same subject (each group in its own process). The broker's pull actors
-// take turns per group with a time slice, and a group that takes more than
-// its share of deliveries while another drains a backlog has its pulls held
-// (realtime, "Fair share"), so the small group keeps most of its
-// throughput. Rounds alternate alone and flooded on one broker (fresh groups
-// each round, all reading the same backlog from its start) so both see the
-// same machine; the figures are the means over the rounds.
+// The fairness suite: a group of 2 consumers drains a backlog alone and
+// beside a group of 64 consumers of the same subject flooding the broker
+// with pulls (each group in its own process, on one core each). The machine
+// is shared and its load swings by more than the effect over tens of
+// seconds, so the two are measured in alternating phases of a few seconds:
+// one flood process runs throughout and is paused (SIGSTOP: its consumers
+// stay connected but send nothing, so the broker serves the small group
+// alone) and resumed in turn. Each cycle runs a fresh small group (its own
+// process, reading the backlog from its start) for one phase alone and one
+// beside the flood, in alternating order; each phase's first 750 ms are not
+// counted (the flood resuming, or the broker's last answers to it
+// draining).
 //
 //	fairness_small_alone_msgs_per_s, fairness_small_flooded_msgs_per_s
+//	                                the means over the cycles
 //	fairness_small_group_ratio      flooded / alone (target ≥ 0.5)
 //
 // QMQ_BENCH_FAIRNESS_BROKER_FLAGS adds flags to the broker's command line
 // (space-separated, for experiments such as --fair-share-hold=0).
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/qmq-go/qmq/consumer"
 )
 
-const fairnessRounds = 3
+const (
+	fairnessBacklog = 6_000_000               // the flood reads up to ~300k msg/s for 15 s
+	fairnessCycles  = 6                       // each: a small group alone and beside the flood
+	fairnessPhase   = 2500 * time.Millisecond // one phase
+	fairnessSettle  = 750 * time.Millisecond  // not counted at the start of a phase
+	fairnessStep    = 50 * time.Millisecond   // the small group's count is sampled this often
+)
 
 func init() {
 	register("fairness", runFairness)
@@ -43,18 +57,62 @@ func runFairness(env *Env) error {
 	}
 	defer b.stop()
 	var fill rateResult
-	if err := runWorker("produce", &fill, "-addr", addr, "-count", "3000000", "-subject", "bench.fair"); err != nil {
+	if err := runWorker("produce", &fill, "-addr", addr, "-count", fmt.Sprint(fairnessBacklog), "-subject", "bench.fair"); err != nil {
 		return err
 	}
+	flood, err := startGroupWorker(addr, "big", 64, time.Hour, 0)
+	if err != nil {
+		return err
+	}
+	defer flood.kill()
+	time.Sleep(1500 * time.Millisecond) // the flood is under way
+	pause := func(paused bool) error {
+		sig := syscall.SIGCONT
+		if paused {
+			sig = syscall.SIGSTOP
+		}
+		if err := flood.cmd.Process.Signal(sig); err != nil {
+			return fmt.Errorf("signal the flood: %w", err)
+		}
+		return nil
+	}
 	var alone, flooded float64
-	for round := 0; round < fairnessRounds; round++ {
-		a, f, big, err := fairnessRound(addr, round)
+	for cycle := 0; cycle < fairnessCycles; cycle++ {
+		if err := pause(true); err != nil {
+			return err
+		}
+		small, err := startGroupWorker(addr, fmt.Sprint("small", cycle), 2, 2*fairnessPhase+time.Second, fairnessStep)
 		if err != nil {
 			return err
 		}
-		env.Logf("round %d: small group alone %.0f msg/s, flooded %.0f msg/s (%.2f); the flood %.0f msg/s", round, a, f, f/a, big)
-		alone += a / fairnessRounds
-		flooded += f / fairnessRounds
+		time.Sleep(time.Second + 100*time.Millisecond) // its warm-up second
+		var rates [2]float64                           // alone, flooded
+		var spans [2][2]time.Time
+		for _, withFlood := range [2]bool{cycle%2 == 1, cycle%2 == 0} {
+			if err := pause(!withFlood); err != nil {
+				small.kill()
+				return err
+			}
+			start := time.Now()
+			time.Sleep(fairnessPhase)
+			k := 0
+			if withFlood {
+				k = 1
+			}
+			spans[k] = [2]time.Time{start.Add(fairnessSettle), time.Now()}
+		}
+		var series seriesResult
+		if err := small.result(&series); err != nil {
+			return err
+		}
+		for k := range rates {
+			if rates[k], err = series.rate(spans[k][0], spans[k][1]); err != nil {
+				return err
+			}
+		}
+		env.Logf("cycle %d: small group alone %.0f msg/s, beside the flood %.0f msg/s (%.2f)", cycle, rates[0], rates[1], rates[1]/rates[0])
+		alone += rates[0] / fairnessCycles
+		flooded += rates[1] / fairnessCycles
 	}
 	env.Metric("fairness_small_alone_msgs_per_s", alone, "msg/s")
 	env.Metric("fairness_small_flooded_msgs_per_s", flooded, "msg/s")
@@ -62,38 +120,87 @@ func runFairness(env *Env) error {
 	return nil
 }
 
-// fairnessRound measures the small group alone, then beside the flood; it
-// returns both rates and the flood's.
-func fairnessRound(addr string, round int) (alone, flooded, big float64, err error) {
-	var a rateResult
-	if err := runWorker("group", &a, "-addr", addr, "-group", fmt.Sprint("small-alone", round), "-consumers", "2", "-duration", "4s"); err != nil {
-		return 0, 0, 0, err
-	}
-	floodDone := make(chan error, 1)
-	var flood rateResult
-	go func() {
-		floodDone <- runWorker("group", &flood, "-addr", addr, "-group", fmt.Sprint("big", round), "-consumers", "64", "-duration", "7s")
-	}()
-	time.Sleep(1500 * time.Millisecond) // the flood is under way
-	var f rateResult
-	err = runWorker("group", &f, "-addr", addr, "-group", fmt.Sprint("small-flooded", round), "-consumers", "2", "-duration", "4s")
-	if ferr := <-floodDone; err == nil {
-		err = ferr
-	}
+// groupProcess is a group worker running in the background.
+type groupProcess struct {
+	cmd  *exec.Cmd
+	out  bytes.Buffer
+	done chan error
+}
+
+// startGroupWorker starts a group worker of n consumers on one core.
+func startGroupWorker(addr, group string, n int, d, step time.Duration) (*groupProcess, error) {
+	self, err := os.Executable()
 	if err != nil {
-		return 0, 0, 0, err
+		return nil, err
 	}
-	return a.rate(), f.rate(), flood.rate(), nil
+	g := &groupProcess{done: make(chan error, 1)}
+	g.cmd = exec.Command(self, "worker", "group", "-addr", addr, "-group", group, "-consumers", fmt.Sprint(n),
+		"-duration", d.String(), "-step", step.String())
+	g.cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	g.cmd.Stdout, g.cmd.Stderr = &g.out, &g.out
+	if err := g.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start group worker %s: %w", group, err)
+	}
+	go func() { g.done <- g.cmd.Wait() }()
+	return g, nil
+}
+
+// result waits for the worker and decodes its result into out.
+func (g *groupProcess) result(out any) error {
+	if err := <-g.done; err != nil {
+		g.done <- err
+		return fmt.Errorf("group worker: %w: %s", err, tail(g.out.String()))
+	}
+	g.done <- nil
+	for _, line := range strings.Split(g.out.String(), "\n") {
+		if rest, ok := strings.CutPrefix(line, "result "); ok {
+			return json.Unmarshal([]byte(rest), out)
+		}
+	}
+	return fmt.Errorf("group worker printed no result: %s", tail(g.out.String()))
+}
+
+// kill ends the worker if it still runs (a paused one is resumed first).
+func (g *groupProcess) kill() {
+	select {
+	case err := <-g.done:
+		g.done <- err
+		return
+	default:
+	}
+	g.cmd.Process.Signal(syscall.SIGCONT)
+	g.cmd.Process.Kill()
+	g.done <- <-g.done
+}
+
+// seriesResult is a group worker's count of handled messages, sampled
+// every Step from Start (Unix nanoseconds).
+type seriesResult struct {
+	Start  int64         `json:"start"`
+	Step   time.Duration `json:"step"`
+	Counts []int64       `json:"counts"`
+}
+
+// rate is the rate between the samples nearest to from and to.
+func (s seriesResult) rate(from, to time.Time) (float64, error) {
+	at := func(t time.Time) int { return int((t.UnixNano() - s.Start + int64(s.Step)/2) / int64(s.Step)) }
+	i, j := at(from), at(to)
+	if s.Step <= 0 || i < 0 || j >= len(s.Counts) || j <= i {
+		return 0, fmt.Errorf("fairness: phase %v–%v outside the samples", from.Format("15:04:05.000"), to.Format("15:04:05.000"))
+	}
+	return float64(s.Counts[j]-s.Counts[i]) / (time.Duration(j-i) * s.Step).Seconds(), nil
 }
 
 // groupWorker runs n consumers of one group with a no-op handler and counts
-// what they handle after a warm-up second.
+// what they handle after a warm-up second. With -step it samples the count
+// every step and returns the series (seriesResult).
 func groupWorker(args []string) (any, error) {
 	fs := flag.NewFlagSet("group", flag.ContinueOnError)
 	addr := fs.String("addr", "", "broker address")
 	n := fs.Int("consumers", 1, "consumers")
 	group := fs.String("group", "g", "consumer group")
 	d := fs.Duration("duration", 4*time.Second, "measuring time")
+	step := fs.Duration("step", 0, "sample the count this often (0: report the rate only)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -118,11 +225,30 @@ func groupWorker(args []string) (any, error) {
 	time.Sleep(time.Second)
 	counting.Store(true)
 	start := time.Now()
-	time.Sleep(*d)
+	series := seriesResult{Start: start.UnixNano(), Step: *step, Counts: []int64{0}}
+	if *step > 0 {
+		tick := time.NewTicker(*step)
+		for range tick.C {
+			// Samples belong to the scheduled instants, not to the tick's
+			// (late) delivery: count the missed ones with the same value.
+			for due := len(series.Counts); time.Since(start) >= time.Duration(due)*(*step); due++ {
+				series.Counts = append(series.Counts, handled.Load())
+			}
+			if time.Since(start) >= *d {
+				break
+			}
+		}
+		tick.Stop()
+	} else {
+		time.Sleep(*d)
+	}
 	counting.Store(false)
 	elapsed := time.Since(start)
 	for _, c := range cs {
 		c.Close(context.Background())
+	}
+	if *step > 0 {
+		return series, nil
 	}
 	return rateResult{Messages: handled.Load(), Elapsed: elapsed}, nil
 }
