@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/qmq-go/qmq/consumer"
+	"github.com/qmq-go/qmq/realtime"
 )
 
 // A group of 64 consumers flooding pulls beside a group of 2: the small
@@ -65,4 +67,82 @@ func TestTiming_SmallGroupNotStarvedByFlood(t *testing.T) {
 	if flooded < alone/4 {
 		t.Fatalf("small group starved: %.0f msg/s beside the flood, %.0f alone", flooded, alone)
 	}
+}
+
+// Fair share (fairshare.go): while a group of 16 consumers and a group of 1
+// drain the same backlog, the broker holds the big group's pulls so that it
+// takes about as many messages as the small one, not sixteen times as many.
+// Busy is 0 so that shares are enforced however idle this machine's broker
+// is; the gate itself is unit-tested.
+func TestTiming_FairShareHoldsTheFlood(t *testing.T) {
+	if raceEnabled {
+		t.Skip("timing test: the race detector distorts it (scripts/test.sh runs TestTiming tests in an un-raced pass)")
+	}
+	ratio, held := floodShare(t, func(o *realtime.Options) { o.FairShare.Busy = 0 })
+	t.Logf("the flood took %.2f× the small group's messages; %v pulls held", ratio, held)
+	if held == 0 {
+		t.Fatal("no pull of the flood was held")
+	}
+	if ratio > 2.5 {
+		t.Fatalf("the flood took %.2f× the small group's messages (want about 1.1×, at most 2.5×)", ratio)
+	}
+}
+
+// floodShare drains a backlog with a group of 16 consumers beside a group
+// of 1 and returns how many times the small group's messages the flood took
+// while both were draining, and how many pulls the broker held.
+func floodShare(t *testing.T, mutate func(*realtime.Options)) (float64, float64) {
+	b := startBroker(t, t.TempDir(), mutate)
+	p := newProducer(t, b.addr())
+	const backlog = 60000
+	sendN(t, p, "share", backlog, nil)
+	group := func(name string, n int) *atomic.Int64 {
+		var handled atomic.Int64
+		for i := range n {
+			c := newConsumer(t, fmt.Sprintf("%s-%d", name, i), b.addr())
+			if _, err := c.Subscribe("share", name, func(ctx context.Context, m *consumer.Message) error {
+				handled.Add(1)
+				return nil
+			}, consumer.StartEarliest(), consumer.PullBatch(32), consumer.MaxUnacked(64)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return &handled
+	}
+	flood := group("flood", 16)
+	small := group("small", 1)
+	for small.Load() == 0 || flood.Load() == 0 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	// Both drain from here until the small group has 10,000 or the flood
+	// is close to the end of the backlog.
+	f0, s0 := flood.Load(), small.Load()
+	start := time.Now()
+	for small.Load()-s0 < 10000 && flood.Load() < backlog-5000 && time.Since(start) < 20*time.Second {
+		time.Sleep(time.Millisecond)
+	}
+	f, s := flood.Load()-f0, small.Load()-s0
+	t.Logf("in %v: the flood %d messages, the small group %d", time.Since(start), f, s)
+	if s == 0 {
+		t.Fatalf("the small group got nothing beside the flood in %v (the flood %d)", time.Since(start), f)
+	}
+	return float64(f) / float64(s), counterValue(t, b.Registry(), "qmq_realtime_pulls_held_total")
+}
+
+// counterValue sums the counter name's series in reg.
+func counterValue(t *testing.T, reg prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				v += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return v
 }
