@@ -367,9 +367,11 @@ func (s *Store) publish(g *commitGroup) {
 	n := 0
 	for _, r := range g.reqs {
 		n += r.valid
+	}
+	s.stats.appended.Add(int64(n)) // before the callbacks: a caller may read Stats at once
+	for _, r := range g.reqs {
 		r.done(r.results)
 	}
-	s.stats.appended.Add(int64(n))
 	s.signalCommit()
 	if s.opts.OnAppend != nil {
 		for i, sj := range g.touched {
