@@ -705,3 +705,52 @@ func TestFailover_Switchover(t *testing.T) {
 		t.Fatal("the old master had to cut messages off after a switchover")
 	}
 }
+
+// The master is frozen (SIGSTOP) past its lease: the slave wins. Resumed,
+// the old master never takes a write — its lease renewal is too old, then
+// the meta server refuses its heartbeat and it is deposed — and it rejoins
+// as the new master's slave.
+func TestFailover_FrozenMasterDeposed(t *testing.T) {
+	t.Parallel()
+	meta, _ := startFailoverMeta(t, failoverTTL)
+	metaAddr := meta.Addr().String()
+	aDir, bDir := t.TempDir(), t.TempDir()
+	aAddr, aHTTP, bAddr, bHTTP := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	a := startNode(t, "A", aDir, aAddr, aHTTP, realtime.RoleMaster, metaAddr)
+	a.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(1))
+	b := startNode(t, "B", bDir, bAddr, bHTTP, realtime.RoleSlave, metaAddr)
+	waitSlaveHolds(t, a, 20*time.Second)
+	tr := newClient(t)
+	ctx := context.Background()
+	if err := rawSend(ctx, tr, aAddr, "frozen", "before"); err != nil {
+		t.Fatal(err)
+	}
+
+	a.cmd.Process.Signal(syscall.SIGSTOP)
+	b.waitGauge(t, 30*time.Second, "qmq_realtime_role", is(1))
+	if err := rawSend(ctx, tr, bAddr, "frozen", "on-b"); err != nil {
+		t.Fatal(err)
+	}
+	a.cmd.Process.Signal(syscall.SIGCONT)
+	// From the moment it runs again until it is a slave, every write is
+	// refused.
+	for i := 0; ; i++ {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := rawSend(sctx, tr, aAddr, "frozen", fmt.Sprint("after", i))
+		cancel()
+		if err == nil {
+			t.Fatalf("the old master took send %d after a new master was elected", i)
+		}
+		if v, gerr := a.gauge("qmq_realtime_role"); gerr == nil && v == 2 {
+			break
+		}
+		if i > 2000 {
+			t.Fatalf("the old master never became a slave: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !strings.Contains(a.log.String(), "deposed") {
+		t.Fatal("the old master did not log its deposition")
+	}
+	waitSlaveHolds(t, b, 30*time.Second)
+}
