@@ -45,6 +45,8 @@ var (
 	errSwitchoverRefused = errors.New("master refused the switchover")
 	// errSwitchoverUnsupported: the master does not know CmdSwitchover.
 	errSwitchoverUnsupported = errors.New("master does not support switchover")
+	// errMasterUnreachable: the request could not be sent to the master.
+	errMasterUnreachable = errors.New("cannot reach the master")
 	// errSwitchoverTimeout: no new master within the timeout.
 	errSwitchoverTimeout = errors.New("switchover did not complete in time")
 )
@@ -64,6 +66,8 @@ func switchoverStatus(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, errSwitchoverUnsupported):
 		return http.StatusNotImplemented
+	case errors.Is(err, errMasterUnreachable):
+		return http.StatusBadGateway
 	case errors.Is(err, errSwitchoverTimeout):
 		return http.StatusGatewayTimeout
 	}
@@ -134,7 +138,7 @@ func (s *Server) switchover(ctx context.Context, group string, timeout time.Dura
 	case errors.As(err, &pe):
 		return res, fmt.Errorf("group %s: %w: broker %s (epoch %d) keeps the group: %w", group, errSwitchoverRefused, seatName(res.From), res.From.Epoch, err)
 	case transport.NotSent(err):
-		return res, fmt.Errorf("group %s: cannot reach master %s: %w", group, seatName(res.From), err)
+		return res, fmt.Errorf("group %s: %w %s: %w", group, errMasterUnreachable, seatName(res.From), err)
 	default:
 		// No answer: the master may have handed over all the same.
 		lg.Warn("switchover: no answer from the master; watching for a new one", zap.Error(err))

@@ -214,7 +214,12 @@ func TestSwitchover_Refusals(t *testing.T) {
 		_, err := c.register(s, clinging.mReq)
 		return err
 	})
-	eventually(t, 5*time.Second, "every group in the view", func() bool { return len(s.groups()) == 7 })
+	gone := master("gone", "127.0.0.1:1") // nothing listens there
+	gone.BrokerID = "gone-m"
+	c.mustRegister(s, gone)
+	c.mustRegister(s, protocol.RegisterRequest{Kind: protocol.KindRealtime, Role: protocol.RoleSlave, State: protocol.GroupReadonly,
+		Group: "gone", BrokerID: "gone-s", Address: "127.0.0.1:2"})
+	eventually(t, 5*time.Second, "every group in the view", func() bool { return len(s.groups()) == 8 })
 
 	cases := []struct {
 		group   string
@@ -228,6 +233,7 @@ func TestSwitchover_Refusals(t *testing.T) {
 		{"orphan", 0, http.StatusConflict, []string{"no live master", "unavailable"}},
 		{"old", 0, http.StatusNotImplemented, []string{"does not support switchover", "old-m", "unknown command"}},
 		{"refusing", 0, http.StatusConflict, []string{"refused", "refusing-m", "keeps the group", "slave did not catch up"}},
+		{"gone", 0, http.StatusBadGateway, []string{"cannot reach the master gone-m at 127.0.0.1:1"}},
 		{"stuck", time.Second, http.StatusGatewayTimeout, []string{"did not complete", "stuck-m still holds the master seat"}},
 		{"leaderless", time.Second, http.StatusGatewayTimeout, []string{"leaderless-m unregistered but no broker has won the election yet"}},
 		{"clinging", time.Second, http.StatusGatewayTimeout, []string{"clinging-m took the master seat back at epoch"}},

@@ -11,8 +11,9 @@
 // dead letter, 409 a change that breaks a rule (removing a route's last
 // group, a switchover of a group without a slave or a master, or one a
 // master refuses), 501 a broker that does not know the command, 502 every
-// broker relayed to failed, 503 etcd is unreachable, 504 a switchover that
-// did not complete in time.
+// broker relayed to failed (or a switchover's master cannot be reached),
+// 503 etcd is unreachable or the meta server is closing, 504 a switchover
+// that did not complete in time.
 //
 //	GET    /status                                    Status
 //	GET    /brokers                                   []Broker
