@@ -44,7 +44,11 @@
 // read with a direct write. That saves the two goroutine hand-offs of the
 // normal path (loop to serve goroutine, serve goroutine to loop), which is
 // most of a cheap request's cost; it is only for work that cannot block:
-// ping, or answers made from memory.
+// ping, or answers made from memory. An inline handler that can only answer
+// later (a send waiting for the store) calls r.Detach(): the detached
+// request owns a copy of the body, may be answered from any goroutine and
+// counts as in flight like any other; until then it answers on the loop,
+// so a send the store takes at once is answered with the read's write.
 //
 // Replies are appended to the connection's reply buffer under a mutex.
 // While the serve goroutine runs a batch the buffer is corked; at the end
