@@ -110,7 +110,7 @@
 //
 //   - Fencing. A master takes no sends and forwards nothing until its
 //     registration succeeded, and again as soon as its last renewal is
-//     older than TTL − FenceMargin (measured on the monotonic clock from
+//     older than TTL − FenceMargin (at most TTL/4; measured on the monotonic clock from
 //     when the successful heartbeat was sent), so it stops before its lease
 //     can expire and before a slave can win. When a heartbeat succeeds
 //     again and nobody else took the group, it resumes (perhaps at a new

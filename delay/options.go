@@ -68,8 +68,8 @@ type Options struct {
 	// renew its registration (default true; needs meta servers).
 	Failover bool `yaml:"failover"`
 	// FenceMargin is how long before its registration could expire a
-	// master stops taking sends and forwarding (default 1s; below the meta
-	// server's broker TTL).
+	// master stops taking sends and forwarding (default 1s, at most a
+	// quarter of the meta server's broker TTL).
 	FenceMargin time.Duration `yaml:"fence_margin"`
 	// WaitSlave makes a send's reply wait until the slave holds the
 	// messages (default false).

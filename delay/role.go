@@ -161,12 +161,17 @@ func (r *roles) checkMaster(m *master) {
 		return
 	}
 	m.leaseUntil.Store(reg.RenewedAt().Add(reg.TTL()).UnixNano())
-	fenced := time.Since(reg.RenewedAt()) > reg.TTL()-s.opts.FenceMargin
+	fenced := time.Since(reg.RenewedAt()) > reg.TTL()-fenceMargin(s.opts.FenceMargin, reg.TTL())
 	if was := m.fenced.Swap(fenced); was != fenced {
 		r.lg.Warn("fence", zap.Bool("fenced", fenced), zap.Time("renewed_at", reg.RenewedAt()), zap.Duration("ttl", reg.TTL()),
 			zap.Error(reg.Err()))
 	}
 }
+
+// fenceMargin is FenceMargin, at most a quarter of the TTL: a heartbeat is
+// sent every third of the TTL, so a smaller share would fence a healthy
+// master whenever one heartbeat is slow.
+func fenceMargin(margin, ttl time.Duration) time.Duration { return min(margin, ttl/4) }
 
 // checkSlave registers a slave, tells its copier the master's epoch, and
 // runs for the group when the meta servers name no live master.
@@ -306,7 +311,9 @@ func (s *Server) report() (protocol.GroupState, protocol.BrokerLoad) {
 		if m.src.acked.Load() < 0 {
 			load.ReplicaLagBytes, load.ReplicaLagMillis = 0, 0 // no slave
 		}
-		if m.fenced.Load() || m.src.readonly.Load() {
+		// A fenced master is not reported readonly: a heartbeat that gets
+		// through renews the lease and lifts the fence anyway.
+		if m.src.readonly.Load() {
 			return protocol.GroupReadonly, load
 		}
 		return protocol.GroupReadWrite, load
