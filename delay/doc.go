@@ -110,11 +110,12 @@
 //
 //   - Fencing. A master takes no sends and forwards nothing until its
 //     registration succeeded, and again as soon as its last renewal is
-//     older than TTL − FenceMargin (at most TTL/4; measured on the monotonic clock from
-//     when the successful heartbeat was sent), so it stops before its lease
-//     can expire and before a slave can win. When a heartbeat succeeds
-//     again and nobody else took the group, it resumes (perhaps at a new
-//     epoch).
+//     older than TTL − FenceMargin (the margin at most TTL/4; measured on
+//     the monotonic clock from when the successful heartbeat was sent), so
+//     it stops before its lease can expire and before a slave can win.
+//     When a heartbeat succeeds again and nobody else took the group, it
+//     resumes (perhaps at a new epoch). Fencing is not reported to the meta
+//     server as readonly: a heartbeat that gets through lifts it.
 //   - Promotion. A slave whose heartbeat shows no live master registers as
 //     master (a new registration: it wins only if the key is free); it runs
 //     only once its copy follows a master's store, so a slave that never
