@@ -54,13 +54,13 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 	}
 	n := len(req.Messages)
 	b.metrics.received.Add(float64(n))
-	s := &sendCall{
-		b:        b,
-		statuses: make([]protocol.Status, n),
-		keys:     make([]uint64, n),
-		reserved: make([]bool, n),
-		batch:    make([][]byte, 0, n),
-		index:    make([]int, 0, n),
+	s := &sendCall{b: b}
+	if n == 1 { // most sends of a producer waiting for each: one allocation
+		s.statuses, s.keys, s.reserved = s.one.status[:], s.one.key[:], s.one.reserved[:]
+		s.batch, s.index = s.one.batch[:0], s.one.index[:0]
+	} else {
+		s.statuses, s.keys, s.reserved = make([]protocol.Status, n), make([]uint64, n), make([]bool, n)
+		s.batch, s.index = make([][]byte, 0, n), make([]int, 0, n)
 	}
 	for i, raw := range req.Messages {
 		v, err := protocol.ParseMessage(raw)
@@ -139,6 +139,14 @@ type sendCall struct {
 	batch    [][]byte // the messages to store
 	index    []int    // batch position → request position
 	start    time.Time
+	// one backs the slices above for a request of one message.
+	one struct {
+		status   [1]protocol.Status
+		key      [1]uint64
+		reserved [1]bool
+		batch    [1][]byte
+		index    [1]int
+	}
 }
 
 // done completes the call with the store's results.
