@@ -388,6 +388,11 @@ func subscribe(t *testing.T, mc *metaclient.Client, id, subject string, col *col
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { // before the meta client it resolves through
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c.Close(ctx)
+	})
 	if _, err := c.Subscribe(subject, "g", col.handler, consumer.StartEarliest(), consumer.Concurrency(4)); err != nil {
 		t.Fatal(err)
 	}
