@@ -759,3 +759,40 @@ func TestFailover_FrozenMasterDeposed(t *testing.T) {
 	}
 	waitSlaveHolds(t, b, 30*time.Second)
 }
+
+// A master stopped gracefully (SIGTERM) under load hands over like a
+// switchover: writes stop, its slave gets everything, the seat is freed
+// at once (the slave wins without waiting for a lease to expire); every
+// acknowledged message is delivered and the old master, restarted,
+// rejoins without cutting messages off.
+func TestFailover_MasterShutdownHandsOver(t *testing.T) {
+	t.Parallel()
+	meta, _ := startFailoverMeta(t, failoverTTL)
+	metaAddr := meta.Addr().String()
+	aDir, bDir := t.TempDir(), t.TempDir()
+	aAddr, aHTTP, bAddr, bHTTP := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	a := startNode(t, "A", aDir, aAddr, aHTTP, realtime.RoleMaster, metaAddr)
+	a.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(1))
+	b := startNode(t, "B", bDir, bAddr, bHTTP, realtime.RoleSlave, metaAddr)
+	waitSlaveHolds(t, a, 20*time.Second)
+
+	p, mc := newMetaClients(t, metaAddr)
+	col := newCollector()
+	subscribe(t, mc, "c1", "shutdown", col)
+	l := startLoad(p, "shutdown", 4)
+	l.waitCount(t, 200, 30*time.Second)
+	stopped := time.Now()
+	a.term(t)
+	b.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(1))
+	t.Logf("the slave serves %v after the master's SIGTERM (lease ttl %v)", time.Since(stopped).Round(time.Millisecond), failoverTTL)
+	before := l.count()
+	l.waitCount(t, before+200, 30*time.Second)
+	a = startNode(t, "A again", aDir, aAddr, aHTTP, realtime.RoleMaster, metaAddr)
+	a.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(2))
+	acked := l.finish()
+	col.waitAll(t, acked, 30*time.Second)
+	waitSlaveHolds(t, b, 30*time.Second)
+	if strings.Contains(a.log.String(), "copy cut back") && !strings.Contains(a.log.String(), `"message_bytes_cut": 0,`) {
+		t.Fatal("the old master had to cut messages off after a graceful shutdown")
+	}
+}

@@ -538,6 +538,21 @@ func (n *Node) Close(ctx context.Context) error {
 	n.mu.Lock()
 	b, mreg, sreg := n.broker, n.masterReg, n.slaveReg
 	n.mu.Unlock()
+	if b != nil && b.sync != nil && mreg != nil {
+		// A master leaving hands over as a switchover does: writes stop
+		// before its seat is free, and a slave that holds its logs gets
+		// what it lacks (bounded), so the group loses nothing it acked.
+		b.handingOver.Store(true)
+		if b.sync.slaveConnected() {
+			wait := 5 * time.Second
+			if d, ok := ctx.Deadline(); ok {
+				wait = min(wait, time.Until(d)/2)
+			}
+			if err := b.waitSlaveHolds(wait); err != nil {
+				n.lg.Warn("closing before the slave held everything", zap.Error(err))
+			}
+		}
+	}
 	var errs []error
 	for _, r := range []*metaclient.Registration{mreg, sreg} {
 		if r != nil {

@@ -50,7 +50,7 @@ func (b *Broker) serveSwitchover(r *netserver.Request) {
 		return
 	}
 	y := b.sync
-	if y.alone.Load() || y.slaveMsg.Load() < 0 || time.Since(time.Unix(0, y.slaveSeen.Load())) > 2*b.opts.SyncWait+time.Second {
+	if !y.slaveConnected() {
 		r.ReplyError(protocol.Errorf(protocol.StatusUnavailable, "broker group "+b.opts.Group+": no slave holds this master's logs"))
 		return
 	}
@@ -110,6 +110,13 @@ func (b *Broker) waitSlaveHolds(timeout time.Duration) error {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// slaveConnected reports whether a slave that caught up with this master
+// once has synced within the last two sync waits and a second.
+func (y *syncService) slaveConnected() bool {
+	return !y.alone.Load() && y.slaveMsg.Load() >= 0 &&
+		time.Since(time.Unix(0, y.slaveSeen.Load())) <= 2*y.opts.SyncWait+time.Second
 }
 
 // slaveWrote returns the ends of what the slave has written: its durable
