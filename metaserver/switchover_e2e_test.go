@@ -35,7 +35,9 @@ func TestE2E_SwitchoverOfADelayGroup(t *testing.T) {
 	t.Cleanup(e.Close)
 	o := metaserver.NewOptions()
 	o.Addr, o.HTTPAddr, o.EtcdEndpoints, o.AdminToken = "127.0.0.1:0", "127.0.0.1:0", e.Endpoints(), "t"
-	o.EtcdTimeout, o.BrokerTTL = 2*time.Second, 2*time.Second
+	// A TTL long enough that a loaded machine's late heartbeat causes no
+	// failover of its own in the middle of the test.
+	o.EtcdTimeout, o.BrokerTTL = 2*time.Second, 6*time.Second
 	s, err := metaserver.New(o, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -120,10 +122,13 @@ func TestE2E_SwitchoverOfADelayGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close(ctx) })
-	send := func(prefix string, n int, at time.Time) {
+	// Each message is due ahead of its own send (a send may wait for a
+	// route after the switchover; one due within the producer's delay
+	// threshold would go to a realtime group instead).
+	send := func(prefix string, n int, ahead time.Duration) {
 		t.Helper()
 		for i := range n {
-			id := fmt.Sprintf("%s-%d", prefix, i)
+			id, at := fmt.Sprintf("%s-%d", prefix, i), time.Now().Add(ahead).Truncate(time.Millisecond) // the wire carries milliseconds
 			if err := p.Send(ctx, &producer.Message{Subject: "later", ID: id, Body: []byte("x"), DeliverAt: at}); err != nil {
 				t.Fatalf("send %s: %v", id, err)
 			}
@@ -132,7 +137,7 @@ func TestE2E_SwitchoverOfADelayGroup(t *testing.T) {
 			mu.Unlock()
 		}
 	}
-	send("before", 30, time.Now().Add(4*time.Second))
+	send("before", 30, 3*time.Second)
 
 	var out, errOut bytes.Buffer
 	if code := ctl.Main([]string{"--meta=" + s.HTTPAddr().String(), "groups"}, &out, &errOut); code != 0 {
@@ -157,14 +162,21 @@ func TestE2E_SwitchoverOfADelayGroup(t *testing.T) {
 	if after.Master != bAddr || after.Epoch <= before.Epoch {
 		t.Fatalf("after the switchover: %+v (before: %+v)", after, before)
 	}
+	var last api.Group
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the group as last seen: %+v", last)
+		}
+	})
 	waitFor(t, 20*time.Second, "the old master back as the slave at the new epoch", func() bool {
 		g := group()
+		last = g
 		return g.Master == bAddr && g.Slave == aAddr && g.SlaveEpoch == g.Epoch && g.Epoch == after.Epoch
 	})
 	if ra, rb := a.Replication(), b.Replication(); ra.Role != delay.RoleSlave || rb.Role != delay.RoleMaster || rb.Epoch != after.Epoch {
 		t.Fatalf("after the switchover the old master reports %+v, the new one %+v", ra, rb)
 	}
-	send("after", 30, time.Now().Add(2*time.Second))
+	send("after", 30, 2*time.Second)
 	waitFor(t, 40*time.Second, "every delayed message delivered", func() bool {
 		mu.Lock()
 		defer mu.Unlock()

@@ -34,7 +34,9 @@ func TestE2E_SwitchoverWithRealBrokers(t *testing.T) {
 	t.Cleanup(e.Close)
 	o := metaserver.NewOptions()
 	o.Addr, o.HTTPAddr, o.EtcdEndpoints, o.AdminToken = "127.0.0.1:0", "127.0.0.1:0", e.Endpoints(), "t"
-	o.EtcdTimeout, o.BrokerTTL = 2*time.Second, 3*time.Second
+	// A TTL long enough that a loaded machine's late heartbeat causes no
+	// failover of its own in the middle of the test.
+	o.EtcdTimeout, o.BrokerTTL = 2*time.Second, 10*time.Second
 	s, err := metaserver.New(o, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -167,8 +169,15 @@ func TestE2E_SwitchoverWithRealBrokers(t *testing.T) {
 	if after.Master != sAddr || after.Epoch <= before.Epoch {
 		t.Fatalf("after the switchover: %+v (before: %+v)", after, before)
 	}
+	var last api.Group
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the group as last seen: %+v", last)
+		}
+	})
 	waitFor(t, 20*time.Second, "the old master back as the slave at the new epoch", func() bool {
 		g := group()
+		last = g
 		return g.Master == sAddr && g.Slave == mAddr && g.SlaveEpoch == g.Epoch && g.Epoch == after.Epoch
 	})
 	close(stopLoad)

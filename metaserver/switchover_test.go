@@ -234,22 +234,27 @@ func TestSwitchover_Refusals(t *testing.T) {
 		{"old", 0, http.StatusNotImplemented, []string{"does not support switchover", "old-m", "unknown command"}},
 		{"refusing", 0, http.StatusConflict, []string{"refused", "refusing-m", "keeps the group", "slave did not catch up"}},
 		{"gone", 0, http.StatusBadGateway, []string{"cannot reach the master gone-m at 127.0.0.1:1"}},
-		{"stuck", time.Second, http.StatusGatewayTimeout, []string{"did not complete", "stuck-m still holds the master seat"}},
-		{"leaderless", time.Second, http.StatusGatewayTimeout, []string{"leaderless-m unregistered but no broker has won the election yet"}},
-		{"clinging", time.Second, http.StatusGatewayTimeout, []string{"clinging-m took the master seat back at epoch"}},
+		{"stuck", 3 * time.Second, http.StatusGatewayTimeout, []string{"did not complete", "stuck-m still holds the master seat"}},
+		{"leaderless", 3 * time.Second, http.StatusGatewayTimeout, []string{"leaderless-m unregistered but no broker has won the election yet"}},
+		{"clinging", 3 * time.Second, http.StatusGatewayTimeout, []string{"clinging-m took the master seat back at epoch"}},
 	}
-	for _, tc := range cases {
-		_, err := a.Switchover(ctx, tc.group, tc.timeout)
-		var he *api.HTTPError
-		if !errors.As(err, &he) || he.Status != tc.status {
-			t.Fatalf("switchover %s: err %v, want HTTP %d", tc.group, err, tc.status)
+	t.Run("each", func(t *testing.T) { // returns once every parallel case has
+		for _, tc := range cases {
+			t.Run(strings.ReplaceAll(tc.group, "/", "_"), func(t *testing.T) {
+				t.Parallel()
+				_, err := a.Switchover(ctx, tc.group, tc.timeout)
+				var he *api.HTTPError
+				if !errors.As(err, &he) || he.Status != tc.status {
+					t.Fatalf("switchover %s: err %v, want HTTP %d", tc.group, err, tc.status)
+				}
+				for _, w := range tc.says {
+					if !strings.Contains(he.Message, w) {
+						t.Fatalf("switchover %s: %q does not say %q", tc.group, he.Message, w)
+					}
+				}
+			})
 		}
-		for _, w := range tc.says {
-			if !strings.Contains(he.Message, w) {
-				t.Fatalf("switchover %s: %q does not say %q", tc.group, he.Message, w)
-			}
-		}
-	}
+	})
 	for _, name := range []string{"lone", "old", "refusing", "stuck"} {
 		if x := s.group(name); x.MasterID != name+"-m" || x.State != "rw" {
 			t.Fatalf("group %s after a failed switchover: %+v", name, x)
