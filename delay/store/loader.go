@@ -1,6 +1,7 @@
 package store
 
 import (
+	"sort"
 	"time"
 
 	"go.uber.org/zap"
@@ -81,7 +82,10 @@ func (s *Store) loadHour(h int64, to int64) error {
 		return err
 	}
 	limit := st.size
-	if first && int64(len(offs)) >= st.records {
+	// Only entries inside the file count (a slave's copy may hold dispatch
+	// entries for records it has not copied yet).
+	inside := sort.Search(len(offs), func(i int) bool { return offs[i] >= limit })
+	if first && int64(inside) >= st.records {
 		s.mu.Lock()
 		st.loadedTo, st.dispatched = to, int64(len(offs))
 		s.mu.Unlock()

@@ -416,3 +416,34 @@ func TestReplica_ReopensFromItsCheckpoint(t *testing.T) {
 		t.Fatalf("reopened copy replayed %d, below its checkpoint's", r.Replayed())
 	}
 }
+
+// A copy may hold dispatch entries for records it has not copied yet (the
+// master forwarded them between the two sizes of a manifest); they must
+// not make the copy's own undispatched records look dispatched.
+func TestReplica_DispatchEntriesPastTheCopyDoNotHideRecords(t *testing.T) {
+	dir := t.TempDir()
+	r, err := OpenReplica(dir, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Follow(3)
+	h := hourOf(epoch.Add(time.Minute).UnixMilli())
+	rec := appendScheduleRecord(nil, 0, encode(t, "pending", epoch.Add(time.Minute)))
+	if err := r.WriteSchedule(h, 0, rec); err != nil {
+		t.Fatal(err)
+	}
+	// One entry for a record past the copy's end.
+	if err := r.WriteDispatch(h, 0, appendDispatchEntry(nil, int64(len(rec)))); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewFake(epoch)
+	p := newHarness(t, dir, Options{}, clk)
+	clk.Advance(time.Minute)
+	p.waitCount(1)
+	if p.times("pending") != 1 {
+		t.Fatalf("delivered %v", p.order)
+	}
+}
