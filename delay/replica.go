@@ -275,7 +275,6 @@ func (y *slave) apply(addr string, p *protocol.DelayManifestResponse) error {
 		if err != nil {
 			return err
 		}
-		got := 0
 		for _, c := range rp.Chunks {
 			if c.File == protocol.DelayScheduleFile {
 				err = y.replica.WriteSchedule(c.Hour, c.Offset, c.Data)
@@ -285,12 +284,9 @@ func (y *slave) apply(addr string, p *protocol.DelayManifestResponse) error {
 			if err != nil {
 				return err
 			}
-			got += len(c.Data)
 		}
-		missing -= int64(got)
-		y.lagBytes.Store(max(missing, 0))
 		// What is still missing, from where the copy ends now.
-		rest := ranges[:0]
+		rest, left := ranges[:0], int64(0)
 		for _, g := range ranges {
 			have := y.replica.Hour(g.Hour)
 			at := have.ScheduleSize
@@ -300,12 +296,17 @@ func (y *slave) apply(addr string, p *protocol.DelayManifestResponse) error {
 			if at < g.To {
 				g.From = at
 				rest = append(rest, g)
+				left += g.To - at
 			}
 		}
+		progress := left < missing
+		missing = left
+		y.lagBytes.Store(missing)
 		ranges = rest
-		if got == 0 && len(ranges) > 0 {
+		if !progress && len(ranges) > 0 {
 			// The master has no more of these for now (an hour removed
-			// meanwhile, a dispatch file whose tail it has not validated):
+			// meanwhile, a dispatch file whose tail it has not validated,
+			// dispatch entries for records the copy does not hold yet):
 			// schedule bytes must come, dispatch entries may come later.
 			for _, g := range ranges {
 				if g.File == protocol.DelayScheduleFile {

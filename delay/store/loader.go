@@ -82,12 +82,12 @@ func (s *Store) loadHour(h int64, to int64) error {
 		return err
 	}
 	limit := st.size
-	// Only entries inside the file count (a slave's copy may hold dispatch
-	// entries for records it has not copied yet).
+	// Only entries inside the file count (there should be none outside: a
+	// slave's copy takes an entry only once it holds the record).
 	inside := sort.Search(len(offs), func(i int) bool { return offs[i] >= limit })
 	if first && int64(inside) >= st.records {
 		s.mu.Lock()
-		st.loadedTo, st.dispatched = to, int64(len(offs))
+		st.loadedTo, st.dispatched = to, int64(inside)
 		s.mu.Unlock()
 		return nil
 	}
@@ -100,7 +100,7 @@ func (s *Store) loadHour(h int64, to int64) error {
 	st.loadedTo = to
 	if first {
 		// Exact from the file; later MarkDispatched calls count on from it.
-		st.dispatched = int64(len(offs))
+		st.dispatched = int64(inside)
 	}
 	s.mu.Unlock()
 	batch := make([]wheelAdd, 0, loadBatch)

@@ -393,11 +393,28 @@ func (r *Replica) noteWAL(w int64) {
 
 // WriteDispatch writes whole dispatch entries copied from the master's file
 // of hour h at offset off, which must be the copy's size.
+//
+// Entries are written only up to the first one that names a record the
+// copy does not hold yet (the master forwarded it after the schedule size
+// the slave copied): the rest is written once the record is copied, so the
+// copy never marks a record it lacks (after a promotion the new master's
+// own record could land at that offset). The caller sees what was written
+// in Hour.
 func (r *Replica) WriteDispatch(h, off int64, data []byte) error {
 	if _, valid := parseDispatch(data); valid != int64(len(data)) {
 		return fmt.Errorf("%w: dispatch %s@%d: %d of %d bytes are whole valid entries", ErrReplicaMismatch, hourName(h), off, valid, len(data))
 	}
-	return r.write(r.dispatch, h, off, data, func(st *replicaHour) *int64 { return &st.dispatchSize }, func(*replicaHour) {})
+	r.mu.Lock()
+	size := int64(0)
+	if st := r.hours[h]; st != nil {
+		size = st.scheduleSize
+	}
+	r.mu.Unlock()
+	n := 0
+	for n < len(data) && int64(binary.BigEndian.Uint64(data[n:])) < size {
+		n += dispatchEntrySize
+	}
+	return r.write(r.dispatch, h, off, data[:n], func(st *replicaHour) *int64 { return &st.dispatchSize }, func(*replicaHour) {})
 }
 
 func (r *Replica) write(files *fileCache, h, off int64, data []byte, size func(*replicaHour) *int64, grew func(*replicaHour)) error {

@@ -417,9 +417,10 @@ func TestReplica_ReopensFromItsCheckpoint(t *testing.T) {
 	}
 }
 
-// A copy may hold dispatch entries for records it has not copied yet (the
-// master forwarded them between the two sizes of a manifest); they must
-// not make the copy's own undispatched records look dispatched.
+// A master may list dispatch entries for records a copy has not copied yet
+// (forwarded between the two sizes of a manifest): the copy takes them
+// only once it holds the records, so they never mark its own undispatched
+// records, nor a record a promoted copy appends at that offset later.
 func TestReplica_DispatchEntriesPastTheCopyDoNotHideRecords(t *testing.T) {
 	dir := t.TempDir()
 	r, err := OpenReplica(dir, zaptest.NewLogger(t))
@@ -432,9 +433,12 @@ func TestReplica_DispatchEntriesPastTheCopyDoNotHideRecords(t *testing.T) {
 	if err := r.WriteSchedule(h, 0, rec); err != nil {
 		t.Fatal(err)
 	}
-	// One entry for a record past the copy's end.
+	// An entry for a record past the copy's end waits for the record.
 	if err := r.WriteDispatch(h, 0, appendDispatchEntry(nil, int64(len(rec)))); err != nil {
 		t.Fatal(err)
+	}
+	if got := r.Hour(h); got.DispatchSize != 0 {
+		t.Fatalf("the copy took a dispatch entry for a record it lacks: %+v", got)
 	}
 	if err := r.Promote(); err != nil {
 		t.Fatal(err)
