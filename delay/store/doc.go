@@ -171,7 +171,8 @@
 //
 // A slave's store is a Replica (replica.go): the hour files only, written
 // by WriteSchedule and WriteDispatch at the copy's sizes after every record
-// is checked, made durable by Commit (fdatasync of each file written, and
+// is checked (a dispatch entry is taken only once the copy holds the record
+// it names, so a promoted copy never marks a record it lacks), made durable by Commit (fdatasync of each file written, and
 // of the directories when files came or went), which also records the
 // master's replayed position the copy holds; every few seconds it also
 // writes the copy's checkpoint (hour sizes and record counts, all
