@@ -54,8 +54,8 @@
 // (default 50 µs: the broker is busy), a flow that delivered more than
 // Excess (default 1.1) times the mean of the others has each new pull held:
 // it waits in its actor like a long poll, looks at the shares again every
-// fifth of Hold and is served once its flow is back within its share, or
-// when Hold (default 50 ms) runs out. Held pulls are counted in
+// fiftieth of Hold (1 ms) and is served once its flow is back within its
+// share, or when Hold (default 50 ms) runs out. Held pulls are counted in
 // qmq_realtime_pulls_held_total. Comparing a flow with the others' mean (not
 // with the mean of all) means that of two flows only the heavier can ever be
 // held. A pull that may not wait longer than Hold is not held.

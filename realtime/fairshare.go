@@ -15,9 +15,9 @@ import (
 type FairShareOptions struct {
 	// Hold is the longest a pull of an actor over its share waits before it
 	// is served (default 50ms; 0 turns fair sharing off). A held pull looks
-	// at the shares again every fifth of Hold and is served as soon as its
-	// actor is back within its share. Only pulls that may wait longer than
-	// Hold are held.
+	// at the shares again every fiftieth of Hold (at least 1ms) and is
+	// served as soon as its actor is back within its share. Only pulls that
+	// may wait longer than Hold are held.
 	Hold time.Duration `yaml:"hold"`
 	// Window is the span of recent deliveries that shares are measured over
 	// (default 100ms; two periods of Window are kept and the older one fades
@@ -134,7 +134,7 @@ func newFairShare(opts FairShareOptions, reg prometheus.Registerer, group string
 }
 
 // recheck is how often a held pull looks at the shares again.
-func (s *fairShare) recheck() time.Duration { return max(s.opts.Hold/5, time.Millisecond) }
+func (s *fairShare) recheck() time.Duration { return max(s.opts.Hold/50, time.Millisecond) }
 
 // enabled reports whether pulls are ever held.
 func (s *fairShare) enabled() bool { return s != nil && s.opts.Hold > 0 }
