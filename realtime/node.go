@@ -44,6 +44,7 @@ type Node struct {
 
 	startedAt time.Time
 	sawMaster bool // a slave registration named a live master once
+	warnedAt  time.Time
 	nextReg   time.Time
 
 	truncate chan truncation
@@ -355,7 +356,7 @@ func (n *Node) check() {
 			sreg.SetEpoch(b.epoch())
 			return
 		}
-		if sreg.Healthy() && n.mayCampaign(sreg) {
+		if sreg.Healthy() && n.mayCampaign(b, sreg.TTL()) {
 			n.campaign(b, sreg)
 		}
 	}
@@ -368,12 +369,25 @@ func (b *Broker) epochOf() uint64 {
 	return lastEpoch(b.history)
 }
 
-// mayCampaign: a slave campaigns once the master it followed is gone, or,
-// when it never saw one since it started, when it was configured as the
+// mayCampaign: a slave that saw a master campaigns once that master is
+// gone, if its copy caught up with it (a fresh copy that did not could
+// lack messages the master acknowledged when another slave held them: it
+// waits for the master to come back, or an operator). A slave that never
+// saw a master since it started campaigns when it was configured as the
 // master or after two lease TTLs (so a cluster restarting does not hand
-// the group to a slave that starts first).
-func (n *Node) mayCampaign(sreg *metaclient.Registration) bool {
-	return n.sawMaster || n.opts.Role == RoleMaster || time.Since(n.startedAt) > 2*sreg.TTL()
+// the group to the slave that comes up first).
+func (n *Node) mayCampaign(b *Broker, ttl time.Duration) bool {
+	if n.sawMaster {
+		if b.replica == nil || !b.replica.caughtUp.Load() {
+			if time.Since(n.warnedAt) > 10*time.Second {
+				n.warnedAt = time.Now()
+				n.lg.Warn("the master is gone but this slave's copy never caught up with it: not campaigning")
+			}
+			return false
+		}
+		return true
+	}
+	return n.opts.Role == RoleMaster || time.Since(n.startedAt) > 2*ttl
 }
 
 func (n *Node) registerSlave(b *Broker) {

@@ -29,6 +29,7 @@ type replica struct {
 
 	lagBytes   atomic.Int64
 	caughtUpAt atomic.Int64 // unix nanos: the copy last held all the master had committed
+	caughtUp   atomic.Bool  // the copy held all its master had committed once
 	connected  atomic.Bool
 	errors     atomic.Int64
 	following  atomic.Pointer[string] // the master synced from last
@@ -256,6 +257,7 @@ func (y *replica) noteLag(c protocol.SyncChunk) {
 	y.lagBytes.Store(max(c.End-end, 0))
 	if end >= c.End || (len(c.Data) == 0 && c.Offset >= c.End) {
 		y.caughtUpAt.Store(time.Now().UnixNano())
+		y.caughtUp.Store(true)
 	}
 }
 
