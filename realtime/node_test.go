@@ -3,6 +3,8 @@ package realtime
 import (
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // A slave that saw a master campaigns only once its copy caught up with
@@ -10,7 +12,7 @@ import (
 // after two lease TTLs.
 func TestNode_MayCampaign(t *testing.T) {
 	slave := &Broker{replica: &replica{}}
-	n := &Node{opts: Options{Role: RoleSlave}, startedAt: time.Now().Add(-time.Second)}
+	n := &Node{opts: Options{Role: RoleSlave}, lg: zap.NewNop(), startedAt: time.Now().Add(-time.Second)}
 	if n.mayCampaign(slave, time.Minute) {
 		t.Fatal("a slave campaigned within two TTLs of its start, never having seen a master")
 	}
