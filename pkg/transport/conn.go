@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -318,12 +317,8 @@ func (c *conn) readLoop() {
 			c.corked = true // callbacks that send again are written together
 		}
 		c.mu.Unlock()
-		woke := false // a caller waiting in Call
 		for i := range batch {
 			r := &batch[i]
-			if r.call != nil && r.call.fn == nil {
-				woke = true
-			}
 			switch {
 			case r.call == nil: // timed out or cancelled meanwhile
 			case r.header.Status() != protocol.StatusOK:
@@ -335,13 +330,6 @@ func (c *conn) readLoop() {
 		}
 		c.mu.Lock()
 		c.uncorkLocked()
-		if woke {
-			// Let the woken caller run before this goroutine reads again:
-			// the read would most likely find nothing and park, and on one
-			// CPU the caller (which may have its next request ready) would
-			// wait for that system call.
-			runtime.Gosched()
-		}
 	}
 }
 
