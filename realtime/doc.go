@@ -167,13 +167,13 @@
 //     before the reply): a second failure before a slave caught up loses
 //     what only it held, which is what a group of two can promise.
 //   - Fencing (fence.go): a master refuses sends, pulls, acks, consumer
-//     and dead-letter commands and syncs with StatusNotMaster once its
-//     registration was last renewed more than TTL − margin ago (margin =
-//     TTL/4, at least 1 s, at most TTL/2; measured on the monotonic clock
-//     from when the last successful heartbeat was sent), so it is fenced
-//     before its lease can expire and before a slave can win. It reports
-//     itself readonly then and takes writes again after a renewal. When a
-//     heartbeat is refused with StatusNotMaster another broker won: the
+//     and dead-letter commands and the epoch exchange with StatusNotMaster
+//     once its registration was last renewed more than TTL − margin ago
+//     (margin = TTL/4, at least 1 s, at most TTL/2; measured on the
+//     monotonic clock from when the last successful heartbeat was sent),
+//     so it is fenced before its lease can expire and before a slave can
+//     win. It reports itself readonly then and takes writes again after a
+//     renewal. When a heartbeat is refused with StatusNotMaster another broker won: the
 //     master is deposed (writes stop at once, for good), its Broker closes
 //     and the Node rejoins as the new master's slave. A master whose lease
 //     lapsed with no rival wins again at a new epoch and records it. A send
