@@ -39,10 +39,10 @@
 // the end of the batch by the reader itself, as a server answers a read. A reader goroutine reads every whole frame
 // already buffered, matches the batch to pending requests by request id
 // under one lock, copies their bodies into one block (a caller that keeps
-// one body keeps that read's block alive) and completes them; when it woke
-// a caller waiting in Call it yields before reading again, so on one CPU
-// the caller (often with its next request ready) runs before a read that
-// would find nothing. Responses may
+// one body keeps that read's block alive) and completes them. (It does not
+// yield to the callers it woke before reading again: that made a consumer
+// process with many connections unfair to its small groups, for no gain a
+// benchmark could show.) Responses may
 // come in any order. When the connection drops (read or write error, a
 // write that takes longer than WriteTimeout because the server stopped
 // reading, or a malformed frame from the server) every pending request
