@@ -166,23 +166,22 @@
 //     again. Its messages are durable on its own disk meanwhile (fdatasync
 //     before the reply): a second failure before a slave caught up loses
 //     what only it held, which is what a group of two can promise.
-//   - Fencing (fence.go): a master refuses sends, pulls, acks, consumer
-//     and dead-letter commands and the epoch exchange with StatusNotMaster
-//     once its registration was last renewed more than TTL − margin ago
-//     (margin = TTL/4, at least 1 s, at most TTL/2; measured on the
-//     monotonic clock from when the last successful heartbeat was sent),
-//     so it is fenced before its lease can expire and before a slave can
-//     win. It reports itself readonly then and takes writes again after a
-//     renewal. When a heartbeat is refused with StatusNotMaster another broker won: the
-//     master is deposed (writes stop at once, for good), its Broker closes
-//     and the Node rejoins as the new master's slave. A master whose lease
-//     lapsed with no rival wins again at a new epoch and records it. A send
-//     carrying a newer epoch than the master's own (the client learnt of a
-//     later master) is refused with StatusStaleEpoch; sync requests and
-//     answers must carry the epoch the slave agreed on (StatusStaleEpoch
-//     otherwise, and the slave agrees again). Producers refresh their
-//     route on StatusNotMaster and StatusStaleEpoch and retry at least
-//     every second.
+//   - Fencing (fence.go): a master refuses sends, pulls, acks, consumer and
+//     dead-letter commands and the epoch exchange with StatusNotMaster once
+//     its registration was last renewed more than TTL − margin ago (margin =
+//     TTL/4, at least 1 s, at most TTL/2; measured on the monotonic clock from
+//     when the last successful heartbeat was sent), so it is fenced before its
+//     lease can expire and before a slave can win. It reports itself readonly
+//     then and takes writes again after a renewal. When a heartbeat is refused
+//     with StatusNotMaster another broker won: the master is deposed (writes
+//     stop at once, for good), its Broker closes and the Node rejoins as the
+//     new master's slave. A master whose lease lapsed with no rival wins again
+//     at a new epoch and records it. A send carrying a newer epoch than the
+//     master's own (the client learnt of a later master) is refused with
+//     StatusStaleEpoch; sync requests and answers must carry the epoch the
+//     slave agreed on (StatusStaleEpoch otherwise, and the slave agrees
+//     again). Producers refresh their route on StatusNotMaster and
+//     StatusStaleEpoch and retry at least every second.
 //   - Epoch history (epochs.go, file "epochs" in the data directory,
 //     written temp → fsync → rename): the epochs that wrote the logs, each
 //     with the log offsets it started at. A master appends its epoch at its
