@@ -87,9 +87,11 @@
 //
 // Measured (TestReplication_WaitSlaveCost, QMQ_DELAY_BENCH=1: master,
 // slave and producer in one process on this shared 2-core machine, three
-// alternating rounds of 200,000 pipelined sends): with a slave copying
-// 0.97 of the send rate alone, with --wait-slave 0.75 (per round 0.6–1.3
-// and 0.6–0.95: the rounds swing with the machine's other load).
+// alternating rounds of 200,000 pipelined sends), three runs: with a slave
+// copying 0.97, 0.71 and 0.64 of the send rate alone, with --wait-slave
+// 0.75, 0.55 and 0.56 (the rate alone was 432k, 117k and 128k messages a
+// second: the machine's other load swings every figure; the slave's copy
+// and its fdatasyncs share the same two cores and disk).
 //
 // Lag: Server.Replication, the heartbeats (BrokerLoad.ReplicaLagBytes and
 // ReplicaLagMillis, shown by qmqctl and the console) and the metrics
