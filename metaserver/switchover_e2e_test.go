@@ -176,7 +176,10 @@ func TestE2E_SwitchoverOfADelayGroup(t *testing.T) {
 	if ra, rb := a.Replication(), b.Replication(); ra.Role != delay.RoleSlave || rb.Role != delay.RoleMaster || rb.Epoch != after.Epoch {
 		t.Fatalf("after the switchover the old master reports %+v, the new one %+v", ra, rb)
 	}
-	send("after", 30, 2*time.Second)
+	// Far enough ahead that a send slowed while the producer moves to the
+	// new master (seconds on a loaded machine) still names a time beyond
+	// the producer's realtime threshold when it is retried.
+	send("after", 30, 8*time.Second)
 	waitFor(t, 40*time.Second, "every delayed message delivered", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
