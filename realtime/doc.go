@@ -70,8 +70,18 @@
 // Measured (TestTiming_FairShareHoldsTheFlood, clients and broker in one
 // process): a group of 16 consumers beside a group of 1 took 0.97–1.07× the
 // small group's messages, against 12–15× with Hold 0, and the small group
-// drained twice as fast. The fairness suite (scripts/bench.sh fairness;
-// three processes on the shared 2-core machine): see the figures below.
+// drained twice as fast. The fairness suite (scripts/bench.sh fairness: the
+// broker, the 2-consumer group and the 64-consumer flood as three processes
+// on the shared 2-core machine, alone and flooded phases alternating) at
+// load averages of 7–16 from other work: fairness_small_group_ratio 0.54,
+// 0.62, 0.52, 0.48, 0.44 with the defaults, 0.39, 0.46, 0.37, 0.41 with
+// --fair-share-hold=0 in the same hour. At the broker the two groups then
+// get about equal deliveries; what the small group does with them is bound
+// by the CPU its own process gets: flooded, its process got about 0.4 of a
+// core against 0.6–0.77 alone, and its turnaround between a reply and its
+// next pull doubled. Equal shares give it half of what the three processes
+// get together, so the ratio passes 0.5 only when the machine has a core to
+// spare for the second group.
 //
 // # Ack
 //
