@@ -87,7 +87,11 @@ type Options struct {
 	// Replication (see "Replication" in doc.go). Role is "master" (the
 	// default) or "slave"; a slave copies Master's message and action logs
 	// and refuses producers and consumers with StatusNotMaster. Without
-	// Master a slave follows the group's master the meta servers name.
+	// Master a slave follows the group's master the meta servers name. A
+	// Node with meta servers and no Master takes part in the group's
+	// election: Role is then only the role it starts in (a master that is
+	// refused the group starts as slave; a slave is promoted when its
+	// master's lease expires).
 	Role   string `yaml:"role"`
 	Master string `yaml:"master"`
 	// WaitSlave makes a send's reply wait until the slave has the messages
@@ -167,7 +171,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&o.RetentionBytes, "retention-bytes", o.RetentionBytes, "delete the oldest segments past this total size (0: no limit)")
 	fs.Int64Var(&o.SegmentSize, "segment-size", o.SegmentSize, "message-log segment size in bytes")
 	fs.IntVar(&o.MaxBody, "max-body", o.MaxBody, "largest message body in bytes")
-	fs.StringVar(&o.Role, "role", o.Role, "replication role: master or slave")
+	fs.StringVar(&o.Role, "role", o.Role, "replication role: master or slave (with --meta and no --master, the role to start in: roles then follow the group's election)")
 	fs.StringVar(&o.Master, "master", o.Master, "the master's address (role slave; default: the master the meta servers name)")
 	fs.BoolVar(&o.WaitSlave, "wait-slave", o.WaitSlave, "send replies wait until the slave has the messages")
 	fs.DurationVar(&o.SlaveLagReadonly, "slave-lag-readonly", o.SlaveLagReadonly, "with --wait-slave: readonly once the slave lags this long")
