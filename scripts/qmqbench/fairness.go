@@ -21,7 +21,7 @@ package main
 // (space-separated, for experiments such as --fair-share-hold=0).
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -65,7 +65,10 @@ func runFairness(env *Env) error {
 		return err
 	}
 	defer flood.kill()
-	time.Sleep(1500 * time.Millisecond) // the flood is under way
+	if err := flood.waitCounting(); err != nil {
+		return err
+	}
+	time.Sleep(500 * time.Millisecond) // the flood is under way
 	pause := func(paused bool) error {
 		sig := syscall.SIGCONT
 		if paused {
@@ -85,8 +88,11 @@ func runFairness(env *Env) error {
 		if err != nil {
 			return err
 		}
-		time.Sleep(time.Second + 100*time.Millisecond) // its warm-up second
-		var rates [2]float64                           // alone, flooded
+		if err := small.waitCounting(); err != nil {
+			small.kill()
+			return err
+		}
+		var rates [2]float64 // alone, flooded
 		var spans [2][2]time.Time
 		for _, withFlood := range [2]bool{cycle%2 == 1, cycle%2 == 0} {
 			if err := pause(!withFlood); err != nil {
@@ -122,9 +128,10 @@ func runFairness(env *Env) error {
 
 // groupProcess is a group worker running in the background.
 type groupProcess struct {
-	cmd  *exec.Cmd
-	out  bytes.Buffer
-	done chan error
+	cmd      *exec.Cmd
+	out      lockedBuffer  // stdout and stderr
+	counting chan struct{} // closed when the worker prints "counting"
+	done     chan error
 }
 
 // startGroupWorker starts a group worker of n consumers on one core.
@@ -133,16 +140,44 @@ func startGroupWorker(addr, group string, n int, d, step time.Duration) (*groupP
 	if err != nil {
 		return nil, err
 	}
-	g := &groupProcess{done: make(chan error, 1)}
+	g := &groupProcess{counting: make(chan struct{}), done: make(chan error, 1)}
 	g.cmd = exec.Command(self, "worker", "group", "-addr", addr, "-group", group, "-consumers", fmt.Sprint(n),
 		"-duration", d.String(), "-step", step.String())
 	g.cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
-	g.cmd.Stdout, g.cmd.Stderr = &g.out, &g.out
+	g.cmd.Stderr = &g.out
+	stdout, err := g.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
 	if err := g.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start group worker %s: %w", group, err)
 	}
-	go func() { g.done <- g.cmd.Wait() }()
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			if sc.Text() == "counting" {
+				close(g.counting)
+			}
+			g.out.Write(append(sc.Bytes(), '\n'))
+		}
+		g.done <- g.cmd.Wait()
+	}()
 	return g, nil
+}
+
+// waitCounting waits until the worker counts (its consumers subscribed and
+// warmed up).
+func (g *groupProcess) waitCounting() error {
+	select {
+	case <-g.counting:
+		return nil
+	case err := <-g.done:
+		g.done <- err
+		return fmt.Errorf("group worker ended before counting (%v): %s", err, tail(g.out.String()))
+	case <-time.After(time.Minute):
+		return fmt.Errorf("group worker not counting after a minute: %s", tail(g.out.String()))
+	}
 }
 
 // result waits for the worker and decodes its result into out.
@@ -225,6 +260,7 @@ func groupWorker(args []string) (any, error) {
 	time.Sleep(time.Second)
 	counting.Store(true)
 	start := time.Now()
+	fmt.Println("counting")
 	series := seriesResult{Start: start.UnixNano(), Step: *step, Counts: []int64{0}}
 	if *step > 0 {
 		tick := time.NewTicker(*step)
