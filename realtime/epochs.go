@@ -72,7 +72,10 @@ func decodeEpochs(b []byte) ([]protocol.EpochStart, error) {
 
 // loadEpochs reads dir's epoch history (empty when there is none yet). A
 // damaged file is an error: without it a rejoining broker could keep
-// records its group's master never had.
+// records its group's master never had. Removing the file is safe when
+// the group has another master: the copy then counts as written before
+// any epoch, and the master's answer cuts it back to what they share
+// (at worst everything, copied again).
 func loadEpochs(dir string) ([]protocol.EpochStart, error) {
 	b, err := os.ReadFile(filepath.Join(dir, epochsFile))
 	if errors.Is(err, os.ErrNotExist) {
