@@ -307,14 +307,16 @@ func TestRegister_HeartbeatsWithLeaseAndLeaves(t *testing.T) {
 
 func TestClient_IsARouteResolver(t *testing.T) {
 	m := startFakeMeta(t)
-	m.set(3, rg("a", protocol.GroupReadWrite), rg("b", protocol.GroupReadonly), protocol.RouteGroup{Group: "c", State: protocol.GroupUnavailable})
+	withEpoch := rg("a", protocol.GroupReadWrite)
+	withEpoch.Epoch = 41
+	m.set(3, withEpoch, rg("b", protocol.GroupReadonly), protocol.RouteGroup{Group: "c", State: protocol.GroupUnavailable})
 	c := newTestClient(t, []string{m.addr()}, WithRefreshInterval(time.Hour), WithMinEarlyRefresh(0))
 	ctx := context.Background()
 	gs, err := c.Resolve(ctx, route.Request{Kind: route.Produce, Subject: "orders"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []route.Group{{Name: "a", Addr: "127.0.0.1:9", State: route.ReadWrite}, {Name: "b", Addr: "127.0.0.1:9", State: route.Readonly}, {Name: "c", State: route.Unavailable}}
+	want := []route.Group{{Name: "a", Addr: "127.0.0.1:9", State: route.ReadWrite, Epoch: 41}, {Name: "b", Addr: "127.0.0.1:9", State: route.Readonly}, {Name: "c", State: route.Unavailable}}
 	if len(gs) != 3 || gs[0] != want[0] || gs[1] != want[1] || gs[2] != want[2] {
 		t.Fatalf("resolved %+v, want %+v", gs, want)
 	}

@@ -30,7 +30,7 @@ func (c *Client) Resolve(ctx context.Context, req route.Request) ([]route.Group,
 	}
 	out := make([]route.Group, 0, len(r.Groups))
 	for _, g := range r.Groups {
-		out = append(out, route.Group{Name: g.Group, Addr: g.Master, State: routeState(g)})
+		out = append(out, route.Group{Name: g.Group, Addr: g.Master, State: routeState(g), Epoch: g.Epoch})
 	}
 	return out, nil
 }
