@@ -8,6 +8,10 @@
 # Ports (override with QMQ_PORT_BASE, default 20880): meta TCP base, meta HTTP
 # base+100, etcd base+200/+201, realtime rt1 base+1 (HTTP base+11), rt2
 # base+2 (HTTP base+12), delay base+3 (HTTP base+13).
+#
+# QMQ_SLAVES=1 also starts a slave for each group (rt1 base+4, rt2 base+5,
+# dl1 base+6; HTTP +10 each): kill a master and its slave takes the group
+# over; `bin/qmqctl switchover rt1` hands it over on purpose.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -71,6 +75,21 @@ start dl1 bin/qmq-delay --group dl1 --addr "127.0.0.1:$((BASE + 3))" --http-addr
   --data-dir "$DATA/dl1" --meta "$META"
 for i in 1 2; do wait_ready rt$i "http://127.0.0.1:$((BASE + 10 + i))/readyz"; done
 wait_ready dl1 "http://127.0.0.1:$((BASE + 13))/readyz"
+SLAVES=""
+if [ "${QMQ_SLAVES:-0}" = 1 ]; then
+  for i in 1 2; do
+    last=rt$i-s
+    start rt$i-s bin/qmq-realtime --group rt$i --role slave --addr "127.0.0.1:$((BASE + 3 + i))" \
+      --http-addr "127.0.0.1:$((BASE + 13 + i))" --data-dir "$DATA/rt$i-s" --meta "$META"
+    wait_ready rt$i-s "http://127.0.0.1:$((BASE + 13 + i))/healthz"
+  done
+  last=dl1-s
+  start dl1-s bin/qmq-delay --group dl1 --role slave --addr "127.0.0.1:$((BASE + 6))" --http-addr "127.0.0.1:$((BASE + 16))" \
+    --data-dir "$DATA/dl1-s" --meta "$META"
+  wait_ready dl1-s "http://127.0.0.1:$((BASE + 16))/healthz"
+  SLAVES="
+  slaves        rt1 127.0.0.1:$((BASE + 4)), rt2 127.0.0.1:$((BASE + 5)), dl1 127.0.0.1:$((BASE + 6))"
+fi
 
 # Wait until the meta server lists all three groups.
 for _ in $(seq 1 100); do
@@ -84,7 +103,7 @@ ready: QMQ-Go local cluster (data in $DATA, logs in $DATA/*.log)
   meta server   $META (clients and brokers), admin API $META_HTTP
   console       http://$META_HTTP/
   realtime      rt1 127.0.0.1:$((BASE + 1)), rt2 127.0.0.1:$((BASE + 2))
-  delay         dl1 127.0.0.1:$((BASE + 3))
+  delay         dl1 127.0.0.1:$((BASE + 3))$SLAVES
   admin token   $TOKEN   (export QMQ_TOKEN=$TOKEN QMQ_META=$META_HTTP)
 try it:
   go run ./scripts/example --meta $META       # sends a message and a delayed one, receives both
