@@ -262,6 +262,7 @@ func (a *pullActor) serve(c *pullCall, now time.Time) bool {
 			a.b.fair.record(&a.share, len(res.Messages), c.req.Max, now)
 		}
 		a.b.replyPulled(c.r, res.Messages)
+		res.Release() // the reply holds a copy
 		return true
 	}
 	c.nextDue = time.Time{}

@@ -167,11 +167,36 @@
 //  7. Group cursors past a subject's end (possible only under FlushAsync) are
 //     pulled back.
 //
-// Data before the checkpoint offset is not re-scanned; instead every read
-// checks the record's CRC and sequence and the consume-log entry's CRC: a
-// damaged message is logged, counted in Stats.CorruptReads and never served.
+// Data before the checkpoint offset is not re-scanned; reads check it
+// instead (see "Reads" below).
 // The crash test (crash_test.go, scripts/crash-store.sh) kills an appending
 // child with SIGKILL and checks every acknowledged message after each restart.
+//
+// # Reads
+//
+// A pull reads its consume-log entries with one read per window and the
+// messages of each run of adjacent records with one read into a pooled
+// buffer (PullResult.Release gives it back). What a read verifies:
+//
+//   - Every consume-log entry: its CRC-32C.
+//   - A message-log record at an offset below the end Open found (written by
+//     an earlier run, whether replayed at Open or before the checkpoint):
+//     magic, version, kind, length, CRC-32C over header and payload, and the
+//     sequence it holds against the entry's.
+//   - A record at or after that end was written by this process: by the
+//     appender, or by ReplicateMessages after checking the master's CRC
+//     (pkg/segment computes the CRC over the very bytes it writes). Its
+//     magic, version, kind, length and sequence are checked, its CRC is not:
+//     re-verifying bytes this process wrote is most of a pull's CPU.
+//
+// A failed check logs the message, counts it in Stats.CorruptReads and never
+// serves it. Damage that reaches a record of this run on disk after it was
+// written (the page cache dropped it and the disk returns other bytes) is
+// not caught here: the message's own CRC-32C, checked by every consumer
+// (ParseMessage), catches it end to end, and the next Open (a new run)
+// verifies the record again. The message log's end at Open only moves down
+// by truncation to offsets at or after it (failed writes, replica resets),
+// so every record at or after it was written in this run.
 //
 // # Retention
 //

@@ -451,7 +451,8 @@ func (s *Store) Read(subject string, from int64, max int) ([]Pulled, error) {
 		}
 		ds = append(ds, delivery{pullSeq: from + int64(i), seq: from + int64(i), e: e})
 	}
-	return s.readDeliveries(sj, ds), nil
+	msgs, _ := s.readDeliveries(sj, ds)
+	return msgs, nil
 }
 
 func maxInt64(a, b int64) int64 { return max(a, b) }
