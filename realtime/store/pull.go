@@ -230,14 +230,16 @@ func (s *Store) Pull(req PullRequest) (PullResult, error) {
 	f := newFilter(req.TagMode, req.Tags)
 	var res PullResult
 	var ds []delivery
+	sc := pullScratches.Get().(*pullScratch)
+	defer sc.put()
 	g.mu.Lock()
 	c, err := s.consumerFor(g, req.Consumer)
 	if err == nil {
 		c.seen = s.opts.Clock()
 		if req.Broadcast {
-			ds, err = s.pullBroadcastLocked(g, c, &req, &f, &res)
+			ds, err = s.pullBroadcastLocked(g, c, &req, &f, &res, sc)
 		} else {
-			ds, err = s.pullLocked(g, c, &req, &f, &res)
+			ds, err = s.pullLocked(g, c, &req, &f, &res, sc)
 		}
 	}
 	g.mu.Unlock()
@@ -249,7 +251,7 @@ func (s *Store) Pull(req PullRequest) (PullResult, error) {
 	return res, nil
 }
 
-func (s *Store) pullLocked(g *group, c *consumer, req *PullRequest, f *filter, res *PullResult) ([]delivery, error) {
+func (s *Store) pullLocked(g *group, c *consumer, req *PullRequest, f *filter, res *PullResult, sc *pullScratch) ([]delivery, error) {
 	sj := g.subj
 	known := max(req.KnownPullSeq, c.acked)
 	if known >= c.next {
@@ -303,14 +305,14 @@ func (s *Store) pullLocked(g *group, c *consumer, req *PullRequest, f *filter, r
 			return nil, nil
 		}
 	}
-	ds, taken, cursor, err := s.takeNew(g, req, f, res)
+	ds, taken, cursor, err := s.takeNew(g, req, f, res, sc)
 	if err != nil {
 		return nil, err
 	}
 	if len(ds) == 0 && taken == 0 && cursor == g.cursor {
 		return nil, nil
 	}
-	seqs := make([]int64, len(ds))
+	seqs := sc.seqsFor(len(ds))
 	for i := range ds {
 		ds[i].pullSeq = c.next + int64(i)
 		seqs[i] = ds[i].seq
@@ -325,7 +327,7 @@ func (s *Store) pullLocked(g *group, c *consumer, req *PullRequest, f *filter, r
 	return ds, nil
 }
 
-func (s *Store) pullBroadcastLocked(g *group, c *consumer, req *PullRequest, f *filter, res *PullResult) ([]delivery, error) {
+func (s *Store) pullBroadcastLocked(g *group, c *consumer, req *PullRequest, f *filter, res *PullResult, sc *pullScratch) ([]delivery, error) {
 	sj := g.subj
 	known := max(req.KnownPullSeq, c.acked)
 	if known+1 < g.cursor {
@@ -358,7 +360,7 @@ func (s *Store) pullBroadcastLocked(g *group, c *consumer, req *PullRequest, f *
 			return nil, s.record(g, &action{kind: actAck, consumer: c.id, seq: seq - 1})
 		}
 	}
-	ds, _, cursor, err := s.takeNew(g, req, f, res)
+	ds, _, cursor, err := s.takeNew(g, req, f, res, sc)
 	if err != nil || cursor == g.cursor {
 		return nil, err
 	}
@@ -389,14 +391,51 @@ func (s *Store) filterEntry(sj *subject, f *filter, d *delivery) bool {
 	return true
 }
 
+// pullScratch is the working memory of one Pull, lent by pullScratches: the
+// chosen deliveries and their sequences. Nothing of it outlives the Pull.
+type pullScratch struct {
+	ds   []delivery
+	seqs []int64
+}
+
+var pullScratches = sync.Pool{New: func() any { return new(pullScratch) }}
+
+// deliveriesFor returns an empty delivery slice with room for n.
+func (sc *pullScratch) deliveriesFor(n int) []delivery {
+	if cap(sc.ds) < n {
+		sc.ds = make([]delivery, 0, n)
+	}
+	return sc.ds[:0]
+}
+
+// seqsFor returns a sequence slice of length n.
+func (sc *pullScratch) seqsFor(n int) []int64 {
+	if cap(sc.seqs) < n {
+		sc.seqs = make([]int64, n)
+	}
+	return sc.seqs[:n]
+}
+
+// put gives the scratch back; oversized slices go to the garbage collector.
+func (sc *pullScratch) put() {
+	clear(sc.ds[:cap(sc.ds)]) // drop references to messages read for tags
+	if cap(sc.ds) > MaxPull {
+		sc.ds = nil
+	}
+	if cap(sc.seqs) > MaxPull {
+		sc.seqs = nil
+	}
+	pullScratches.Put(sc)
+}
+
 // takeNew chooses up to req.Max entries from the group's returned queue and
 // then from its cursor, without changing the group; it returns them, how
 // many returned entries it consumed and where the cursor ends.
-func (s *Store) takeNew(g *group, req *PullRequest, f *filter, res *PullResult) ([]delivery, int, int64, error) {
+func (s *Store) takeNew(g *group, req *PullRequest, f *filter, res *PullResult, sc *pullScratch) ([]delivery, int, int64, error) {
 	sj := g.subj
 	limit := req.Max
 	lo, visible := sj.bounds()
-	ds := make([]delivery, 0, min(int64(limit), max(visible-g.cursor, 0)+runsLen(g.returned)))
+	ds := sc.deliveriesFor(int(min(int64(limit), max(visible-g.cursor, 0)+runsLen(g.returned))))
 	taken, scanned := 0, 0
 	for _, r := range g.returned {
 		for k := int64(0); k < int64(r.count) && len(ds) < limit && scanned < s.opts.MaxScan; k++ {
