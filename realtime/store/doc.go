@@ -174,9 +174,11 @@
 //
 // # Reads
 //
-// A pull reads its consume-log entries with one read per window and the
-// messages of each run of adjacent records with one read into a pooled
-// buffer (PullResult.Release gives it back). What a read verifies:
+// A group draining a backlog reads consume-log entries 512 at a time and
+// keeps them for its next pulls (readahead.go; dropped once it catches up);
+// a pull reads the messages of each run of adjacent records with one read
+// into a pooled buffer (PullResult.Release gives it back). What a read
+// verifies:
 //
 //   - Every consume-log entry: its CRC-32C.
 //   - A message-log record at an offset below the end Open found (written by

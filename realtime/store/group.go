@@ -81,6 +81,7 @@ type group struct {
 	returned  []run // handed back, served before the cursor
 	consumers map[string]*consumer
 	lastPull  time.Time
+	ahead     readAhead // consume-log entries read ahead of the cursor
 }
 
 // consumer is one consumer's progress: pull seqs below next were handed out,

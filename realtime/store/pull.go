@@ -105,9 +105,6 @@ const maxPooledPullBytes = 4 << 20
 
 var pullBuffers = sync.Pool{New: func() any { return new(pullBuffer) }}
 
-// entryBufs lends buffers for reading consume-log entries.
-var entryBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512*entryWidth); return &b }}
-
 // filter matches a pull's tags against a message.
 type filter struct {
 	mode  protocol.TagMode
@@ -470,24 +467,18 @@ func (s *Store) takeNew(g *group, req *PullRequest, f *filter, res *PullResult, 
 	if req.HoldUntilDue {
 		now = s.opts.Clock().UnixMilli()
 	}
-	bp := entryBufs.Get().(*[]byte)
-	defer entryBufs.Put(bp)
-	buf := (*bp)[:cap(*bp)]
 scan:
 	for len(ds) < limit && cursor < visible && scanned < s.opts.MaxScan {
-		want := min(limit-len(ds), 512)
+		want := min(limit-len(ds), readAheadEntries)
 		if !f.all() {
 			want = min(256, s.opts.MaxScan-scanned)
 		}
 		want = int(min(int64(want), visible-cursor))
-		if cap(buf) < want*entryWidth {
-			buf = make([]byte, want*entryWidth)
-			*bp = buf
-		}
-		n, err := sj.readEntries(cursor, buf[:want*entryWidth])
+		buf, err := g.ahead.entries(sj, cursor, want)
 		if err != nil {
 			return nil, 0, g.cursor, err
 		}
+		n := len(buf) / entryWidth
 		if n == 0 {
 			break
 		}
