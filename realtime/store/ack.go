@@ -71,7 +71,7 @@ func (s *Store) Ack(req AckRequest) (AckResult, error) {
 	if err != nil {
 		return res, err
 	}
-	res.Gap, _ = s.readDeliveries(g.subj, ds)
+	res.Gap, _ = s.readDeliveries(g.subj, ds, nil)
 	s.stats.acked.Add(1)
 	return res, nil
 }

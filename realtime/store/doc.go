@@ -175,10 +175,11 @@
 // # Reads
 //
 // A group draining a backlog reads consume-log entries 512 at a time and
-// keeps them for its next pulls (readahead.go; dropped once it catches up);
-// a pull reads the messages of each run of adjacent records with one read
-// into a pooled buffer (PullResult.Release gives it back). What a read
-// verifies:
+// published message-log bytes 256 KiB at a time, and keeps them for its
+// next pulls (readahead.go; dropped once it catches up); a pull copies the
+// messages of each run of adjacent records from there, or reads them with
+// one read, into a pooled buffer (PullResult.Release gives it back). The
+// checks below run on every copy a pull serves. What a read verifies:
 //
 //   - Every consume-log entry: its CRC-32C.
 //   - A message-log record at an offset below the end Open found (written by

@@ -82,6 +82,8 @@ type group struct {
 	consumers map[string]*consumer
 	lastPull  time.Time
 	ahead     readAhead // consume-log entries read ahead of the cursor
+
+	msgAhead messageReadAhead // message-log bytes read ahead (own lock)
 }
 
 // consumer is one consumer's progress: pull seqs below next were handed out,

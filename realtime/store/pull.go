@@ -243,7 +243,7 @@ func (s *Store) Pull(req PullRequest) (PullResult, error) {
 	if err != nil {
 		return PullResult{}, err
 	}
-	res.Messages, res.buf = s.readDeliveries(g.subj, ds)
+	res.Messages, res.buf = s.readDeliveries(g.subj, ds, &g.msgAhead)
 	s.stats.pulled.Add(int64(len(res.Messages)))
 	return res, nil
 }
@@ -586,9 +586,9 @@ func writtenRecordPayload(rec []byte) ([]byte, error) {
 }
 
 // readDeliveries reads the messages of ds with one read per run of adjacent
-// records into one pooled buffer, validates every record
+// records (through ra when not nil) into one pooled buffer, validates every record
 // (parseMessageRecord) and drops (with a log line) any that fails.
-func (s *Store) readDeliveries(sj *subject, ds []delivery) ([]Pulled, *pullBuffer) {
+func (s *Store) readDeliveries(sj *subject, ds []delivery, ra *messageReadAhead) ([]Pulled, *pullBuffer) {
 	if len(ds) == 0 {
 		return nil, nil
 	}
@@ -620,7 +620,7 @@ func (s *Store) readDeliveries(sj *subject, ds []delivery) ([]Pulled, *pullBuffe
 		}
 		chunk := buf[pos : pos+size]
 		pos += size
-		if err := s.msgLog.ReadAt(chunk, ds[i].e.offset); err != nil {
+		if err := s.readMessages(ra, chunk, ds[i].e.offset); err != nil {
 			s.stats.corruptReads.Add(int64(j - i))
 			s.lg.Error("messages cannot be read; not served", zap.String("subject", sj.name), zap.Int64("seq", ds[i].seq), zap.Error(err))
 			i = j

@@ -1,5 +1,7 @@
 package store
 
+import "sync"
+
 // readAheadEntries is how many consume-log entries a group reads at once
 // while it drains a backlog (20 KiB).
 const readAheadEntries = 512
@@ -45,4 +47,51 @@ func (ra *readAhead) entries(sj *subject, seq int64, want int) ([]byte, error) {
 	}
 	ra.from, ra.buf = seq, ra.buf[:got*entryWidth]
 	return out, nil
+}
+
+// messageReadAheadBytes is how much of the message log a group reads at
+// once while it drains a backlog.
+const messageReadAheadBytes = 256 << 10
+
+// messageReadAhead holds message-log bytes read ahead for a group, so the
+// pulls of a group draining a backlog share one read of
+// messageReadAheadBytes instead of one read each. Only published bytes
+// (below the store's goodEnd) are read ahead: they never change while the
+// store is open (failed writes are cut back to goodEnd; a replica, whose log
+// may restart, serves no pulls). A read that would reach past goodEnd reads
+// only what it needs and drops the buffer, so a caught-up group holds no
+// memory for it. Its own lock: pulls read messages outside the group's.
+type messageReadAhead struct {
+	mu   sync.Mutex
+	from int64  // message-log offset of buf[0]
+	buf  []byte // published bytes from there
+}
+
+// readMessages fills p with the message-log bytes at off, through ra when
+// it is not nil.
+func (s *Store) readMessages(ra *messageReadAhead, p []byte, off int64) error {
+	if ra == nil {
+		return s.msgLog.ReadAt(p, off)
+	}
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	if off >= ra.from && off+int64(len(p)) <= ra.from+int64(len(ra.buf)) {
+		copy(p, ra.buf[off-ra.from:])
+		return nil
+	}
+	if off+messageReadAheadBytes > s.goodEnd.Load() || len(p) >= messageReadAheadBytes/2 {
+		ra.buf = nil
+		return s.msgLog.ReadAt(p, off)
+	}
+	if ra.buf == nil {
+		ra.buf = make([]byte, messageReadAheadBytes)
+	}
+	ra.buf = ra.buf[:messageReadAheadBytes]
+	if err := s.msgLog.ReadAt(ra.buf, off); err != nil {
+		ra.buf = nil
+		return s.msgLog.ReadAt(p, off) // say what p itself lacks
+	}
+	ra.from = off
+	copy(p, ra.buf)
+	return nil
 }

@@ -1,18 +1,37 @@
 package store
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 )
 
-// TestReadAheadAcrossPullsAndAppends drains a backlog larger than the
-// read-ahead with small pulls of several consumers while appends go on, and
-// checks that every message is handed out exactly once, with its own bytes,
-// and that a caught-up group keeps no read-ahead buffer.
+// TestReadAheadAcrossPullsAndAppends drains backlogs larger than the
+// read-aheads (of entries, and with large bodies of message-log bytes)
+// with small pulls of several consumers while appends go on, and checks
+// that every message is handed out exactly once, with its own bytes, and
+// that a caught-up group keeps no read-ahead buffer.
 func TestReadAheadAcrossPullsAndAppends(t *testing.T) {
+	for _, size := range []int{10, 1500} {
+		t.Run(fmt.Sprint("body", size), func(t *testing.T) { testReadAhead(t, size) })
+	}
+}
+
+func testReadAhead(t *testing.T, size int) {
 	s := openStore(t, t.TempDir(), testOptions())
 	defer s.Close()
-	msgs := appendN(t, s, "a", "m", 3*readAheadEntries+17)
+	var msgs [][]byte
+	for i := 0; i < 3*readAheadEntries+17; i += 50 {
+		var batch [][]byte
+		for j := i; j < min(i+50, 3*readAheadEntries+17); j++ {
+			batch = append(batch, encode(t, "a", fmt.Sprint("m-", j), bytes.Repeat([]byte{byte(j)}, size)))
+		}
+		appendAll(t, s, batch...)
+		msgs = append(msgs, batch...)
+	}
+	if size > 1000 && s.goodEnd.Load() < 3*messageReadAheadBytes {
+		t.Fatalf("backlog of %d bytes does not exercise the message read-ahead", s.goodEnd.Load())
+	}
 	seen := make(map[int64]bool)
 	known := map[string]int64{"c0": -1, "c1": -1, "c2": -1, "c3": -1} // each consumer holds what it pulled
 	for round := 0; ; round++ {
@@ -49,7 +68,10 @@ func TestReadAheadAcrossPullsAndAppends(t *testing.T) {
 	g.mu.Lock()
 	kept := g.ahead.buf
 	g.mu.Unlock()
-	if kept != nil {
-		t.Fatalf("a caught-up group keeps %d bytes of read-ahead", len(kept))
+	g.msgAhead.mu.Lock()
+	keptMsgs := g.msgAhead.buf
+	g.msgAhead.mu.Unlock()
+	if kept != nil || keptMsgs != nil {
+		t.Fatalf("a caught-up group keeps %d bytes of entries and %d of messages read ahead", len(kept), len(keptMsgs))
 	}
 }

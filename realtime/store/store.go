@@ -451,7 +451,7 @@ func (s *Store) Read(subject string, from int64, max int) ([]Pulled, error) {
 		}
 		ds = append(ds, delivery{pullSeq: from + int64(i), seq: from + int64(i), e: e})
 	}
-	msgs, _ := s.readDeliveries(sj, ds)
+	msgs, _ := s.readDeliveries(sj, ds, nil)
 	return msgs, nil
 }
 
