@@ -593,10 +593,21 @@ func (s *Store) readDeliveries(sj *subject, ds []delivery, ra *messageReadAhead)
 		return nil, nil
 	}
 	total := 0
+	lo, hi := int64(-1), int64(0)
 	for i := range ds {
 		if ds[i].msg == nil {
 			total += int(ds[i].e.size)
+			if lo < 0 || ds[i].e.offset < lo {
+				lo = ds[i].e.offset
+			}
+			hi = max(hi, ds[i].e.offset+int64(ds[i].e.size))
 		}
+	}
+	if int64(total)*4 < hi-lo {
+		// The records are sparse in the message log (their subject is a
+		// small part of the traffic): reading ahead would read mostly other
+		// subjects' records.
+		ra = nil
 	}
 	pb := pullBuffers.Get().(*pullBuffer)
 	if cap(pb.data) < total {

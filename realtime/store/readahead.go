@@ -55,7 +55,9 @@ const messageReadAheadBytes = 256 << 10
 
 // messageReadAhead holds message-log bytes read ahead for a group, so the
 // pulls of a group draining a backlog share one read of
-// messageReadAheadBytes instead of one read each. Only published bytes
+// messageReadAheadBytes instead of one read each. A pull whose records are
+// sparse in the log (under a quarter of the range they span, as for a
+// subject that is a small part of the traffic) reads them directly instead. Only published bytes
 // (below the store's goodEnd) are read ahead: they never change while the
 // store is open (failed writes are cut back to goodEnd; a replica, whose log
 // may restart, serves no pulls). A read that would reach past goodEnd reads

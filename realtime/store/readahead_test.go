@@ -75,3 +75,49 @@ func testReadAhead(t *testing.T, size int) {
 		t.Fatalf("a caught-up group keeps %d bytes of entries and %d of messages read ahead", len(kept), len(keptMsgs))
 	}
 }
+
+// TestSparseSubjectReadsDirectly checks that a group of a subject that is a
+// small part of the message log reads its records directly, not 256 KiB
+// of other subjects' records at a time, and still gets every message.
+func TestSparseSubjectReadsDirectly(t *testing.T) {
+	s := openStore(t, t.TempDir(), testOptions())
+	defer s.Close()
+	var rare [][]byte
+	for i := 0; i < 40; i++ {
+		var batch [][]byte
+		for j := 0; j < 20; j++ {
+			batch = append(batch, encode(t, "busy", fmt.Sprint("b-", i, "-", j), bytes.Repeat([]byte{'b'}, 1500)))
+		}
+		m := encode(t, "rare", fmt.Sprint("r-", i), []byte("rare"))
+		rare = append(rare, m)
+		appendAll(t, s, append(batch, m)...)
+	}
+	known := int64(-1)
+	var got int
+	for {
+		r := pull(t, s, PullRequest{Subject: "rare", Group: "g", Consumer: "c", Earliest: true, Max: 16, KnownPullSeq: known})
+		if len(r.Messages) == 0 {
+			break
+		}
+		for _, m := range r.Messages {
+			if string(m.Message) != string(rare[m.ConsumeSeq]) {
+				t.Fatalf("message %d: wrong bytes", m.ConsumeSeq)
+			}
+			known = m.PullSeq
+			got++
+		}
+		g, _, err := s.groupFor(groupKey{subject: "rare", group: "g"}, false, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.msgAhead.mu.Lock()
+		n := len(g.msgAhead.buf)
+		g.msgAhead.mu.Unlock()
+		if n != 0 {
+			t.Fatalf("a sparse subject read %d bytes ahead", n)
+		}
+	}
+	if got != len(rare) {
+		t.Fatalf("got %d of %d", got, len(rare))
+	}
+}
