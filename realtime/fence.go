@@ -83,6 +83,13 @@ func (b *Broker) epoch() uint64 {
 		if l := b.currentLease(); l != nil && l.Epoch() > 0 {
 			return l.Epoch()
 		}
+		// A broker in a fixed role (not run by a Node) registered through
+		// its keeper: its registration's epoch.
+		if b.keeper != nil {
+			if r := b.keeper.Registration(); r != nil && r.Epoch() > 0 {
+				return r.Epoch()
+			}
+		}
 	}
 	b.histMu.Lock()
 	defer b.histMu.Unlock()
@@ -90,9 +97,11 @@ func (b *Broker) epoch() uint64 {
 }
 
 // checkEpoch refuses a request that carries a newer epoch than the
-// broker's: the client learnt of a master elected after this one.
+// broker's: the client learnt of a master elected after this one. A broker
+// that knows no epoch (no meta server, or not registered yet) checks
+// nothing.
 func (b *Broker) checkEpoch(e uint64) error {
-	if mine := b.epoch(); e > mine && b.sync != nil {
+	if mine := b.epoch(); mine > 0 && e > mine && b.sync != nil {
 		return protocol.Errorf(protocol.StatusStaleEpoch, fmt.Sprintf(
 			"broker group %s: the request is for epoch %d, this master serves epoch %d (replaced)", b.opts.Group, e, mine))
 	}
