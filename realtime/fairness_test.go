@@ -69,6 +69,88 @@ func TestTiming_SmallGroupNotStarvedByFlood(t *testing.T) {
 	}
 }
 
+// TestTiming_SmallGroupNotStarvedByFlood above starts its flood on a backlog
+// of 20,000 messages, which 64 consumers drain within its 300 ms wait, so it
+// mostly measures the small group beside an idle group. This test keeps the
+// flood under way while the small group is measured (a backlog it cannot
+// drain, checked) and counts from each group's first delivery. In one
+// process on two busy cores it fails about half the time today (the small
+// group at 0.19-0.24 of its rate alone in 2 of 4 runs): the flood's 64
+// consumers share the process with the broker and the small group, and the
+// fair share (fairshare.go) does not hold the flood enough here. It stays
+// out of the gate until that is fixed; run it with
+// go test ./realtime -run TestTiming_SmallGroupBesideALiveFlood -count 4.
+func TestTiming_SmallGroupBesideALiveFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long timing test: it fails about half the time today (see the comment above it)")
+	}
+	if raceEnabled {
+		t.Skip("timing test: the race detector distorts it (scripts/test.sh runs TestTiming tests in an un-raced pass)")
+	}
+	b := startBroker(t, t.TempDir())
+	p := newProducer(t, b.addr())
+	// A backlog the flood cannot drain while the small group is measured
+	// (checked below), so it floods the whole time.
+	const backlog = 400_000
+	sendN(t, p, "fair", backlog, nil)
+
+	var floodHandled *atomic.Int64
+	rate := func(group string, n int) (float64, func()) {
+		var handled atomic.Int64
+		var cs []*consumer.Consumer
+		for i := range n {
+			c, err := consumer.New(consumer.WithBrokers(b.addr()), consumer.WithConsumerID(fmt.Sprintf("%s-%d", group, i)),
+				consumer.WithTransportOptions(fastTransport))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs = append(cs, c)
+			if _, err := c.Subscribe("fair", group, func(ctx context.Context, m *consumer.Message) error {
+				handled.Add(1)
+				return nil
+			}, consumer.StartEarliest(), consumer.PullBatch(32), consumer.MaxUnacked(64)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stop := func() {
+			for _, c := range cs {
+				c.Close(context.Background())
+			}
+		}
+		if group == "flood" {
+			floodHandled = &handled
+			return 0, stop
+		}
+		// Count from the first delivery, so that connecting and
+		// subscribing (noisy on a busy machine) are not part of the rate.
+		for wait := time.Now(); handled.Load() == 0 && time.Since(wait) < 20*time.Second; {
+			time.Sleep(time.Millisecond)
+		}
+		start, first := time.Now(), handled.Load()
+		for handled.Load()-first < 3000 && time.Since(start) < 20*time.Second {
+			time.Sleep(5 * time.Millisecond)
+		}
+		r := float64(handled.Load()-first) / time.Since(start).Seconds()
+		stop()
+		return r, nil
+	}
+	alone, _ := rate("small-alone", 2)
+	_, stopFlood := rate("flood", 64)
+	defer stopFlood()
+	for wait := time.Now(); floodHandled.Load() < 1000 && time.Since(wait) < 20*time.Second; {
+		time.Sleep(time.Millisecond) // the flood is under way
+	}
+	flooded, _ := rate("small-flooded", 2)
+	drained := floodHandled.Load()
+	t.Logf("small group alone %.0f msg/s, beside a 64-consumer flood %.0f msg/s (%.2f); the flood took %d of %d", alone, flooded, flooded/alone, drained, backlog)
+	if drained >= backlog {
+		t.Fatalf("the flood drained the whole backlog while the small group was measured: the test measured no flood")
+	}
+	if flooded < alone/4 {
+		t.Fatalf("small group starved: %.0f msg/s beside the flood, %.0f alone", flooded, alone)
+	}
+}
+
 // Fair share (fairshare.go): while a group of 16 consumers and a group of 1
 // drain the same backlog, the broker holds the big group's pulls so that it
 // takes about as many messages as the small one, not sixteen times as many.
