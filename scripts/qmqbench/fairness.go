@@ -38,7 +38,7 @@ import (
 )
 
 const (
-	fairnessBacklog = 6_000_000               // the flood reads up to ~300k msg/s for 15 s
+	fairnessBacklog = 14_000_000              // the flood must not run dry: it reads up to ~500k msg/s for 18 s
 	fairnessCycles  = 6                       // each: a small group alone and beside the flood
 	fairnessPhase   = 2500 * time.Millisecond // one phase
 	fairnessSettle  = 750 * time.Millisecond  // not counted at the start of a phase
