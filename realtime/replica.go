@@ -162,10 +162,16 @@ func (y *replica) follow() error {
 			return err
 		}
 		if pending != nil {
-			if err := y.apply(pending); err != nil {
+			// The acknowledgement goes out as soon as the messages are
+			// durable: the master's waiting send replies need only them,
+			// not the action log's write and fdatasync that follow.
+			if err := y.applyMessages(pending); err != nil {
 				return err
 			}
 			if err := y.client.Notify(y.ctx, master, protocol.CmdSyncLog, request(0)); err != nil {
+				return err
+			}
+			if err := y.applyActions(pending); err != nil {
 				return err
 			}
 			pending = nil
@@ -236,12 +242,14 @@ func (y *replica) agreeEpoch(master string) (uint64, error) {
 	return e, nil
 }
 
-// apply writes and replays a received response's chunks.
-func (y *replica) apply(p *protocol.SyncResponse) error {
+// applyMessages writes (durably) and replays a received response's
+// message-log chunk; applyActions then its action-log chunk.
+func (y *replica) applyMessages(p *protocol.SyncResponse) error {
 	m := store.LogChunk{Start: p.Message.Start, End: p.Message.End, Offset: p.Message.Offset, Data: p.Message.Data}
-	if err := y.store.ReplicateMessages(m); err != nil {
-		return err
-	}
+	return y.store.ReplicateMessages(m)
+}
+
+func (y *replica) applyActions(p *protocol.SyncResponse) error {
 	a := store.LogChunk{Start: p.Action.Start, End: p.Action.End, Offset: p.Action.Offset, Data: p.Action.Data}
 	if err := y.store.ReplicateActions(a); err != nil {
 		return err
