@@ -109,9 +109,10 @@
 // answers with up to SyncMaxBytes of each log's committed records past those
 // offsets (pkg/protocol sync.go), long-polling on the store's CommitSignal
 // up to SyncWait when it has nothing new. The slave keeps one fetch in
-// flight while it writes the chunk before at the same offsets, fdatasyncs
-// and replays it, then acknowledges it at once with a one-way request
-// (MaxBytes 0), so an acknowledgement never waits for a long poll. Bad requests
+// flight while it writes the chunk before at the same offsets: the
+// message-log part first (fdatasync, replay), then it acknowledges at once
+// with a one-way request (MaxBytes 0), so an acknowledgement never waits
+// for a long poll nor for the action-log part, which it writes after. Bad requests
 // get clear errors: undecodable, past the committed end or not at a record
 // start → StatusBadRequest; another group or different segment sizes →
 // StatusInvalid; a sync to a slave → StatusNotMaster. Failures back off
