@@ -3,7 +3,7 @@ package delay
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"github.com/qmq-go/qmq/pkg/ackwait"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,11 +18,8 @@ import (
 const maxSyncWait = 10 * time.Second
 
 // lagSampleEvery is how often the master samples its message-log end to
-// date the bytes its slave lacks; maxLagSamples bounds the samples kept.
-const (
-	lagSampleEvery = 10 * time.Millisecond
-	maxLagSamples  = 4096
-)
+// date the bytes its slave lacks (pkg/ackwait.Lag bounds the samples kept).
+const lagSampleEvery = 10 * time.Millisecond
 
 // source is the master's side of replication: it answers the slave's
 // manifest and read requests (CmdDelaySyncManifest long-polls on the
@@ -46,25 +43,13 @@ type source struct {
 	// request named them.
 	slaveRun, slaveSince atomic.Uint64
 
-	mu      sync.Mutex
-	waiters []ackWaiter // ordered by need
-	samples []lagSample // log ends above the slave's ack, oldest first
-	closed  bool
+	mu       sync.Mutex
+	waiters  ackwait.Waiters // send replies waiting for the slave, by offset
+	lagDates ackwait.Lag     // dates the ends the slave has not acknowledged
+	closed   bool
 
 	stop chan struct{}
 	wg   sync.WaitGroup // watchLoop and the requests being answered
-}
-
-// ackWaiter is a send reply waiting for the slave's copy: done runs once
-// the slave has acknowledged a replay position of at least need.
-type ackWaiter struct {
-	need int64
-	done func(error)
-}
-
-type lagSample struct {
-	end int64
-	at  time.Time
 }
 
 func newSource(m *master) *source {
@@ -87,14 +72,13 @@ func (y *source) close() {
 		return
 	}
 	y.closed = true
-	ws := y.waiters
-	y.waiters = nil
+	ws := y.waiters.TakeAll()
 	y.mu.Unlock()
 	close(y.stop)
 	err := protocol.Errorf(protocol.StatusShuttingDown, "delay group "+y.opts.Group+
 		": the master stopped before its slave confirmed the messages (stored on the master)")
-	for _, w := range ws {
-		w.done(err)
+	for _, done := range ws {
+		done(err)
 	}
 	y.wg.Wait()
 }
@@ -289,10 +273,7 @@ func (y *source) await(need int64, done func(error)) {
 		done(y.lagError())
 		return
 	}
-	i := sort.Search(len(y.waiters), func(i int) bool { return y.waiters[i].need > need })
-	y.waiters = append(y.waiters, ackWaiter{})
-	copy(y.waiters[i+1:], y.waiters[i:])
-	y.waiters[i] = ackWaiter{need: need, done: done}
+	y.waiters.Add(need, done)
 	y.mu.Unlock()
 	if a := y.acked.Load(); a >= need { // the slave may have acked meanwhile
 		y.completeUpTo(a)
@@ -301,14 +282,11 @@ func (y *source) await(need int64, done func(error)) {
 
 func (y *source) completeUpTo(pos int64) {
 	y.mu.Lock()
-	n := sort.Search(len(y.waiters), func(i int) bool { return y.waiters[i].need > pos })
-	done := append([]ackWaiter(nil), y.waiters[:n]...)
-	y.waiters = append(y.waiters[:0], y.waiters[n:]...)
-	k := sort.Search(len(y.samples), func(i int) bool { return y.samples[i].end > pos })
-	y.samples = append(y.samples[:0], y.samples[k:]...)
+	done := y.waiters.TakeUpTo(pos)
+	y.lagDates.Acknowledged(pos)
 	y.mu.Unlock()
-	for _, w := range done {
-		w.done(nil)
+	for _, f := range done {
+		f(nil)
 	}
 }
 
@@ -335,7 +313,7 @@ func (y *source) slaveHoldsAll() bool {
 func (y *source) waiting() int {
 	y.mu.Lock()
 	defer y.mu.Unlock()
-	return len(y.waiters)
+	return y.waiters.Len()
 }
 
 // lag returns how far the slave is behind: message-log bytes replayed on
@@ -366,30 +344,14 @@ func (y *source) watch(now time.Time) {
 	end := y.store.LogEnd()
 	acked := y.acked.Load()
 	y.mu.Lock()
-	if acked >= end {
-		y.samples = y.samples[:0]
-	} else if n := len(y.samples); n == 0 || y.samples[n-1].end < end {
-		if n == maxLagSamples {
-			k := 1 // keep the oldest and every other one after it
-			for i := 2; i < n; i += 2 {
-				y.samples[k] = y.samples[i]
-				k++
-			}
-			y.samples = y.samples[:k]
-		}
-		y.samples = append(y.samples, lagSample{end: end, at: now})
-	}
-	lag := time.Duration(0)
-	if len(y.samples) > 0 {
-		lag = now.Sub(y.samples[0].at)
-	}
-	var failed []ackWaiter
+	y.lagDates.Sample(end, acked, now)
+	lag := y.lagDates.Age(now)
+	var failed []func(error)
 	wasReadonly := y.readonly.Load()
 	switch {
 	case y.opts.WaitSlave && lag > y.opts.SlaveLagReadonly && !wasReadonly:
 		y.readonly.Store(true)
-		failed = y.waiters
-		y.waiters = nil
+		failed = y.waiters.TakeAll()
 	case wasReadonly && lag == 0:
 		y.readonly.Store(false)
 	}
@@ -402,8 +364,8 @@ func (y *source) watch(now time.Time) {
 	}
 	if len(failed) > 0 {
 		err := y.lagError()
-		for _, w := range failed {
-			w.done(err)
+		for _, done := range failed {
+			done(err)
 		}
 	}
 }

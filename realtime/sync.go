@@ -3,7 +3,7 @@ package realtime
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"github.com/qmq-go/qmq/pkg/ackwait"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,11 +26,8 @@ const (
 const maxSyncWait = 10 * time.Second
 
 // lagSampleEvery is how often the master samples its committed end to date
-// the bytes its slave lacks; maxLagSamples bounds the samples kept.
-const (
-	lagSampleEvery = 10 * time.Millisecond
-	maxLagSamples  = 4096
-)
+// the bytes its slave lacks (pkg/ackwait.Lag bounds the samples kept).
+const lagSampleEvery = 10 * time.Millisecond
 
 // syncService is the master's side of replication: it answers the slave's
 // sync requests with committed log bytes (long-polling when there is
@@ -70,26 +67,14 @@ type syncService struct {
 	// (re)connected.
 	resumedFrom atomic.Int64
 
-	mu      sync.Mutex
-	conn    *netserver.Conn // the connection of the latest sync request
-	waiters []ackWaiter     // ordered by need
-	samples []lagSample     // committed ends above the slave's, oldest first
-	closed  bool
+	mu       sync.Mutex
+	conn     *netserver.Conn // the connection of the latest sync request
+	waiters  ackwait.Waiters // send replies waiting for the slave, by offset
+	lagDates ackwait.Lag     // dates the ends the slave has not acknowledged
+	closed   bool
 
 	stop chan struct{}
 	wg   sync.WaitGroup // syncWatchLoop and the long polls
-}
-
-// ackWaiter is a send reply waiting for the slave's copy: done runs once
-// the slave's durable message-log end reaches need, or with an error.
-type ackWaiter struct {
-	need int64
-	done func(error)
-}
-
-type lagSample struct {
-	end int64
-	at  time.Time
 }
 
 func newSyncService(b *Broker) *syncService {
@@ -115,13 +100,12 @@ func (y *syncService) close() {
 		return
 	}
 	y.closed = true
-	ws := y.waiters
-	y.waiters = nil
+	ws := y.waiters.TakeAll()
 	y.mu.Unlock()
 	close(y.stop)
 	err := protocol.Errorf(protocol.StatusShuttingDown, "broker group "+y.opts.Group+" is shutting down before its slave confirmed the messages (stored on the master)")
-	for _, w := range ws {
-		w.done(err)
+	for _, done := range ws {
+		done(err)
 	}
 	y.wg.Wait()
 }
@@ -277,7 +261,7 @@ func (y *syncService) admit() error {
 		return protocol.Errorf(protocol.StatusReadonly, fmt.Sprintf("broker group %s is readonly: its slave lags more than %v", y.opts.Group, y.opts.SlaveLagReadonly))
 	}
 	y.mu.Lock()
-	n := len(y.waiters)
+	n := y.waiters.Len()
 	y.mu.Unlock()
 	if n >= y.opts.MaxWaitingAcks {
 		return protocol.Errorf(protocol.StatusBusy, fmt.Sprintf("broker group %s: %d send replies wait for the slave", y.opts.Group, n))
@@ -305,10 +289,7 @@ func (y *syncService) await(need int64, done func(error)) {
 		done(y.lagError())
 		return
 	}
-	i := sort.Search(len(y.waiters), func(i int) bool { return y.waiters[i].need > need })
-	y.waiters = append(y.waiters, ackWaiter{})
-	copy(y.waiters[i+1:], y.waiters[i:])
-	y.waiters[i] = ackWaiter{need: need, done: done}
+	y.waiters.Add(need, done)
 	y.mu.Unlock()
 	// The slave may have acked meanwhile.
 	if m := y.slaveMsg.Load(); m >= need {
@@ -319,14 +300,11 @@ func (y *syncService) await(need int64, done func(error)) {
 // completeUpTo completes the waiters covered by msg.
 func (y *syncService) completeUpTo(msg int64) {
 	y.mu.Lock()
-	n := sort.Search(len(y.waiters), func(i int) bool { return y.waiters[i].need > msg })
-	done := append([]ackWaiter(nil), y.waiters[:n]...)
-	y.waiters = append(y.waiters[:0], y.waiters[n:]...)
-	k := sort.Search(len(y.samples), func(i int) bool { return y.samples[i].end > msg })
-	y.samples = append(y.samples[:0], y.samples[k:]...)
+	done := y.waiters.TakeUpTo(msg)
+	y.lagDates.Acknowledged(msg)
 	y.mu.Unlock()
-	for _, w := range done {
-		w.done(nil)
+	for _, f := range done {
+		f(nil)
 	}
 }
 
@@ -359,34 +337,19 @@ func (y *syncService) watch(now time.Time) {
 	slave := y.slaveMsg.Load()
 	y.mu.Lock()
 	if slave >= end {
-		y.samples = y.samples[:0]
 		y.sweepDups()
-	} else if n := len(y.samples); n == 0 || y.samples[n-1].end < end {
-		if n == maxLagSamples {
-			// Keep the oldest and every other one after it.
-			k := 1
-			for i := 2; i < n; i += 2 {
-				y.samples[k] = y.samples[i]
-				k++
-			}
-			y.samples = y.samples[:k]
-		}
-		y.samples = append(y.samples, lagSample{end: end, at: now})
 	}
+	y.lagDates.Sample(end, slave, now)
 	if y.alone.Load() {
-		y.samples = y.samples[:0] // no slave to wait for
+		y.lagDates.Reset() // no slave to wait for
 	}
-	lag := time.Duration(0)
-	if len(y.samples) > 0 {
-		lag = now.Sub(y.samples[0].at)
-	}
-	var failed []ackWaiter
+	lag := y.lagDates.Age(now)
+	var failed []func(error)
 	wasReadonly := y.readonly.Load()
 	switch {
 	case y.opts.WaitSlave && lag > y.opts.SlaveLagReadonly && !wasReadonly:
 		y.readonly.Store(true)
-		failed = y.waiters
-		y.waiters = nil
+		failed = y.waiters.TakeAll()
 	case wasReadonly && lag == 0:
 		y.readonly.Store(false)
 	}
@@ -399,8 +362,8 @@ func (y *syncService) watch(now time.Time) {
 	}
 	if len(failed) > 0 {
 		err := y.lagError()
-		for _, w := range failed {
-			w.done(err)
+		for _, done := range failed {
+			done(err)
 		}
 	}
 }
@@ -426,7 +389,7 @@ const actionFloorFor = 10 * time.Minute
 func (y *syncService) waiting() int {
 	y.mu.Lock()
 	defer y.mu.Unlock()
-	return len(y.waiters)
+	return y.waiters.Len()
 }
 
 // replyStored answers a send once its stored messages are covered by the
