@@ -222,21 +222,7 @@ func TestDelay_FailoverDeliversEverythingNeverEarly(t *testing.T) {
 	if os.Getenv("QMQ_DELAY_FAILOVER_LONG") == "1" {
 		n, spread = 600, 19*time.Second
 	}
-	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir(), Fast: true}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	mo := metaserver.NewOptions()
-	mo.Addr, mo.HTTPAddr, mo.EtcdEndpoints, mo.BrokerTTL = "127.0.0.1:0", "127.0.0.1:0", e.Endpoints(), 2*time.Second
-	ms, err := metaserver.New(mo, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ms.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ms.Close(context.Background()) })
+	ms := startMetaServer(t, func(o *metaserver.Options) { o.BrokerTTL = 2 * time.Second })
 	meta := ms.Addr().String()
 
 	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
@@ -484,21 +470,7 @@ func TestDelay_MasterFencesWhenItCannotRenew(t *testing.T) {
 // message when due.
 func TestDelay_Switchover(t *testing.T) {
 	t.Parallel()
-	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir(), Fast: true}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	mo := metaserver.NewOptions()
-	mo.Addr, mo.HTTPAddr, mo.EtcdEndpoints, mo.BrokerTTL = "127.0.0.1:0", "127.0.0.1:0", e.Endpoints(), 2*time.Second
-	ms, err := metaserver.New(mo, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ms.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ms.Close(context.Background()) })
+	ms := startMetaServer(t, func(o *metaserver.Options) { o.BrokerTTL = 2 * time.Second })
 	meta := []string{ms.Addr().String()}
 	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
 	rtAddr := rt.Addr().String()
@@ -669,21 +641,7 @@ func TestDelay_RepeatedFailovers(t *testing.T) {
 		t.Skip("long: QMQ_DELAY_FAILOVER_LONG=1")
 	}
 	const cycles = 4
-	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir(), Fast: true}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	mo := metaserver.NewOptions()
-	mo.Addr, mo.HTTPAddr, mo.EtcdEndpoints, mo.BrokerTTL = "127.0.0.1:0", "127.0.0.1:0", e.Endpoints(), 2*time.Second
-	ms, err := metaserver.New(mo, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ms.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ms.Close(context.Background()) })
+	ms := startMetaServer(t, func(o *metaserver.Options) { o.BrokerTTL = 2 * time.Second })
 	meta := ms.Addr().String()
 	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
 	rtAddr := rt.Addr().String()
@@ -817,21 +775,7 @@ func TestDelay_RepeatedFailovers(t *testing.T) {
 // caught up; the group then lists the slave, its epoch and its lag.
 func TestDelay_ReadonlyOnLagThroughTheMetaServer(t *testing.T) {
 	t.Parallel()
-	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir(), Fast: true}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	mo := metaserver.NewOptions()
-	mo.Addr, mo.HTTPAddr, mo.EtcdEndpoints, mo.BrokerTTL, mo.AdminToken = "127.0.0.1:0", "127.0.0.1:0", e.Endpoints(), 2*time.Second, "t"
-	ms, err := metaserver.New(mo, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ms.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ms.Close(context.Background()) })
+	ms := startMetaServer(t, func(o *metaserver.Options) { o.BrokerTTL, o.AdminToken = 2*time.Second, "t" })
 	meta := []string{ms.Addr().String()}
 	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
 	rtAddr := rt.Addr().String()

@@ -14,6 +14,7 @@ import (
 	"github.com/qmq-go/qmq/pkg/testutil"
 	"github.com/qmq-go/qmq/producer"
 	"github.com/qmq-go/qmq/realtime"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 )
 
@@ -21,21 +22,7 @@ import (
 // through the routes the meta server gives; producers reach it through
 // metaclient; operators see the delay group and its pending count.
 func TestDelay_ThroughMetaServer(t *testing.T) {
-	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir(), Fast: true}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	mo := metaserver.NewOptions()
-	mo.Addr, mo.HTTPAddr, mo.EtcdEndpoints, mo.AdminToken = "127.0.0.1:0", "127.0.0.1:0", e.Endpoints(), "t"
-	ms, err := metaserver.New(mo, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ms.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ms.Close(context.Background()) })
+	ms := startMetaServer(t, func(o *metaserver.Options) { o.AdminToken = "t" })
 	meta := []string{ms.Addr().String()}
 
 	ro := realtime.NewOptions()
@@ -104,4 +91,30 @@ func TestDelay_ThroughMetaServer(t *testing.T) {
 		}
 		return fmt.Errorf("no delay group listed")
 	})
+}
+
+// startMetaServer starts a meta server on 127.0.0.1:0 over an embedded etcd
+// in a temporary directory, with mod applied to its options; both stop
+// when the test ends.
+func startMetaServer(t *testing.T, mod func(*metaserver.Options)) *metaserver.Server {
+	t.Helper()
+	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir(), Fast: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	mo := metaserver.NewOptions()
+	mo.Addr, mo.HTTPAddr, mo.EtcdEndpoints = "127.0.0.1:0", "127.0.0.1:0", e.Endpoints()
+	if mod != nil {
+		mod(&mo)
+	}
+	ms, err := metaserver.New(mo, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ms.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ms.Close(context.Background()) })
+	return ms
 }
