@@ -12,7 +12,7 @@ package main
 //
 // Then automatic failover (replication_failover.go): failover_seconds,
 // failover_seconds_mean and failover_lost_acked over ten SIGKILLs of the
-// master.
+// master. The suite replication-ratio runs the produce rounds only.
 
 import (
 	"fmt"
@@ -27,9 +27,19 @@ const (
 
 func init() {
 	register("replication", runReplication)
+	register("replication-ratio", runReplicationRatio)
 }
 
 func runReplication(env *Env) error {
+	if err := runReplicationRatio(env); err != nil {
+		return err
+	}
+	return runReplicationFailover(env)
+}
+
+// runReplicationRatio runs only the alternating produce rounds (the quick
+// suite replication-ratio): the same figures as replication's first part.
+func runReplicationRatio(env *Env) error {
 	var alone, waited float64
 	for round := 0; round < replicationRounds; round++ {
 		a, err := env.produceOurs(filepath.Join(env.Dir, fmt.Sprint("alone", round)), replicationDuration)
@@ -47,7 +57,7 @@ func runReplication(env *Env) error {
 	env.Metric("produce_alone_msgs_per_s", alone, "msg/s")
 	env.Metric("produce_wait_slave_msgs_per_s", waited, "msg/s")
 	env.Metric("produce_wait_slave_ratio", waited/alone, "x")
-	return runReplicationFailover(env)
+	return nil
 }
 
 // produceWaitSlave runs a master with --wait-slave and its slave, and the
