@@ -25,6 +25,20 @@ type File interface {
 	Name() string
 }
 
+// Mappable is a File that can be written through memory: MapShared reserves
+// [0, size) on disk (fallocate, with no fallback) and maps it shared, readable
+// and writable. Bytes copied into the mapping are in the page cache at once,
+// as a write(2) would leave them: they survive the process's crash, and
+// File.Sync (fdatasync) makes them durable. Because the range is allocated
+// first, a full disk fails MapShared instead of faulting a later copy.
+// Where the range cannot be allocated or mapped, MapShared fails (wrapping
+// errors.ErrUnsupported where that is the cause) and the caller writes with
+// WriteAt. Only files of OS implement it; FaultFS's files do not.
+type Mappable interface {
+	File
+	MapShared(size int64) ([]byte, error)
+}
+
 // FS opens files and changes directories. OS is the real one.
 type FS interface {
 	OpenFile(name string, flag int, perm fs.FileMode) (File, error)

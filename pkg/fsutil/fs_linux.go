@@ -62,3 +62,38 @@ func (f osFile) Allocate(off, size int64) error {
 		}
 	}
 }
+
+// MapShared allocates [0, size) with fallocate(2) and maps it with mmap(2),
+// MAP_SHARED, PROT_READ|PROT_WRITE (see Mappable).
+func (f osFile) MapShared(size int64) ([]byte, error) {
+	if size <= 0 || int64(int(size)) != size {
+		return nil, &fs.PathError{Op: "mmap", Path: f.File.Name(), Err: syscall.EINVAL}
+	}
+	for {
+		err := syscall.Fallocate(int(f.Fd()), 0, 0, size)
+		if err == syscall.EINTR {
+			continue
+		}
+		if errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOSYS) {
+			return nil, &fs.PathError{Op: "fallocate", Path: f.File.Name(), Err: errors.ErrUnsupported}
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "fallocate", Path: f.File.Name(), Err: err}
+		}
+		break
+	}
+	b, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, &fs.PathError{Op: "mmap", Path: f.File.Name(), Err: err}
+	}
+	return b, nil
+}
+
+// Unmap releases a mapping made by MapShared. Bytes written through it stay
+// in the page cache, to be made durable by File.Sync.
+func Unmap(b []byte) error {
+	if err := syscall.Munmap(b); err != nil {
+		return &fs.PathError{Op: "munmap", Path: "", Err: err}
+	}
+	return nil
+}

@@ -27,3 +27,6 @@ func (f osFile) Allocate(off, size int64) error {
 	}
 	return nil
 }
+
+// Unmap is never needed where files are not Mappable.
+func Unmap(b []byte) error { return nil }

@@ -37,6 +37,22 @@
 // ErrPoisoned wrapping the first error, until Reset truncates the log back to
 // a known good offset (normally Synced) and reopens its files.
 //
+// Write copies records into a shared, writable mapping of the segment being
+// written (fsutil.Mappable), made at the segment's first write and released
+// when the writer moves to the next segment, when Reset cuts the segment or
+// at Close. A copy lands in the page cache as pwrite(2) would put it there,
+// without a system call: one small append (a producer waiting for each ack)
+// costs a memcpy instead of a pwrite through the file system's write path,
+// which measured as a fifth of the broker's round trip. Durability does not
+// change: the bytes survive the process's crash at once (they are in the
+// kernel's page cache), and Sync's fdatasync writes back the pages dirtied
+// through the mapping as it does those written by pwrite. A full disk cannot
+// fault a copy, because the segment is fallocated before it is mapped; where
+// fallocate is unsupported, with NoPreallocate or NoMmap, or for files that
+// are not Mappable (FaultFS), Write uses pwrite. Readers always use pread,
+// so they never touch a mapping; the writer copies holding the log's lock for
+// reading, and mappings are released only under its write lock.
+//
 // # Recovery (Log.Recover)
 //
 //  1. Records are read from a start offset (the caller's checkpoint) to the

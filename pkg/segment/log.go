@@ -20,7 +20,11 @@ type LogOptions struct {
 	// at least 4 KiB).
 	SegmentSize int64
 	// NoPreallocate skips fallocate on new segments (tests of sparse files).
+	// It implies NoMmap.
 	NoPreallocate bool
+	// NoMmap writes every record with pwrite(2) instead of copying it into a
+	// shared mapping of the segment being written (see doc.go, Writing).
+	NoMmap bool
 	// ResyncWindow bounds how far Recover searches past an invalid record for
 	// a valid one (default 16 MiB).
 	ResyncWindow int64
@@ -56,6 +60,13 @@ type logSegment struct {
 	base int64
 	cap  int64
 	f    fsutil.File
+	// mapped is the shared mapping of [0, cap) that Write copies records
+	// into, while this is the segment being written; nil before the first
+	// write, after the writer moved on, or where mapping is off or failed
+	// (noMap). Both are guarded by Log.mu: the writer copies holding it for
+	// reading, and only holders of the write lock map or unmap.
+	mapped []byte
+	noMap  bool
 }
 
 func (s *logSegment) end() int64 { return s.base + s.cap }
@@ -297,12 +308,74 @@ func (l *Log) Write(b *Batch) error {
 		if err != nil {
 			return l.poison(err)
 		}
-		if _, err := s.f.WriteAt(c.data, c.off-s.base); err != nil {
+		if err := l.writeAt(s, c.data, c.off-s.base); err != nil {
 			return l.poison(fmt.Errorf("segment: write %s at %d: %w", FileName(s.base), c.off-s.base, err))
 		}
 		l.end.Store(c.off + int64(len(c.data)))
 	}
 	return nil
+}
+
+// writeAt writes p at rel in s: a copy into s's mapping (made at the
+// segment's first write) where there is one, else pwrite(2). The copy is a
+// write to the page cache without a system call, which is most of the cost
+// of appending one small record; see doc.go, Writing.
+func (l *Log) writeAt(s *logSegment, p []byte, rel int64) error {
+	l.mu.RLock()
+	if s.mapped == nil && !s.noMap {
+		l.mu.RUnlock()
+		l.mapSegment(s)
+		l.mu.RLock()
+	}
+	if m := s.mapped; m != nil && rel+int64(len(p)) <= int64(len(m)) {
+		copy(m[rel:], p)
+		l.mu.RUnlock()
+		return nil
+	}
+	l.mu.RUnlock()
+	_, err := s.f.WriteAt(p, rel)
+	return err
+}
+
+// mapSegment maps s for writing, or marks it unmappable: mapping is off,
+// the file is not fsutil.Mappable (FaultFS), or allocating or mapping it
+// failed (the writer then uses pwrite, whose errors it reports).
+func (l *Log) mapSegment(s *logSegment) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s.mapped != nil || s.noMap || l.closed {
+		return
+	}
+	mf, ok := s.f.(fsutil.Mappable)
+	if !ok || l.opts.NoMmap || l.opts.NoPreallocate {
+		s.noMap = true
+		return
+	}
+	m, err := mf.MapShared(s.cap)
+	if err != nil {
+		s.noMap = true
+		return
+	}
+	s.mapped = m
+}
+
+// unmapLocked releases s's mapping, if any; l.mu is held for writing. The
+// bytes copied through it stay in the page cache (Sync still reaches them
+// through the file).
+func unmapLocked(s *logSegment) {
+	if s.mapped != nil {
+		_ = fsutil.Unmap(s.mapped)
+		s.mapped = nil
+	}
+}
+
+// Mapped reports whether the segment holding off is being written through a
+// mapping (tests).
+func (l *Log) Mapped(off int64) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	s := l.segmentFor(off)
+	return s != nil && s.mapped != nil
 }
 
 // segmentForWrite returns the segment containing off, creating the next
@@ -325,6 +398,7 @@ func (l *Log) segmentForWrite(off int64) (*logSegment, error) {
 	l.mu.Lock()
 	if n := len(l.segs); n > 0 {
 		l.unsynced = append(l.unsynced, l.segs[n-1])
+		unmapLocked(l.segs[n-1]) // the writer has moved on
 	}
 	l.segs = append(l.segs, s)
 	l.mu.Unlock()
@@ -436,6 +510,7 @@ func (l *Log) Reset(off int64) error {
 		keep = append(keep, s)
 	}
 	for _, s := range drop {
+		unmapLocked(s)
 		s.f.Close()
 		if err := l.opts.FS.Remove(filepath.Join(l.dir, FileName(s.base))); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("segment: remove %s: %w", FileName(s.base), err)
@@ -447,6 +522,8 @@ func (l *Log) Reset(off int64) error {
 		s := l.segs[n-1]
 		if off < s.end() {
 			path := filepath.Join(l.dir, FileName(s.base))
+			unmapLocked(s) // the file shrinks below: a copy past its end would fault
+			s.noMap = false
 			s.f.Close()
 			f, err := l.opts.FS.OpenFile(path, os.O_RDWR, 0)
 			if err != nil {
@@ -493,6 +570,7 @@ func (l *Log) DeleteBefore(off int64) (int, error) {
 	n := 0
 	for len(l.segs) > 1 && l.segs[0].end() <= off && l.segs[1].base <= l.synced.Load() {
 		s := l.segs[0]
+		unmapLocked(s)
 		s.f.Close()
 		if err := l.opts.FS.Remove(filepath.Join(l.dir, FileName(s.base))); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return n, fmt.Errorf("segment: remove %s: %w", FileName(s.base), err)
@@ -520,6 +598,7 @@ func (l *Log) Close() error {
 	l.closed = true
 	var first error
 	for _, s := range l.segs {
+		unmapLocked(s)
 		if err := s.f.Close(); err != nil && first == nil {
 			first = err
 		}
