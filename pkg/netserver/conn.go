@@ -101,16 +101,15 @@ func (c *Conn) enqueue(b rawBatch) {
 	c.serving = true
 	c.inMu.Unlock()
 	if start {
-		c.srv.serving.Add(1)
-		go c.serveLoop()
+		c.srv.serveConn(c)
 	}
 }
 
 // serveLoop calls the handler for queued requests in arrival order and
-// exits when the inbox is empty. Replies made while it runs a batch are
-// flushed together at the batch's end.
+// returns when the inbox is empty. Replies made while it runs a batch are
+// flushed together at the batch's end. It runs on a serve worker
+// (serveWorkerLoop), one at a time per connection.
 func (c *Conn) serveLoop() {
-	defer c.srv.serving.Done()
 	for {
 		c.inMu.Lock()
 		batches := c.inbox

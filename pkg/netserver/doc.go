@@ -33,9 +33,14 @@
 // block goes to the connection's serve goroutine, which builds the Request
 // values (each Body points into the block and its capacity ends at its
 // length; a handler that keeps one request keeps that read's block alive),
-// runs the handler for each request in arrival order, and exits when it has
-// nothing left (it is started again by the next batch). Handlers must therefore return quickly and move blocking
-// work to their own goroutines.
+// runs the handler for each request in arrival order, and returns when it
+// has nothing left (the next batch starts it again). Handlers must therefore
+// return quickly and move blocking work to their own goroutines. The serve
+// loops run on serve workers: goroutines that park after a loop and take the
+// next connection's batch, exiting after a second without work. A goroutine
+// started per batch regrew its stack on every batch as the handler's calls
+// went deep (stack copies and goroutine starts were about a tenth of the
+// broker's CPU under a pull flood); a worker keeps its stack.
 //
 // Inline handlers: a handler that implements InlineHandler (Mux does, for
 // commands registered with HandleInline; NewMux registers CmdPing that way)

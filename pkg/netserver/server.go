@@ -42,8 +42,14 @@ type Server struct {
 
 	// busy counts requests handed to handlers whose replies are not yet
 	// written, over all open connections (see Conn); Close drains it.
-	busy    atomic.Int64
-	serving sync.WaitGroup // serveLoop goroutines
+	busy        atomic.Int64
+	serving     sync.WaitGroup // serve workers (serveWorkerLoop)
+	workers     chan *Conn     // unbuffered: hands a connection to a parked serve worker
+	workersQuit chan struct{}  // closed by Close: parked serve workers exit
+	workerIdle  time.Duration  // a parked serve worker exits after this (serveWorkerIdle)
+
+	workersStarted atomic.Int64 // serve workers started so far (tests)
+	workersLive    atomic.Int64 // serve workers running or parked (tests)
 
 	conns      atomic.Int64  // open connections
 	nextConnID atomic.Uint64 // last connection id handed out
@@ -79,6 +85,10 @@ func New(opts Options, h Handler, lg *zap.Logger) (*Server, error) {
 		lnFD:    -1,
 		booted:  make(chan struct{}),
 		stopped: make(chan struct{}),
+
+		workers:     make(chan *Conn),
+		workersQuit: make(chan struct{}),
+		workerIdle:  serveWorkerIdle,
 	}
 	s.inline, _ = h.(InlineHandler)
 	s.gnetLog = newGnetLogger(lg.Named("gnet"))
@@ -176,6 +186,7 @@ func (s *Server) Close(ctx context.Context) error {
 		s.lnFD = -1
 	}
 	s.mu.Unlock()
+	close(s.workersQuit) // gnet has stopped: no batch comes any more
 	s.serving.Wait()
 	s.lg.Info("closed", zap.Stringer("addr", s.Addr()))
 	s.gnetLog.detach()
