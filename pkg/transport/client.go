@@ -59,7 +59,7 @@ func New(opts Options, lg *zap.Logger) (*Client, error) {
 		peers: make(map[string]*peer),
 		stop:  make(chan struct{}),
 	}
-	c.syncPool.New = func() any { return &call{ch: make(chan result, 1)} }
+	c.syncPool.New = func() any { return &call{ch: make(chan result, 2)} }
 	c.wg.Add(1)
 	go c.sweepLoop()
 	return c, nil
@@ -145,25 +145,13 @@ func (c *Client) CallTimeout(ctx context.Context, addr string, cmd protocol.Comm
 		c.putCall(cl)
 		return nil, err
 	}
-	select {
-	case res := <-cl.ch:
-		c.putCall(cl)
-		return res.body, res.err
-	case <-ctx.Done():
-		if conn.remove(cl.id) {
-			err := ctxError(ctx.Err())
-			cl.done(err)
-			c.putCall(cl)
-			return nil, err
-		}
-		res := <-cl.ch // completed meanwhile by someone else
-		c.putCall(cl)
-		return res.body, res.err
-	}
+	res := conn.wait(ctx, cl)
+	c.putCall(cl)
+	return res.body, res.err
 }
 
 func (c *Client) putCall(cl *call) {
-	cl.id, cl.deadline, cl.done = 0, 0, nil
+	cl.id, cl.deadline, cl.done, cl.leads, cl.readerGen = 0, 0, nil, false, 0
 	c.syncPool.Put(cl)
 }
 
@@ -280,6 +268,7 @@ func (c *Client) sweepLoop() {
 		c.mu.Unlock()
 		for _, conn := range conns {
 			conn.expire(now)
+			conn.idleReader()
 		}
 		if now-lastIdleCheck >= c.opts.IdleTimeout/10 {
 			lastIdleCheck = now

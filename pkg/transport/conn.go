@@ -3,9 +3,7 @@ package transport
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -30,13 +28,23 @@ type call struct {
 	id       uint64
 	deadline time.Duration // since the client's epoch
 	fn       func(body []byte, err error)
-	ch       chan result // sync calls: buffered with 1
-	done     func(error) // the breaker's second step
+	// ch takes a Call's result, and before it at most one hand-over of the
+	// reading role (result.lead): buffered with 2, it never blocks.
+	ch   chan result
+	done func(error) // the breaker's second step
+	// Reading role (reader.go), under the connection's mu: leads is set
+	// when the Call took the role as it was sent, following while it waits
+	// on a leader, readerGen is the connection's readerGen when it took the
+	// role.
+	leads     bool
+	following bool
+	readerGen uint64
 }
 
 type result struct {
 	body []byte
 	err  error
+	lead bool // not a result: the call now holds the reading role
 }
 
 // asyncCallPool recycles the calls of Go: once completed, a call is
@@ -50,7 +58,7 @@ func (cl *call) complete(body []byte, err error) {
 		fn(body, err)
 		return
 	}
-	cl.ch <- result{body, err}
+	cl.ch <- result{body: body, err: err}
 }
 
 // recycle returns a Go call to its pool.
@@ -60,8 +68,9 @@ func (cl *call) recycle() {
 }
 
 // conn is one pipelined connection to a server: callers append request
-// frames to a shared buffer that writeLoop writes in one go, and readLoop
-// matches responses to pending calls by request id.
+// frames to a shared buffer that writeLoop writes in one go, and the holder
+// of the reading role (reader.go: readLoop or a Call's caller) matches
+// responses to pending calls by request id.
 type conn struct {
 	client *Client
 	addr   string
@@ -84,17 +93,30 @@ type conn struct {
 	corked        bool  // readLoop is completing a batch; it writes wbuf at the end
 	closeErr      error // why the connection closed
 	wake          chan struct{}
+
+	// The reading role (reader.go).
+	reader     *call   // who reads: nil (nobody), loopReader, or a leading Call
+	readerGen  uint64  // counts hand-overs of the role
+	sweptGen   uint64  // readerGen at the previous sweep
+	followers  []*call // Calls waiting on a leader, some completed since
+	nFollowing int     // followers still following
+	readWake   chan struct{}
+	br         *bufio.Reader // the holder's
+	rs         readerState   // the holder's
 }
 
 func newConn(client *Client, addr string, nc net.Conn) *conn {
 	c := &conn{
-		client:  client,
-		addr:    addr,
-		nc:      nc,
-		lg:      client.lg.With(zap.String("addr", addr)),
-		done:    make(chan struct{}),
-		pending: make(map[uint64]*call),
-		wake:    make(chan struct{}, 1),
+		client:   client,
+		addr:     addr,
+		nc:       nc,
+		lg:       client.lg.With(zap.String("addr", addr)),
+		done:     make(chan struct{}),
+		pending:  make(map[uint64]*call),
+		wake:     make(chan struct{}, 1),
+		readWake: make(chan struct{}, 1),
+		br:       bufio.NewReaderSize(nc, readBufferSize),
+		rs:       readerState{batch: make([]response, 0, maxReadBatch)},
 	}
 	client.wg.Add(2)
 	go c.readLoop()
@@ -118,6 +140,15 @@ func (c *conn) send(cl *call, cmd protocol.Command, flags protocol.Flags, body [
 	if cl != nil {
 		cl.id = id
 		c.pending[id] = cl
+		switch {
+		case c.reader == nil && cl.fn == nil:
+			c.takeReaderLocked(cl) // a Call alone: its caller reads
+			cl.leads = true
+		case c.reader == nil:
+			c.takeReaderLocked(loopReader)
+		case c.reader != loopReader && cl.fn == nil:
+			c.followLocked(cl)
+		}
 	}
 	c.wbuf = protocol.AppendHeader(c.wbuf, protocol.Header{
 		Version: protocol.Version, Flags: flags, Code: uint16(cmd), RequestID: id, BodyLen: uint32(len(body))})
@@ -237,110 +268,28 @@ func (c *conn) uncorkLocked() {
 	}
 }
 
-// maxReadBatch bounds the responses readLoop matches under one lock.
-const maxReadBatch = 256
-
-// response is a frame read by readLoop and not yet matched to its call.
-type response struct {
-	header protocol.Header
-	body   []byte
-	call   *call
-}
-
-// readLoop reads response frames and completes their calls; it closes the
-// connection on the first read error or malformed frame. It reads every
-// whole frame already buffered before it takes the lock once to match them
-// all, and copies their bodies into one block.
-func (c *conn) readLoop() {
-	defer c.client.wg.Done()
-	br := bufio.NewReaderSize(c.nc, readBufferSize)
-	maxFrame := c.client.opts.MaxFrameSize
-	batch := make([]response, 0, maxReadBatch)
-	for {
-		// Block for the first frame's header, then take what is buffered.
-		if _, err := br.Peek(protocol.HeaderSize); err != nil {
-			c.close(fmt.Errorf("read: %w", err))
-			return
-		}
-		buf, _ := br.Peek(br.Buffered())
-		off, bodyBytes := 0, 0
-		batch = batch[:0]
-		for len(batch) < maxReadBatch {
-			f, n, err := protocol.ReadFrame(buf[off:], maxFrame)
-			if errors.Is(err, protocol.ErrShortHeader) || errors.Is(err, protocol.ErrShortFrame) {
-				break
-			}
-			if err == nil && !f.Header.IsResponse() {
-				err = fmt.Errorf("server sent a request frame (command %v)", f.Header.Command())
-			}
-			if err != nil {
-				c.lg.Warn("closing connection: malformed frame from server", zap.Error(err))
-				c.close(err)
-				return
-			}
-			batch = append(batch, response{header: f.Header, body: f.Body})
-			bodyBytes += len(f.Body)
-			off += n
-		}
-		if len(batch) == 0 {
-			// The first frame is larger than what is buffered: read its
-			// body straight into its own slice.
-			h, _ := protocol.ParseHeader(buf, maxFrame)
-			_, _ = br.Discard(protocol.HeaderSize)
-			body := make([]byte, h.BodyLen)
-			if _, err := io.ReadFull(br, body); err != nil {
-				c.close(fmt.Errorf("read: %w", err))
-				return
-			}
-			batch = append(batch, response{header: h, body: body})
-		} else {
-			block := make([]byte, 0, bodyBytes)
-			for i := range batch {
-				if b := batch[i].body; len(b) > 0 {
-					at := len(block)
-					block = append(block, b...)
-					batch[i].body = block[at:len(block):len(block)]
-				} else {
-					batch[i].body = nil
-				}
-			}
-			_, _ = br.Discard(off)
-		}
-
-		c.mu.Lock()
-		for i := range batch {
-			id := batch[i].header.RequestID
-			batch[i].call = c.pending[id]
-			delete(c.pending, id)
-		}
-		if c.closeErr == nil {
-			c.corked = true // callbacks that send again are written together
-		}
-		c.mu.Unlock()
-		for i := range batch {
-			r := &batch[i]
-			switch {
-			case r.call == nil: // timed out or cancelled meanwhile
-			case r.header.Status() != protocol.StatusOK:
-				r.call.complete(nil, &protocol.Error{Status: r.header.Status(), Message: string(r.body)})
-			default:
-				r.call.complete(r.body, nil)
-			}
-			*r = response{}
-		}
-		c.mu.Lock()
-		c.uncorkLocked()
-	}
-}
-
 // remove takes the call with id out of the pending map and reports whether
 // it was still there (the caller then completes it).
 func (c *conn) remove(id uint64) bool {
 	c.mu.Lock()
-	_, ok := c.pending[id]
-	delete(c.pending, id)
+	ok := c.unpendLocked(id) != nil
 	c.mu.Unlock()
 	return ok
+}
+
+// unpendLocked takes the call with id out of the pending map (and out of
+// the followers) and returns it, or nil. c.mu is held.
+func (c *conn) unpendLocked(id uint64) *call {
+	cl := c.pending[id]
+	if cl == nil {
+		return nil
+	}
+	delete(c.pending, id)
+	if cl.following {
+		cl.following = false
+		c.nFollowing--
+	}
+	return cl
 }
 
 // errDeadline fails a request whose deadline passed.
@@ -352,8 +301,11 @@ func (c *conn) expire(now time.Duration) {
 	c.mu.Lock()
 	for id, cl := range c.pending {
 		if cl.deadline <= now {
-			delete(c.pending, id)
+			c.unpendLocked(id)
 			expired = append(expired, cl)
+			if c.reader == cl {
+				c.interruptLocked() // a leader blocked in the read
+			}
 		}
 	}
 	c.mu.Unlock()
@@ -381,6 +333,10 @@ func (c *conn) close(cause error) {
 	c.closedFlag.Store(true)
 	pending := c.pending
 	c.pending = nil
+	for _, f := range c.followers {
+		f.following = false
+	}
+	c.followers, c.nFollowing = nil, 0
 	c.wbuf, c.wspare = nil, nil
 	c.mu.Unlock()
 	close(c.done)
