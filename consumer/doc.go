@@ -37,9 +37,12 @@
 // consumer holds messages that arrive early.
 //
 // Acks are ranges of pull sequences: each pull loop acks the longest prefix
-// of finished messages, one ack request in flight at a time, so acks batch
-// themselves under load. A pull loop stops pulling while too many of its
-// messages are unfinished (MaxUnacked), which bounds memory.
+// of finished messages, one ack request in flight at a time, once the
+// prefix holds half of MaxUnacked messages or its first message finished
+// 5 ms ago (without that wait a consumer sent an ack per pull batch, as many
+// ack requests as pulls). A pull loop stops pulling while too many of its
+// messages are unfinished (MaxUnacked), which bounds memory; acks do not
+// gate it.
 //
 // # Pull API
 //

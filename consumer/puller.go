@@ -273,17 +273,32 @@ func (p *puller) takeDone(spare []uint64) []uint64 {
 	return out
 }
 
+// ackDelay bounds how long a finished message waits for its ack while the
+// ack loop gathers a fuller range (see ackLoop).
+const ackDelay = 5 * time.Millisecond
+
 // ackLoop acks the longest finished prefix of pull sequences, one ack in
-// flight at a time, and heartbeats while idle.
+// flight at a time, and heartbeats while idle. An ack waits until the prefix
+// holds half of MaxUnacked messages or its first message has waited
+// ackDelay: a consumer that finishes messages one pull batch at a time
+// otherwise sent an ack per batch, about as many ack requests as pulls, each
+// costing it and the broker a round trip. Acks do not gate pulling (that is
+// the unfinished count), so waiting costs nothing but a later ack.
 func (p *puller) ackLoop() {
 	defer close(p.ackDone)
 	s := p.s
-	finished := map[uint64]bool{}
-	var next uint64 // lowest pull seq not acked yet
+	// Pull seqs next … end-1 are finished and not acked; finished holds
+	// those finished above end (out of order).
+	var next, end uint64
+	finished := map[uint64]struct{}{}
 	started := false
-	acked := int64(-1)
+	ackMin := uint64(max(1, s.cfg.maxUnacked/2))
+	var readySince time.Time // when end last moved past next
 	heartbeat := time.NewTicker(s.cfg.heartbeat)
 	defer heartbeat.Stop()
+	delay := time.NewTimer(time.Hour)
+	delay.Stop()
+	delayArmed := false
 	lastSent := time.Now()
 	var spare []uint64
 	absorb := func(seq uint64) {
@@ -291,19 +306,28 @@ func (p *puller) ackLoop() {
 			// Acks start at the first pull seq received, which is not
 			// always the first one finished.
 			next, started = uint64(p.firstSeq.Load()), true
+			end = next
 		}
-		if seq < next {
-			return // already acked
+		switch {
+		case seq < end:
+			return // already finished
+		case seq > end:
+			finished[seq] = struct{}{}
+			return
 		}
-		finished[seq] = true
-	}
-	send := func(final bool) {
-		end := next
-		for finished[end] {
+		if end == next {
+			readySince = time.Now()
+		}
+		end++
+		for len(finished) > 0 {
+			if _, ok := finished[end]; !ok {
+				break
+			}
 			delete(finished, end)
 			end++
 		}
-		first, last := next, end-1
+	}
+	send := func(final bool) {
 		var flags uint8
 		if s.cfg.broadcast {
 			flags |= protocol.AckBroadcast
@@ -314,6 +338,7 @@ func (p *puller) ackLoop() {
 		if end == next && flags&protocol.AckRelease == 0 && time.Since(lastSent) < s.cfg.heartbeat {
 			return // nothing new and not yet time for a heartbeat
 		}
+		first, last := next, end-1
 		if end == next {
 			first, last = 1, 0 // heartbeat: an empty range
 		}
@@ -323,10 +348,7 @@ func (p *puller) ackLoop() {
 		cancel()
 		lastSent = time.Now()
 		if err != nil {
-			// Not acked: keep the range for the next ack.
-			for seq := next; seq < end; seq++ {
-				finished[seq] = true
-			}
+			// Not acked: the range stays for the next ack.
 			if !final {
 				p.lg.Debug("ack failed", zap.Error(err))
 			} else {
@@ -334,9 +356,22 @@ func (p *puller) ackLoop() {
 			}
 			return
 		}
-		if end > next {
-			next = end
-			acked = int64(end - 1)
+		next = end
+	}
+	// maybeSend acks once the range is full enough or has waited long
+	// enough, and otherwise makes sure the delay timer will call again.
+	maybeSend := func() {
+		if !started || end == next {
+			return
+		}
+		waited := time.Since(readySince)
+		if end-next >= ackMin || waited >= ackDelay {
+			send(false)
+			return
+		}
+		if !delayArmed {
+			delay.Reset(ackDelay - waited)
+			delayArmed = true
 		}
 	}
 	for {
@@ -346,9 +381,10 @@ func (p *puller) ackLoop() {
 			for _, seq := range spare {
 				absorb(seq)
 			}
-			if started {
-				send(false)
-			}
+			maybeSend()
+		case <-delay.C:
+			delayArmed = false
+			maybeSend()
 		case <-heartbeat.C:
 			if started {
 				send(false)
@@ -363,7 +399,6 @@ func (p *puller) ackLoop() {
 			if started || p.release.Load() {
 				send(true)
 			}
-			_ = acked
 			return
 		}
 	}
