@@ -36,10 +36,24 @@
 // requests coalesce. The write deadline (WriteTimeout) is moved only when
 // half of it has passed, not on every write. While the reader runs a batch of callbacks the buffer
 // is corked, and the requests those callbacks send are written together at
-// the end of the batch by the reader itself, as a server answers a read. A reader goroutine reads every whole frame
+// the end of the batch by the reader itself, as a server answers a read. The reader reads every whole frame
 // already buffered, matches the batch to pending requests by request id
 // under one lock, copies their bodies into one block (a caller that keeps
-// one body keeps that read's block alive) and completes them. (It does not
+// one body keeps that read's block alive) and completes them.
+//
+// The reader is whoever holds the connection's reading role (reader.go): a
+// Call that finds nobody reading takes it and reads the socket on its own
+// goroutine until its response comes, completing the requests whose
+// responses it reads on the way, then passes the role to a Call still
+// waiting, or to the connection's readLoop goroutine when only Go requests
+// are pending, or to nobody. One request in flight thus costs what a raw
+// connection costs (write, then block in the read), without a wake-up of a
+// reader goroutine and a hand-off to the caller; pipelined and asynchronous
+// requests are read by readLoop as before. A leader blocked in the read is
+// interrupted (a read deadline in the past) when its context ends or its
+// deadline passes, and a frame it leaves half read is finished by the next
+// reader. A connection nobody reads is given to readLoop by the sweep, so a
+// server closing an idle connection is noticed within two sweeps. (It does not
 // yield to the callers it woke before reading again: that made a consumer
 // process with many connections unfair to its small groups, for no gain a
 // benchmark could show.) Responses may

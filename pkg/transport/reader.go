@@ -69,7 +69,8 @@ type response struct {
 type readerState struct {
 	batch []response
 	// large is a frame larger than the read buffer whose body is being read
-	// straight into its own slice; largeRead bytes of it have come.
+	// straight into its own slice; largeRead bytes of it have come. large
+	// changes under conn.mu (it is rare), so tests can watch it.
 	large     *response
 	largeRead int
 }
@@ -329,7 +330,10 @@ func (c *conn) readBatch() (answeredCall bool, err error) {
 			// body straight into its own slice.
 			h, _ := protocol.ParseHeader(buf, maxFrame)
 			_, _ = br.Discard(protocol.HeaderSize)
-			rs.large, rs.largeRead = &response{header: h, body: make([]byte, h.BodyLen)}, 0
+			large := &response{header: h, body: make([]byte, h.BodyLen)}
+			c.mu.Lock()
+			rs.large, rs.largeRead = large, 0
+			c.mu.Unlock()
 		} else {
 			block := make([]byte, 0, bodyBytes)
 			for i := range batch {
@@ -351,10 +355,10 @@ func (c *conn) readBatch() (answeredCall bool, err error) {
 			return false, c.readError(err)
 		}
 		batch = append(batch, *rs.large)
-		rs.large = nil
 	}
 
 	c.mu.Lock()
+	rs.large = nil
 	for i := range batch {
 		batch[i].call = c.unpendLocked(batch[i].header.RequestID)
 	}
