@@ -106,17 +106,67 @@
 // CmdSyncLog request carries the slave's group, its segment sizes, the ends
 // of what it has received of both logs (where to read from) and its durable
 // message-log end (its acknowledgement). The master (syncService, sync.go)
-// answers with up to SyncMaxBytes of each log's committed records past those
-// offsets (pkg/protocol sync.go), long-polling on the store's CommitSignal
-// up to SyncWait when it has nothing new. The slave keeps one fetch in
+// answers with up to SyncMaxBytes of each log's records past those offsets
+// (pkg/protocol sync.go): the action log's committed records, the message
+// log's written ones (a tentative tail, below), long-polling on the store's
+// CommitSignal, and every 250 µs on the message log's written end, up to
+// SyncWait when it has nothing new. The slave keeps one fetch in
 // flight while it writes the chunk before at the same offsets: the
 // message-log part first (fdatasync, replay), then it acknowledges at once
 // with a one-way request (MaxBytes 0), so an acknowledgement never waits
 // for a long poll nor for the action-log part, which it writes after. Bad requests
-// get clear errors: undecodable, past the committed end or not at a record
+// get clear errors: undecodable, past the written end or not at a record
 // start → StatusBadRequest; another group or different segment sizes →
 // StatusInvalid; a sync to a slave → StatusNotMaster. Failures back off
 // 50 ms → 1 s.
+//
+// Tentative tail. Under FlushSync the master publishes a commit group only
+// after its fdatasync; a slave that could copy only published bytes made a
+// --wait-slave reply wait for two fdatasyncs in series. The master
+// therefore serves message-log records as soon as they are written
+// (store.ReadMessageTailInto), so its fdatasync and the slave's overlap; a
+// reply still waits for both (it is sent after the master publishes, once
+// the slave's acknowledgement passes it). The response's End stays the
+// master's committed end: the slave writes and fdatasyncs the records past
+// it (and acknowledges them) but indexes them only once a later End passes
+// them (store.ReplicateMessages), so its consume logs and checkpoints hold
+// durable master records only, and a promotion indexes the tail first (the
+// old master may have answered its senders). The danger is a cut: a
+// failed write or fdatasync makes the master's store cut its log back to
+// its committed end (recoverWrites) and write other records at the same
+// offsets, so a copy of the cut bytes would differ silently inside one
+// epoch. The store records every cut, with a generation, before it
+// truncates (store.MessageCuts); the sync service reads the tail only
+// between two equal generations (a read that overlapped a cut is done
+// again) and keeps the cuts as its own generations, the first being this
+// run's recovered message-log end (the previous run may have served a tail
+// that a machine crash then lost: the kernel keeps written pages across a
+// kill -9, so after a process crash the recovered end covers all it
+// served). A pending cut is the lowest cut a copy may reach past: a fetch
+// from past it is answered with the cut (pkg/protocol: cut ≥ 0, no data),
+// and a fetch from at or below it clears it — the slave has one fetch in
+// flight and asks from the end of all it received, so it holds nothing
+// past the cut. The slave cuts its tail back in place
+// (store.CutReplicaTail, a message-log reset: nothing past the master's
+// committed end is indexed) and asks again with the generation it was
+// told. Acknowledgements: each request carries the generation the slave
+// last heard; its durable end counts only up to the lowest cut after that
+// generation and never past a pending cut, a cut lowers the slave's
+// acknowledged end to it, and await applies the store's cuts before its
+// fast path (a cut is recorded before the records replacing the cut ones
+// are written, so no reply is answered on an acknowledgement of cut
+// bytes). A cut below what a copy has indexed (the slave restarted and
+// its recovery indexed its whole log, tail included) is a truncation: the
+// Node closes, truncates and reopens the slave as after a failover; a
+// slave with a fixed master logs it and retries (an operator re-copies
+// it) — it needs a cut and a slave restart in the same window. After a
+// failover, CmdSyncEpoch compares histories, and the slave's tail past the
+// old master's committed end is either the new master's own (it was
+// promoted with it) or cut by the epoch rule: epochs bound copies across
+// masters, generations bound them within one master's run. The copy stays
+// byte for byte the master's: store's TestReplicaTailCutBack fails an
+// fdatasync through the fault file layer after a replica copied the
+// written tail and checks the cut copy ends identical.
 //
 // --wait-slave (Options.WaitSlave): a send's reply waits until the slave's
 // durable message-log end passes the last stored message's offset. Waiting

@@ -131,7 +131,10 @@ type fetched struct {
 // everything received, then writes, fdatasyncs and replays the previous
 // chunk, acknowledges it at once with a one-way request (the fetch may be
 // long-polling), and waits for the fetch. Every request also carries the
-// durable end, the acknowledgement.
+// durable end, the acknowledgement, and the master's cut generation last
+// heard. A cut answer (the master cut back a tentative tail this copy may
+// hold) cuts the copy's tail back, or hands the copy over to be truncated
+// when the cut lies below what it has indexed.
 func (y *replica) follow() error {
 	master := y.master()
 	if master == "" {
@@ -146,12 +149,14 @@ func (y *replica) follow() error {
 		return err
 	}
 	msgSeg, actSeg := y.store.SegmentSizes()
-	msgPos, actPos := y.store.CommittedEnds()
+	msgPos, _ := y.store.ReplicaEnds()
+	_, actPos := y.store.CommittedEnds()
+	var gen uint64 // the master's cut generation, as last heard
 	request := func(maxBytes uint32) []byte {
-		durable, _ := y.store.CommittedEnds()
+		_, durable := y.store.ReplicaEnds()
 		q := protocol.SyncRequest{Epoch: epoch, Group: y.opts.Group, MessageOffset: msgPos, ActionOffset: actPos,
 			MessageDurable: min(durable, msgPos), MessageSegmentSize: msgSeg, ActionSegmentSize: actSeg,
-			MaxBytes: maxBytes, WaitMillis: uint32(y.opts.SyncWait / time.Millisecond)}
+			MaxBytes: maxBytes, WaitMillis: uint32(y.opts.SyncWait / time.Millisecond), Generation: gen}
 		return protocol.AppendSyncRequest(nil, &q)
 	}
 	var pending *protocol.SyncResponse // received, not yet written
@@ -193,6 +198,19 @@ func (y *replica) follow() error {
 			return fmt.Errorf("%w: the master answered from epoch %d, agreed on %d", errEpochChanged, p.Epoch, epoch)
 		}
 		y.connected.Store(true)
+		gen = p.Generation
+		if p.Cut >= 0 {
+			if err := y.cutTail(p.Cut); err != nil {
+				return err
+			}
+			msgPos, _ = y.store.ReplicaEnds()
+			continue
+		}
+		if m := &p.Message; m.Offset == m.Start && m.Offset > msgPos && int64(len(m.Data)) > m.End-m.Offset {
+			// A restart at the master's first kept offset takes what is
+			// durable there only (see store.ReplicateMessages).
+			m.Data = m.Data[:max(m.End-m.Offset, 0)]
+		}
 		if len(p.Message.Data) == 0 && len(p.Action.Data) == 0 {
 			y.noteLag(p.Message)
 			continue
@@ -205,6 +223,19 @@ func (y *replica) follow() error {
 		}
 		pending = &p
 	}
+}
+
+// cutTail cuts the copy's message log back to off after the master cut
+// its own (the copy may hold a tentative tail the master replaced). A cut
+// below what the copy has indexed (it reopened with the tail indexed) is
+// a truncation, as after a failover.
+func (y *replica) cutTail(off int64) error {
+	err := y.store.CutReplicaTail(off)
+	if errors.Is(err, store.ErrReplicaMismatch) {
+		_, act := y.store.CommittedEnds()
+		return &truncation{Message: off, Action: act, History: y.b.epochHistory()}
+	}
+	return err
 }
 
 // errEpochChanged: the master's epoch moved; the slave agrees on it again.
@@ -261,7 +292,7 @@ func (y *replica) applyActions(p *protocol.SyncResponse) error {
 // noteLag records how far the copy is behind the master's committed end
 // as of a response.
 func (y *replica) noteLag(c protocol.SyncChunk) {
-	end, _ := y.store.CommittedEnds()
+	end, _ := y.store.ReplicaEnds()
 	y.lagBytes.Store(max(c.End-end, 0))
 	if end >= c.End || (len(c.Data) == 0 && c.Offset >= c.End) {
 		y.caughtUpAt.Store(time.Now().UnixNano())

@@ -343,6 +343,7 @@ func TestReplication_Refusals(t *testing.T) {
 	if err := rawSend(ctx, c, m.addr(), "x", "1"); err != nil {
 		t.Fatal(err)
 	}
+	waitCaughtUp(t, m, 10*time.Second) // the slave's first fetch shows its copy holds no tail to cut
 	end := m.Replication().MessageEnd
 	good := protocol.SyncRequest{Group: "rt1", MessageSegmentSize: replSegment, ActionSegmentSize: store.DefaultOptions.ActionSegmentSize, MaxBytes: 1 << 20}
 	cases := []struct {
@@ -585,5 +586,78 @@ func TestReplication_SlaveFollowsMetaMaster(t *testing.T) {
 	waitCaughtUp(t, m, 10*time.Second)
 	if st := s.Replication(); st.Master != m.addr() || st.MessageEnd != m.Replication().MessageEnd {
 		t.Fatalf("slave status %+v", st)
+	}
+}
+
+// A master that restarts does not know what tentative tail its previous
+// run served (a machine crash loses what was not fdatasynced, and its next
+// records land at the same offsets): a copy that reaches past its recovered
+// end is told to cut back to it, and the durable end such a copy
+// acknowledges counts only up to it, until the copy asks from at or below
+// the cut with the generation the master told it.
+func TestReplication_RestartedMasterCutsCopiesPastItsEnd(t *testing.T) {
+	dir := t.TempDir()
+	m := startBroker(t, dir, replOptions)
+	c := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 20 {
+		if err := rawSend(ctx, c, m.addr(), "x", fmt.Sprint("a", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m = startBroker(t, dir, replOptions)
+	recovered := m.Replication().MessageEnd
+	sync := func(q protocol.SyncRequest) protocol.SyncResponse {
+		t.Helper()
+		q.Group, q.MessageSegmentSize, q.ActionSegmentSize = "rt1", replSegment, store.DefaultOptions.ActionSegmentSize
+		resp, err := c.Call(ctx, m.addr(), protocol.CmdSyncLog, protocol.AppendSyncRequest(nil, &q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := protocol.DecodeSyncResponse(resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// A copy past the recovered end (the tail the last run served).
+	past := recovered + 1000
+	p := sync(protocol.SyncRequest{MessageOffset: past, MessageDurable: past, MaxBytes: 1 << 20})
+	if p.Cut != recovered || p.Generation != 1 || len(p.Message.Data) != 0 {
+		t.Fatalf("fetch past the recovered end %d: cut %d, generation %d, %d bytes", recovered, p.Cut, p.Generation, len(p.Message.Data))
+	}
+	if got := m.Replication().SlaveOffset; got > recovered {
+		t.Fatalf("the master counts the copy durable up to %d, past the cut %d", got, recovered)
+	}
+	// New records land where the lost tail was; the copy is still cut.
+	for i := range 20 {
+		if err := rawSend(ctx, c, m.addr(), "x", fmt.Sprint("b", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	end := m.Replication().MessageEnd
+	if end <= past {
+		t.Fatalf("test needs the master past %d, it ends at %d", past, end)
+	}
+	if p := sync(protocol.SyncRequest{MessageOffset: past, MessageDurable: past, MaxBytes: 1 << 20, Generation: 1}); p.Cut != recovered {
+		t.Fatalf("fetch past the cut after new records: cut %d", p.Cut)
+	}
+	// An acknowledgement of an older generation counts up to the cut only.
+	sync(protocol.SyncRequest{MessageOffset: end, MessageDurable: end})
+	if got := m.Replication().SlaveOffset; got > recovered {
+		t.Fatalf("an acknowledgement of generation 0 counts up to %d, past the cut %d", got, recovered)
+	}
+	// Cut back, the copy asks from the cut and gets the new records.
+	p = sync(protocol.SyncRequest{MessageOffset: recovered, MessageDurable: recovered, MaxBytes: 1 << 20, Generation: 1})
+	if p.Cut != -1 || p.Message.Offset != recovered || p.Message.Offset+int64(len(p.Message.Data)) != end {
+		t.Fatalf("fetch from the cut: cut %d, %d bytes at %d, master ends at %d", p.Cut, len(p.Message.Data), p.Message.Offset, end)
+	}
+	sync(protocol.SyncRequest{MessageOffset: end, MessageDurable: end, Generation: 1})
+	if got := m.Replication().SlaveOffset; got != end {
+		t.Fatalf("the acknowledgement of the current generation: slave offset %d, want %d", got, end)
 	}
 }

@@ -25,15 +25,27 @@ const (
 // slave asks for.
 const maxSyncWait = 10 * time.Second
 
+// tailPollEvery is how often a long-polling sync request looks for
+// records written past the committed end (the store signals commits only,
+// after their fdatasync; the tail is worth sending before it), for up to
+// tailPollFor after the request starts waiting: past that the master is
+// idle and the request waits for a commit alone.
+const (
+	tailPollEvery = 250 * time.Microsecond
+	tailPollFor   = 20 * time.Millisecond
+)
+
 // lagSampleEvery is how often the master samples its committed end to date
 // the bytes its slave lacks (pkg/ackwait.Lag bounds the samples kept).
 const lagSampleEvery = 10 * time.Millisecond
 
 // syncService is the master's side of replication: it answers the slave's
-// sync requests with committed log bytes (long-polling when there is
-// nothing new), learns the slave's durable offsets from them, holds send
-// replies until the slave has their messages (WaitSlave) and turns the
-// group readonly when the slave lags too long.
+// sync requests with log bytes (the message log's written tail too, before
+// its fdatasync; long-polling when there is nothing new), learns the
+// slave's durable offsets from them, holds send replies until the slave has
+// their messages (WaitSlave) and turns the group readonly when the slave
+// lags too long. It tells the slave to cut its copy back when the store cut
+// a tail the slave may hold (see "Tentative tail" in doc.go).
 type syncService struct {
 	b     *Broker
 	store *store.Store
@@ -67,11 +79,22 @@ type syncService struct {
 	// (re)connected.
 	resumedFrom atomic.Int64
 
-	mu       sync.Mutex
-	conn     *netserver.Conn // the connection of the latest sync request
-	waiters  ackwait.Waiters // send replies waiting for the slave, by offset
-	lagDates ackwait.Lag     // dates the ends the slave has not acknowledged
-	closed   bool
+	mu sync.Mutex
+	// Cuts (under mu): cutGen is the generation told to the slave, cuts[i]
+	// the offset generation i+1 cut back to; storeGen is the store's cut
+	// generation applied (appliedGen mirrors it for await's fast path).
+	// pendingCut (-1: none) is the lowest cut the slave's copy may reach
+	// past: a fetch from past it is answered with a cut, and one from at
+	// or below it shows the copy holds nothing past it.
+	cutGen     uint64
+	cuts       []int64
+	storeGen   uint64
+	appliedGen atomic.Uint64
+	pendingCut int64
+	conn       *netserver.Conn // the connection of the latest sync request
+	waiters    ackwait.Waiters // send replies waiting for the slave, by offset
+	lagDates   ackwait.Lag     // dates the ends the slave has not acknowledged
+	closed     bool
 
 	stop chan struct{}
 	wg   sync.WaitGroup // syncWatchLoop and the long polls
@@ -83,10 +106,63 @@ func newSyncService(b *Broker) *syncService {
 	y.slaveMsg.Store(-1)
 	y.slaveAct.Store(-1)
 	y.slaveActPrev.Store(-1)
+	y.pendingCut = -1
 	return y
 }
 
+// applyCutsLocked takes the store's cuts since the last look as one
+// generation: the slave's copy may reach past the lowest, and its durable
+// end counts only up to it. y.mu must be held.
+func (y *syncService) applyCutsLocked() {
+	if y.cuts == nil {
+		// The previous run may have served a tentative tail that its
+		// recovery no longer found (a machine crash loses what was not
+		// fdatasynced): this run starts with a cut at its recovered end,
+		// generation 1, before it serves anything.
+		y.storeGen = y.store.MessageCutGen()
+		y.appliedGen.Store(y.storeGen)
+		start := y.store.RecoveredMessageEnd()
+		y.cuts, y.cutGen, y.pendingCut = []int64{start}, 1, start
+	}
+	gen, low := y.store.MessageCuts(y.storeGen)
+	if gen == y.storeGen {
+		return
+	}
+	y.storeGen = gen
+	y.appliedGen.Store(gen)
+	y.cuts = append(y.cuts, low)
+	y.cutGen++
+	if y.pendingCut < 0 || low < y.pendingCut {
+		y.pendingCut = low
+	}
+	if y.slaveMsg.Load() > low {
+		y.slaveMsg.Store(low)
+	}
+	y.lg.Warn("message log cut back past its written tail: the slave's copy is checked against the cut",
+		zap.Int64("offset", low), zap.Uint64("generation", y.cutGen))
+}
+
+// ackCapLocked returns the highest durable end a request of generation gen
+// can acknowledge: the lowest cut after gen (a slave that has not heard of
+// a cut may hold bytes it replaced), or no cap (-1). A generation this
+// master never told counts as 0. y.mu must be held.
+func (y *syncService) ackCapLocked(gen uint64) int64 {
+	if gen > y.cutGen {
+		gen = 0
+	}
+	low := int64(-1)
+	for _, c := range y.cuts[gen:] {
+		if low < 0 || c < low {
+			low = c
+		}
+	}
+	return low
+}
+
 func (y *syncService) start() {
+	y.mu.Lock()
+	y.applyCutsLocked()
+	y.mu.Unlock()
 	y.wg.Add(1)
 	go y.syncWatchLoop()
 }
@@ -141,19 +217,20 @@ func (y *syncService) serve(r *netserver.Request) {
 			q.MessageSegmentSize, q.ActionSegmentSize, ms, as)))
 		return
 	}
+	// The message offset is checked when it is read: a slave may be past
+	// the committed end (a tentative tail), or past a cut.
 	mEnd, aEnd := y.store.CommittedEnds()
-	if q.MessageOffset > mEnd || q.ActionOffset > aEnd {
+	if q.ActionOffset > aEnd {
 		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, fmt.Sprintf(
-			"sync offsets (message %d, action %d) are past the master's committed ends (message %d, action %d)",
-			q.MessageOffset, q.ActionOffset, mEnd, aEnd)))
+			"sync action offset %d is past the master's committed end %d", q.ActionOffset, aEnd)))
 		return
 	}
-	y.slaveAck(q.MessageDurable, q.ActionOffset)
+	gen := y.slaveAck(q.MessageDurable, q.ActionOffset, q.Generation)
 	if q.MaxBytes == 0 {
 		// An acknowledgement only (normally one-way: the reply is dropped).
 		m := protocol.SyncChunk{Start: mEnd, End: mEnd, Offset: mEnd}
 		a := protocol.SyncChunk{Start: aEnd, End: aEnd, Offset: aEnd}
-		r.Reply(protocol.StatusOK, protocol.AppendSyncResponse(nil, &protocol.SyncResponse{Epoch: y.b.epoch(), Message: m, Action: a}))
+		r.Reply(protocol.StatusOK, protocol.AppendSyncResponse(nil, &protocol.SyncResponse{Epoch: y.b.epoch(), Generation: gen, Cut: -1, Message: m, Action: a}))
 		return
 	}
 	y.mu.Lock()
@@ -176,8 +253,9 @@ func (y *syncService) serve(r *netserver.Request) {
 // reused at once).
 var syncBufs = sync.Pool{New: func() any { return new([2][]byte) }}
 
-// answer replies with the committed bytes past the slave's offsets, waiting
-// up to the request's wait for some when there are none.
+// answer replies with the bytes past the slave's offsets (the message
+// log's written tail too), waiting up to the request's wait for some when
+// there are none; or with a cut when the slave's copy may reach past one.
 func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
 	defer y.wg.Done()
 	maxBytes := int(min(q.MaxBytes, uint32(y.opts.SyncMaxBytes)))
@@ -188,14 +266,25 @@ func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
 		defer t.Stop()
 		timeout = t.C
 	}
+	var poll *time.Ticker
+	var pollC <-chan time.Time
+	var pollUntil time.Time
+	defer func() {
+		if poll != nil {
+			poll.Stop()
+		}
+	}()
 	bufs := syncBufs.Get().(*[2][]byte)
 	defer syncBufs.Put(bufs)
 	for waited := false; ; {
 		sig := y.store.CommitSignal()
-		mc, err := y.store.ReadMessageLogInto(bufs[0], q.MessageOffset, maxBytes)
-		var ac store.LogChunk
+		gen := y.store.MessageCutGen()
+		// Actions first: the message end is loaded after them, so it
+		// covers every message they name.
+		ac, err := y.store.ReadActionLogInto(bufs[1], q.ActionOffset, maxBytes)
+		var mc store.LogChunk
 		if err == nil {
-			ac, err = y.store.ReadActionLogInto(bufs[1], q.ActionOffset, maxBytes)
+			mc, err = y.store.ReadMessageTailInto(bufs[0], q.MessageOffset, maxBytes)
 		}
 		// Keep the larger buffers for the next answer.
 		if cap(mc.Data) > cap(bufs[0]) {
@@ -203,6 +292,32 @@ func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
 		}
 		if cap(ac.Data) > cap(bufs[1]) {
 			bufs[1] = ac.Data[:0]
+		}
+		resp := protocol.SyncResponse{Epoch: y.b.epoch(), Cut: -1}
+		y.mu.Lock()
+		y.applyCutsLocked()
+		if y.storeGen != gen {
+			y.mu.Unlock()
+			continue // a cut overlapped the read
+		}
+		resp.Generation = y.cutGen
+		if y.pendingCut >= 0 {
+			if q.MessageOffset > y.pendingCut {
+				resp.Cut = y.pendingCut
+			} else {
+				// The slave asks from at or below the cut, after every
+				// answer before this one on its connection: its copy holds
+				// nothing past the cut.
+				y.pendingCut = -1
+			}
+		}
+		y.mu.Unlock()
+		if resp.Cut >= 0 {
+			resp.Message = protocol.SyncChunk{Start: mc.Start, End: mc.End, Offset: mc.Start}
+			resp.Action = protocol.SyncChunk{Start: ac.Start, End: ac.End, Offset: ac.Start}
+			r.Reply(protocol.StatusOK, protocol.AppendSyncResponse(nil, &resp))
+			y.lg.Warn("the slave's copy reaches past a cut: it cuts back", zap.Int64("slave_offset", q.MessageOffset), zap.Int64("cut", resp.Cut))
+			return
 		}
 		if err != nil {
 			status := protocol.StatusInternal
@@ -213,31 +328,58 @@ func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
 			return
 		}
 		if len(mc.Data) > 0 || len(ac.Data) > 0 || waited || wait == 0 {
-			m := protocol.SyncChunk{Start: mc.Start, End: mc.End, Offset: mc.Offset, Data: mc.Data}
-			a := protocol.SyncChunk{Start: ac.Start, End: ac.End, Offset: ac.Offset, Data: ac.Data}
-			head := protocol.AppendSyncResponseHead(make([]byte, 0, 80), y.b.epoch(), &m)
-			mid := protocol.AppendSyncChunkHead(make([]byte, 0, 32), &a)
+			resp.Message = protocol.SyncChunk{Start: mc.Start, End: mc.End, Offset: mc.Offset, Data: mc.Data}
+			resp.Action = protocol.SyncChunk{Start: ac.Start, End: ac.End, Offset: ac.Offset, Data: ac.Data}
+			head := protocol.AppendSyncResponseHead(make([]byte, 0, 96), &resp)
+			mid := protocol.AppendSyncChunkHead(make([]byte, 0, 32), &resp.Action)
 			r.Reply(protocol.StatusOK, head, mc.Data, mid, ac.Data)
 			y.served.Add(int64(len(mc.Data) + len(ac.Data)))
 			return
 		}
-		select {
-		case <-sig:
-		case <-timeout:
-			waited = true
-		case <-r.Done():
-			return
-		case <-y.stop:
-			waited = true
+		if poll == nil {
+			poll = time.NewTicker(tailPollEvery)
+			pollC, pollUntil = poll.C, time.Now().Add(tailPollFor)
+		}
+		// Wait for a commit, or poll for a written tail.
+		for {
+			select {
+			case <-sig:
+			case now := <-pollC:
+				if now.After(pollUntil) {
+					poll.Stop()
+					pollC = nil
+				}
+				if y.store.MessageTailEnd() <= q.MessageOffset {
+					continue
+				}
+			case <-timeout:
+				waited = true
+			case <-r.Done():
+				return
+			case <-y.stop:
+				waited = true
+			}
+			break
 		}
 	}
 }
 
 // slaveAck records the slave's durable ends and completes the send replies
-// they cover.
-func (y *syncService) slaveAck(msg, act int64) {
+// they cover; it returns the cut generation the master tells the slave.
+// A durable end from a request of an older generation counts only up to
+// the cuts it has not heard of, and none counts past a pending cut.
+func (y *syncService) slaveAck(msg, act int64, gen uint64) uint64 {
 	y.slaveSeen.Store(time.Now().UnixNano())
 	y.slaveActPrev.Store(y.slaveAct.Swap(act)) // one connection: serial
+	y.mu.Lock()
+	y.applyCutsLocked()
+	if c := y.ackCapLocked(gen); c >= 0 && msg > c {
+		msg = c
+	}
+	if y.pendingCut >= 0 && msg > y.pendingCut {
+		msg = y.pendingCut // the copy may reach past the cut
+	}
+	cur := y.cutGen
 	if y.alone.Load() {
 		if end, _ := y.store.CommittedEnds(); msg >= end {
 			y.alone.Store(false)
@@ -245,10 +387,17 @@ func (y *syncService) slaveAck(msg, act int64) {
 		}
 	}
 	if msg <= y.slaveMsg.Load() {
-		return
+		y.mu.Unlock()
+		return cur
 	}
 	y.slaveMsg.Store(msg)
-	y.completeUpTo(msg)
+	done := y.waiters.TakeUpTo(msg)
+	y.lagDates.Acknowledged(msg)
+	y.mu.Unlock()
+	for _, f := range done {
+		f(nil)
+	}
+	return cur
 }
 
 // admit refuses a send when too many replies wait for the slave or the
@@ -274,11 +423,15 @@ func (y *syncService) admit() error {
 // the broker closes. It never blocks (it runs on the store's commit
 // goroutine).
 func (y *syncService) await(need int64, done func(error)) {
-	if y.slaveMsg.Load() >= need || y.alone.Load() {
+	// A cut is recorded before the records that replace the cut ones are
+	// written: a store generation not yet applied may lower slaveMsg.
+	fresh := y.store.MessageCutGen() == y.appliedGen.Load()
+	if fresh && y.slaveMsg.Load() >= need || y.alone.Load() {
 		done(nil)
 		return
 	}
 	y.mu.Lock()
+	y.applyCutsLocked()
 	if y.closed {
 		y.mu.Unlock()
 		done(protocol.Errorf(protocol.StatusShuttingDown, "broker group "+y.opts.Group+" is shutting down"))

@@ -11,8 +11,8 @@ import (
 //	sync request   epoch u64 | group s8 | message offset i64 | action offset i64 |
 //	               message durable i64 |
 //	               message segment size i64 | action segment size i64 |
-//	               max bytes u32 | wait ms u32
-//	sync response  epoch u64 | message chunk | action chunk
+//	               max bytes u32 | wait ms u32 | generation u64
+//	sync response  epoch u64 | generation u64 | cut i64 | message chunk | action chunk
 //	chunk          start i64 | end i64 | offset i64 | data len u32 | data
 //
 // group is the slave's broker group (a master refuses a slave of another
@@ -27,9 +27,21 @@ import (
 // copied from one segment of the log: start is the first offset the master
 // still keeps, end its committed end, offset where data starts (the offset
 // asked for, the next segment's base past a segment's padding, or start
-// when the master no longer keeps the offset asked for). epoch is the
-// group's epoch (0 until automatic failover assigns epochs); a master
-// refuses a request from an older epoch with StatusStaleEpoch.
+// when the master no longer keeps the offset asked for). The message
+// chunk's data may reach past end (and its offset lie past it): records the
+// master has written but not yet made durable, which a slave copies
+// tentatively. epoch is the group's epoch (0 until automatic failover
+// assigns epochs); a master refuses a request from an older epoch with
+// StatusStaleEpoch.
+//
+// generation counts the master's message-log cuts (a failed write or
+// fdatasync cuts its log back to its committed end, so bytes it served
+// tentatively may be replaced); a slave sends the latest one it was told on
+// its connection (0 on a new one), and a master counts the
+// acknowledgement of a request from an older generation as none. cut is -1,
+// or the offset the slave must cut its message log back to before it asks
+// again: its copy reaches past a cut and may hold records the master no
+// longer has (the chunks are then empty).
 
 // SyncRequest asks a master for its logs past the slave's ends.
 type SyncRequest struct {
@@ -42,6 +54,7 @@ type SyncRequest struct {
 	ActionSegmentSize  int64
 	MaxBytes           uint32
 	WaitMillis         uint32
+	Generation         uint64
 }
 
 // SyncChunk is a run of whole log records.
@@ -50,11 +63,13 @@ type SyncChunk struct {
 	Data               []byte
 }
 
-// SyncResponse carries a chunk of each log.
+// SyncResponse carries a chunk of each log, or a cut.
 type SyncResponse struct {
-	Epoch   uint64
-	Message SyncChunk
-	Action  SyncChunk
+	Epoch      uint64
+	Generation uint64
+	Cut        int64 // -1: none
+	Message    SyncChunk
+	Action     SyncChunk
 }
 
 // AppendSyncRequest appends the body of q.
@@ -67,7 +82,8 @@ func AppendSyncRequest(dst []byte, q *SyncRequest) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, uint64(q.MessageSegmentSize))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(q.ActionSegmentSize))
 	dst = binary.BigEndian.AppendUint32(dst, q.MaxBytes)
-	return binary.BigEndian.AppendUint32(dst, q.WaitMillis)
+	dst = binary.BigEndian.AppendUint32(dst, q.WaitMillis)
+	return binary.BigEndian.AppendUint64(dst, q.Generation)
 }
 
 // DecodeSyncRequest decodes a sync request body. Negative offsets or
@@ -84,6 +100,7 @@ func DecodeSyncRequest(body []byte) (SyncRequest, error) {
 		ActionSegmentSize:  int64(r.u64()),
 		MaxBytes:           r.u32(),
 		WaitMillis:         r.u32(),
+		Generation:         r.u64(),
 	}
 	if err := r.done(); err != nil {
 		return SyncRequest{}, fmt.Errorf("%w: sync request", err)
@@ -107,10 +124,13 @@ func appendSyncChunk(dst []byte, c *SyncChunk) []byte {
 
 // AppendSyncResponseHead appends a sync response up to the message chunk's
 // data, so a server can write the data from its own buffers after it (the
-// action chunk follows with AppendSyncChunkHead).
-func AppendSyncResponseHead(dst []byte, epoch uint64, message *SyncChunk) []byte {
-	dst = binary.BigEndian.AppendUint64(dst, epoch)
-	return AppendSyncChunkHead(dst, message)
+// action chunk follows with AppendSyncChunkHead). p's chunks' data are not
+// appended.
+func AppendSyncResponseHead(dst []byte, p *SyncResponse) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, p.Epoch)
+	dst = binary.BigEndian.AppendUint64(dst, p.Generation)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(p.Cut))
+	return AppendSyncChunkHead(dst, &p.Message)
 }
 
 // AppendSyncChunkHead appends a chunk's fields up to its data.
@@ -124,6 +144,8 @@ func AppendSyncChunkHead(dst []byte, c *SyncChunk) []byte {
 // AppendSyncResponse appends the body of p.
 func AppendSyncResponse(dst []byte, p *SyncResponse) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, p.Epoch)
+	dst = binary.BigEndian.AppendUint64(dst, p.Generation)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(p.Cut))
 	dst = appendSyncChunk(dst, &p.Message)
 	return appendSyncChunk(dst, &p.Action)
 }
@@ -133,20 +155,26 @@ func (r *reader) syncChunk() SyncChunk {
 }
 
 // DecodeSyncResponse decodes a sync response body; the chunks' data alias
-// body. A chunk whose offsets are inconsistent (offset below start or past
-// end, data reaching past end) is rejected.
+// body. A chunk whose offsets are inconsistent (offset below start, an
+// action chunk's offset past end or data reaching past end) is rejected, as
+// is a cut below -1 or a cut that comes with data.
 func DecodeSyncResponse(body []byte) (SyncResponse, error) {
 	r := reader{b: body}
-	p := SyncResponse{Epoch: r.u64()}
+	p := SyncResponse{Epoch: r.u64(), Generation: r.u64(), Cut: int64(r.u64())}
 	p.Message = r.syncChunk()
 	p.Action = r.syncChunk()
 	if err := r.done(); err != nil {
 		return SyncResponse{}, fmt.Errorf("%w: sync response", err)
 	}
-	for _, c := range []*SyncChunk{&p.Message, &p.Action} {
-		if c.Start < 0 || c.Offset < c.Start || c.Offset > c.End || c.Offset+int64(len(c.Data)) > c.End {
-			return SyncResponse{}, fmt.Errorf("%w: sync chunk start %d offset %d (%d bytes) end %d", ErrInvalid, c.Start, c.Offset, len(c.Data), c.End)
-		}
+	if p.Cut < -1 || p.Cut >= 0 && len(p.Message.Data)+len(p.Action.Data) > 0 {
+		return SyncResponse{}, fmt.Errorf("%w: sync response cut %d with %d bytes of data", ErrInvalid, p.Cut, len(p.Message.Data)+len(p.Action.Data))
+	}
+	m, a := &p.Message, &p.Action
+	if m.Start < 0 || m.End < 0 || m.Offset < m.Start {
+		return SyncResponse{}, fmt.Errorf("%w: sync message chunk start %d offset %d end %d", ErrInvalid, m.Start, m.Offset, m.End)
+	}
+	if a.Start < 0 || a.Offset < a.Start || a.Offset > a.End || a.Offset+int64(len(a.Data)) > a.End {
+		return SyncResponse{}, fmt.Errorf("%w: sync chunk start %d offset %d (%d bytes) end %d", ErrInvalid, a.Start, a.Offset, len(a.Data), a.End)
 	}
 	return p, nil
 }

@@ -9,8 +9,8 @@ import (
 
 func sampleSync() (SyncRequest, SyncResponse) {
 	q := SyncRequest{Epoch: 3, Group: "rt1", MessageOffset: 1 << 33, ActionOffset: 4096, MessageDurable: 1 << 32, MessageSegmentSize: 1 << 30,
-		ActionSegmentSize: 64 << 20, MaxBytes: 1 << 20, WaitMillis: 500}
-	p := SyncResponse{Epoch: 3,
+		ActionSegmentSize: 64 << 20, MaxBytes: 1 << 20, WaitMillis: 500, Generation: 2}
+	p := SyncResponse{Epoch: 3, Generation: 2, Cut: -1,
 		Message: SyncChunk{Start: 0, End: 200, Offset: 100, Data: bytes.Repeat([]byte{7}, 100)},
 		Action:  SyncChunk{Start: 64, End: 64, Offset: 64, Data: []byte{}}}
 	return q, p
@@ -28,7 +28,7 @@ func TestSyncBodies_RoundTrip(t *testing.T) {
 		t.Fatalf("response: %+v, %v", gp, err)
 	}
 	// The head + data form a server writes is the same body.
-	split := AppendSyncResponseHead(nil, p.Epoch, &p.Message)
+	split := AppendSyncResponseHead(nil, &p)
 	split = append(split, p.Message.Data...)
 	split = AppendSyncChunkHead(split, &p.Action)
 	split = append(split, p.Action.Data...)
@@ -73,9 +73,29 @@ func TestSyncBodies_RejectBadInput(t *testing.T) {
 		t.Fatalf("zero segment size: %v", err)
 	}
 	past := p
-	past.Message.End = 150 // data reaches past the committed end
+	past.Action = SyncChunk{Start: 0, End: 150, Offset: 100, Data: bytes.Repeat([]byte{7}, 100)} // data reaches past the committed end
 	if _, err := DecodeSyncResponse(AppendSyncResponse(nil, &past)); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("chunk past its end: %v", err)
+		t.Fatalf("action chunk past its end: %v", err)
+	}
+	// A message chunk may carry records written but not yet durable on the
+	// master: past its end, from an offset past it.
+	tentative := p
+	tentative.Message = SyncChunk{Start: 0, End: 150, Offset: 160, Data: bytes.Repeat([]byte{7}, 100)}
+	if got, err := DecodeSyncResponse(AppendSyncResponse(nil, &tentative)); err != nil || !reflect.DeepEqual(got, tentative) {
+		t.Fatalf("tentative message chunk: %+v, %v", got, err)
+	}
+	cut := p
+	cut.Cut = 64
+	if _, err := DecodeSyncResponse(AppendSyncResponse(nil, &cut)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a cut with data: %v", err)
+	}
+	cut.Message.Data, cut.Action.Data = []byte{}, []byte{}
+	if got, err := DecodeSyncResponse(AppendSyncResponse(nil, &cut)); err != nil || got.Cut != 64 {
+		t.Fatalf("a cut: %+v, %v", got, err)
+	}
+	cut.Cut = -2
+	if _, err := DecodeSyncResponse(AppendSyncResponse(nil, &cut)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("cut -2: %v", err)
 	}
 	below := p
 	below.Message.Start = 120 // offset below start

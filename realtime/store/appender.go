@@ -407,10 +407,16 @@ func (s *Store) putGroup(g *commitGroup) {
 // recoverWrites runs on the appender after a failed write or sync: it waits
 // until every group in flight has failed, cuts the message log back to the
 // end of the last published group, forgets the sequences of everything
-// after it, and clears the failure so appends are tried again.
+// after it, and clears the failure so appends are tried again. A cut of
+// written bytes is recorded first (noteCut): a master may have served them
+// to its slave as a tentative tail, and the next records land at the same
+// offsets.
 func (s *Store) recoverWrites() error {
 	s.inflight.Wait()
 	good := s.goodEnd.Load()
+	if s.msgLog.End() > good {
+		s.noteCut(good)
+	}
 	if err := s.msgLog.Reset(good); err != nil {
 		return fmt.Errorf("%w: reopen message log: %w", ErrIO, err)
 	}

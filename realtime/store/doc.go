@@ -221,9 +221,10 @@
 // (AppendAsync, Pull, Ack, ReturnUnacked, RemoveConsumer and ResetGroup fail
 // with ErrReplica) and its two logs are fed from the master's, byte for byte:
 //
-//	master: ReadMessageLog(from, max) / ReadActionLog(from, max) → LogChunk
+//	master: ReadMessageTailInto(buf, from, max) / ReadActionLog(from, max) → LogChunk
 //	slave:  ReplicateMessages(chunk) / ReplicateActions(chunk)
-//	        CommittedEnds() → the offsets to ask for next (the slave's ack)
+//	        ReplicaEnds() → the message offset to ask for next and the durable
+//	        end (the slave's ack); CommittedEnds() → the action offset
 //
 // A LogChunk is whole records of one segment, exactly as stored, starting
 // at the offset asked for (or at the next segment's base when the rest of
@@ -281,8 +282,29 @@
 // CommitSignal returns a channel closed when either log's committed end
 // moves; the master's sync service long-polls on it. Promote (failover)
 // turns a replica into a master's store: its logs continue exactly where
-// the copy ends, so sequences, offsets, consumers' positions and append
-// times carry on, and another replica can follow it.
+// the copy ends (its tentative tail indexed first), so sequences, offsets,
+// consumers' positions and append times carry on, and another replica can
+// follow it.
+//
+// Tentative tail: ReadMessageTailInto reads the message log up to its
+// written end (MessageTailEnd), past the committed end, so a slave's
+// fdatasync overlaps the master's; the chunk's End is still the committed
+// end. The bytes past it may be cut: recoverWrites (after a failed write
+// or fdatasync) records the cut with noteCut — a generation and the offset
+// — before it resets the log, and the next records land at the same
+// offsets. MessageCutGen read before and after a tail read tells whether
+// the read overlapped a cut; MessageCuts(since) gives the lowest offset cut
+// back to after a generation. A replica writes and fdatasyncs the records
+// past a chunk's End (ReplicaEnds: written and durable ends, which may lie
+// past CommittedEnds) but indexes them only once a later chunk's End
+// passes them (indexTail reads them back from its log), so a cut of them
+// is a message-log reset alone (CutReplicaTail; a cut below the indexed
+// end fails with ErrReplicaMismatch: it needs Truncate). A replica that
+// reopens indexes its whole log, tail included, as recovery does. A chunk
+// that restarts the log at the master's Start must not reach past End.
+// The protocol that decides when a slave cuts is realtime's (doc.go,
+// "Tentative tail"); TestReplicaTailCutBack runs it against a real failed
+// fdatasync.
 //
 // # Scale and memory
 //

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/segment"
@@ -31,12 +32,51 @@ type LogChunk struct {
 const minChunk = segment.HeaderSize
 
 // commitSignal hands out a channel that is closed when either log's
-// committed end moves (CommitSignal).
+// committed end moves (CommitSignal), and records the message log's cuts
+// (MessageCuts).
 type commitSignal struct {
 	mu   sync.Mutex
 	ch   chan struct{}
 	used bool
+
+	// cutGen counts the cuts; cuts[i] is where cut i+1 went back to.
+	cutGen atomic.Uint64
+	cuts   []int64
 }
+
+// noteCut records that the message log is about to be cut back to off
+// while it holds written bytes past it (recoverWrites): a reader of the
+// written tail (ReadMessageTailInto) that overlaps the cut sees the
+// generation move. It wakes the long polls.
+func (s *Store) noteCut(off int64) {
+	c := &s.commit
+	c.mu.Lock()
+	c.cuts = append(c.cuts, off)
+	c.cutGen.Store(uint64(len(c.cuts)))
+	c.mu.Unlock()
+	s.signalCommit()
+}
+
+// MessageCuts returns the generation of the message log's cuts (how many
+// there have been since Open: a failed write or fdatasync cuts the log back
+// to its committed end, and bytes written past that end are replaced by
+// others) and the lowest offset that the cuts after generation since went
+// back to (-1: none).
+func (s *Store) MessageCuts(since uint64) (gen uint64, lowest int64) {
+	c := &s.commit
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	lowest = -1
+	for i := int(min(since, uint64(len(c.cuts)))); i < len(c.cuts); i++ {
+		if lowest < 0 || c.cuts[i] < lowest {
+			lowest = c.cuts[i]
+		}
+	}
+	return uint64(len(c.cuts)), lowest
+}
+
+// MessageCutGen returns the generation of the message log's cuts.
+func (s *Store) MessageCutGen() uint64 { return s.commit.cutGen.Load() }
 
 // CommitSignal returns a channel closed the next time new bytes become
 // committed in the message log or the action log; a master's sync service
@@ -95,6 +135,28 @@ func (s *Store) committedActions() int64 {
 func (s *Store) ReadMessageLog(from int64, max int) (LogChunk, error) {
 	return readChunk(s.msgLog, s.committedMessages(), from, max, nil)
 }
+
+// ReadMessageTailInto is ReadMessageLogInto up to the message log's
+// written end instead of its committed end: the records past the committed
+// end (the chunk's End, loaded after the read) are written but not yet
+// durable, and a failed write or fdatasync may cut them (MessageCuts). The
+// chunk is what the log held only when MessageCutGen returns the same
+// generation before and after the call (a read that overlaps a cut may
+// mix old and new bytes, or fail). Records past End are whole: the
+// appender publishes the end of a written group only.
+func (s *Store) ReadMessageTailInto(buf []byte, from int64, max int) (LogChunk, error) {
+	c, err := readChunk(s.msgLog, s.msgLog.End(), from, max, buf)
+	c.End = s.committedMessages()
+	return c, err
+}
+
+// RecoveredMessageEnd returns where Open found the message log ending: the
+// end of what this run did not write.
+func (s *Store) RecoveredMessageEnd() int64 { return s.recoveredMsgEnd }
+
+// MessageTailEnd returns the message log's written end (ReadMessageTailInto
+// reads up to it).
+func (s *Store) MessageTailEnd() int64 { return s.msgLog.End() }
 
 // ReadActionLog is ReadMessageLog for the action log.
 func (s *Store) ReadActionLog(from int64, max int) (LogChunk, error) {
@@ -214,13 +276,29 @@ func isZero(b []byte) bool {
 	return true
 }
 
+// ReplicaEnds returns a replica's message-log ends: written is where the
+// next chunk must start (the offset to ask the master for), durable the end
+// on disk (the slave's acknowledgement). Both may lie past the committed
+// end (CommittedEnds): a tentative tail copied before the master made it
+// durable, written and synced but not indexed until the master's committed
+// end passes it (see ReplicateMessages).
+func (s *Store) ReplicaEnds() (written, durable int64) {
+	written = s.msgLog.End()
+	return written, min(written, max(s.msgLog.Synced(), s.goodEnd.Load()))
+}
+
 // ReplicateMessages writes a chunk of the master's message log at the same
 // offsets in this store's message log (a store opened with Options.Replica),
-// fdatasyncs it and indexes it exactly as recovery does, so the subjects'
-// consume logs are derived, not copied. When the master no longer keeps
-// what this store lacks (Offset is the master's Start and above this
-// store's end), the log restarts at Offset and the lost sequences become
-// holes. One goroutine replicates.
+// fdatasyncs it and indexes what the master has made durable (up to the
+// chunk's End) exactly as recovery does, so the subjects' consume logs are
+// derived, not copied. Records past End are the master's tentative tail:
+// written and synced here (so the slave can acknowledge them) but indexed
+// only once a later chunk's End passes them, so a cut of them
+// (CutReplicaTail) touches the message log alone. When the master no
+// longer keeps what this store lacks (Offset is the master's Start and
+// above this store's end), the log restarts at Offset and the lost
+// sequences become holes; such a chunk must not reach past End. One
+// goroutine replicates.
 func (s *Store) ReplicateMessages(c LogChunk) error {
 	if !s.replica.Load() {
 		return ErrNotReplica
@@ -230,15 +308,18 @@ func (s *Store) ReplicateMessages(c LogChunk) error {
 	if s.isClosed() {
 		return ErrClosed
 	}
-	end := s.goodEnd.Load()
+	end := s.msgLog.End()
 	if c.Offset < end {
 		return fmt.Errorf("%w: message chunk at %d, this copy ends at %d", ErrReplicaMismatch, c.Offset, end)
 	}
 	if len(c.Data) == 0 {
-		return nil
+		return s.indexTail(c.End)
 	}
 	jumped := false
 	if c.Offset > end && c.Offset == c.Start {
+		if c.Offset+int64(len(c.Data)) > c.End {
+			return fmt.Errorf("%w: message chunk at the master's start %d reaches past its committed end %d", ErrBadChunk, c.Offset, c.End)
+		}
 		// The master deleted what this copy lacks: start over at its start.
 		if err := s.msgLog.Reset(0); err != nil {
 			return fmt.Errorf("%w: %w", ErrIO, err)
@@ -278,12 +359,74 @@ func (s *Store) ReplicateMessages(c LogChunk) error {
 		return s.replicaWriteFailed(err)
 	}
 	s.stats.syncs.Add(1)
-	return s.indexReplicated(c, batch.End(), jumped)
+	if jumped {
+		s.goodEnd.Store(c.Offset)
+		return s.indexReplicated(c, batch.End(), true)
+	}
+	if g := s.goodEnd.Load(); g == c.Offset && c.End >= batch.End() {
+		return s.indexReplicated(c, batch.End(), false) // all of it is durable on the master
+	}
+	return s.indexTail(c.End)
 }
 
-// replicaWriteFailed cuts the message log back to its last indexed end.
+// indexTail indexes the written tail up to upTo (the master's committed
+// end; a record boundary of both copies), reading it back from the log.
+// replMu must be held.
+func (s *Store) indexTail(upTo int64) error {
+	upTo = min(upTo, s.msgLog.End())
+	var buf []byte
+	for from := s.goodEnd.Load(); from < upTo; from = s.goodEnd.Load() {
+		c, err := readChunk(s.msgLog, upTo, from, 1<<20, buf)
+		if err != nil {
+			return err
+		}
+		if cap(c.Data) > cap(buf) {
+			buf = c.Data[:0]
+		}
+		end := c.Offset + int64(len(c.Data))
+		if len(c.Data) == 0 {
+			end = upTo // padding up to upTo
+		}
+		if err := s.indexReplicated(c, end, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CutReplicaTail cuts a replica's message log back to off, which must not
+// lie below what it has indexed (its committed end): the master's log was
+// cut back past a tentative tail this copy holds (MessageCuts), and its
+// next records land at the same offsets. It fails with ErrReplicaMismatch
+// when off lies below the indexed end (the copy must be cut back with
+// Truncate, closed).
+func (s *Store) CutReplicaTail(off int64) error {
+	if !s.replica.Load() {
+		return ErrNotReplica
+	}
+	s.replMu.Lock()
+	defer s.replMu.Unlock()
+	if s.isClosed() {
+		return ErrClosed
+	}
+	if g := s.goodEnd.Load(); off < g {
+		return fmt.Errorf("%w: cut back to %d, below the indexed end %d", ErrReplicaMismatch, off, g)
+	}
+	end := s.msgLog.End()
+	if off >= end {
+		return nil
+	}
+	if err := s.msgLog.Reset(off); err != nil {
+		return fmt.Errorf("%w: %w", ErrIO, err)
+	}
+	s.lg.Warn("tentative message-log tail cut back: the master cut its log", zap.Int64("from", end), zap.Int64("to", off))
+	return nil
+}
+
+// replicaWriteFailed cuts the message log back to its last written chunk's
+// end (the start of the failed one).
 func (s *Store) replicaWriteFailed(err error) error {
-	if rerr := s.msgLog.Reset(s.goodEnd.Load()); rerr != nil {
+	if rerr := s.msgLog.Reset(max(s.msgLog.Synced(), s.goodEnd.Load())); rerr != nil {
 		s.lg.Error("message log reset after a failed replicated write failed", zap.Error(rerr))
 	}
 	return fmt.Errorf("%w: %w", ErrIO, err)
@@ -498,7 +641,8 @@ func (s *Store) errIfReplica() error {
 
 // Promote turns a replica into a master's store (failover): replication
 // stops and appends, pulls, acks and consumer changes are taken from then
-// on. Its logs continue exactly where the copy ends, so the next record and
+// on. Its logs continue exactly where the copy ends (its tentative tail
+// indexed first), so the next record and
 // action land at the offsets the old master's would have, and each subject
 // continues its sequence. The appender takes over the last append time, so
 // append times never go back. Promoting a store that is not a replica
@@ -511,6 +655,12 @@ func (s *Store) Promote() error {
 	}
 	if s.isClosed() {
 		return ErrClosed
+	}
+	// The tentative tail is the master's too (the slave acknowledged it,
+	// so the old master may have answered its senders): it is the new
+	// master's from now on.
+	if err := s.indexTail(s.msgLog.End()); err != nil {
+		return err
 	}
 	// The appender reads lastTs and the subjects' next only after a send
 	// that follows the store of replica below (atomic, then the append

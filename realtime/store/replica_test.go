@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/qmq-go/qmq/pkg/fsutil"
 )
 
 // replicate copies everything committed in m into r the way a slave does,
@@ -431,5 +433,205 @@ func TestCheckpointKeepsActionsForSlave(t *testing.T) {
 	}
 	if start := m.actLog.Start(); start == 0 {
 		t.Fatal("checkpoint without a slave kept every action-log segment")
+	}
+}
+
+// replicateTail copies m into r the way a slave does since tentative
+// tails: message chunks up to m's written end, whatever m has made
+// durable. It returns the cut generation m had before the reads.
+func replicateTail(t *testing.T, m, r *Store, chunk int) uint64 {
+	t.Helper()
+	gen := m.MessageCutGen()
+	for i := 0; ; i++ {
+		if i > 100000 {
+			t.Fatal("replication does not converge")
+		}
+		from, _ := r.ReplicaEnds()
+		mc, err := m.ReadMessageTailInto(nil, from, chunk)
+		if err != nil {
+			t.Fatalf("read message tail at %d: %v", from, err)
+		}
+		if g := m.MessageCutGen(); g != gen {
+			t.Fatalf("cut generation moved from %d to %d during a read", gen, g)
+		}
+		if err := r.ReplicateMessages(mc); err != nil {
+			t.Fatalf("replicate messages at %d: %v", mc.Offset, err)
+		}
+		if len(mc.Data) == 0 {
+			return gen
+		}
+	}
+}
+
+// messageLogBytes returns s's message log from its start to its written
+// end (segment padding included).
+func messageLogBytes(t *testing.T, s *Store) []byte {
+	t.Helper()
+	start, end := s.msgLog.Start(), s.msgLog.End()
+	b := make([]byte, end-start)
+	if err := s.msgLog.ReadAt(b, start); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestReplicaTailCutBack: a replica copies a master's written tail before
+// the master's fdatasync, the fdatasync fails (a real failure through the
+// fault file layer), the master cuts its log back and writes other records
+// at the same offsets. The replica never indexes the tail it was not told
+// is durable, cuts it back on the cut the master recorded, and ends byte
+// for byte the master's copy.
+func TestReplicaTailCutBack(t *testing.T) {
+	opts := replicaOptions()
+	ffs := fsutil.NewFaultFS(nil)
+	mopts := opts
+	mopts.FS = ffs
+	m := openStore(t, t.TempDir(), mopts)
+	defer m.Close()
+	ropts := opts
+	ropts.Replica = true
+	rdir := t.TempDir()
+	r := openStore(t, rdir, ropts)
+	defer func() { r.Close() }()
+
+	body := make([]byte, 500)
+	for i := 0; i < 40; i++ {
+		appendAll(t, m, encode(t, fmt.Sprintf("s%d", i%2), fmt.Sprintf("a%d", i), body))
+	}
+	gen := replicateTail(t, m, r, 3000)
+	good, _ := m.CommittedEnds()
+	if w, d := r.ReplicaEnds(); w != good || d != good {
+		t.Fatalf("replica ends (%d, %d), master committed %d", w, d, good)
+	}
+
+	// A group whose fdatasync fails: written, never durable, never acked.
+	ffs.Fail(fsutil.OpSync, nil)
+	var lost [][]byte
+	for i := 0; i < 10; i++ {
+		lost = append(lost, encode(t, "s0", fmt.Sprintf("lost%d", i), body))
+	}
+	res, err := m.Append(t.Context(), lost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range res {
+		if !errors.Is(x.Err, ErrIO) {
+			t.Fatalf("append with failing fdatasync: %v", x.Err)
+		}
+	}
+	if m.MessageTailEnd() <= good {
+		t.Fatal("the failed group left no written tail to copy")
+	}
+	// The replica copies the tail: written and synced, not indexed.
+	if g := replicateTail(t, m, r, 3000); g != gen {
+		t.Fatalf("a cut before the master retried: generation %d → %d", gen, g)
+	}
+	tail, _ := r.ReplicaEnds()
+	if tail != m.MessageTailEnd() {
+		t.Fatalf("replica written end %d, master's tail %d", tail, m.MessageTailEnd())
+	}
+	if c, _ := r.CommittedEnds(); c != good {
+		t.Fatalf("replica indexed up to %d past the master's committed end %d", c, good)
+	}
+	if got, err := r.Read("s0", 20, 100); err != nil || len(got) != 0 {
+		t.Fatalf("replica reads %d tentative messages (%v)", len(got), err)
+	}
+	before := messageLogBytes(t, r)
+
+	// The disk heals: the next append cuts the master's log back and
+	// writes other records at the same offsets.
+	ffs.Heal()
+	var kept [][]byte
+	for i := 0; i < 15; i++ {
+		kept = append(kept, encode(t, "s1", fmt.Sprintf("kept%d", i), body))
+	}
+	appendAll(t, m, kept...)
+	g2, low := m.MessageCuts(gen)
+	if g2 != gen+1 || low != good {
+		t.Fatalf("MessageCuts(%d) = %d, %d; want %d, %d", gen, g2, low, gen+1, good)
+	}
+	after := messageLogBytes(t, m)
+	if bytesEqualPrefix(before, after, int(tail-good)) {
+		t.Fatal("the master wrote the same bytes again: the test shows no divergence")
+	}
+	// Without the cut the copy would go on from its tail; with it, it
+	// refetches from the cut.
+	if err := r.CutReplicaTail(low); err != nil {
+		t.Fatal(err)
+	}
+	if w, _ := r.ReplicaEnds(); w != good {
+		t.Fatalf("replica written end %d after the cut, want %d", w, good)
+	}
+	replicateTail(t, m, r, 3000)
+	if got, want := messageLogBytes(t, r), messageLogBytes(t, m); !reflect.DeepEqual(got, want) {
+		t.Fatalf("replica's message log (%d bytes) differs from the master's (%d bytes)", len(got), len(want))
+	}
+	if got, want := stateOf(r), stateOf(m); !reflect.DeepEqual(got, want) {
+		t.Fatalf("replica differs:\n got %+v\nwant %+v", got, want)
+	}
+	for _, subj := range []string{"s0", "s1"} {
+		a, _ := m.Read(subj, 0, 1000)
+		b, _ := r.Read(subj, 0, 1000)
+		if len(a) != len(b) {
+			t.Fatalf("%s: master has %d messages, replica %d", subj, len(a), len(b))
+		}
+		for i := range a {
+			if a[i].ConsumeSeq != b[i].ConsumeSeq || !reflect.DeepEqual(a[i].Message, b[i].Message) {
+				t.Fatalf("%s: message %d differs", subj, i)
+			}
+		}
+	}
+	// A cut below what the replica has indexed is refused (a truncation).
+	if err := r.CutReplicaTail(good - 1); !errors.Is(err, ErrReplicaMismatch) {
+		t.Fatalf("cut below the indexed end: %v", err)
+	}
+}
+
+func bytesEqualPrefix(a, b []byte, n int) bool {
+	return len(a) >= n && len(b) >= n && reflect.DeepEqual(a[len(a)-n:], b[len(a)-n:len(a)])
+}
+
+// TestPromoteIndexesTheTail: a replica promoted while it holds a tentative
+// tail (acknowledged to the master, so possibly answered to its senders)
+// serves it as its own.
+func TestPromoteIndexesTheTail(t *testing.T) {
+	opts := replicaOptions()
+	m := openStore(t, t.TempDir(), opts)
+	defer m.Close()
+	ropts := opts
+	ropts.Replica = true
+	r := openStore(t, t.TempDir(), ropts)
+	defer r.Close()
+	body := make([]byte, 300)
+	var offs []int64
+	for i := 0; i < 30; i++ {
+		offs = append(offs, appendAll(t, m, encode(t, "p", fmt.Sprintf("m%d", i), body))[0].Offset)
+	}
+	// The master's chunks claim an earlier committed end: the last
+	// records are a tail here.
+	mc, err := m.ReadMessageTailInto(nil, 0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := mc.End
+	mc.End = offs[10]
+	if err := r.ReplicateMessages(mc); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := r.Read("p", 0, 100); len(got) != 10 {
+		t.Fatalf("replica reads %d messages before the promotion, want the 10 below the end it was told", len(got))
+	}
+	if err := r.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := r.CommittedEnds(); c != all {
+		t.Fatalf("promoted store ends at %d, want %d", c, all)
+	}
+	res := appendAll(t, r, encode(t, "p", "after", body))
+	if res[0].Seq != 30 || res[0].Offset != all {
+		t.Fatalf("first append after the promotion: seq %d at %d, want 30 at %d", res[0].Seq, res[0].Offset, all)
+	}
+	if got, _ := r.Read("p", 0, 100); len(got) != 31 {
+		t.Fatalf("promoted store reads %d messages, want 31", len(got))
 	}
 }
