@@ -115,6 +115,7 @@ type flowShare struct {
 	askMax            int      // the most one pull asked for since the flow was listed
 	fullCur, fullPrev bool     // a hungry pull in this or the last period
 	listed            bool
+	heldUntil         time.Time // a pull of the flow is held for fair share until then (its next look)
 }
 
 func (f *flowShare) contending() bool { return f.fullCur || f.fullPrev }
@@ -171,25 +172,48 @@ func (s *fairShare) record(f *flowShare, n, asked int, now time.Time) {
 }
 
 // arrived counts a pull that waited wait before f's actor took it, and
-// reports whether f is over its share now (see over).
-func (s *fairShare) arrived(f *flowShare, wait time.Duration, now time.Time) bool {
+// reports whether f is over its share now (see over). When it is and
+// holdUntil is set, the pull is held until then (see holdIfOver).
+func (s *fairShare) arrived(f *flowShare, wait time.Duration, now, holdUntil time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.rollLocked(now)
 	s.addLocked(f, tally{pulls: 1, wait: wait})
-	return s.overLocked(f, now)
+	return s.holdLocked(f, now, holdUntil)
 }
 
 // over reports whether f, contending, took more than Excess times the mean
 // of the other contending flows' recent deliveries while their pulls waited
 // longer than Busy on average. Compared with the others' mean, not with the
 // mean of all, two flows can never both be over (Excess ≥ 1), so the
-// lighter of two is never held.
+// lighter of two is never held. Flows with a pull held for fair share right
+// now are left out of the others: they deliver less because they are held,
+// not because they are deprived, and a flow compared with them would be
+// held in turn (the two then take turns waiting for the holds' rechecks,
+// and both slow down; seen as a flood held to the small group's pace and
+// the small group held to the flood's).
 func (s *fairShare) over(f *flowShare, now time.Time) bool {
+	return s.holdIfOver(f, now, time.Time{})
+}
+
+// holdIfOver reports whether f is over its share (see over); when it is
+// and holdUntil is set, one of f's pulls is held until holdUntil, which
+// leaves f out of the other flows' comparisons until then.
+func (s *fairShare) holdIfOver(f *flowShare, now, holdUntil time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.rollLocked(now)
-	return s.overLocked(f, now)
+	return s.holdLocked(f, now, holdUntil)
+}
+
+func (s *fairShare) holdLocked(f *flowShare, now, holdUntil time.Time) bool {
+	if !s.overLocked(f, now) {
+		return false
+	}
+	if holdUntil.After(f.heldUntil) {
+		f.heldUntil = holdUntil
+	}
+	return true
 }
 
 func (s *fairShare) overLocked(f *flowShare, now time.Time) bool {
@@ -208,7 +232,22 @@ func (s *fairShare) overLocked(f *flowShare, now time.Time) bool {
 	if othersPulls <= 0 || othersWait <= float64(s.opts.Busy)*othersPulls {
 		return false // the others' pulls are not kept waiting
 	}
-	return msgs > s.opts.Excess*(allMsgs-msgs)/float64(s.n-1)
+	if msgs <= s.opts.Excess*(allMsgs-msgs)/float64(s.n-1) {
+		return false
+	}
+	// Over the others' mean; over the mean of those not held now too?
+	// (Leaving a flow out can only raise the mean, so this runs only for
+	// a flow already found over.)
+	freeMsgs, free := 0.0, 0
+	for _, o := range s.listed {
+		if o == f || !o.contending() || now.Before(o.heldUntil) {
+			continue
+		}
+		m, _, _ := recent(o.t)
+		freeMsgs += m
+		free++
+	}
+	return free > 0 && msgs > s.opts.Excess*freeMsgs/float64(free)
 }
 
 // rollLocked starts the period now falls in: this period's tallies become

@@ -19,7 +19,7 @@ func newTestFairShare(t *testing.T) (*fairShare, time.Time) {
 // pull records one pull of f that waited wait and was answered with n of
 // the asked messages, and reports whether f was over its share on arrival.
 func pull(s *fairShare, f *flowShare, wait time.Duration, n, asked int, now time.Time) bool {
-	over := s.arrived(f, wait, now)
+	over := s.arrived(f, wait, now, time.Time{})
 	s.record(f, n, asked, now)
 	return over
 }
@@ -94,6 +94,40 @@ func TestFairShare_OnlyWhileTheOthersWait(t *testing.T) {
 	pull(s2, &far2, 20*time.Microsecond, 64, 64, t2)
 	if s2.over(&fast2, t2) {
 		t.Fatal("fast held because of its own pulls' waits")
+	}
+}
+
+// A flow whose pulls are held for fair share delivers less because it is
+// held: the flows beside it are not held on its account (they would be in
+// turn, and both would wait on the holds' rechecks). Once its hold lapses
+// it counts again.
+func TestFairShare_HeldFlowHoldsNobodyElse(t *testing.T) {
+	s, t0 := newTestFairShare(t)
+	var big, small flowShare
+	now := t0.Add(10 * time.Millisecond)
+	for range 10 {
+		pull(s, &big, busyWait, 64, 64, now)
+	}
+	pull(s, &small, busyWait, 64, 64, now)
+	until := now.Add(s.recheck())
+	if !s.holdIfOver(&big, now, until) {
+		t.Fatal("big not held")
+	}
+	// While big is held, small runs ahead of it: not held.
+	for range 20 {
+		pull(s, &small, busyWait, 64, 64, now)
+	}
+	if s.over(&small, now) {
+		t.Fatal("small held while the flow it was compared with was held")
+	}
+	// The hold lapses (big's pulls were served): small, far ahead, is held.
+	after := until.Add(time.Microsecond)
+	if !s.over(&small, after) {
+		t.Fatal("small, 2× big's deliveries, not held once big's hold lapsed")
+	}
+	// A pull that is not held (holdUntil zero) holds nothing.
+	if !s.holdIfOver(&small, after, time.Time{}) || s.over(&big, after) {
+		t.Fatal("an unheld query changed who is held")
 	}
 }
 

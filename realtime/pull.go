@@ -210,11 +210,18 @@ func (a *pullActor) handle(ev pullEvent) {
 // ends. A pull that may not wait longer than the hold is not held.
 func (a *pullActor) holdForFairShare(c *pullCall, now time.Time) bool {
 	f := a.b.fair
-	if !f.enabled() || !f.arrived(&a.share, now.Sub(c.r.Arrived), now) || c.waitUntil.Sub(now) <= f.opts.Hold {
+	if !f.enabled() {
+		return false
+	}
+	var heldUntil time.Time
+	if c.waitUntil.Sub(now) > f.opts.Hold {
+		heldUntil = now.Add(f.recheck())
+	}
+	if !f.arrived(&a.share, now.Sub(c.r.Arrived), now, heldUntil) || heldUntil.IsZero() {
 		return false
 	}
 	c.holdEnd = now.Add(f.opts.Hold)
-	c.heldUntil = now.Add(f.recheck())
+	c.heldUntil = heldUntil
 	f.held.Inc()
 	return true
 }
@@ -227,12 +234,15 @@ func (a *pullActor) stillHeld(c *pullCall, now time.Time) bool {
 	if now.Before(c.heldUntil) {
 		return true
 	}
-	if now.Before(c.holdEnd) && a.b.fair.over(&a.share, now) {
-		c.heldUntil = now.Add(a.b.fair.recheck())
-		if c.heldUntil.After(c.holdEnd) {
-			c.heldUntil = c.holdEnd
+	if now.Before(c.holdEnd) {
+		until := now.Add(a.b.fair.recheck())
+		if until.After(c.holdEnd) {
+			until = c.holdEnd
 		}
-		return true
+		if a.b.fair.holdIfOver(&a.share, now, until) {
+			c.heldUntil = until
+			return true
+		}
 	}
 	c.heldUntil = time.Time{}
 	return false
