@@ -97,6 +97,43 @@ func TestFairShare_OnlyWhileTheOthersWait(t *testing.T) {
 	}
 }
 
+// Holding the greedy flow takes load off the broker, so the others' pulls
+// soon wait less: shares stay enforced for busyLinger Windows after the
+// others last waited, and lapse only after that.
+func TestFairShare_BusyLingers(t *testing.T) {
+	s, t0 := newTestFairShare(t)
+	w := s.opts.Window
+	var fast, far flowShare
+	now := t0.Add(10 * time.Millisecond)
+	for range 100 {
+		pull(s, &fast, 20*time.Microsecond, 64, 64, now)
+	}
+	for range 3 {
+		pull(s, &far, time.Millisecond, 64, 64, now)
+	}
+	if !s.over(&fast, now) {
+		t.Fatal("fast not held while the other group's pulls waited 1ms")
+	}
+	// From the next period on the far group's pulls are taken at once.
+	for i := 1; i <= busyLinger+3; i++ {
+		at := t0.Add(time.Duration(i) * w)
+		for range 100 {
+			pull(s, &fast, 20*time.Microsecond, 64, 64, at)
+		}
+		for range 3 {
+			pull(s, &far, 10*time.Microsecond, 64, 64, at)
+		}
+		// The waits of 1ms fade out over the first period after them.
+		held := s.over(&fast, at)
+		switch {
+		case i < busyLinger && !held:
+			t.Fatalf("period %d: fast let go %d periods after the others last waited", i, i)
+		case i >= busyLinger+2 && held:
+			t.Fatalf("period %d: fast still held %d periods after the others last waited", i, i)
+		}
+	}
+}
+
 // A flow whose pulls are held for fair share delivers less because it is
 // held: the flows beside it are not held on its account (they would be in
 // turn, and both would wait on the holds' rechecks). Once its hold lapses
