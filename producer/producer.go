@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/qmq-go/qmq/pkg/msgid"
@@ -38,6 +39,7 @@ type Producer struct {
 
 	mu      sync.RWMutex // guards closing against enqueues
 	closing bool
+	closed  atomic.Bool   // mirrors closing, for Send's direct path (no lock)
 	stop    chan struct{} // closed by Close: sendLoop drains and exits
 	wg      sync.WaitGroup
 }
@@ -104,11 +106,12 @@ func New(opts ...Option) (*Producer, error) {
 // Send sends msg and waits until a broker has stored it, ctx ends, or the
 // send timeout passes. It fills in msg.ID and msg.Created when empty.
 func (p *Producer) Send(ctx context.Context, msg *Message) error {
-	pd, err := p.prepare(msg, nil, nil)
+	now := p.cfg.now()
+	pd, err := p.prepare(msg, nil, nil, now)
 	if err != nil {
 		return err
 	}
-	if done, err := p.sendDirect(ctx, pd); done {
+	if done, err := p.sendDirect(ctx, pd, now); done {
 		return err
 	}
 	ch := make(chan error, 1)
@@ -156,16 +159,15 @@ func (p *Producer) SendEncoded(raw []byte, callback func(error)) error {
 var pendingPool = sync.Pool{New: func() any { return new(pending) }}
 
 func (p *Producer) enqueue(ctx context.Context, msg *Message, cb func(*Message, error), ch chan error) error {
-	pd, err := p.prepare(msg, cb, ch)
+	pd, err := p.prepare(msg, cb, ch, p.cfg.now())
 	if err != nil {
 		return err
 	}
 	return p.queuePending(ctx, pd)
 }
 
-// prepare fills in msg's id and time, checks and encodes it.
-func (p *Producer) prepare(msg *Message, cb func(*Message, error), ch chan error) (*pending, error) {
-	now := p.cfg.now()
+// prepare fills in msg's id and time (now), checks and encodes it.
+func (p *Producer) prepare(msg *Message, cb func(*Message, error), ch chan error, now time.Time) (*pending, error) {
 	if msg.ID == "" {
 		msg.ID = p.ids.NextAt(now)
 	}
@@ -190,19 +192,16 @@ func (p *Producer) prepare(msg *Message, cb func(*Message, error), ch chan error
 // its own, with no hand-off to sendLoop. It reports done=false when the
 // message should take the queued path instead (something is queued, no
 // group is usable now, or the try failed in a way a retry elsewhere may
-// fix: that path retries with back-off until the send timeout).
-func (p *Producer) sendDirect(ctx context.Context, pd *pending) (done bool, err error) {
-	p.mu.RLock()
-	closing := p.closing
-	p.mu.RUnlock()
-	if closing {
+// fix: that path retries with back-off until the send timeout). now is
+// prepare's clock reading: the request's latency is counted from it.
+func (p *Producer) sendDirect(ctx context.Context, pd *pending, now time.Time) (done bool, err error) {
+	if p.closed.Load() {
 		return true, ErrClosed
 	}
 	if len(p.queue) > 0 {
 		return false, nil
 	}
 	s := p.sender
-	now := p.cfg.now()
 	s.mu.Lock()
 	groups, err := s.resolve(pd.kind, pd.subject, now)
 	idx := -1
@@ -328,6 +327,7 @@ func (p *Producer) Close(ctx context.Context) error {
 		return nil
 	}
 	p.closing = true
+	p.closed.Store(true)
 	close(p.stop)
 	p.mu.Unlock()
 

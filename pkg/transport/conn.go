@@ -185,6 +185,9 @@ func (c *conn) writeThroughLocked() {
 	c.mu.Unlock()
 	err := c.write(buf)
 	c.mu.Lock()
+	if err == nil && c.wspare == nil && cap(buf) <= maxSpareWriteBuffer && c.closeErr == nil {
+		c.wspare = buf[:0]
+	}
 	c.writing = false
 	if err == nil && len(c.wbuf) > 0 && !c.corked {
 		c.signalLocked()
@@ -204,7 +207,8 @@ func (c *conn) takeLocked() []byte {
 	return buf
 }
 
-// write writes buf within WriteTimeout and keeps buf as the spare buffer.
+// write writes buf within WriteTimeout; the caller keeps buf as the spare
+// buffer.
 func (c *conn) write(buf []byte) error {
 	if len(buf) == 0 {
 		return nil
@@ -216,17 +220,8 @@ func (c *conn) write(buf []byte) error {
 		c.writeDeadline = now + wt
 		_ = c.nc.SetWriteDeadline(c.client.epoch.Add(c.writeDeadline))
 	}
-	if _, err := c.nc.Write(buf); err != nil {
-		return err
-	}
-	if cap(buf) <= maxSpareWriteBuffer {
-		c.mu.Lock()
-		if c.wspare == nil {
-			c.wspare = buf[:0]
-		}
-		c.mu.Unlock()
-	}
-	return nil
+	_, err := c.nc.Write(buf)
+	return err
 }
 
 // writeLoop writes what callers queued while another goroutine was
