@@ -167,7 +167,7 @@ func (a *pullActor) handle(ev pullEvent) {
 			c.r.ReplyError(protocol.Errorf(protocol.StatusRetryLater, "pull waited past its deadline"))
 			return
 		}
-		if a.holdForFairShare(c, now) || !a.serve(c, now) {
+		if a.holdForFairShare(c, now) || !a.serve(c, now, new(bool)) {
 			a.waiting = append(a.waiting, c)
 			a.b.metrics.parked.Inc()
 		}
@@ -226,8 +226,13 @@ func (a *pullActor) holdForFairShare(c *pullCall, now time.Time) bool {
 	return true
 }
 
-// stillHeld reports whether a held pull must go on waiting at now.
-func (a *pullActor) stillHeld(c *pullCall, now time.Time) bool {
+// stillHeld reports whether a held pull must go on waiting at now. over
+// carries what a look at the shares found during one pass over the waiting
+// pulls: once the flow is found over its share at now, it stays over for the
+// rest of the pass (its deliveries only grow), so the other held pulls are
+// held again without looking (a flood's actor holds a pull per consumer and
+// looks at them every millisecond).
+func (a *pullActor) stillHeld(c *pullCall, now time.Time, over *bool) bool {
 	if c.heldUntil.IsZero() {
 		return false
 	}
@@ -239,7 +244,8 @@ func (a *pullActor) stillHeld(c *pullCall, now time.Time) bool {
 		if until.After(c.holdEnd) {
 			until = c.holdEnd
 		}
-		if a.b.fair.holdIfOver(&a.share, now, until) {
+		if *over || a.b.fair.holdIfOver(&a.share, now, until) {
+			*over = true
 			c.heldUntil = until
 			return true
 		}
@@ -248,14 +254,15 @@ func (a *pullActor) stillHeld(c *pullCall, now time.Time) bool {
 	return false
 }
 
-// serve tries to answer c now; it reports false when c should wait.
-func (a *pullActor) serve(c *pullCall, now time.Time) bool {
+// serve tries to answer c now; it reports false when c should wait. over is
+// stillHeld's.
+func (a *pullActor) serve(c *pullCall, now time.Time, over *bool) bool {
 	select {
 	case <-c.r.Done():
 		return true // nobody waits for the answer
 	default:
 	}
-	if a.stillHeld(c, now) {
+	if a.stillHeld(c, now, over) {
 		return false
 	}
 	res, err := a.b.store.Pull(c.req)
@@ -264,7 +271,10 @@ func (a *pullActor) serve(c *pullCall, now time.Time) bool {
 		return true
 	}
 	if len(res.Messages) > 0 {
-		if !c.req.Broadcast {
+		// servePull touched the consumer when the pull arrived; a pull
+		// that waited (a long poll, a hold) touches it again, as its
+		// consumer now holds messages to ack.
+		if !c.req.Broadcast && now.Sub(c.r.Arrived) > a.b.opts.ConsumerTimeout/10 {
 			a.b.live.touch(c.req.Subject, c.req.Group, c.req.Consumer)
 		}
 		a.b.metrics.pulled.Add(float64(len(res.Messages)))
@@ -289,12 +299,13 @@ func (a *pullActor) serve(c *pullCall, now time.Time) bool {
 // serveWaiting retries the waiting pulls in arrival order; expired ones (or
 // all, at shutdown) are answered empty.
 func (a *pullActor) serveWaiting(now time.Time, all bool) {
+	over := false
 	kept := a.waiting[:0]
 	for _, c := range a.waiting {
 		switch {
 		case all || !now.Before(c.waitUntil):
 			a.b.replyPulled(c.r, nil)
-		case !a.serve(c, now):
+		case !a.serve(c, now, &over):
 			kept = append(kept, c)
 			continue
 		}
