@@ -107,11 +107,22 @@ func New(opts ...Option) (*Producer, error) {
 // send timeout passes. It fills in msg.ID and msg.Created when empty.
 func (p *Producer) Send(ctx context.Context, msg *Message) error {
 	now := p.cfg.now()
-	pd, err := p.prepare(msg, nil, nil, now)
+	// The message is encoded into the request buffer's scratch space: the
+	// direct path's request is copied by the transport, so only a message
+	// that takes the queued path needs bytes of its own.
+	rb := requestPool.Get().(*requestBuf)
+	pd, err := p.prepare(msg, nil, nil, now, rb.raw[:0])
 	if err != nil {
+		rb.put()
 		return err
 	}
-	if done, err := p.sendDirect(ctx, pd, now); done {
+	rb.raw = pd.raw[:0]
+	done, err := p.sendDirect(ctx, pd, now, rb)
+	if !done {
+		pd.raw = append(p.slab.alloc(len(pd.raw)), pd.raw...)
+	}
+	rb.put()
+	if done {
 		return err
 	}
 	ch := make(chan error, 1)
@@ -159,22 +170,26 @@ func (p *Producer) SendEncoded(raw []byte, callback func(error)) error {
 var pendingPool = sync.Pool{New: func() any { return new(pending) }}
 
 func (p *Producer) enqueue(ctx context.Context, msg *Message, cb func(*Message, error), ch chan error) error {
-	pd, err := p.prepare(msg, cb, ch, p.cfg.now())
+	pd, err := p.prepare(msg, cb, ch, p.cfg.now(), nil)
 	if err != nil {
 		return err
 	}
 	return p.queuePending(ctx, pd)
 }
 
-// prepare fills in msg's id and time (now), checks and encodes it.
-func (p *Producer) prepare(msg *Message, cb func(*Message, error), ch chan error, now time.Time) (*pending, error) {
+// prepare fills in msg's id and time (now), checks and encodes it into buf
+// (nil: bytes of its own, carved from the slab).
+func (p *Producer) prepare(msg *Message, cb func(*Message, error), ch chan error, now time.Time, buf []byte) (*pending, error) {
 	if msg.ID == "" {
 		msg.ID = p.ids.NextAt(now)
 	}
 	if msg.Created.IsZero() {
 		msg.Created = now
 	}
-	raw, err := protocol.AppendMessage(p.slab.alloc(msg.EncodedSize()), msg, p.cfg.limits)
+	if buf == nil {
+		buf = p.slab.alloc(msg.EncodedSize())
+	}
+	raw, err := protocol.AppendMessage(buf, msg, p.cfg.limits)
 	if err != nil {
 		return nil, fmt.Errorf("producer: message %s: %w", msg.ID, err)
 	}
@@ -193,8 +208,9 @@ func (p *Producer) prepare(msg *Message, cb func(*Message, error), ch chan error
 // message should take the queued path instead (something is queued, no
 // group is usable now, or the try failed in a way a retry elsewhere may
 // fix: that path retries with back-off until the send timeout). now is
-// prepare's clock reading: the request's latency is counted from it.
-func (p *Producer) sendDirect(ctx context.Context, pd *pending, now time.Time) (done bool, err error) {
+// prepare's clock reading: the request's latency is counted from it. The
+// request is built in rb.
+func (p *Producer) sendDirect(ctx context.Context, pd *pending, now time.Time, rb *requestBuf) (done bool, err error) {
 	if p.closed.Load() {
 		return true, ErrClosed
 	}
@@ -213,14 +229,10 @@ func (p *Producer) sendDirect(ctx context.Context, pd *pending, now time.Time) (
 		return false, nil
 	}
 	g := groups[idx]
-	rb := requestPool.Get().(*requestBuf)
 	rb.msgs[0] = pd.raw
 	rb.b = protocol.AppendSendRequest(rb.b[:0], g.Epoch, rb.msgs[:])
 	resp, err := p.transport.CallTimeout(ctx, g.Addr, protocol.CmdSend, rb.b, p.cfg.requestTime)
 	rb.msgs[0] = nil
-	if cap(rb.b) <= maxPooledRequest {
-		requestPool.Put(rb)
-	}
 	var st []protocol.Status
 	if err == nil {
 		if st, err = protocol.DecodeSendResponse(resp); err == nil && len(st) != 1 {
@@ -258,14 +270,22 @@ func (p *Producer) sendDirect(ctx context.Context, pd *pending, now time.Time) (
 	return false, nil
 }
 
-// requestBuf is sendDirect's request body, reused: the transport copies a
-// body before Call sends it.
+// requestBuf is Send's encoded message (raw) and sendDirect's request body
+// (b), reused: the transport copies a body before Call sends it.
 type requestBuf struct {
+	raw  []byte
 	b    []byte
 	msgs [1][]byte
 }
 
 var requestPool = sync.Pool{New: func() any { return new(requestBuf) }}
+
+// put returns rb to its pool unless it grew too large to keep.
+func (rb *requestBuf) put() {
+	if cap(rb.b) <= maxPooledRequest && cap(rb.raw) <= maxPooledRequest {
+		requestPool.Put(rb)
+	}
+}
 
 // maxPooledRequest is the largest request buffer kept for reuse.
 const maxPooledRequest = 64 << 10

@@ -13,7 +13,7 @@ import (
 // avoidance period (after failures or slow answers). It is owned by
 // sendLoop and not safe for concurrent use.
 type selector struct {
-	next    map[string]uint32 // per subject round-robin position
+	next    map[string]*uint32 // per subject round-robin position
 	health  map[string]*groupHealth
 	breaker func(addr string) gobreaker.State
 }
@@ -36,7 +36,7 @@ const (
 )
 
 func newSelector(breaker func(addr string) gobreaker.State) *selector {
-	return &selector{next: map[string]uint32{}, health: map[string]*groupHealth{}, breaker: breaker}
+	return &selector{next: map[string]*uint32{}, health: map[string]*groupHealth{}, breaker: breaker}
 }
 
 func (s *selector) healthOf(name string) *groupHealth {
@@ -56,11 +56,14 @@ func (s *selector) pick(subject string, groups []route.Group, avoid string, now 
 	if n == 0 {
 		return -1
 	}
-	start, ok := s.next[subject]
-	if !ok {
-		start = rand.Uint32()
+	pos := s.next[subject]
+	if pos == nil {
+		pos = new(uint32)
+		*pos = rand.Uint32()
+		s.next[subject] = pos
 	}
-	s.next[subject] = start + 1
+	start := *pos
+	*pos++
 	fallback, fallbackUntil := -1, time.Time{}
 	for i := 0; i < n; i++ {
 		idx := int((start + uint32(i)) % uint32(n))

@@ -60,6 +60,8 @@ type sender struct {
 	mu          sync.Mutex // guards sel and routes
 	sel         *selector
 	routes      map[routeKey]*routeEntry
+	lastKey     routeKey    // the key of lastRoute, the route resolved last:
+	lastRoute   *routeEntry // most sends ask for the same one again
 	batches     map[string]*batch
 	inFlight    map[string]int
 	retries     []*pending
@@ -183,7 +185,11 @@ func (s *sender) full(b *batch) bool {
 // resolver. s.mu is held.
 func (s *sender) resolve(kind route.Kind, subject string, now time.Time) ([]route.Group, error) {
 	key := routeKey{kind, subject}
+	if e := s.lastRoute; e != nil && s.lastKey == key && now.Sub(e.fetched) < routeTTL {
+		return e.groups, nil
+	}
 	if e := s.routes[key]; e != nil && now.Sub(e.fetched) < routeTTL {
+		s.lastKey, s.lastRoute = key, e
 		return e.groups, nil
 	}
 	ctx, cancel := contextWithTimeout(s.p.cfg.requestTime)
@@ -201,7 +207,9 @@ func (s *sender) resolve(kind route.Kind, subject string, now time.Time) ([]rout
 	if len(groups) == 0 {
 		return nil, fmt.Errorf("%w for %q", route.ErrNoGroups, subject)
 	}
-	s.routes[key] = &routeEntry{groups: groups, fetched: now}
+	e := &routeEntry{groups: groups, fetched: now}
+	s.routes[key] = e
+	s.lastKey, s.lastRoute = key, e
 	return groups, nil
 }
 
@@ -335,6 +343,9 @@ func (s *sender) invalidate(g route.Group, msgs []*pending, _ error) {
 		seen[key] = true
 		s.mu.Lock()
 		delete(s.routes, key)
+		if s.lastKey == key {
+			s.lastRoute = nil
+		}
 		s.mu.Unlock()
 		s.p.cfg.resolver.Invalidate(route.Request{Kind: pd.kind, Subject: pd.subject})
 	}
