@@ -1,9 +1,11 @@
 package producer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -255,6 +257,50 @@ func TestSelector_AvoidsFailedAndSlowGroups(t *testing.T) {
 	for range 6 {
 		if s.pick("y", groups, "", later) == 1 {
 			t.Fatal("picked a readonly group")
+		}
+	}
+}
+
+// Concurrent Sends, some of which leave the direct path for the queued one
+// (a readonly group answers them): every message is stored once with its
+// own bytes, though Send encodes into buffers the next Send reuses.
+func TestSend_ConcurrentSendsKeepTheirBytes(t *testing.T) {
+	healthy, readonly := startFakeBroker(t), startFakeBroker(t)
+	readonly.set(protocol.StatusReadonly, 0)
+	p := newProducer(t, WithBrokers(healthy.addr(), readonly.addr()), WithSendTimeout(10*time.Second))
+	const senders, each = 8, 100
+	var wg sync.WaitGroup
+	sent := make([][]*Message, senders)
+	errs := make(chan error, senders)
+	for g := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				m := &Message{Subject: "s", Body: fmt.Appendf(nil, "sender %d message %d %s", g, i, strings.Repeat("x", i))}
+				if err := p.Send(context.Background(), m); err != nil {
+					errs <- err
+					return
+				}
+				sent[g] = append(sent[g], m)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if healthy.count() != senders*each || readonly.count() != 0 {
+		t.Fatalf("healthy stored %d, readonly %d, want %d and 0", healthy.count(), readonly.count(), senders*each)
+	}
+	healthy.mu.Lock()
+	defer healthy.mu.Unlock()
+	for _, ms := range sent {
+		for _, m := range ms {
+			if got := healthy.stored[m.ID]; got == nil || !bytes.Equal(got.Body, m.Body) {
+				t.Fatalf("message %s stored as %+v, sent with body %q", m.ID, got, m.Body)
+			}
 		}
 	}
 }
