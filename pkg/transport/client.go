@@ -168,10 +168,11 @@ func ctxError(err error) error {
 // Go sends a request without waiting: fn is called once with the response
 // body (the caller's) or the error, as Call would return them, within
 // timeout (0 means Options.RequestTimeout; the deadline is checked every
-// 10 ms). fn runs on the connection's reader goroutine, the client's
-// timeout sweep, or whichever goroutine notices the connection drop, so it
-// must be quick and must not block on the caller of Go; it may call Go
-// again. When Go returns
+// 10 ms). fn runs on whichever goroutine reads the connection (its reader
+// goroutine, or a Call to the same address reading for itself), the
+// client's timeout sweep, or whichever goroutine notices the connection
+// drop, so it must be quick and must not wait for the caller of Go or of
+// any Call on this client; it may call Go again. When Go returns
 // an error (breaker open, dial failure, client closed, request too large)
 // the request was not sent and fn is never called. Go may block while the
 // address is being dialled (DialTimeout) or while it writes queued requests

@@ -71,9 +71,11 @@
 // nothing in flight and no request for IdleTimeout, closing their
 // connections, so the client's map does not grow forever.
 //
-// Go's callback runs on the connection's reader goroutine (or the sweep), so
-// it must be quick; it may call Go again, which is how a producer keeps many
-// batches in flight without a goroutine per request.
+// Go's callback runs on whichever goroutine reads the connection (readLoop,
+// or a Call reading for itself) or on the sweep, so it must be quick and
+// must not wait for any caller of the client; it may call Go again, which is
+// how a producer keeps many batches in flight without a goroutine per
+// request.
 //
 // # Circuit breakers
 //
