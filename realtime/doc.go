@@ -129,7 +129,9 @@
 // the slave's acknowledgement passes it). The response's End stays the
 // master's committed end: the slave writes and fdatasyncs the records past
 // it (and acknowledges them) but indexes them only once a later End passes
-// them (store.ReplicateMessages), so its consume logs and checkpoints hold
+// them (store.ReplicateMessages; a fetch from past the committed end is
+// answered, without records, as soon as that end moves), so its consume
+// logs and checkpoints hold
 // durable master records only, and a promotion indexes the tail first (the
 // old master may have answered its senders). The danger is a cut: a
 // failed write or fdatasync makes the master's store cut its log back to

@@ -212,6 +212,11 @@ func (y *replica) follow() error {
 			m.Data = m.Data[:max(m.End-m.Offset, 0)]
 		}
 		if len(p.Message.Data) == 0 && len(p.Action.Data) == 0 {
+			// No records, but the committed end may have passed the
+			// tentative tail: index it.
+			if err := y.applyMessages(&p); err != nil {
+				return err
+			}
 			y.noteLag(p.Message)
 			continue
 		}

@@ -276,6 +276,7 @@ func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
 	}()
 	bufs := syncBufs.Get().(*[2][]byte)
 	defer syncBufs.Put(bufs)
+	tailEnd := int64(-1) // the committed end when the copy had a tail past it
 	for waited := false; ; {
 		sig := y.store.CommitSignal()
 		gen := y.store.MessageCutGen()
@@ -327,7 +328,13 @@ func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
 			r.ReplyError(protocol.Errorf(status, err.Error()))
 			return
 		}
-		if len(mc.Data) > 0 || len(ac.Data) > 0 || waited || wait == 0 {
+		// A copy with a tentative tail hears at once when the committed
+		// end moves (it indexes what became durable).
+		moved := tailEnd >= 0 && mc.End != tailEnd
+		if tailEnd < 0 && q.MessageOffset > mc.End {
+			tailEnd = mc.End
+		}
+		if len(mc.Data) > 0 || len(ac.Data) > 0 || moved || waited || wait == 0 {
 			resp.Message = protocol.SyncChunk{Start: mc.Start, End: mc.End, Offset: mc.Offset, Data: mc.Data}
 			resp.Action = protocol.SyncChunk{Start: ac.Start, End: ac.End, Offset: ac.Offset, Data: ac.Data}
 			head := protocol.AppendSyncResponseHead(make([]byte, 0, 96), &resp)
