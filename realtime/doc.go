@@ -165,7 +165,16 @@
 // failover, CmdSyncEpoch compares histories, and the slave's tail past the
 // old master's committed end is either the new master's own (it was
 // promoted with it) or cut by the epoch rule: epochs bound copies across
-// masters, generations bound them within one master's run. The copy stays
+// masters, generations bound them within one master's run. One window
+// remains open: a master that cuts its log, writes other records and dies
+// before its slave's next answer (the cut wakes the long poll at once, so
+// within about a millisecond of its truncate) leaves a promoted slave
+// holding the cut records where the rejoining old master holds the
+// replacements, above the new epoch's start. Neither side's records there
+// were acknowledged (the cut group failed; replies for the others waited
+// for an acknowledgement capped at the cut), so nothing acknowledged is
+// lost, but the copies differ there; closing it needs the cut recorded on
+// the master's disk for the rejoin to read, which the store does not keep. The copy stays
 // byte for byte the master's: store's TestReplicaTailCutBack fails an
 // fdatasync through the fault file layer after a replica copied the
 // written tail and checks the cut copy ends identical.
