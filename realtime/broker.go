@@ -135,7 +135,7 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 
 	mux := netserver.NewMux()
 	mux.HandleInline(protocol.CmdSend, netserver.HandlerFunc(b.serveSendInline))
-	mux.HandleFunc(protocol.CmdPull, b.masterOnly(b.servePull))
+	mux.HandleInline(protocol.CmdPull, netserver.HandlerFunc(b.masterOnly(b.servePullInline)))
 	mux.HandleFunc(protocol.CmdAck, b.masterOnly(b.serveAck))
 	mux.HandleFunc(protocol.CmdConsumerManage, b.masterOnly(b.serveConsumerManage))
 	mux.HandleFunc(protocol.CmdBrokerStats, b.serveBrokerStats)

@@ -101,8 +101,15 @@ func (a *pullActor) wake() {
 	}
 }
 
-// servePull validates a pull and hands it to its group's actor.
-func (b *Broker) servePull(r *netserver.Request) {
+// servePullInline is the pull handler; it runs on the event loop (the mux
+// registers it with HandleInline), which saves the hand-off to a serve
+// goroutine: each consumer keeps one pull in flight, so every hand-off on
+// the way is latency the consumer waits out, and a small group beside a
+// flood waits longest. It never blocks: it decodes and checks the pull
+// (a bad one is answered on the loop), touches its consumer (a short lock)
+// and, detached, puts it in its group's actor's mailbox, whose handler
+// (pull workers, off the loop) looks in the store and answers it.
+func (b *Broker) servePullInline(r *netserver.Request) {
 	p, err := protocol.DecodePullRequest(r.Body)
 	if err != nil {
 		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
@@ -121,6 +128,7 @@ func (b *Broker) servePull(r *netserver.Request) {
 		wait = 0
 	}
 	broadcast := p.Flags&protocol.PullBroadcast != 0
+	r = r.Detach() // answered from the actor's worker
 	call := &pullCall{
 		r: r,
 		req: store.PullRequest{
@@ -271,7 +279,7 @@ func (a *pullActor) serve(c *pullCall, now time.Time, over *bool) bool {
 		return true
 	}
 	if len(res.Messages) > 0 {
-		// servePull touched the consumer when the pull arrived; a pull
+		// servePullInline touched the consumer when the pull arrived; a pull
 		// that waited (a long poll, a hold) touches it again, as its
 		// consumer now holds messages to ack.
 		if !c.req.Broadcast && now.Sub(c.r.Arrived) > a.b.opts.ConsumerTimeout/10 {
