@@ -36,9 +36,10 @@ import (
 //
 // generation counts the master's message-log cuts (a failed write or
 // fdatasync cuts its log back to its committed end, so bytes it served
-// tentatively may be replaced); a slave sends the latest one it was told on
-// its connection (0 on a new one), and a master counts the
-// acknowledgement of a request from an older generation as none. cut is -1,
+// tentatively may be replaced); a slave sends the latest one it was told
+// since it started following (0 before the first answer), and a master
+// counts the acknowledgement of a request from an older generation only up
+// to the cuts made after it. cut is -1,
 // or the offset the slave must cut its message log back to before it asks
 // again: its copy reaches past a cut and may hold records the master no
 // longer has (the chunks are then empty).
