@@ -128,7 +128,7 @@ func TestPullLogBuffering(t *testing.T) {
 	}
 	c := &consumer{id: "c", log: l, acked: -1}
 	var want []int64
-	for i := 0; i < 1500; i += 3 {
+	for i := 0; i < 1500+3*pullFlushBytes/pullEntryWidth; i += 3 { // past the threshold
 		seqs := []int64{int64(i), int64(i + 1), int64(i + 2)}
 		if err := c.writePullLog(int64(len(want)), seqs); err != nil {
 			t.Fatal(err)
