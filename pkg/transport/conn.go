@@ -38,6 +38,7 @@ type call struct {
 	// role.
 	leads     bool
 	following bool
+	followAt  int // index in the connection's followers while following
 	readerGen uint64
 }
 
@@ -95,14 +96,13 @@ type conn struct {
 	wake          chan struct{}
 
 	// The reading role (reader.go).
-	reader     *call   // who reads: nil (nobody), loopReader, or a leading Call
-	readerGen  uint64  // counts hand-overs of the role
-	sweptGen   uint64  // readerGen at the previous sweep
-	followers  []*call // Calls waiting on a leader, some completed since
-	nFollowing int     // followers still following
-	readWake   chan struct{}
-	br         *bufio.Reader // the holder's
-	rs         readerState   // the holder's
+	reader    *call   // who reads: nil (nobody), loopReader, or a leading Call
+	readerGen uint64  // counts hand-overs of the role
+	sweptGen  uint64  // readerGen at the previous sweep
+	followers []*call // Calls waiting on a leader (call.followAt: index)
+	readWake  chan struct{}
+	br        *bufio.Reader // the holder's
+	rs        readerState   // the holder's
 }
 
 func newConn(client *Client, addr string, nc net.Conn) *conn {
@@ -281,8 +281,7 @@ func (c *conn) unpendLocked(id uint64) *call {
 	}
 	delete(c.pending, id)
 	if cl.following {
-		cl.following = false
-		c.nFollowing--
+		c.unfollowLocked(cl)
 	}
 	return cl
 }
@@ -329,9 +328,9 @@ func (c *conn) close(cause error) {
 	pending := c.pending
 	c.pending = nil
 	for _, f := range c.followers {
-		f.following = false
+		f.following, f.followAt = false, 0
 	}
-	c.followers, c.nFollowing = nil, 0
+	c.followers = nil
 	c.wbuf, c.wspare = nil, nil
 	c.mu.Unlock()
 	close(c.done)

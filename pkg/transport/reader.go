@@ -97,15 +97,9 @@ func (c *conn) passReaderLocked() {
 		c.reader = nil
 		return
 	}
-	for n := len(c.followers); n > 0; n = len(c.followers) {
+	if n := len(c.followers); n > 0 {
 		f := c.followers[n-1]
-		c.followers[n-1] = nil
-		c.followers = c.followers[:n-1]
-		if !f.following {
-			continue // completed while it followed
-		}
-		f.following = false
-		c.nFollowing--
+		c.unfollowLocked(f)
 		c.takeReaderLocked(f)
 		f.ch <- result{lead: true} // never blocks: the channel holds a lead and a result
 		return
@@ -120,19 +114,22 @@ func (c *conn) passReaderLocked() {
 // followLocked records that cl, a Call, waits while a leader reads. c.mu is
 // held.
 func (c *conn) followLocked(cl *call) {
-	if len(c.followers) >= 64 && len(c.followers) > 2*c.nFollowing {
-		live := c.followers[:0]
-		for _, f := range c.followers {
-			if f.following {
-				live = append(live, f)
-			}
-		}
-		clear(c.followers[len(live):])
-		c.followers = live
-	}
 	cl.following = true
-	c.nFollowing++
+	cl.followAt = len(c.followers)
 	c.followers = append(c.followers, cl)
+}
+
+// unfollowLocked takes cl, a follower, out of the followers at once: calls
+// are pooled and reused on other connections, so the list must never hold
+// one that stopped following. c.mu is held.
+func (c *conn) unfollowLocked(cl *call) {
+	last := len(c.followers) - 1
+	moved := c.followers[last]
+	c.followers[cl.followAt] = moved
+	moved.followAt = cl.followAt
+	c.followers[last] = nil
+	c.followers = c.followers[:last]
+	cl.following, cl.followAt = false, 0
 }
 
 // interruptLocked interrupts the holder's read, if it is reading. c.mu is

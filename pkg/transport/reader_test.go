@@ -410,3 +410,55 @@ func TestReader_CancelledMidFrameResumes(t *testing.T) {
 		t.Fatalf("Call after the cut frame = %q, %v", got, err)
 	}
 }
+
+// Calls and Go requests from several goroutines to two servers, answered
+// after a random delay: followers come and go on both connections while
+// their pooled calls move from one connection to the other, and every
+// request is answered, none left with nobody reading its connection.
+func TestReader_ConcurrentCallsOverTwoConnections(t *testing.T) {
+	var addrs []string
+	for range 2 {
+		mux := netserver.NewMux()
+		mux.HandleFunc(protocol.CmdSend, func(r *netserver.Request) {
+			d := time.Duration(200+rand.IntN(2000)) * time.Microsecond
+			time.AfterFunc(d, func() { r.Reply(protocol.StatusOK, r.Body) })
+		})
+		addrs = append(addrs, startServer(t, "127.0.0.1:0", mux).Addr().String())
+	}
+	c := newClient(t, Options{RequestTimeout: 5 * time.Second})
+	var wg sync.WaitGroup
+	const callers, calls = 6, 300
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range calls {
+				body := fmt.Appendf(nil, "%d-%d", g, i)
+				addr := addrs[rand.IntN(len(addrs))]
+				if g == 0 && i%2 == 0 {
+					ch := make(chan error, 1)
+					if err := c.Go(addr, protocol.CmdSend, body, 0, func(got []byte, err error) {
+						if err == nil && !bytes.Equal(got, body) {
+							err = fmt.Errorf("got %q", got)
+						}
+						ch <- err
+					}); err != nil {
+						t.Error(err)
+						return
+					}
+					if err := <-ch; err != nil {
+						t.Errorf("Go %s: %v", body, err)
+						return
+					}
+					continue
+				}
+				got, err := c.Call(context.Background(), addr, protocol.CmdSend, body)
+				if err != nil || !bytes.Equal(got, body) {
+					t.Errorf("Call %s = %q, %v", body, got, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
