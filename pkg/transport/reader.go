@@ -80,13 +80,14 @@ type readerState struct {
 func (c *conn) takeReaderLocked(cl *call) {
 	c.reader = cl
 	c.readerGen++
-	cl.readerGen = c.readerGen
-	if cl == loopReader {
+	if cl == loopReader { // shared by every connection: never written
 		select {
 		case c.readWake <- struct{}{}:
 		default:
 		}
+		return
 	}
+	cl.readerGen = c.readerGen
 }
 
 // passReaderLocked is called by the role's holder when it stops reading: the
