@@ -294,6 +294,35 @@ func (b *Batch) Append(kind uint8, head, body []byte) (int64, error) {
 	return off, nil
 }
 
+// AppendRecord adds rec, one whole record as ParseRecord accepted it (a
+// replica copying a master's records), verbatim, and returns its offset: a
+// copy without building the header and CRC again. It fails with ErrTooLarge
+// when the record cannot fit in a segment.
+func (b *Batch) AppendRecord(rec []byte) (int64, error) {
+	size := int64(len(rec))
+	if size > b.l.opts.MaxRecordSize {
+		return 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, size, b.l.opts.MaxRecordSize)
+	}
+	if b.next+size > b.segEnd {
+		b.next = b.segEnd
+		b.segEnd = b.next + b.l.opts.SegmentSize
+	}
+	if len(b.chunks) == 0 || b.chunks[len(b.chunks)-1].off+int64(len(b.chunks[len(b.chunks)-1].data)) != b.next {
+		if len(b.chunks) < cap(b.chunks) {
+			b.chunks = b.chunks[:len(b.chunks)+1]
+			b.chunks[len(b.chunks)-1].off = b.next
+		} else {
+			b.chunks = append(b.chunks, chunk{off: b.next})
+		}
+	}
+	c := &b.chunks[len(b.chunks)-1]
+	c.data = append(c.data, rec...)
+	off := b.next
+	b.next += size
+	b.n++
+	return off, nil
+}
+
 // Write writes b's records. On failure the log is poisoned; b's records may
 // be partly written and must be treated as lost.
 func (l *Log) Write(b *Batch) error {

@@ -2,6 +2,7 @@ package segment
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"testing"
 )
@@ -145,5 +146,47 @@ func TestLogNoMmap(t *testing.T) {
 		}
 		sameRecs(t, got, want)
 		l.Close()
+	}
+}
+
+// TestBatchAppendRecord copies records verbatim from one log into another at
+// the same offsets, across segment ends, as a replica does.
+func TestBatchAppendRecord(t *testing.T) {
+	src, err := OpenLog(t.TempDir(), LogOptions{SegmentSize: 8192})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	want := writeRecords(t, src, 0, 150)
+	dst, err := OpenLog(t.TempDir(), LogOptions{SegmentSize: 8192})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	b := dst.NewBatch()
+	for _, r := range want {
+		size := RecordSize(len(r.payload))
+		raw := make([]byte, size)
+		if err := src.ReadAt(raw, r.off); err != nil {
+			t.Fatal(err)
+		}
+		off, err := b.AppendRecord(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if off != r.off {
+			t.Fatalf("record at %d in the source lands at %d", r.off, off)
+		}
+	}
+	if err := dst.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := recoverAll(t, dst, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameRecs(t, got, want)
+	if _, err := b.AppendRecord(make([]byte, 8193)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("oversized record: %v", err)
 	}
 }

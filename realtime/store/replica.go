@@ -339,11 +339,11 @@ func (s *Store) ReplicateMessages(c LogChunk) error {
 	}
 	batch := s.replBatch
 	for p := 0; p < len(c.Data); {
-		kind, payload, size, err := segment.ParseRecord(c.Data[p:])
+		_, _, size, err := segment.ParseRecord(c.Data[p:]) // checks its CRC
 		if err != nil {
 			return fmt.Errorf("%w: message chunk at %d: %w", ErrBadChunk, c.Offset+int64(p), err)
 		}
-		off, err := batch.Append(kind, payload, nil)
+		off, err := batch.AppendRecord(c.Data[p : p+size])
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrBadChunk, err)
 		}
@@ -374,14 +374,13 @@ func (s *Store) ReplicateMessages(c LogChunk) error {
 // replMu must be held.
 func (s *Store) indexTail(upTo int64) error {
 	upTo = min(upTo, s.msgLog.End())
-	var buf []byte
 	for from := s.goodEnd.Load(); from < upTo; from = s.goodEnd.Load() {
-		c, err := readChunk(s.msgLog, upTo, from, 1<<20, buf)
+		c, err := readChunk(s.msgLog, upTo, from, 1<<20, s.replIndexBuf)
 		if err != nil {
 			return err
 		}
-		if cap(c.Data) > cap(buf) {
-			buf = c.Data[:0]
+		if cap(c.Data) > cap(s.replIndexBuf) {
+			s.replIndexBuf = c.Data[:0] // kept for the next tail: a chunk is up to 1 MiB
 		}
 		end := c.Offset + int64(len(c.Data))
 		if len(c.Data) == 0 {

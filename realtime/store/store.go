@@ -63,6 +63,7 @@ type Store struct {
 	replMu                           sync.Mutex
 	replTs                           int64
 	replBatch                        *segment.Batch // ReplicateMessages' batch, reused
+	replIndexBuf                     []byte         // indexTail's read buffer, reused (replMu)
 	recoveredMsgEnd, recoveredActEnd int64
 
 	stats counters
