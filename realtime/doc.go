@@ -60,6 +60,34 @@
 // with the mean of all) means that of two flows only the heavier can ever be
 // held. A pull that may not wait longer than Hold is not held.
 //
+// Two refinements keep the holds steady (fairshare.go). The busy gate
+// lingers: once the others' pulls waited past Busy, shares stay enforced
+// for the flow for ten Windows (busyLinger) after they last did. Holding a
+// flow takes load off the broker, so the others' waits drop at once; judged
+// afresh at every look the gate opened and closed around Busy, the held
+// flow was let go each time it opened, and it took ~2× the others'
+// messages. And flows with a pull held right now are left out of the
+// others' mean (a flow found over the others' mean is held only if it is
+// also over the mean of the flows not held): a held flow delivers less
+// because it is held, not because it is deprived, and a flow compared with
+// it would be held in turn, the two taking turns waiting out rechecks (seen
+// as the flood held to the small group's pace and the small group held to
+// the flood's).
+//
+// What a small group's pulls wait on beside a flood (a debug measurement
+// in the fairness suite, broker with GOMAXPROCS=2): alone, a pull waited
+// ~20 µs between arriving and its actor taking it and ~28 µs more until
+// its answer was made; flooded, ~100 µs and ~45 µs, and 1–2% of its pulls
+// were held (the flood, held half the time, then delivered less than it).
+// Its consumers' round trips meanwhile went from ~285 µs to ~670 µs: most
+// of the rise is outside the actors (the three processes sharing two
+// cores). With two actors and 4×GOMAXPROCS pull workers the scheduler's run
+// queue never keeps the small group's actor behind the flood's, so
+// ordering that queue by share would change nothing; yielding the
+// processor after each delivering pull (runtime.Gosched) did not help
+// either. Pulls are decoded on the event loop and go detached straight to
+// their actor (servePullInline), one goroutine hand-off fewer per pull.
+//
 // The cost: a contending group is held to about the pace of the others,
 // whatever keeps them slow, while the broker is busy; a group on a slow or
 // far machine that asks for full batches slows a fast group beside it to
