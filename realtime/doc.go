@@ -137,8 +137,8 @@
 // answers with up to SyncMaxBytes of each log's records past those offsets
 // (pkg/protocol sync.go): the action log's committed records, the message
 // log's written ones (a tentative tail, below), long-polling on the store's
-// CommitSignal, and every 250 µs on the message log's written end, up to
-// SyncWait when it has nothing new. The slave keeps one fetch in
+// CommitSignal (fired when message-log records are written and again when
+// they are committed), up to SyncWait when it has nothing new. The slave keeps one fetch in
 // flight while it writes the chunk before at the same offsets: the
 // message-log part first (fdatasync, replay), then it acknowledges at once
 // with a one-way request (MaxBytes 0), so an acknowledgement never waits

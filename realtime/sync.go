@@ -25,16 +25,6 @@ const (
 // slave asks for.
 const maxSyncWait = 10 * time.Second
 
-// tailPollEvery is how often a long-polling sync request looks for
-// records written past the committed end (the store signals commits only,
-// after their fdatasync; the tail is worth sending before it), for up to
-// tailPollFor after the request starts waiting: past that the master is
-// idle and the request waits for a commit alone.
-const (
-	tailPollEvery = 250 * time.Microsecond
-	tailPollFor   = 20 * time.Millisecond
-)
-
 // lagSampleEvery is how often the master samples its committed end to date
 // the bytes its slave lacks (pkg/ackwait.Lag bounds the samples kept).
 const lagSampleEvery = 10 * time.Millisecond
@@ -266,14 +256,6 @@ func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
 		defer t.Stop()
 		timeout = t.C
 	}
-	var poll *time.Ticker
-	var pollC <-chan time.Time
-	var pollUntil time.Time
-	defer func() {
-		if poll != nil {
-			poll.Stop()
-		}
-	}()
 	bufs := syncBufs.Get().(*[2][]byte)
 	defer syncBufs.Put(bufs)
 	tailEnd := int64(-1) // the committed end when the copy had a tail past it
@@ -343,30 +325,15 @@ func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
 			y.served.Add(int64(len(mc.Data) + len(ac.Data)))
 			return
 		}
-		if poll == nil {
-			poll = time.NewTicker(tailPollEvery)
-			pollC, pollUntil = poll.C, time.Now().Add(tailPollFor)
-		}
-		// Wait for a commit, or poll for a written tail.
-		for {
-			select {
-			case <-sig:
-			case now := <-pollC:
-				if now.After(pollUntil) {
-					poll.Stop()
-					pollC = nil
-				}
-				if y.store.MessageTailEnd() <= q.MessageOffset {
-					continue
-				}
-			case <-timeout:
-				waited = true
-			case <-r.Done():
-				return
-			case <-y.stop:
-				waited = true
-			}
-			break
+		// Wait for a write or a commit (store.CommitSignal).
+		select {
+		case <-sig:
+		case <-timeout:
+			waited = true
+		case <-r.Done():
+			return
+		case <-y.stop:
+			waited = true
 		}
 	}
 }

@@ -201,6 +201,9 @@ func (s *Store) appendLoop() {
 			} else {
 				s.inflight.Add(1)
 				s.syncCh <- g
+				// A slave copies written bytes before they are durable
+				// (ReadMessageTailInto): tell a waiting sync request.
+				s.signalCommit()
 			}
 		}
 		s.direct.queued.Add(-n)

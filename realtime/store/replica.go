@@ -79,8 +79,10 @@ func (s *Store) MessageCuts(since uint64) (gen uint64, lowest int64) {
 func (s *Store) MessageCutGen() uint64 { return s.commit.cutGen.Load() }
 
 // CommitSignal returns a channel closed the next time new bytes become
-// committed in the message log or the action log; a master's sync service
-// long-polls on it. Take the channel before reading, so no commit is missed.
+// committed in the message log or the action log, or are written to the
+// message log under FlushSync (its written tail, ReadMessageTailInto); a
+// master's sync service long-polls on it. Take the channel before reading,
+// so no commit is missed.
 func (s *Store) CommitSignal() <-chan struct{} {
 	c := &s.commit
 	c.mu.Lock()
