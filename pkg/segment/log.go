@@ -209,6 +209,19 @@ func (l *Log) tail() (end, segEnd int64) {
 	return end, end + l.opts.SegmentSize
 }
 
+// Room returns how many bytes can be written at the end without creating a
+// segment file: what is left of the segment holding the end, 0 when none
+// does (the next write starts a segment).
+func (l *Log) Room() int64 {
+	end := l.end.Load()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if s := l.segmentFor(end); s != nil {
+		return s.end() - end
+	}
+	return 0
+}
+
 // Batch collects records for one Write. Build it with Log.NewBatch or Reset,
 // then Append; offsets are final once Write succeeds.
 type Batch struct {

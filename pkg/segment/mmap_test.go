@@ -190,3 +190,36 @@ func TestBatchAppendRecord(t *testing.T) {
 		t.Fatalf("oversized record: %v", err)
 	}
 }
+
+// TestLogRoom reports what is left of the segment being written, and 0 at a
+// segment's end, where the next write creates a file.
+func TestLogRoom(t *testing.T) {
+	l, err := OpenLog(t.TempDir(), LogOptions{SegmentSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if r := l.Room(); r != 0 {
+		t.Fatalf("empty log: room %d, want 0 (no segment yet)", r)
+	}
+	b := l.NewBatch()
+	if _, err := b.Append(1, nil, make([]byte, 100)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if r, want := l.Room(), 4096-RecordSize(100); r != want {
+		t.Fatalf("room %d, want %d", r, want)
+	}
+	b.Reset()
+	if _, err := b.Append(1, nil, make([]byte, 4096-2*HeaderSize-100)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if r := l.Room(); r != 0 {
+		t.Fatalf("full segment: room %d, want 0", r)
+	}
+}

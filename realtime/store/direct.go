@@ -115,12 +115,4 @@ func asProtocolError(err error) error {
 
 // fitsInSegment reports whether n more bytes of records fit in the message
 // log's last segment, so that writing them creates no segment file.
-func (s *Store) fitsInSegment(n int) bool {
-	segs := s.msgLog.Segments()
-	if len(segs) == 0 {
-		return false
-	}
-	last := segs[len(segs)-1]
-	end := s.msgLog.End()
-	return end >= last.Base && end+int64(n) <= last.Base+last.Size
-}
+func (s *Store) fitsInSegment(n int) bool { return int64(n) <= s.msgLog.Room() }
