@@ -122,7 +122,7 @@
 // fsyncs the batch every ActionFlushInterval (50 ms), and every checkpoint
 // does so first. Each action carries the group's version (a counter), so
 // replaying an action the checkpoint already holds is a no-op. Pull logs are
-// rebuilt from PULL actions; their entries are buffered per consumer (4 KiB)
+// rebuilt from PULL actions; their entries are buffered per consumer (32 KiB)
 // and written in bulk, and checkpoints write and sync them. A checkpoint
 // also deletes action-log segments before its offset and pull-log segments
 // wholly at or below each consumer's acked position.
@@ -315,7 +315,7 @@
 // (plus up to 16 KiB of buffered consume-log entries, and one group
 // commit's worth, while it is being appended to; released when it stays
 // idle between two checkpoints) and about 900 bytes per consumer (state,
-// pull-log metadata, map entries; plus up to 4 KiB of buffered pull-log
+// pull-log metadata, map entries; plus up to 32 KiB of buffered pull-log
 // entries while it pulls). Un-acked entries live in pull-log files, not in
 // memory; returned queues are runs of sequences.
 //
