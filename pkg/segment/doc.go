@@ -51,7 +51,11 @@
 // fallocate is unsupported, with NoPreallocate or NoMmap, or for files that
 // are not Mappable (FaultFS), Write uses pwrite. Readers always use pread,
 // so they never touch a mapping; the writer copies holding the log's lock for
-// reading, and mappings are released only under its write lock.
+// reading, and mappings are released only under its write lock. The cost:
+// a copy that touches a fresh page takes a page fault, and on ext4 that
+// fault waits for a journal commit a concurrent fdatasync is running, so a
+// writer that must not wait behind its syncs (a log fsynced per group
+// commit) sets NoMmap.
 //
 // # Recovery (Log.Recover)
 //

@@ -77,6 +77,19 @@
 // last published group (segment.Log.Reset, which also lifts the poison) and
 // appends resume as soon as space returns. Nothing published is touched.
 //
+// # Writing through a mapping
+//
+// Under FlushAsync the message log is written through a shared mapping of
+// its last segment (pkg/segment, doc.go): a lone record costs a memcpy
+// instead of a pwrite, a fifth of a one-in-flight send's round trip.
+// Under FlushSync, and always for the action log, the logs use pwrite: a
+// write through the mapping that touches a fresh page takes a page fault,
+// and ext4 makes that fault wait for the journal commit an fdatasync is
+// running (the segments' fallocated extents turn from unwritten to
+// written), so every fsync stalled the appender behind it. Measured on the
+// latency suite (durable flush, 20,000 msg/s): p50 0.44 ms with pwrite,
+// 1.18 ms with the mapping.
+//
 // # Consumer groups
 //
 // A group of a subject has one cursor over the consume log shared by its

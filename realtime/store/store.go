@@ -172,11 +172,12 @@ func (s *Store) recover() error {
 	var err error
 	s.msgLog, err = segment.OpenLog(filepath.Join(s.dir, "messagelog"), segment.LogOptions{FS: s.opts.FS, SegmentSize: s.opts.SegmentSize,
 		// Generous, so lowering the limits never turns old records into damage.
-		MaxRecordSize: max(int64(s.opts.Limits.MaxEncodedSize()+recordOverhead), 64<<20)})
+		MaxRecordSize: max(int64(s.opts.Limits.MaxEncodedSize()+recordOverhead), 64<<20),
+		NoMmap:        s.opts.Flush != FlushAsync}) // see doc.go, Writing through a mapping
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
-	s.actLog, err = segment.OpenLog(filepath.Join(s.dir, "actionlog"), segment.LogOptions{FS: s.opts.FS, SegmentSize: s.opts.ActionSegmentSize})
+	s.actLog, err = segment.OpenLog(filepath.Join(s.dir, "actionlog"), segment.LogOptions{FS: s.opts.FS, SegmentSize: s.opts.ActionSegmentSize, NoMmap: true})
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}

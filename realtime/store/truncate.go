@@ -119,11 +119,12 @@ func Truncate(dir string, opts Options, message, action int64, lg *zap.Logger) (
 func openLogs(dir string, opts Options) (msgLog, actLog *segment.Log, err error) {
 	msgLog, err = segment.OpenLog(filepath.Join(dir, "messagelog"), segment.LogOptions{FS: opts.FS, SegmentSize: opts.SegmentSize,
 		// Generous, so lowering the limits never turns old records into damage.
-		MaxRecordSize: max(int64(opts.Limits.MaxEncodedSize()+recordOverhead), 64<<20)})
+		MaxRecordSize: max(int64(opts.Limits.MaxEncodedSize()+recordOverhead), 64<<20),
+		NoMmap:        opts.Flush != FlushAsync}) // see doc.go, Writing through a mapping
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: %w", err)
 	}
-	actLog, err = segment.OpenLog(filepath.Join(dir, "actionlog"), segment.LogOptions{FS: opts.FS, SegmentSize: opts.ActionSegmentSize})
+	actLog, err = segment.OpenLog(filepath.Join(dir, "actionlog"), segment.LogOptions{FS: opts.FS, SegmentSize: opts.ActionSegmentSize, NoMmap: true})
 	if err != nil {
 		msgLog.Close()
 		return nil, nil, fmt.Errorf("store: %w", err)
