@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,10 +71,19 @@ func startChromium(t *testing.T) *chromium {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Chromium's helper processes outlive its main one for a moment and
+	// keep writing to the profile: its own process group is killed whole,
+	// and the profile (not t.TempDir, whose removal fails on a file created
+	// meanwhile) is removed once they are gone.
+	profile, err := os.MkdirTemp("", "qmq-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
 		"--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-		"--user-data-dir="+t.TempDir(), "--remote-debugging-pipe", "about:blank")
+		"--user-data-dir="+profile, "--remote-debugging-pipe", "about:blank")
 	cmd.ExtraFiles = []*os.File{toChromeR, fromChromeW} // fds 3 and 4
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -82,8 +92,16 @@ func startChromium(t *testing.T) *chromium {
 	c := &chromium{t: t, cmd: cmd, toChrome: toChromeW, pending: map[int]chan cdpReply{}}
 	t.Cleanup(func() {
 		toChromeW.Close()
-		_ = cmd.Process.Kill()
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // the whole group: this test started it
 		_ = cmd.Wait()
+		deadline := time.Now().Add(10 * time.Second)
+		for err := os.RemoveAll(profile); err != nil; err = os.RemoveAll(profile) {
+			if time.Now().After(deadline) {
+				t.Logf("chromium profile %s left behind: %v", profile, err)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	})
 	go c.readLoop(bufio.NewReader(fromChromeR))
 	var target struct{ TargetID string }
