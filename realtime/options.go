@@ -95,22 +95,10 @@ type Options struct {
 	Role   string `yaml:"role"`
 	Master string `yaml:"master"`
 	// WaitSlave makes a send's reply wait until the slave has the messages
-	// (default off: the reply waits for the master's disk only): written to
-	// the slave's message log, as QMQ's wait.slave.wrote and Kafka's
-	// acks=all mean it, or on its disk where the slave runs with
-	// SlaveAckDurable.
+	// durably (default off: the reply waits for the master's disk only).
 	// A slave that can be elected (meta servers, no Master) may set it for
 	// when it is the master.
 	WaitSlave bool `yaml:"wait_slave"`
-	// SlaveAckDurable makes this broker, as a slave, acknowledge copied
-	// messages once they are fdatasynced instead of once written (in its
-	// page cache, which survives the slave process's crash; the master has
-	// them on disk under the default flush). Written is the default: an
-	// acknowledgement that waits for the slave's fdatasync also waits, on a
-	// shared journal, for the master's, and an acked message is then lost
-	// only if the master's disk and the slave's machine both fail before the
-	// slave's next fdatasync (within milliseconds).
-	SlaveAckDurable bool `yaml:"slave_ack_durable"`
 	// SlaveLagReadonly: with WaitSlave, once the oldest committed bytes the
 	// slave lacks are older than this (a slave that never connected lacks
 	// everything sent) the master answers waiting and new sends readonly and
@@ -186,7 +174,6 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Role, "role", o.Role, "replication role: master or slave (with --meta and no --master, the role to start in: roles then follow the group's election)")
 	fs.StringVar(&o.Master, "master", o.Master, "the master's address (role slave; default: the master the meta servers name)")
 	fs.BoolVar(&o.WaitSlave, "wait-slave", o.WaitSlave, "send replies wait until the slave has the messages")
-	fs.BoolVar(&o.SlaveAckDurable, "slave-ack-durable", o.SlaveAckDurable, "as a slave, acknowledge copied messages once fdatasynced, not once written")
 	fs.DurationVar(&o.SlaveLagReadonly, "slave-lag-readonly", o.SlaveLagReadonly, "with --wait-slave: readonly once the slave lags this long")
 	fs.IntVar(&o.MaxWaitingAcks, "max-waiting-acks", o.MaxWaitingAcks, "with --wait-slave: most send replies waiting for the slave (then busy)")
 	fs.IntVar(&o.SyncMaxBytes, "sync-max-bytes", o.SyncMaxBytes, "most bytes of each log in one sync response")

@@ -152,13 +152,8 @@ func (y *replica) follow() error {
 	msgPos, _ := y.store.ReplicaEnds()
 	_, actPos := y.store.CommittedEnds()
 	var gen uint64 // the master's cut generation, as last heard
-	// request asks for more (maxBytes > 0) or only acknowledges; the
-	// acknowledged end is the durable one, or the written one (ackWritten).
-	request := func(maxBytes uint32, ackWritten bool) []byte {
-		written, durable := y.store.ReplicaEnds()
-		if ackWritten {
-			durable = written
-		}
+	request := func(maxBytes uint32) []byte {
+		_, durable := y.store.ReplicaEnds()
 		q := protocol.SyncRequest{Epoch: epoch, Group: y.opts.Group, MessageOffset: msgPos, ActionOffset: actPos,
 			MessageDurable: min(durable, msgPos), MessageSegmentSize: msgSeg, ActionSegmentSize: actSeg,
 			MaxBytes: maxBytes, WaitMillis: uint32(y.opts.SyncWait / time.Millisecond), Generation: gen}
@@ -167,26 +162,19 @@ func (y *replica) follow() error {
 	var pending *protocol.SyncResponse // received, not yet written
 	for {
 		ch := make(chan fetched, 1)
-		if err := y.client.Go(master, protocol.CmdSyncLog, request(uint32(y.opts.SyncMaxBytes), false), y.opts.SyncWait+10*time.Second,
+		if err := y.client.Go(master, protocol.CmdSyncLog, request(uint32(y.opts.SyncMaxBytes)), y.opts.SyncWait+10*time.Second,
 			func(body []byte, err error) { ch <- fetched{body, err} }); err != nil {
 			return err
 		}
 		if pending != nil {
 			// The acknowledgement goes out as soon as the messages are
-			// written (durable with SlaveAckDurable): the master's waiting
-			// send replies need only them, not the fdatasync that follows
-			// nor the action log's write.
-			durable := y.b.opts.SlaveAckDurable
-			if err := y.applyMessages(pending, durable); err != nil {
+			// durable: the master's waiting send replies need only them,
+			// not the action log's write and fdatasync that follow.
+			if err := y.applyMessages(pending); err != nil {
 				return err
 			}
-			if err := y.client.Notify(y.ctx, master, protocol.CmdSyncLog, request(0, !durable)); err != nil {
+			if err := y.client.Notify(y.ctx, master, protocol.CmdSyncLog, request(0)); err != nil {
 				return err
-			}
-			if !durable {
-				if err := y.store.SyncReplica(); err != nil {
-					return err
-				}
 			}
 			if err := y.applyActions(pending); err != nil {
 				return err
@@ -226,7 +214,7 @@ func (y *replica) follow() error {
 		if len(p.Message.Data) == 0 && len(p.Action.Data) == 0 {
 			// No records, but the committed end may have passed the
 			// tentative tail: index it.
-			if err := y.applyMessages(&p, true); err != nil {
+			if err := y.applyMessages(&p); err != nil {
 				return err
 			}
 			y.noteLag(p.Message)
@@ -290,14 +278,10 @@ func (y *replica) agreeEpoch(master string) (uint64, error) {
 	return e, nil
 }
 
-// applyMessages writes (durably, or leaving the fdatasync to
-// store.SyncReplica) and replays a received response's
+// applyMessages writes (durably) and replays a received response's
 // message-log chunk; applyActions then its action-log chunk.
-func (y *replica) applyMessages(p *protocol.SyncResponse, durable bool) error {
+func (y *replica) applyMessages(p *protocol.SyncResponse) error {
 	m := store.LogChunk{Start: p.Message.Start, End: p.Message.End, Offset: p.Message.Offset, Data: p.Message.Data}
-	if !durable {
-		return y.store.ReplicateMessagesUnsynced(m)
-	}
 	return y.store.ReplicateMessages(m)
 }
 

@@ -301,33 +301,7 @@ func (s *Store) ReplicaEnds() (written, durable int64) {
 // above this store's end), the log restarts at Offset and the lost
 // sequences become holes; such a chunk must not reach past End. One
 // goroutine replicates.
-func (s *Store) ReplicateMessages(c LogChunk) error { return s.replicateMessages(c, true) }
-
-// ReplicateMessagesUnsynced is ReplicateMessages without the fdatasync: the
-// chunk is written (in the page cache: it survives this process's crash)
-// and indexed; SyncReplica makes it durable. A slave that acknowledges what
-// it has written calls it, acknowledges, then calls SyncReplica.
-func (s *Store) ReplicateMessagesUnsynced(c LogChunk) error { return s.replicateMessages(c, false) }
-
-// SyncReplica fdatasyncs a replica's message log (after
-// ReplicateMessagesUnsynced).
-func (s *Store) SyncReplica() error {
-	if !s.replica.Load() {
-		return ErrNotReplica
-	}
-	s.replMu.Lock()
-	defer s.replMu.Unlock()
-	if s.isClosed() {
-		return ErrClosed
-	}
-	if err := s.msgLog.Sync(); err != nil {
-		return s.replicaWriteFailed(err)
-	}
-	s.stats.syncs.Add(1)
-	return nil
-}
-
-func (s *Store) replicateMessages(c LogChunk, sync bool) error {
+func (s *Store) ReplicateMessages(c LogChunk) error {
 	if !s.replica.Load() {
 		return ErrNotReplica
 	}
@@ -383,12 +357,10 @@ func (s *Store) replicateMessages(c LogChunk, sync bool) error {
 	if err := s.msgLog.Write(batch); err != nil {
 		return s.replicaWriteFailed(err)
 	}
-	if sync {
-		if err := s.msgLog.Sync(); err != nil {
-			return s.replicaWriteFailed(err)
-		}
-		s.stats.syncs.Add(1)
+	if err := s.msgLog.Sync(); err != nil {
+		return s.replicaWriteFailed(err)
 	}
+	s.stats.syncs.Add(1)
 	if jumped {
 		s.goodEnd.Store(c.Offset)
 		return s.indexReplicated(c, batch.End(), true)
