@@ -279,31 +279,15 @@ func (b *Batch) End() int64 { return b.next }
 // Append adds a record whose payload is head followed by body and returns its
 // offset. It fails with ErrTooLarge when the record cannot fit in a segment.
 func (b *Batch) Append(kind uint8, head, body []byte) (int64, error) {
-	size := RecordSize(len(head) + len(body))
-	if size > b.l.opts.MaxRecordSize {
-		return 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, size, b.l.opts.MaxRecordSize)
+	c, off, err := b.place(RecordSize(len(head) + len(body)))
+	if err != nil {
+		return 0, err
 	}
-	if b.next+size > b.segEnd {
-		b.next = b.segEnd
-		b.segEnd = b.next + b.l.opts.SegmentSize
-	}
-	if len(b.chunks) == 0 || b.chunks[len(b.chunks)-1].off+int64(len(b.chunks[len(b.chunks)-1].data)) != b.next {
-		if len(b.chunks) < cap(b.chunks) {
-			b.chunks = b.chunks[:len(b.chunks)+1]
-			b.chunks[len(b.chunks)-1].off = b.next
-		} else {
-			b.chunks = append(b.chunks, chunk{off: b.next})
-		}
-	}
-	c := &b.chunks[len(b.chunks)-1]
 	start := len(c.data)
 	c.data = append(c.data, make([]byte, HeaderSize)...)
 	c.data = append(c.data, head...)
 	c.data = append(c.data, body...)
 	putHeader(c.data[start:], kind, head, body)
-	off := b.next
-	b.next += size
-	b.n++
 	return off, nil
 }
 
@@ -312,9 +296,20 @@ func (b *Batch) Append(kind uint8, head, body []byte) (int64, error) {
 // copy without building the header and CRC again. It fails with ErrTooLarge
 // when the record cannot fit in a segment.
 func (b *Batch) AppendRecord(rec []byte) (int64, error) {
-	size := int64(len(rec))
+	c, off, err := b.place(int64(len(rec)))
+	if err != nil {
+		return 0, err
+	}
+	c.data = append(c.data, rec...)
+	return off, nil
+}
+
+// place reserves size bytes for the next record (at the next segment's
+// start when it does not fit in this one) and returns the chunk to append
+// its bytes to and its offset.
+func (b *Batch) place(size int64) (*chunk, int64, error) {
 	if size > b.l.opts.MaxRecordSize {
-		return 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, size, b.l.opts.MaxRecordSize)
+		return nil, 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, size, b.l.opts.MaxRecordSize)
 	}
 	if b.next+size > b.segEnd {
 		b.next = b.segEnd
@@ -328,12 +323,10 @@ func (b *Batch) AppendRecord(rec []byte) (int64, error) {
 			b.chunks = append(b.chunks, chunk{off: b.next})
 		}
 	}
-	c := &b.chunks[len(b.chunks)-1]
-	c.data = append(c.data, rec...)
 	off := b.next
 	b.next += size
 	b.n++
-	return off, nil
+	return &b.chunks[len(b.chunks)-1], off, nil
 }
 
 // Write writes b's records. On failure the log is poisoned; b's records may
