@@ -26,27 +26,7 @@ func TestTiming_SmallGroupNotStarvedByFlood(t *testing.T) {
 	sendN(t, p, "fair", 20000, nil)
 
 	rate := func(group string, n int) (float64, func()) {
-		var handled atomic.Int64
-		var cs []*consumer.Consumer
-		for i := range n {
-			c, err := consumer.New(consumer.WithBrokers(b.addr()), consumer.WithConsumerID(fmt.Sprintf("%s-%d", group, i)),
-				consumer.WithTransportOptions(fastTransport))
-			if err != nil {
-				t.Fatal(err)
-			}
-			cs = append(cs, c)
-			if _, err := c.Subscribe("fair", group, func(ctx context.Context, m *consumer.Message) error {
-				handled.Add(1)
-				return nil
-			}, consumer.StartEarliest(), consumer.PullBatch(32), consumer.MaxUnacked(64)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		stop := func() {
-			for _, c := range cs {
-				c.Close(context.Background())
-			}
-		}
+		handled, stop := startFairGroup(t, b.addr(), group, n)
 		if group == "flood" {
 			return 0, stop
 		}
@@ -100,29 +80,9 @@ func TestTiming_SmallGroupBesideALiveFlood(t *testing.T) {
 
 	var floodHandled *atomic.Int64
 	rate := func(group string, n int) (float64, func()) {
-		var handled atomic.Int64
-		var cs []*consumer.Consumer
-		for i := range n {
-			c, err := consumer.New(consumer.WithBrokers(b.addr()), consumer.WithConsumerID(fmt.Sprintf("%s-%d", group, i)),
-				consumer.WithTransportOptions(fastTransport))
-			if err != nil {
-				t.Fatal(err)
-			}
-			cs = append(cs, c)
-			if _, err := c.Subscribe("fair", group, func(ctx context.Context, m *consumer.Message) error {
-				handled.Add(1)
-				return nil
-			}, consumer.StartEarliest(), consumer.PullBatch(32), consumer.MaxUnacked(64)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		stop := func() {
-			for _, c := range cs {
-				c.Close(context.Background())
-			}
-		}
+		handled, stop := startFairGroup(t, b.addr(), group, n)
 		if group == "flood" {
-			floodHandled = &handled
+			floodHandled = handled
 			return 0, stop
 		}
 		// Count from the first delivery, so that connecting and
@@ -231,4 +191,32 @@ func counterValue(t *testing.T, reg prometheus.Gatherer, name string) float64 {
 		}
 	}
 	return v
+}
+
+// startFairGroup starts n consumers of group on subject "fair" from its
+// earliest message (batches of 32, at most 64 un-acked each) and returns the
+// count of messages they handled and a function that closes them.
+func startFairGroup(t *testing.T, addr, group string, n int) (*atomic.Int64, func()) {
+	t.Helper()
+	handled := new(atomic.Int64)
+	var cs []*consumer.Consumer
+	for i := range n {
+		c, err := consumer.New(consumer.WithBrokers(addr), consumer.WithConsumerID(fmt.Sprintf("%s-%d", group, i)),
+			consumer.WithTransportOptions(fastTransport))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+		if _, err := c.Subscribe("fair", group, func(ctx context.Context, m *consumer.Message) error {
+			handled.Add(1)
+			return nil
+		}, consumer.StartEarliest(), consumer.PullBatch(32), consumer.MaxUnacked(64)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return handled, func() {
+		for _, c := range cs {
+			c.Close(context.Background())
+		}
+	}
 }
