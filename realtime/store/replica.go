@@ -302,14 +302,11 @@ func (s *Store) ReplicaEnds() (written, durable int64) {
 // sequences become holes; such a chunk must not reach past End. One
 // goroutine replicates.
 func (s *Store) ReplicateMessages(c LogChunk) error {
-	if !s.replica.Load() {
-		return ErrNotReplica
+	unlock, err := s.lockReplica()
+	if err != nil {
+		return err
 	}
-	s.replMu.Lock()
-	defer s.replMu.Unlock()
-	if s.isClosed() {
-		return ErrClosed
-	}
+	defer unlock()
 	end := s.msgLog.End()
 	if c.Offset < end {
 		return fmt.Errorf("%w: message chunk at %d, this copy ends at %d", ErrReplicaMismatch, c.Offset, end)
@@ -371,6 +368,21 @@ func (s *Store) ReplicateMessages(c LogChunk) error {
 	return s.indexTail(c.End)
 }
 
+// lockReplica takes replMu for a replication step: it fails with
+// ErrNotReplica on a store that is not a replica and ErrClosed on a closed
+// one.
+func (s *Store) lockReplica() (unlock func(), err error) {
+	if !s.replica.Load() {
+		return nil, ErrNotReplica
+	}
+	s.replMu.Lock()
+	if s.isClosed() {
+		s.replMu.Unlock()
+		return nil, ErrClosed
+	}
+	return s.replMu.Unlock, nil
+}
+
 // indexTail indexes the written tail up to upTo (the master's committed
 // end; a record boundary of both copies), reading it back from the log.
 // replMu must be held.
@@ -402,14 +414,11 @@ func (s *Store) indexTail(upTo int64) error {
 // when off lies below the indexed end (the copy must be cut back with
 // Truncate, closed).
 func (s *Store) CutReplicaTail(off int64) error {
-	if !s.replica.Load() {
-		return ErrNotReplica
+	unlock, err := s.lockReplica()
+	if err != nil {
+		return err
 	}
-	s.replMu.Lock()
-	defer s.replMu.Unlock()
-	if s.isClosed() {
-		return ErrClosed
-	}
+	defer unlock()
 	if g := s.goodEnd.Load(); off < g {
 		return fmt.Errorf("%w: cut back to %d, below the indexed end %d", ErrReplicaMismatch, off, g)
 	}
@@ -530,14 +539,11 @@ func (s *Store) indexReplicated(c LogChunk, end int64, jumped bool) error {
 // fails with ErrReplicaGap: the master no longer has actions this copy
 // lacks, and only a fresh copy can follow it (see doc.go).
 func (s *Store) ReplicateActions(c LogChunk) error {
-	if !s.replica.Load() {
-		return ErrNotReplica
+	unlock, err := s.lockReplica()
+	if err != nil {
+		return err
 	}
-	s.replMu.Lock()
-	defer s.replMu.Unlock()
-	if s.isClosed() {
-		return ErrClosed
-	}
+	defer unlock()
 	end := s.actions.end()
 	if c.Offset < end {
 		return fmt.Errorf("%w: action chunk at %d, this copy ends at %d", ErrReplicaMismatch, c.Offset, end)
