@@ -219,10 +219,12 @@ func (p *Producer) sendDirect(ctx context.Context, pd *pending, now time.Time, r
 	}
 	s := p.sender
 	s.mu.Lock()
-	groups, err := s.resolve(pd.kind, pd.subject, now)
+	e, err := s.resolve(pd.kind, pd.subject, now)
+	var groups []route.Group // e's may be refreshed once s.mu is released
 	idx := -1
 	if err == nil {
-		idx = s.sel.pick(pd.subject, groups, "", now)
+		groups = e.groups
+		idx = s.sel.pick(&e.next, groups, "", now)
 	}
 	s.mu.Unlock()
 	if idx < 0 {

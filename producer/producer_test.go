@@ -234,28 +234,29 @@ func TestSelector_AvoidsFailedAndSlowGroups(t *testing.T) {
 	s := newSelector(nil)
 	groups := route.Groups("a", "b", "c")
 	now := time.Unix(1000, 0)
+	x, y := newPosition(), newPosition() // two subjects' round-robin positions
 	s.failed("g0", now)
 	s.succeeded("g1", 2*time.Second, now) // slow: avoided for a while
 	for range 10 {
-		if idx := s.pick("x", groups, "", now); idx != 2 {
+		if idx := s.pick(&x, groups, "", now); idx != 2 {
 			t.Fatalf("picked %d, want the only healthy group 2", idx)
 		}
 	}
 	// Everything avoided: the group whose avoidance ends first.
-	if idx := s.pick("x", groups, "g2", now); idx != 0 {
+	if idx := s.pick(&x, groups, "g2", now); idx != 0 {
 		t.Fatalf("fallback picked %d, want 0", idx)
 	}
 	later := now.Add(time.Minute)
 	seen := map[int]bool{}
 	for range 6 {
-		seen[s.pick("x", groups, "", later)] = true
+		seen[s.pick(&x, groups, "", later)] = true
 	}
 	if len(seen) != 3 {
 		t.Fatalf("after avoidance ended, round-robin used %v", seen)
 	}
 	groups[1].State = route.Readonly
 	for range 6 {
-		if s.pick("y", groups, "", later) == 1 {
+		if s.pick(&y, groups, "", later) == 1 {
 			t.Fatal("picked a readonly group")
 		}
 	}

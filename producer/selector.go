@@ -10,10 +10,11 @@ import (
 
 // selector picks a broker group per message: round-robin over the subject's
 // writable groups, skipping groups with an open breaker and groups in their
-// avoidance period (after failures or slow answers). It is owned by
-// sendLoop and not safe for concurrent use.
+// avoidance period (after failures or slow answers). The round-robin
+// position of a subject lives in its cached route (routeEntry.next), so a
+// message costs one map access for both. It is not safe for concurrent use
+// (the sender guards it with its mu).
 type selector struct {
-	next    map[string]*uint32 // per subject round-robin position
 	health  map[string]*groupHealth
 	breaker func(addr string) gobreaker.State
 }
@@ -36,7 +37,7 @@ const (
 )
 
 func newSelector(breaker func(addr string) gobreaker.State) *selector {
-	return &selector{next: map[string]*uint32{}, health: map[string]*groupHealth{}, breaker: breaker}
+	return &selector{health: map[string]*groupHealth{}, breaker: breaker}
 }
 
 func (s *selector) healthOf(name string) *groupHealth {
@@ -48,19 +49,18 @@ func (s *selector) healthOf(name string) *groupHealth {
 	return h
 }
 
-// pick returns the index in groups of the group for the next message of
-// subject, preferring groups other than avoid (the group that just failed
-// this message); -1 when no group is writable.
-func (s *selector) pick(subject string, groups []route.Group, avoid string, now time.Time) int {
+// newPosition is where a subject's round-robin starts: random, so that many
+// producers of one subject do not all start on the same group.
+func newPosition() uint32 { return rand.Uint32() }
+
+// pick returns the index in groups of the group for the next message of the
+// subject whose round-robin position is pos, preferring groups other than
+// avoid (the group that just failed this message); -1 when no group is
+// writable.
+func (s *selector) pick(pos *uint32, groups []route.Group, avoid string, now time.Time) int {
 	n := len(groups)
 	if n == 0 {
 		return -1
-	}
-	pos := s.next[subject]
-	if pos == nil {
-		pos = new(uint32)
-		*pos = rand.Uint32()
-		s.next[subject] = pos
 	}
 	start := *pos
 	*pos++
