@@ -60,7 +60,7 @@ type syncService struct {
 	// pendingDups: dedupe keys of stored messages whose send replies wait
 	// (or failed waiting) for the slave, with the offset it must pass.
 	dupMu       sync.Mutex
-	pendingDups map[uint64]int64
+	pendingDups pendingKeys
 	lagNanos    atomic.Int64
 	lagBytes    atomic.Int64
 	served      atomic.Int64 // log bytes sent to the slave
@@ -91,8 +91,7 @@ type syncService struct {
 }
 
 func newSyncService(b *Broker) *syncService {
-	y := &syncService{b: b, store: b.store, opts: &b.opts, lg: b.lg.Named("sync"), stop: make(chan struct{}),
-		pendingDups: map[uint64]int64{}}
+	y := &syncService{b: b, store: b.store, opts: &b.opts, lg: b.lg.Named("sync"), stop: make(chan struct{})}
 	y.slaveMsg.Store(-1)
 	y.slaveAct.Store(-1)
 	y.slaveActPrev.Store(-1)
@@ -462,10 +461,12 @@ func (y *syncService) syncWatchLoop() {
 func (y *syncService) watch(now time.Time) {
 	end, _ := y.store.CommittedEnds()
 	slave := y.slaveMsg.Load()
-	y.mu.Lock()
 	if slave >= end {
-		y.sweepDups()
+		y.dupMu.Lock()
+		y.pendingDups.shrink(slave)
+		y.dupMu.Unlock()
 	}
+	y.mu.Lock()
 	y.lagDates.Sample(end, slave, now)
 	if y.alone.Load() {
 		y.lagDates.Reset() // no slave to wait for
@@ -541,14 +542,12 @@ func (b *Broker) replyStored(s *sendCall, results []store.Result) {
 		return
 	}
 	y := b.sync
-	var keys []uint64
 	if b.dedupe.enabled() {
-		keys = make([]uint64, 0, len(results))
+		settled := y.slaveMsg.Load()
 		y.dupMu.Lock()
 		for j, res := range results {
 			if i := s.index[j]; res.Err == nil && s.reserved[i] {
-				keys = append(keys, s.keys[i])
-				y.pendingDups[s.keys[i]] = res.Offset + 1
+				y.pendingDups.add(s.keys[i], res.Offset+1, settled)
 			}
 		}
 		y.dupMu.Unlock()
@@ -559,50 +558,24 @@ func (b *Broker) replyStored(s *sendCall, results []store.Result) {
 			r.ReplyError(err)
 			return
 		}
-		y.settleDups(keys)
 		r.Reply(protocol.StatusOK, protocol.AppendSendResponse(nil, statuses))
 	})
 }
 
 // duplicateStatus answers a message whose dedupe key is known: a
 // duplicate, or busy while the first copy is not yet in the slave's copy
-// (its reply waits, or failed waiting).
+// (its reply waits, or failed waiting). A master serving alone answers
+// without waiting for a slave, and so does its duplicate answer.
 func (b *Broker) duplicateStatus(k uint64) protocol.Status {
-	if y := b.sync; y != nil && b.opts.WaitSlave {
+	if y := b.sync; y != nil && b.opts.WaitSlave && !y.alone.Load() {
 		y.dupMu.Lock()
-		need, pending := y.pendingDups[k]
-		if pending && y.slaveMsg.Load() >= need {
-			delete(y.pendingDups, k)
-			pending = false
-		}
+		pending := y.pendingDups.pending(k, y.slaveMsg.Load())
 		y.dupMu.Unlock()
 		if pending {
 			return protocol.StatusBusy
 		}
 	}
 	return protocol.StatusDuplicate
-}
-
-// settleDups forgets pending dedupe keys whose messages the slave holds.
-func (y *syncService) settleDups(keys []uint64) {
-	if len(keys) == 0 {
-		return
-	}
-	y.dupMu.Lock()
-	for _, k := range keys {
-		delete(y.pendingDups, k)
-	}
-	y.dupMu.Unlock()
-}
-
-// sweepDups forgets every pending key once the slave holds all that is
-// committed (replies that failed waiting leave theirs behind).
-func (y *syncService) sweepDups() {
-	y.dupMu.Lock()
-	if len(y.pendingDups) > 0 {
-		clear(y.pendingDups)
-	}
-	y.dupMu.Unlock()
 }
 
 // registerSyncMetrics adds the master's replication series.
