@@ -296,7 +296,9 @@ func (s *Store) ReplicaEnds() (written, durable int64) {
 // derived, not copied. Records past End are the master's tentative tail:
 // written and synced here (so the slave can acknowledge them) but indexed
 // only once a later chunk's End passes them, so a cut of them
-// (CutReplicaTail) touches the message log alone. When the master no
+// (CutReplicaTail) touches the message log alone. The store keeps such a
+// chunk's Data (it does not copy it) and indexes the records from it, so
+// the caller must not change Data after the call. When the master no
 // longer keeps what this store lacks (Offset is the master's Start and
 // above this store's end), the log restarts at Offset and the lost
 // sequences become holes; such a chunk must not reach past End. One
@@ -327,16 +329,17 @@ func (s *Store) ReplicateMessages(c LogChunk) error {
 			return fmt.Errorf("%w: %w", ErrIO, err)
 		}
 		s.lg.Warn("message log restarts at the master's first kept offset", zap.Int64("from", end), zap.Int64("to", c.Offset))
+		s.repl.dropTail()
 		jumped = true
 	}
 	// One batch, kept with its buffers: a fresh one per chunk spends more
 	// growing its buffer than copying the records.
-	if s.replBatch == nil {
-		s.replBatch = s.msgLog.NewBatch()
+	if s.repl.batch == nil {
+		s.repl.batch = s.msgLog.NewBatch()
 	} else {
-		s.replBatch.Reset()
+		s.repl.batch.Reset()
 	}
-	batch := s.replBatch
+	batch := s.repl.batch
 	for p := 0; p < len(c.Data); {
 		_, _, size, err := segment.ParseRecord(c.Data[p:]) // checks its CRC
 		if err != nil {
@@ -365,7 +368,74 @@ func (s *Store) ReplicateMessages(c LogChunk) error {
 	if g := s.goodEnd.Load(); g == c.Offset && c.End >= batch.End() {
 		return s.indexReplicated(c, batch.End(), false) // all of it is durable on the master
 	}
+	s.repl.keepTail(c.Offset, c.Data, s.goodEnd.Load())
 	return s.indexTail(c.End)
+}
+
+// replication is what a replica keeps between its steps (under replMu).
+type replication struct {
+	batch    *segment.Batch // ReplicateMessages' batch, reused
+	indexBuf []byte         // indexTail's read buffer, reused
+	// tail holds the chunks written past the indexed end (goodEnd) as
+	// ReplicateMessages received them, oldest first, so indexTail indexes
+	// them from memory instead of reading back what was just written.
+	// Each is whole records at its offset, byte for byte the log's; two
+	// may be apart (the padding at a segment's end, or a chunk not kept),
+	// and indexTail reads back what lies between. tailBytes is their size.
+	tail      []LogChunk
+	tailBytes int
+}
+
+// maxKeptTail bounds the tentative tail kept in memory: past it, chunks
+// are indexed by reading them back (a master whose fdatasync stalls while
+// it goes on writing).
+const maxKeptTail = 16 << 20
+
+// keepTail keeps a written chunk's records for indexTail, first dropping
+// the kept ones wholly below the indexed end.
+func (r *replication) keepTail(off int64, data []byte, indexed int64) {
+	r.trimBelow(indexed)
+	if len(data) == 0 || r.tailBytes+len(data) > maxKeptTail {
+		return
+	}
+	r.tail = append(r.tail, LogChunk{Offset: off, Data: data})
+	r.tailBytes += len(data)
+}
+
+// trimBelow drops the kept chunks that end at or below off.
+func (r *replication) trimBelow(off int64) {
+	n := 0
+	for n < len(r.tail) && r.tail[n].Offset+int64(len(r.tail[n].Data)) <= off {
+		r.tailBytes -= len(r.tail[n].Data)
+		n++
+	}
+	if n > 0 {
+		clear(r.tail[:n])
+		r.tail = append(r.tail[:0], r.tail[n:]...)
+	}
+}
+
+// cutTail forgets what was kept at or past off (the log was cut back to
+// it).
+func (r *replication) cutTail(off int64) {
+	for i := len(r.tail) - 1; i >= 0; i-- {
+		c := &r.tail[i]
+		switch {
+		case c.Offset >= off:
+			r.tailBytes -= len(c.Data)
+			r.tail[i] = LogChunk{}
+			r.tail = r.tail[:i]
+		case c.Offset+int64(len(c.Data)) > off:
+			r.tailBytes -= int(c.Offset + int64(len(c.Data)) - off)
+			c.Data = c.Data[:off-c.Offset]
+		}
+	}
+}
+
+// dropTail forgets every kept chunk.
+func (r *replication) dropTail() {
+	clear(r.tail)
+	r.tail, r.tailBytes = r.tail[:0], 0
 }
 
 // lockReplica takes replMu for a replication step: it fails with
@@ -384,27 +454,75 @@ func (s *Store) lockReplica() (unlock func(), err error) {
 }
 
 // indexTail indexes the written tail up to upTo (the master's committed
-// end; a record boundary of both copies), reading it back from the log.
-// replMu must be held.
+// end; a record boundary of both copies): from the chunks kept as received
+// where they cover it, else reading it back from the log. replMu must be
+// held.
 func (s *Store) indexTail(upTo int64) error {
 	upTo = min(upTo, s.msgLog.End())
+	r := &s.repl
 	for from := s.goodEnd.Load(); from < upTo; from = s.goodEnd.Load() {
-		c, err := readChunk(s.msgLog, upTo, from, 1<<20, s.replIndexBuf)
+		r.trimBelow(from)
+		if len(r.tail) > 0 && r.tail[0].Offset == from {
+			k := &r.tail[0]
+			n, err := wholeRecords(k.Data, upTo-from)
+			if err != nil {
+				return fmt.Errorf("%w: the master's committed end %d: %w", ErrReplicaMismatch, upTo, err)
+			}
+			c := LogChunk{Offset: from, Data: k.Data[:n]}
+			k.Offset, k.Data = from+int64(n), k.Data[n:]
+			r.tailBytes -= n
+			if err := s.indexReplicated(c, from+int64(n), false); err != nil {
+				return err
+			}
+			continue
+		}
+		// Read back up to the next kept chunk (a kept chunk that starts
+		// below from is not trusted to hold a record boundary there).
+		bound := upTo
+		if len(r.tail) > 0 && r.tail[0].Offset > from {
+			bound = min(bound, r.tail[0].Offset)
+		}
+		c, err := readChunk(s.msgLog, bound, from, 1<<20, r.indexBuf)
 		if err != nil {
 			return err
 		}
-		if cap(c.Data) > cap(s.replIndexBuf) {
-			s.replIndexBuf = c.Data[:0] // kept for the next tail: a chunk is up to 1 MiB
+		if cap(c.Data) > cap(r.indexBuf) {
+			r.indexBuf = c.Data[:0] // kept for the next tail: a chunk is up to 1 MiB
 		}
 		end := c.Offset + int64(len(c.Data))
 		if len(c.Data) == 0 {
-			end = upTo // padding up to upTo
+			end = bound // padding up to bound
 		}
 		if err := s.indexReplicated(c, end, false); err != nil {
 			return err
 		}
 	}
+	r.trimBelow(s.goodEnd.Load())
+	if len(r.tail) == 0 && cap(r.tail) > 64 {
+		r.tail = nil
+	}
 	return nil
+}
+
+// wholeRecords returns the size of the whole records at the start of data
+// (records already checked) that end at or below limit; a first record
+// that ends past limit fails: limit is not a record boundary.
+func wholeRecords(data []byte, limit int64) (int, error) {
+	n := 0
+	for n+segment.HeaderSize <= len(data) {
+		size, err := recordSize(data[n:])
+		if err != nil {
+			return 0, fmt.Errorf("no record at %d of a kept chunk: %w", n, err)
+		}
+		if int64(n)+size > limit {
+			break
+		}
+		n += int(size)
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("no record ends at or below %d bytes on", limit)
+	}
+	return n, nil
 }
 
 // CutReplicaTail cuts a replica's message log back to off, which must not
@@ -426,6 +544,7 @@ func (s *Store) CutReplicaTail(off int64) error {
 	if off >= end {
 		return nil
 	}
+	s.repl.cutTail(off)
 	if err := s.msgLog.Reset(off); err != nil {
 		return fmt.Errorf("%w: %w", ErrIO, err)
 	}
@@ -436,7 +555,9 @@ func (s *Store) CutReplicaTail(off int64) error {
 // replicaWriteFailed cuts the message log back to its last written chunk's
 // end (the start of the failed one).
 func (s *Store) replicaWriteFailed(err error) error {
-	if rerr := s.msgLog.Reset(max(s.msgLog.Synced(), s.goodEnd.Load())); rerr != nil {
+	back := max(s.msgLog.Synced(), s.goodEnd.Load())
+	s.repl.cutTail(back)
+	if rerr := s.msgLog.Reset(back); rerr != nil {
 		s.lg.Error("message log reset after a failed replicated write failed", zap.Error(rerr))
 	}
 	return fmt.Errorf("%w: %w", ErrIO, err)
@@ -453,6 +574,21 @@ func (s *Store) indexReplicated(c LogChunk, end int64, jumped bool) error {
 	var ts []touched
 	idx := map[*subject]int{}
 	n := int64(0)
+	// Runs of one subject take its lock once (as the appender's do).
+	var run *subject
+	endRun := func() error {
+		if run == nil {
+			return nil
+		}
+		var err error
+		if len(run.pending) >= pendingFlushBytes {
+			err = run.flushLocked()
+		}
+		run.mu.Unlock()
+		run = nil
+		return err
+	}
+	defer endRun()
 	for p := 0; p < len(c.Data); {
 		off := c.Offset + int64(p)
 		kind, payload, size := splitRecord(c.Data[p:]) // validated before the write
@@ -470,24 +606,37 @@ func (s *Store) indexReplicated(c LogChunk, end int64, jumped bool) error {
 			s.lg.Error("replicated message record does not parse; skipped", zap.Int64("offset", off), zap.Error(err))
 			continue
 		}
-		sj := s.lookupSubject(v.Subject) // no allocation for a known subject
-		if sj == nil {
-			if sj, err = s.subjectFor(string(v.Subject), true); err != nil {
-				return fmt.Errorf("%w: %w", ErrIO, err)
+		sj := run
+		if sj == nil || string(v.Subject) != sj.name {
+			if err := endRun(); err != nil {
+				return err
+			}
+			sj = s.lookupSubject(v.Subject) // no allocation for a known subject
+			if sj == nil {
+				if sj, err = s.subjectFor(string(v.Subject), true); err != nil {
+					return fmt.Errorf("%w: %w", ErrIO, err)
+				}
 			}
 		}
 		if seq < sj.next {
 			continue // indexed already
 		}
-		for sj.next < seq {
-			sj.addHole()
-			sj.next++
+		if sj.next < seq {
+			if err := endRun(); err != nil {
+				return err
+			}
+			for sj.next < seq {
+				sj.addHole()
+				sj.next++
+			}
+		}
+		if run == nil {
+			run = sj
+			run.mu.Lock()
 		}
 		e := entry{offset: off, size: uint32(size), timestamp: at, deliverAt: v.DeliverAtMillis}
 		v.Tags(func(t []byte) bool { e.bloom |= tagBloom(t); return true })
-		if err := sj.addEntry(&e); err != nil {
-			return err
-		}
+		sj.addEntryLocked(&e)
 		sj.next++
 		i, ok := idx[sj]
 		if !ok {
@@ -498,6 +647,9 @@ func (s *Store) indexReplicated(c LogChunk, end int64, jumped bool) error {
 		ts[i].bytes += int64(size)
 		s.replTs = max(s.replTs, at)
 		n++
+	}
+	if err := endRun(); err != nil {
+		return err
 	}
 	for _, t := range ts {
 		t.sj.setVisible(t.sj.next, t.bytes)
@@ -669,6 +821,7 @@ func (s *Store) Promote() error {
 	if err := s.indexTail(s.msgLog.End()); err != nil {
 		return err
 	}
+	s.repl.dropTail()
 	// The appender reads lastTs and the subjects' next only after a send
 	// that follows the store of replica below (atomic, then the append
 	// channel), so these writes happen before its reads.

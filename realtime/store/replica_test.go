@@ -3,7 +3,11 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"reflect"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -633,5 +637,209 @@ func TestPromoteIndexesTheTail(t *testing.T) {
 	}
 	if got, _ := r.Read("p", 0, 100); len(got) != 31 {
 		t.Fatalf("promoted store reads %d messages, want 31", len(got))
+	}
+}
+
+// readCountFS counts the reads of message-log segments.
+type readCountFS struct {
+	fsutil.FS
+	reads atomic.Int64
+}
+
+func (f *readCountFS) OpenFile(name string, flag int, perm fs.FileMode) (fsutil.File, error) {
+	file, err := f.FS.OpenFile(name, flag, perm)
+	if err != nil || !strings.Contains(name, string(filepath.Separator)+"messagelog"+string(filepath.Separator)) {
+		return file, err
+	}
+	return readCountFile{file, &f.reads}, nil
+}
+
+type readCountFile struct {
+	fsutil.File
+	reads *atomic.Int64
+}
+
+func (f readCountFile) ReadAt(p []byte, off int64) (int, error) {
+	f.reads.Add(1)
+	return f.File.ReadAt(p, off)
+}
+
+// TestReplicaIndexesTheTailFromMemory: a replica indexes the tentative
+// tail from the chunks it received, not by reading back its log: through
+// a committed end that lands inside a chunk, a master's cut inside a kept
+// chunk, and segment ends. It ends byte for byte and entry for entry the
+// master's, reading back no more than the padding at segment ends.
+func TestReplicaIndexesTheTailFromMemory(t *testing.T) {
+	opts := replicaOptions()
+	ffs := fsutil.NewFaultFS(nil)
+	mopts := opts
+	mopts.FS = ffs
+	m := openStore(t, t.TempDir(), mopts)
+	defer m.Close()
+	rfs := &readCountFS{FS: fsutil.OS}
+	ropts := opts
+	ropts.Replica = true
+	ropts.FS = rfs
+	r := openStore(t, t.TempDir(), ropts)
+	defer r.Close()
+
+	body := make([]byte, 500)
+	var offs []int64
+	for i := 0; i < 20; i++ {
+		offs = append(offs, appendAll(t, m, encode(t, fmt.Sprintf("s%d", i%2), fmt.Sprintf("a%d", i), body, "t"))[0].Offset)
+	}
+	good, _ := m.CommittedEnds()
+	// A group whose fdatasync fails: written (served as a tail), then cut.
+	ffs.Fail(fsutil.OpSync, nil)
+	var lost [][]byte
+	for i := 0; i < 10; i++ {
+		lost = append(lost, encode(t, "s0", fmt.Sprintf("lost%d", i), body))
+	}
+	if _, err := m.Append(t.Context(), lost); err != nil {
+		t.Fatal(err)
+	}
+	ffs.Heal()
+	reads := rfs.reads.Load()
+
+	// One chunk of all of it, the replica told an older committed end
+	// (the tenth record's start): ten records indexed, the rest kept.
+	mc, err := m.ReadMessageTailInto(nil, 0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc.End = offs[10]
+	if err := r.ReplicateMessages(mc); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := r.CommittedEnds(); c != offs[10] {
+		t.Fatalf("replica indexed up to %d, want %d", c, offs[10])
+	}
+	// A committed end inside a record is refused, and indexes nothing
+	// past the records below it.
+	torn := LogChunk{Start: mc.Start, End: offs[15] + 7, Offset: m.MessageTailEnd()}
+	if err := r.ReplicateMessages(torn); !errors.Is(err, ErrReplicaMismatch) {
+		t.Fatalf("a committed end inside a record: %v", err)
+	}
+	if c, _ := r.CommittedEnds(); c != offs[15] {
+		t.Fatalf("after a committed end inside a record the replica indexed up to %d, want %d", c, offs[15])
+	}
+	// The master cuts back to its committed end (inside the kept chunk,
+	// past what the replica indexed) and writes other records there.
+	var kept [][]byte
+	for i := 0; i < 300; i++ { // several 64 KiB segments
+		kept = append(kept, encode(t, fmt.Sprintf("s%d", i%3), fmt.Sprintf("k%d", i), body, "u"))
+	}
+	appendAll(t, m, kept...)
+	if _, low := m.MessageCuts(0); low != good {
+		t.Fatalf("master's cut at %d, want its committed end %d", low, good)
+	}
+	if err := r.CutReplicaTail(good); err != nil {
+		t.Fatal(err)
+	}
+	if r.repl.tailBytes != int(good-offs[15]) {
+		t.Fatalf("after the cut %d bytes kept, want the %d between the indexed end and the cut", r.repl.tailBytes, good-offs[15])
+	}
+	// Chunks of at most 3000 bytes, each told the end before its own: the
+	// kept bytes are indexed as the end passes them, across segment ends.
+	for i := 0; ; i++ {
+		from, _ := r.ReplicaEnds()
+		mc, err := m.ReadMessageTailInto(nil, from, 3000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(mc.Data) == 0 {
+			break
+		}
+		mc.End = min(mc.End, from)
+		if err := r.ReplicateMessages(mc); err != nil {
+			t.Fatalf("chunk %d at %d: %v", i, mc.Offset, err)
+		}
+	}
+	if c, _ := r.CommittedEnds(); c >= m.MessageTailEnd() {
+		t.Fatal("the replica indexed everything: the last chunk was not a tail")
+	}
+	// The committed end passes everything.
+	end, _ := m.CommittedEnds()
+	if err := r.ReplicateMessages(LogChunk{Start: mc.Start, End: end, Offset: end}); err != nil {
+		t.Fatal(err)
+	}
+	// Only the padding at a segment's end is read (one header).
+	if n, segs := rfs.reads.Load()-reads, len(m.msgLog.Segments()); n > int64(segs-1) {
+		t.Fatalf("the replica read its message log back %d times over %d segments", n, segs)
+	}
+	if r.repl.tailBytes != 0 || len(r.repl.tail) != 0 {
+		t.Fatalf("%d bytes in %d chunks kept after the end passed them all", r.repl.tailBytes, len(r.repl.tail))
+	}
+	if segs := len(m.msgLog.Segments()); segs < 3 {
+		t.Fatalf("test needs several segments, master has %d", segs)
+	}
+	if got, want := messageLogBytes(t, r), messageLogBytes(t, m); !reflect.DeepEqual(got, want) {
+		t.Fatalf("replica's message log (%d bytes) differs from the master's (%d bytes)", len(got), len(want))
+	}
+	if got, want := stateOf(r), stateOf(m); !reflect.DeepEqual(got, want) {
+		t.Fatalf("replica differs:\n got %+v\nwant %+v", got, want)
+	}
+	for _, subj := range []string{"s0", "s1", "s2"} {
+		a, _ := m.Read(subj, 0, 1000)
+		b, _ := r.Read(subj, 0, 1000)
+		if len(a) != len(b) || len(a) == 0 {
+			t.Fatalf("%s: master has %d messages, replica %d", subj, len(a), len(b))
+		}
+		for i := range a {
+			if a[i].ConsumeSeq != b[i].ConsumeSeq || !reflect.DeepEqual(a[i].Message, b[i].Message) {
+				t.Fatalf("%s: message %d differs", subj, i)
+			}
+		}
+	}
+}
+
+// TestReplicaTailReadBackPastKeptBytes: chunks the replica did not keep
+// (past maxKeptTail, here a chunk written before a restart of the step)
+// are read back, and the kept ones after them still indexed from memory.
+func TestReplicaTailReadBackPastKeptBytes(t *testing.T) {
+	opts := replicaOptions()
+	m := openStore(t, t.TempDir(), opts)
+	defer m.Close()
+	rfs := &readCountFS{FS: fsutil.OS}
+	ropts := opts
+	ropts.Replica = true
+	ropts.FS = rfs
+	r := openStore(t, t.TempDir(), ropts)
+	defer r.Close()
+	body := make([]byte, 400)
+	for i := 0; i < 300; i++ {
+		appendAll(t, m, encode(t, fmt.Sprintf("s%d", i%4), fmt.Sprintf("m%d", i), body))
+	}
+	reads := rfs.reads.Load()
+	// Every chunk a tail; every other one forgotten as if over the bound.
+	for i := 0; ; i++ {
+		from, _ := r.ReplicaEnds()
+		mc, err := m.ReadMessageTailInto(nil, from, 5000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(mc.Data) == 0 {
+			break
+		}
+		mc.End = min(mc.End, from)
+		if err := r.ReplicateMessages(mc); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			r.repl.cutTail(mc.Offset) // as if never kept
+		}
+	}
+	end, _ := m.CommittedEnds()
+	if err := r.ReplicateMessages(LogChunk{End: end, Offset: end}); err != nil {
+		t.Fatal(err)
+	}
+	if rfs.reads.Load() == reads {
+		t.Fatal("nothing read back: the test does not reach the read-back path")
+	}
+	if got, want := stateOf(r), stateOf(m); !reflect.DeepEqual(got, want) {
+		t.Fatalf("replica differs:\n got %+v\nwant %+v", got, want)
+	}
+	if got, want := messageLogBytes(t, r), messageLogBytes(t, m); !reflect.DeepEqual(got, want) {
+		t.Fatal("replica's message log differs from the master's")
 	}
 }

@@ -62,8 +62,7 @@ type Store struct {
 	replica                          atomic.Bool // Options.Replica until Promote
 	replMu                           sync.Mutex
 	replTs                           int64
-	replBatch                        *segment.Batch // ReplicateMessages' batch, reused
-	replIndexBuf                     []byte         // indexTail's read buffer, reused (replMu)
+	repl                             replication // replica.go (replMu)
 	recoveredMsgEnd, recoveredActEnd int64
 
 	stats counters
