@@ -16,11 +16,17 @@ package main
 // (1 then 10k, 10k then 1, …), so each side starts as often right after
 // its own turn as after the other's (whose broker may still be finishing
 // its last fdatasync). The rates are the totals over the rounds; each
-// round's rates and ratio are logged.
+// round's rates and ratio are logged, and at the end the CPU time each side
+// spent per message (broker from /proc, worker from its rusage), which
+// load on the machine moves much less than the rates.
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 )
 
@@ -34,16 +40,17 @@ func init() { register("subjects", runSubjects) }
 func runSubjects(env *Env) error {
 	sides := []string{"1", "10000"}
 	var addrs [2]string
+	var pids [2]int
 	for i, n := range sides {
 		b, addr, err := env.startRealtime(filepath.Join(env.Dir, "qmq"+n))
 		if err != nil {
 			return err
 		}
 		defer b.stop()
-		addrs[i] = addr
+		addrs[i], pids[i] = addr, b.cmd.Process.Pid
 	}
 	var msgs [2]int64
-	var elapsed [2]time.Duration
+	var elapsed, brokerCPU, workerCPU [2]time.Duration
 	for round := range subjectsRounds {
 		order := []int{0, 1}
 		if round%2 == 1 {
@@ -52,9 +59,12 @@ func runSubjects(env *Env) error {
 		var rates [2]float64
 		for _, i := range order {
 			var res rateResult
+			broker0, worker0 := processCPU(pids[i]), childrenCPU()
 			if err := runWorker("produce", &res, "-addr", addrs[i], "-duration", subjectsRound.String(), "-subjects", sides[i]); err != nil {
 				return err
 			}
+			brokerCPU[i] += processCPU(pids[i]) - broker0
+			workerCPU[i] += childrenCPU() - worker0
 			if res.Failed > 0 {
 				return fmt.Errorf("%s subjects: %d sends failed", sides[i], res.Failed)
 			}
@@ -64,10 +74,43 @@ func runSubjects(env *Env) error {
 		}
 		env.Logf("round %d: 1 subject %.0f msg/s, 10k subjects %.0f msg/s (%.3f)", round, rates[0], rates[1], rates[1]/rates[0])
 	}
+	for i, n := range sides {
+		perMsg := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(max(msgs[i], 1)) }
+		env.Logf("%s subjects: CPU per message: broker %.0f ns, worker %.0f ns", n, perMsg(brokerCPU[i]), perMsg(workerCPU[i]))
+	}
 	one := float64(msgs[0]) / elapsed[0].Seconds()
 	many := float64(msgs[1]) / elapsed[1].Seconds()
 	env.Metric("subjects_1_msgs_per_s", one, "msg/s")
 	env.Metric("subjects_10k_msgs_per_s", many, "msg/s")
 	env.Metric("subjects_10k_vs_1_ratio", many/one, "x")
 	return nil
+}
+
+// processCPU is the user and system time pid has used, from /proc/PID/stat
+// (clock ticks of 10 ms); 0 when it cannot be read.
+func processCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which may hold spaces): state is
+	// field 3, utime 14, stime 15.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// childrenCPU is the user and system time of this process's children that
+// have ended and been waited for (the workers).
+func childrenCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
