@@ -11,6 +11,9 @@ var (
 	ErrCorrupt = errors.New("segment: corrupt data")
 	// ErrTooLarge means a record cannot fit in one segment.
 	ErrTooLarge = errors.New("segment: record larger than a segment")
+	// ErrSpansSegments means a run of records (Batch.AppendRun) would
+	// cross a segment's end.
+	ErrSpansSegments = errors.New("segment: run of records crosses a segment end")
 	// ErrNoRecord means there is no record at the offset (past the end, in a
 	// deleted segment, or in the zero rest of a segment).
 	ErrNoRecord = errors.New("segment: no record at offset")

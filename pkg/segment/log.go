@@ -235,6 +235,7 @@ type Batch struct {
 type chunk struct {
 	off  int64
 	data []byte
+	run  bool // data is the caller's (AppendRun): never appended to or reused
 }
 
 // NewBatch returns an empty batch that starts at the log's end.
@@ -247,7 +248,11 @@ func (l *Log) NewBatch() *Batch {
 // Reset empties b, keeping its buffers, and starts it at the log's end.
 func (b *Batch) Reset() {
 	for i := range b.chunks {
-		b.chunks[i].data = b.chunks[i].data[:0]
+		if c := &b.chunks[i]; c.run {
+			c.data, c.run = nil, false
+		} else {
+			c.data = c.data[:0]
+		}
 	}
 	b.chunks = b.chunks[:0]
 	b.next, b.segEnd = b.l.tail()
@@ -304,6 +309,41 @@ func (b *Batch) AppendRecord(rec []byte) (int64, error) {
 	return off, nil
 }
 
+// AppendRun adds run, n whole records back to back as ParseRecord accepted
+// them (a replica copying a chunk of a master's records), verbatim and
+// without copying them: the batch refers to run until Reset, so run must
+// not change before Write returns. The first record, of size first, is
+// placed as AppendRecord would place it and the others follow it; a run
+// that would cross the end of that segment fails with ErrSpansSegments
+// (a master never sends one: its records do not span segments either),
+// one whose first record cannot fit in a segment with ErrTooLarge. Nothing
+// is added when it fails. It returns the first record's offset.
+func (b *Batch) AppendRun(run []byte, first, n int) (int64, error) {
+	switch {
+	case first <= 0 || first > len(run):
+		return 0, fmt.Errorf("segment: AppendRun: a first record of %d bytes in a run of %d", first, len(run))
+	case int64(first) > b.l.opts.MaxRecordSize:
+		return 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, first, b.l.opts.MaxRecordSize)
+	}
+	next, segEnd := b.next, b.segEnd
+	if next+int64(first) > segEnd {
+		next = segEnd
+		segEnd = next + b.l.opts.SegmentSize
+	}
+	if next+int64(len(run)) > segEnd {
+		return 0, fmt.Errorf("%w: %d bytes at %d, the segment ends at %d", ErrSpansSegments, len(run), next, segEnd)
+	}
+	if len(b.chunks) < cap(b.chunks) {
+		b.chunks = b.chunks[:len(b.chunks)+1] // the slot's buffer (if any) is dropped, not reused
+	} else {
+		b.chunks = append(b.chunks, chunk{})
+	}
+	b.chunks[len(b.chunks)-1] = chunk{off: next, data: run, run: true}
+	b.next, b.segEnd = next+int64(len(run)), segEnd
+	b.n += n
+	return next, nil
+}
+
 // place reserves size bytes for the next record (at the next segment's
 // start when it does not fit in this one) and returns the chunk to append
 // its bytes to and its offset.
@@ -315,7 +355,7 @@ func (b *Batch) place(size int64) (*chunk, int64, error) {
 		b.next = b.segEnd
 		b.segEnd = b.next + b.l.opts.SegmentSize
 	}
-	if len(b.chunks) == 0 || b.chunks[len(b.chunks)-1].off+int64(len(b.chunks[len(b.chunks)-1].data)) != b.next {
+	if last := len(b.chunks) - 1; last < 0 || b.chunks[last].run || b.chunks[last].off+int64(len(b.chunks[last].data)) != b.next {
 		if len(b.chunks) < cap(b.chunks) {
 			b.chunks = b.chunks[:len(b.chunks)+1]
 			b.chunks[len(b.chunks)-1].off = b.next

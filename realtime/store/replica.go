@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -332,29 +333,39 @@ func (s *Store) ReplicateMessages(c LogChunk) error {
 		s.repl.dropTail()
 		jumped = true
 	}
-	// One batch, kept with its buffers: a fresh one per chunk spends more
-	// growing its buffer than copying the records.
+	// Every record's CRC is checked, then the chunk is written as it came
+	// (one run of records, not copied): at c.Offset here too, or the
+	// copies differ.
+	first, n := 0, 0
+	for p := 0; p < len(c.Data); n++ {
+		_, _, size, err := segment.ParseRecord(c.Data[p:]) // checks its CRC
+		if err != nil {
+			return fmt.Errorf("%w: message chunk at %d: %w", ErrBadChunk, c.Offset+int64(p), err)
+		}
+		if p == 0 {
+			first = size
+		}
+		p += size
+	}
 	if s.repl.batch == nil {
 		s.repl.batch = s.msgLog.NewBatch()
 	} else {
 		s.repl.batch.Reset()
 	}
 	batch := s.repl.batch
-	for p := 0; p < len(c.Data); {
-		_, _, size, err := segment.ParseRecord(c.Data[p:]) // checks its CRC
-		if err != nil {
-			return fmt.Errorf("%w: message chunk at %d: %w", ErrBadChunk, c.Offset+int64(p), err)
-		}
-		off, err := batch.AppendRecord(c.Data[p : p+size])
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrBadChunk, err)
-		}
-		if off != c.Offset+int64(p) {
-			return fmt.Errorf("%w: master record at %d would land at %d here", ErrReplicaMismatch, c.Offset+int64(p), off)
-		}
-		p += size
+	off, err := batch.AppendRun(c.Data, first, n)
+	if errors.Is(err, segment.ErrSpansSegments) {
+		return fmt.Errorf("%w: master chunk at %d: %w", ErrReplicaMismatch, c.Offset, err)
 	}
-	if err := s.msgLog.Write(batch); err != nil {
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBadChunk, err)
+	}
+	if off != c.Offset {
+		return fmt.Errorf("%w: master record at %d would land at %d here", ErrReplicaMismatch, c.Offset, off)
+	}
+	err = s.msgLog.Write(batch)
+	batch.Reset() // no reference to c.Data past this call
+	if err != nil {
 		return s.replicaWriteFailed(err)
 	}
 	if err := s.msgLog.Sync(); err != nil {
@@ -508,6 +519,9 @@ func (s *Store) indexTail(upTo int64) error {
 // (records already checked) that end at or below limit; a first record
 // that ends past limit fails: limit is not a record boundary.
 func wholeRecords(data []byte, limit int64) (int, error) {
+	if limit >= int64(len(data)) {
+		return len(data), nil // all of them: no walk through their headers
+	}
 	n := 0
 	for n+segment.HeaderSize <= len(data) {
 		size, err := recordSize(data[n:])
