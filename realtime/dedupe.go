@@ -10,15 +10,16 @@ import (
 // window, so a producer's retry or a delay server's re-forward of a message
 // already stored is answered "duplicate" instead of stored again.
 //
-// Each of 16 shards holds two generations of 64-bit hashes in open-addressing
-// tables: lookups check both; inserts go to the current one, which becomes
-// the previous one (and the old previous one is cleared for reuse) when it is
-// window/2 old or holds its share of capacity/2 hashes. An id is therefore
-// remembered for at least window/2 and at most window — shorter when more
-// than capacity ids arrive per window. Memory is fixed at New: 2 generations
-// × a table of twice the shard's share, 8 bytes a slot, about 32 bytes per id
-// of capacity (32 MB for the default 1,000,000). 64-bit hashes make a false
-// "duplicate" astronomically unlikely (about n²/2⁶⁵ over n ids).
+// Each of 16 shards holds two generations of 64-bit hashes in one
+// open-addressing table (generationSet): lookups check both; inserts go to
+// the current one, which becomes the previous one (and the old previous one
+// is cleared for reuse) when it is window/2 old or holds its share of
+// capacity/2 hashes. An id is therefore remembered for at least window/2
+// and at most window — shorter when more than capacity ids arrive per
+// window. Memory is fixed at New: 2 generations × a table of twice the
+// shard's share, 8 bytes a slot, about 32 bytes per id of capacity (32 MB
+// for the default 1,000,000). 64-bit hashes make a false "duplicate"
+// astronomically unlikely (about n²/2⁶⁵ over n ids).
 //
 // A hash is reserved before the append and released if the append fails,
 // so two copies of one message racing in separate requests store once.
@@ -34,8 +35,7 @@ const dedupeShards = 16
 
 type dedupeShard struct {
 	mu      sync.Mutex
-	cur     hashSet
-	prev    hashSet
+	set     generationSet
 	limit   int // hashes per generation
 	rotated time.Time
 }
@@ -49,8 +49,7 @@ func newDedupe(window time.Duration, capacity int, now func() time.Time) *dedupe
 	for i := range d.shards {
 		s := &d.shards[i]
 		s.limit = limit
-		s.cur = newHashSet(limit)
-		s.prev = newHashSet(limit)
+		s.set = newGenerationSet(limit)
 		s.rotated = now()
 	}
 	return d
@@ -76,103 +75,122 @@ func (d *dedupe) reserve(k uint64) bool {
 	s := d.shard(k)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cur.has(k) || s.prev.has(k) {
+	if s.set.has(k) {
 		return false
 	}
-	if s.cur.used >= s.limit {
-		s.rotate(d.now())
-	} else if s.cur.used&1023 == 0 {
+	if used := s.set.currentUsed(); used >= s.limit {
+		s.set.rotate()
+		s.rotated = d.now()
+	} else if used&1023 == 0 {
 		if now := d.now(); now.Sub(s.rotated) >= d.window/2 {
-			s.rotate(now)
+			s.set.rotate()
+			s.rotated = now
 		}
 	}
-	s.cur.add(k)
+	s.set.add(k)
 	return true
-}
-
-func (s *dedupeShard) rotate(now time.Time) {
-	s.prev, s.cur = s.cur, s.prev
-	s.cur.reset()
-	s.rotated = now
 }
 
 // release forgets k (its append failed).
 func (d *dedupe) release(k uint64) {
 	s := d.shard(k)
 	s.mu.Lock()
-	s.cur.remove(k)
-	s.prev.remove(k)
+	s.set.remove(k)
 	s.mu.Unlock()
 }
 
-// hashSet is an open-addressing set of 64-bit hashes with linear probing,
-// sized for at most half full. 0 marks an empty slot and 1 a removed one;
-// keys are moved out of that range.
-type hashSet struct {
+// generationSet is two generations of an open-addressing set of 64-bit
+// hashes with linear probing, each sized for at most half full, in one
+// array: slot i of generation g is element 2i+g, so a lookup, which checks
+// both, reads one cache line where two separate tables would read two (a
+// broker looks up every message it stores, and the line is seldom cached).
+// Each generation keeps its own probe chains: 0 marks an empty slot and 1
+// a removed one; keys are moved out of that range. rotate makes the current
+// generation the previous one and clears the other for new keys.
+//
+//	slots: | g0[0] g1[0] | g0[1] g1[1] | g0[2] g1[2] | ... |  (8 bytes each)
+type generationSet struct {
 	slots []uint64
-	mask  uint64
-	used  int // filled slots, removed ones included
+	mask  uint64 // slots per generation − 1
+	cur   uint64 // the generation inserts go to: 0 or 1
+	used  [2]int // filled slots per generation, removed ones included
 }
 
-const (
-	slotEmpty   = 0
-	slotRemoved = 1
-)
-
-func newHashSet(n int) hashSet {
+func newGenerationSet(n int) generationSet {
 	size := 1
 	for size < 2*n {
 		size <<= 1
 	}
-	return hashSet{slots: make([]uint64, size), mask: uint64(size - 1)}
+	return generationSet{slots: make([]uint64, 2*size), mask: uint64(size - 1)}
 }
+
+// has reports whether either generation holds k.
+func (g *generationSet) has(k uint64) bool {
+	k = fixKey(k)
+	open0, open1 := true, true // the generations' probe chains go on
+	for i := k & g.mask; open0 || open1; i = (i + 1) & g.mask {
+		a, b := g.slots[2*i], g.slots[2*i+1]
+		if a == k || b == k {
+			return true
+		}
+		open0 = open0 && a != slotEmpty
+		open1 = open1 && b != slotEmpty
+	}
+	return false
+}
+
+// add inserts k into the current generation.
+func (g *generationSet) add(k uint64) {
+	k = fixKey(k)
+	for i := k & g.mask; ; i = (i + 1) & g.mask {
+		at := 2*i + g.cur
+		if s := g.slots[at]; s == slotEmpty || s == slotRemoved || s == k {
+			if s == slotEmpty {
+				g.used[g.cur]++
+			}
+			g.slots[at] = k
+			return
+		}
+	}
+}
+
+// remove takes k out of both generations.
+func (g *generationSet) remove(k uint64) {
+	k = fixKey(k)
+	for gen := range uint64(2) {
+		for i := k & g.mask; ; i = (i + 1) & g.mask {
+			at := 2*i + gen
+			if s := g.slots[at]; s == k {
+				g.slots[at] = slotRemoved
+				break
+			} else if s == slotEmpty {
+				break
+			}
+		}
+	}
+}
+
+// currentUsed returns the current generation's filled slots.
+func (g *generationSet) currentUsed() int { return g.used[g.cur] }
+
+// rotate starts a new current generation, dropping the previous one.
+func (g *generationSet) rotate() {
+	g.cur ^= 1
+	for i := g.cur; i < uint64(len(g.slots)); i += 2 {
+		g.slots[i] = slotEmpty
+	}
+	g.used[g.cur] = 0
+}
+
+// Slot values with a meaning; keys are moved out of their range (fixKey).
+const (
+	slotEmpty   = 0
+	slotRemoved = 1
+)
 
 func fixKey(k uint64) uint64 {
 	if k <= slotRemoved {
 		k += 2
 	}
 	return k
-}
-
-func (h *hashSet) has(k uint64) bool {
-	k = fixKey(k)
-	for i := k & h.mask; ; i = (i + 1) & h.mask {
-		switch h.slots[i] {
-		case k:
-			return true
-		case slotEmpty:
-			return false
-		}
-	}
-}
-
-func (h *hashSet) add(k uint64) {
-	k = fixKey(k)
-	for i := k & h.mask; ; i = (i + 1) & h.mask {
-		if s := h.slots[i]; s == slotEmpty || s == slotRemoved || s == k {
-			if s == slotEmpty {
-				h.used++
-			}
-			h.slots[i] = k
-			return
-		}
-	}
-}
-
-func (h *hashSet) remove(k uint64) {
-	k = fixKey(k)
-	for i := k & h.mask; ; i = (i + 1) & h.mask {
-		switch h.slots[i] {
-		case k:
-			h.slots[i] = slotRemoved
-			return
-		case slotEmpty:
-			return
-		}
-	}
-}
-
-func (h *hashSet) reset() {
-	clear(h.slots)
-	h.used = 0
 }

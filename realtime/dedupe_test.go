@@ -38,7 +38,7 @@ func TestDedupe_CapacityBoundsMemory(t *testing.T) {
 		d.reserve(uint64(i) * 0x9E3779B97F4A7C15)
 	}
 	for i := range d.shards {
-		if n := len(d.shards[i].cur.slots); n > 128 {
+		if n := len(d.shards[i].set.slots); n > 2*128 {
 			t.Fatalf("shard table grew to %d slots", n)
 		}
 	}
@@ -49,17 +49,48 @@ func TestDedupe_CapacityBoundsMemory(t *testing.T) {
 	}
 }
 
-func TestHashSet(t *testing.T) {
-	h := newHashSet(8)
-	for _, k := range []uint64{0, 1, 2, 17, 1 << 63} {
-		h.add(k)
-		if !h.has(k) {
+// Both generations answer has; add goes to the current one; rotate drops
+// the previous one; remove takes a key out of either, even mid-chain.
+func TestGenerationSet(t *testing.T) {
+	g := newGenerationSet(8)
+	first := []uint64{0, 1, 17, 1 << 63, 33, 49} // 17, 33, 49 share a home slot; 0, 1 become 2, 3
+	for _, k := range first {
+		g.add(k)
+		if !g.has(k) {
 			t.Fatalf("added %d but has() is false", k)
 		}
 	}
-	h.remove(17)
-	if h.has(17) || !h.has(2) {
-		t.Fatal("remove")
+	g.remove(17)
+	if g.has(17) || !g.has(33) || !g.has(49) || !g.has(1) {
+		t.Fatal("remove broke a probe chain")
+	}
+	g.rotate()
+	second := []uint64{5, 65, 81}
+	for _, k := range second {
+		g.add(k)
+	}
+	for _, k := range append(second, 0, 1, 33, 49) {
+		if !g.has(k) {
+			t.Fatalf("%d missing with two generations", k)
+		}
+	}
+	if g.currentUsed() != 3 {
+		t.Fatalf("current generation holds %d", g.currentUsed())
+	}
+	g.remove(33) // in the previous generation
+	if g.has(33) || !g.has(49) {
+		t.Fatal("remove from the previous generation")
+	}
+	g.rotate() // drops the first generation
+	for _, k := range []uint64{0, 1, 1 << 63, 49} {
+		if g.has(k) {
+			t.Fatalf("%d outlived two rotations", k)
+		}
+	}
+	for _, k := range second {
+		if !g.has(k) {
+			t.Fatalf("%d lost by one rotation", k)
+		}
 	}
 }
 

@@ -3,6 +3,8 @@ package realtime
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/qmq-go/qmq/pkg/netserver"
@@ -43,26 +45,24 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 		r.ReplyError(err)
 		return
 	}
-	req, err := protocol.DecodeSendRequest(r.Body)
-	if err != nil {
+	s := newSendCall(b)
+	if err := s.req.Decode(r.Body); err != nil {
 		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
+		s.free()
 		return
 	}
-	if err := b.checkEpoch(req.Epoch); err != nil {
+	if err := b.checkEpoch(s.req.Epoch); err != nil {
 		r.ReplyError(err)
+		s.free()
 		return
 	}
-	n := len(req.Messages)
+	n := len(s.req.Messages)
 	b.metrics.received.Add(float64(n))
-	s := &sendCall{b: b}
-	if n == 1 { // most sends of a producer waiting for each: one allocation
-		s.statuses, s.keys, s.reserved = s.one.status[:], s.one.key[:], s.one.reserved[:]
-		s.batch, s.index = s.one.batch[:0], s.one.index[:0]
-	} else {
-		s.statuses, s.keys, s.reserved = make([]protocol.Status, n), make([]uint64, n), make([]bool, n)
-		s.batch, s.index = make([][]byte, 0, n), make([]int, 0, n)
-	}
-	for i, raw := range req.Messages {
+	// Appending at once (on the loop, without waiting for the slave) takes
+	// the parsed messages; otherwise the store parses them itself.
+	direct := !blocking && !b.waitsForSlave() && b.store.AppendsNow()
+	s.reset(n, direct)
+	for i, raw := range s.req.Messages {
 		v, err := protocol.ParseMessage(raw)
 		if err == nil {
 			err = b.limits.CheckView(&v)
@@ -87,30 +87,43 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 		}
 		s.batch = append(s.batch, raw)
 		s.index = append(s.index, i)
+		if direct {
+			s.views = append(s.views, v)
+		}
 	}
 	if len(s.batch) == 0 {
 		r.Reply(protocol.StatusOK, protocol.AppendSendResponse(nil, s.statuses))
+		s.free()
 		return
 	}
 	s.start = time.Now()
 	if !blocking {
 		// A reply made now goes out with the loop's write at the end of the
 		// read, unless it must wait for the slave.
-		if !b.waitsForSlave() {
-			if results, ok := b.store.TryAppendNow(s.batch); ok {
+		if direct {
+			s.results = s.results[:len(s.views)]
+			if b.store.TryAppendViewsNow(s.views, s.results) {
 				s.r = r
-				s.done(results)
+				s.done(s.results)
+				// Answered (replyStored replies at once when replies do not
+				// wait for the slave): nothing refers to s any more.
+				s.free()
 				return
 			}
 		}
 		// Answer later: keep a copy of the body and point the batch into it.
+		// The call is not reused: the store's callback and the reply hold it.
 		r = r.Detach()
-		req, _ = protocol.DecodeSendRequest(r.Body)
+		if err := s.req.Decode(r.Body); err != nil {
+			panic("realtime: a detached send request no longer decodes: " + err.Error())
+		}
 		for j, i := range s.index {
-			s.batch[j] = req.Messages[i]
+			s.batch[j] = s.req.Messages[i]
 		}
 	}
+	clear(s.views) // they point into the loop's buffer
 	s.r = r
+	var err error
 	if !blocking {
 		err = b.store.TryAppendAsync(s.batch, s.done)
 		if errors.Is(err, store.ErrWouldBlock) {
@@ -129,15 +142,22 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 	}
 }
 
-// sendCall is one send request between its checks and its reply.
+// sendCall is one send request between its checks and its reply. Calls
+// answered on the event loop (the common case of a producer waiting for
+// each message under FlushAsync) go back to sendCalls and are reused with
+// their slices, so such a send allocates nothing; the others are left to
+// the garbage collector once their reply is made.
 type sendCall struct {
 	b        *Broker
 	r        *netserver.Request
+	req      protocol.SendRequest
 	statuses []protocol.Status
 	keys     []uint64
 	reserved []bool
-	batch    [][]byte // the messages to store
-	index    []int    // batch position → request position
+	batch    [][]byte        // the messages to store
+	views    []protocol.View // batch, parsed
+	index    []int           // batch position → request position
+	results  []store.Result  // for TryAppendViewsNow
 	start    time.Time
 	// one backs the slices above for a request of one message.
 	one struct {
@@ -147,6 +167,54 @@ type sendCall struct {
 		batch    [1][]byte
 		index    [1]int
 	}
+}
+
+var sendCalls = sync.Pool{New: func() any { return new(sendCall) }}
+
+func newSendCall(b *Broker) *sendCall {
+	s := sendCalls.Get().(*sendCall)
+	s.b = b
+	return s
+}
+
+// reset sizes the call for a request of n messages, reusing its slices
+// (a new call's one-message arrays for n == 1); views and results are only
+// sized when the append may be made at once (direct).
+func (s *sendCall) reset(n int, direct bool) {
+	if cap(s.statuses) < n && n == 1 {
+		s.statuses, s.keys, s.reserved = s.one.status[:], s.one.key[:], s.one.reserved[:]
+		s.batch, s.index = s.one.batch[:0], s.one.index[:0]
+	}
+	s.statuses = resize(s.statuses, n)
+	s.keys = resize(s.keys, n)
+	s.reserved = resize(s.reserved, n)
+	s.batch, s.index = slices.Grow(s.batch[:0], n), slices.Grow(s.index[:0], n)
+	s.views = s.views[:0]
+	if direct {
+		s.views = slices.Grow(s.views, n)
+		s.results = resize(s.results, n)
+	}
+}
+
+// resize returns a zeroed slice of n elements, reusing s's array when it
+// is big enough.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+// free puts a call whose reply is made back into sendCalls, without its
+// references to the request's bytes.
+func (s *sendCall) free() {
+	clear(s.req.Messages)
+	clear(s.batch)
+	clear(s.views)
+	s.b, s.r, s.req.Messages = nil, nil, s.req.Messages[:0]
+	sendCalls.Put(s)
 }
 
 // done completes the call with the store's results.

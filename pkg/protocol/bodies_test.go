@@ -58,6 +58,34 @@ func TestSendRequest_RoundTrip(t *testing.T) {
 	}
 }
 
+// A SendRequest decoded again reuses its Messages: a server decoding one
+// request after another allocates nothing, and a bad body leaves it zero.
+func TestSendRequest_DecodeReuses(t *testing.T) {
+	three := AppendSendRequest(nil, 7, encodeN(t, 3, 10))
+	one := AppendSendRequest(nil, 8, encodeN(t, 1, 20))
+	var req SendRequest
+	if err := req.Decode(three); err != nil || req.Epoch != 7 || len(req.Messages) != 3 {
+		t.Fatalf("three: %v %+v", err, req)
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := req.Decode(one); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("Decode of a smaller request allocated %.0f times", allocs)
+	}
+	if req.Epoch != 8 || len(req.Messages) != 1 || len(req.Messages[0]) != len(encodeN(t, 1, 20)[0]) {
+		t.Fatalf("one: %+v", req)
+	}
+	if err := req.Decode(three[:len(three)-1]); !errors.Is(err, ErrTruncated) {
+		t.Fatalf("truncated body: %v", err)
+	}
+	if req.Epoch != 0 || len(req.Messages) != 0 {
+		t.Fatalf("a failed Decode left %+v", req)
+	}
+}
+
 func TestSendResponse_RoundTrip(t *testing.T) {
 	in := []Status{StatusOK, StatusDuplicate, StatusTooLarge}
 	got, err := DecodeSendResponse(AppendSendResponse(nil, in))

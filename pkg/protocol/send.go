@@ -3,6 +3,7 @@ package protocol
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 )
 
 // SendRequest body (CmdSend):
@@ -96,22 +97,36 @@ func (b *SendBatch) Bytes() []byte {
 // DecodeSendRequest splits a send request body. Messages alias body; they
 // are not parsed (servers parse each with ParseMessage).
 func DecodeSendRequest(body []byte) (SendRequest, error) {
-	r := reader{b: body}
-	req := SendRequest{Epoch: r.u64()}
-	n := r.u32()
-	if r.err == nil && uint64(n)*4 > uint64(len(body)) {
-		return SendRequest{}, fmt.Errorf("%w: send request claims %d messages in %d bytes", ErrTruncated, n, len(body))
+	var req SendRequest
+	err := req.Decode(body)
+	return req, err
+}
+
+// Decode is DecodeSendRequest into r, reusing the capacity of r.Messages
+// (a server decoding one request after another allocates nothing). On an
+// error r is zero but keeps that capacity.
+func (r *SendRequest) Decode(body []byte) error {
+	rd := reader{b: body}
+	epoch := rd.u64()
+	n := rd.u32()
+	if rd.err == nil && uint64(n)*4 > uint64(len(body)) {
+		r.Epoch, r.Messages = 0, r.Messages[:0]
+		return fmt.Errorf("%w: send request claims %d messages in %d bytes", ErrTruncated, n, len(body))
 	}
-	if r.err == nil {
-		req.Messages = make([][]byte, 0, n)
+	msgs := r.Messages[:0]
+	if rd.err == nil {
+		msgs = slices.Grow(msgs, int(n))
 	}
-	for i := uint32(0); i < n && r.err == nil; i++ {
-		req.Messages = append(req.Messages, r.bytes32())
+	for i := uint32(0); i < n && rd.err == nil; i++ {
+		msgs = append(msgs, rd.bytes32())
 	}
-	if err := r.done(); err != nil {
-		return SendRequest{}, fmt.Errorf("%w: send request", err)
+	if err := rd.done(); err != nil {
+		clear(msgs)
+		r.Epoch, r.Messages = 0, msgs[:0]
+		return fmt.Errorf("%w: send request", err)
 	}
-	return req, nil
+	r.Epoch, r.Messages = epoch, msgs
+	return nil
 }
 
 // AppendSendResponse appends a send response body.

@@ -21,6 +21,8 @@ type directAppend struct {
 	queued atomic.Int64
 	batch  *segment.Batch
 	head   [recordHeadSize]byte
+	// req is the request TryAppendViewsNow appends, reused (mu held).
+	req appendReq
 }
 
 // noDone is the callback of a request that TryAppendNow appends: it
@@ -39,69 +41,125 @@ func noDone([]Result) {}
 // a producer has one message in flight; a server's event loop may call it.
 // msgs are copied into the log before it returns.
 func (s *Store) TryAppendNow(msgs [][]byte) ([]Result, bool) {
-	if s.opts.Flush != FlushAsync || s.direct.queued.Load() != 0 || s.errIfReplica() != nil {
+	if !s.AppendsNow() {
 		return nil, false
 	}
-	r := &appendReq{msgs: msgs, done: noDone, results: make([]Result, len(msgs)), metas: make([]msgMeta, len(msgs))}
-	if !s.subjectsMu.TryRLock() {
-		return nil, false
-	}
-	var prev *subject
-	newSubject := false
+	results := make([]Result, len(msgs))
+	views := make([]protocol.View, len(msgs))
 	for i, m := range msgs {
 		v, err := protocol.ParseMessage(m)
-		var sj *subject
 		if err == nil {
-			if prev != nil && string(v.Subject) == prev.name {
-				sj = prev
-			} else if sj = s.subjects[string(v.Subject)]; sj == nil {
-				newSubject = true // creating it writes files
-				break
-			}
-			known := v
-			known.Subject = validSubject
-			err = s.opts.Limits.CheckView(&known)
+			err = s.opts.Limits.CheckView(&v)
 		}
 		if err != nil {
-			r.results[i].Err = asProtocolError(err)
+			results[i].Err = asProtocolError(err)
 			continue
 		}
-		meta := &r.metas[i]
-		meta.subject, meta.subj, meta.deliverAt = v.Subject, sj, v.DeliverAtMillis
-		prev = sj
-		v.Tags(func(t []byte) bool { meta.bloom |= tagBloom(t); return true })
-		r.valid++
-		r.bytes += len(m) + recordOverhead
+		views[i] = v
 	}
-	s.subjectsMu.RUnlock()
-	if newSubject {
+	if !s.TryAppendViewsNow(views, results) {
 		return nil, false
 	}
-	if !s.closeMu.TryRLock() {
-		return nil, false
-	}
-	defer s.closeMu.RUnlock()
-	if s.closed || !s.direct.mu.TryLock() {
-		return nil, false
-	}
-	defer s.direct.mu.Unlock()
-	if s.direct.queued.Load() != 0 || s.writeFailed.Load() || !s.fitsInSegment(r.bytes) {
-		return nil, false
-	}
-	for i := range r.results {
-		if r.results[i].Err != nil {
+	for i := range results {
+		if results[i].Err != nil && views[i].Raw == nil {
 			s.stats.rejected.Add(1)
 		}
 	}
+	return results, true
+}
+
+// TryAppendViewsNow is TryAppendNow for messages its caller has parsed
+// (protocol.ParseMessage) and checked against the store's Limits
+// (Limits.CheckView), as a broker does before it looks for duplicates: it
+// saves the second parse and CRC, and allocates nothing. results must have
+// one element per view; a view whose result already holds an error is
+// skipped and its result left as it is, the others' results are set. It
+// reports false, storing nothing and leaving results as they were, when
+// the append cannot be made at once (see TryAppendNow). The views' bytes
+// are copied into the log before it returns.
+func (s *Store) TryAppendViewsNow(views []protocol.View, results []Result) bool {
+	if len(results) != len(views) {
+		panic("store: TryAppendViewsNow needs one result per view")
+	}
+	if !s.AppendsNow() || !s.closeMu.TryRLock() {
+		return false
+	}
+	defer s.closeMu.RUnlock()
+	if s.closed || !s.direct.mu.TryLock() {
+		return false
+	}
+	defer s.direct.mu.Unlock()
+	if s.direct.queued.Load() != 0 || s.writeFailed.Load() {
+		return false
+	}
+	r := &s.direct.req
+	defer r.release()
+	if !s.prepareNow(r, views, results) || !s.fitsInSegment(r.bytes) {
+		return false
+	}
 	if r.valid == 0 {
-		return r.results, true
+		return true
 	}
 	g := groupPool.Get().(*commitGroup)
 	g.reqs = append(g.reqs[:0], r)
 	if s.appendGroup(g) {
 		s.publish(g)
 	}
-	return r.results, true
+	return true
+}
+
+// AppendsNow reports whether TryAppendNow or TryAppendViewsNow could
+// append at once now (FlushAsync, nothing queued, not a replica): a hint
+// for callers that prepare differently for them; they may still refuse.
+func (s *Store) AppendsNow() bool {
+	return s.opts.Flush == FlushAsync && s.direct.queued.Load() == 0 && s.errIfReplica() == nil
+}
+
+// prepareNow fills r (direct.req, reused) for views whose subjects the
+// store already has; it reports false, leaving results alone, when a
+// subject is new (creating it writes files) or the subjects are being
+// changed. direct.mu must be held.
+func (s *Store) prepareNow(r *appendReq, views []protocol.View, results []Result) bool {
+	r.msgs, r.metas, r.results = r.msgs[:0], r.metas[:0], results
+	r.valid, r.bytes, r.done = 0, 0, noDone
+	if !s.subjectsMu.TryRLock() {
+		return false
+	}
+	defer s.subjectsMu.RUnlock()
+	var prev *subject
+	for i := range views {
+		v := &views[i]
+		r.msgs = append(r.msgs, v.Raw)
+		r.metas = append(r.metas, msgMeta{})
+		if results[i].Err != nil {
+			continue
+		}
+		sj := prev
+		if sj == nil || string(v.Subject) != sj.name {
+			if sj = s.subjects[string(v.Subject)]; sj == nil {
+				return false
+			}
+		}
+		prev = sj
+		meta := &r.metas[i]
+		meta.subject, meta.subj, meta.deliverAt = v.Subject, sj, v.DeliverAtMillis
+		v.Tags(func(t []byte) bool { meta.bloom |= tagBloom(t); return true })
+		r.valid++
+		r.bytes += len(v.Raw) + recordOverhead
+	}
+	for i := range results {
+		if results[i].Err == nil {
+			results[i] = Result{}
+		}
+	}
+	return true
+}
+
+// release drops a reused request's references to its caller's memory.
+func (r *appendReq) release() {
+	clear(r.msgs)
+	clear(r.metas)
+	r.msgs, r.metas, r.results = r.msgs[:0], r.metas[:0], nil
 }
 
 // asProtocolError gives a rejected message's error a status.

@@ -187,3 +187,67 @@ func TestTryAppendNow_InterleavesWithTheAppender(t *testing.T) {
 		t.Fatalf("%d messages stored, want %d", len(seen), workers*per+2)
 	}
 }
+
+// TryAppendViewsNow stores pre-parsed messages like TryAppendNow, leaves a
+// message whose result already holds an error alone, touches no result when
+// it refuses (a new subject), and allocates nothing for a lone message.
+func TestTryAppendViewsNow(t *testing.T) {
+	opts := testOptions()
+	opts.Flush = FlushAsync
+	s := openStore(t, t.TempDir(), opts)
+	defer s.Close()
+	view := func(subject, id string) protocol.View {
+		v, err := protocol.ParseMessage(encode(t, subject, id, []byte("body")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	appendAll(t, s, encode(t, "s", "first", []byte("x")))
+	rejected := errors.New("rejected by the caller")
+	views := []protocol.View{view("s", "v-1"), view("s", "skipped"), view("s", "v-2")}
+	results := []Result{{}, {Err: rejected}, {}}
+	ok := false
+	for deadline := time.Now().Add(5 * time.Second); !ok && time.Now().Before(deadline); {
+		if ok = s.TryAppendViewsNow(views, results); !ok {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if !ok {
+		t.Fatal("did not append now with the appender idle")
+	}
+	if results[0].Err != nil || results[2].Err != nil || results[0].Seq != 1 || results[2].Seq != 2 || results[1].Err != rejected {
+		t.Fatalf("results %+v", results)
+	}
+
+	fresh := []Result{{Seq: 99}}
+	if s.TryAppendViewsNow([]protocol.View{view("new", "n-1")}, fresh) {
+		t.Fatal("appended now to a subject the store does not have yet")
+	}
+	if fresh[0].Seq != 99 {
+		t.Fatalf("a refused append changed its result: %+v", fresh[0])
+	}
+
+	one := []protocol.View{view("s", "again")}
+	res := make([]Result, 1)
+	allocs := testing.AllocsPerRun(50, func() {
+		res[0] = Result{}
+		if !s.TryAppendViewsNow(one, res) || res[0].Err != nil {
+			t.Fatalf("append now: %+v", res[0])
+		}
+	})
+	if allocs != 0 && !raceEnabled {
+		t.Errorf("a lone append now allocated %.1f times", allocs)
+	}
+	got, err := s.Read("s", 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, p := range got[:3] {
+		ids = append(ids, msgID(t, p.Message))
+	}
+	if fmt.Sprint(ids) != "[first v-1 v-2]" || len(got) != 3+51 {
+		t.Fatalf("read %v (%d entries)", ids, len(got))
+	}
+}
