@@ -3,6 +3,7 @@ package producer
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -70,23 +71,25 @@ type result struct {
 }
 
 // sender is sendLoop's state; only sendLoop touches it, except sel and
-// routes, which Send's direct path shares under mu.
+// the route cache (routes, sharedGroups, lastKey, lastRoute), which Send's
+// direct path shares under mu.
 type sender struct {
-	p           *Producer
-	mu          sync.Mutex // guards sel and routes
-	sel         *selector
-	routes      routeCache
-	lastKey     routeKey    // the key of lastRoute, the route resolved last:
-	lastRoute   *routeEntry // most sends ask for the same one again
-	batches     map[string]*batch
-	inFlight    map[string]int
-	retries     []*pending
-	outstanding int
-	blocked     bool      // a full batch waits for an in-flight slot: stop reading the queue
-	aborted     bool      // Close gave up waiting: fail what is left with ErrClosed
-	now         time.Time // read once per turn of sendLoop: clock reads cost here
-	completions []completion
-	timer       *time.Timer
+	p            *Producer
+	mu           sync.Mutex // guards sel and the route cache
+	sel          *selector
+	routes       routeCache
+	sharedGroups []route.Group // the groups resolved last (resolve)
+	lastKey      routeKey      // the key of lastRoute, the route resolved last:
+	lastRoute    *routeEntry   // most sends ask for the same one again
+	batches      map[string]*batch
+	inFlight     map[string]int
+	retries      []*pending
+	outstanding  int
+	blocked      bool      // a full batch waits for an in-flight slot: stop reading the queue
+	aborted      bool      // Close gave up waiting: fail what is left with ErrClosed
+	now          time.Time // read once per turn of sendLoop: clock reads cost here
+	completions  []completion
+	timer        *time.Timer
 }
 
 func newSender(p *Producer) *sender {
@@ -227,6 +230,13 @@ func (s *sender) resolve(kind route.Kind, subject string, now time.Time) (*route
 	}
 	if len(groups) == 0 {
 		return nil, fmt.Errorf("%w for %q", route.ErrNoGroups, subject)
+	}
+	// Subjects mostly share their groups: keep one copy of an answer seen
+	// last, so that picking a group reads memory already in the caches.
+	if slices.Equal(groups, s.sharedGroups) {
+		groups = s.sharedGroups
+	} else {
+		s.sharedGroups = groups
 	}
 	if e == nil {
 		e = &routeEntry{next: newPosition()}
