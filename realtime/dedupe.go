@@ -46,10 +46,12 @@ func newDedupe(window time.Duration, capacity int, now func() time.Time) *dedupe
 		return d
 	}
 	limit := max(capacity/2/dedupeShards, 16)
+	per := generationSlots(limit)
+	slots := makeHugeSlots(dedupeShards * per) // one allocation: huge pages
 	for i := range d.shards {
 		s := &d.shards[i]
 		s.limit = limit
-		s.set = newGenerationSet(limit)
+		s.set = newGenerationSet(slots[i*per : (i+1)*per : (i+1)*per])
 		s.rotated = now()
 	}
 	return d
@@ -116,12 +118,20 @@ type generationSet struct {
 	used  [2]int // filled slots per generation, removed ones included
 }
 
-func newGenerationSet(n int) generationSet {
+// generationSlots returns the slots a generationSet needs for n keys per
+// generation: two tables of the power of two at least 2n.
+func generationSlots(n int) int {
 	size := 1
 	for size < 2*n {
 		size <<= 1
 	}
-	return generationSet{slots: make([]uint64, 2*size), mask: uint64(size - 1)}
+	return 2 * size
+}
+
+// newGenerationSet makes a set on zeroed slots (their number from
+// generationSlots).
+func newGenerationSet(slots []uint64) generationSet {
+	return generationSet{slots: slots, mask: uint64(len(slots)/2 - 1)}
 }
 
 // has reports whether either generation holds k.

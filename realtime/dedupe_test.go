@@ -52,7 +52,7 @@ func TestDedupe_CapacityBoundsMemory(t *testing.T) {
 // Both generations answer has; add goes to the current one; rotate drops
 // the previous one; remove takes a key out of either, even mid-chain.
 func TestGenerationSet(t *testing.T) {
-	g := newGenerationSet(8)
+	g := newGenerationSet(make([]uint64, generationSlots(8)))
 	first := []uint64{0, 1, 17, 1 << 63, 33, 49} // 17, 33, 49 share a home slot; 0, 1 become 2, 3
 	for _, k := range first {
 		g.add(k)
