@@ -15,8 +15,13 @@
 // (group commit under the default sync flush). Requests up to 64 KiB are
 // checked on the event loop itself (never blocking). Under --flush=async,
 // when nothing else is appending, the store appends them at once
-// (store.TryAppendNow) and the reply leaves with the loop's write at the end
-// of the read: a lone send crosses no goroutine, as nsqd's PUB does not.
+// (store.TryAppendViewsNow, given the messages as parsed for the checks)
+// and the reply leaves with the loop's write at the end of the read: a lone
+// send crosses no goroutine, as nsqd's PUB does not, and allocates nothing
+// (its call state is pooled). Every stored message costs a lookup in the
+// dedupe table, which is big and seldom cached: its two generations share
+// one array (one cache line per lookup), on transparent huge pages where
+// the kernel offers them (no TLB miss).
 // Otherwise the request is detached and queued (TryAppendAsync); bigger
 // ones, and any that meet a full append queue, go to a goroutine.
 //
