@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -842,4 +843,62 @@ func TestReplicaTailReadBackPastKeptBytes(t *testing.T) {
 	if got, want := messageLogBytes(t, r), messageLogBytes(t, m); !reflect.DeepEqual(got, want) {
 		t.Fatal("replica's message log differs from the master's")
 	}
+}
+
+// FuzzReplicaTail hands a replica chunks whose committed end (End) lies
+// anywhere in or before them, so their records are kept as a tentative
+// tail and indexed later from memory: it never panics, never indexes past
+// what it has written, never moves its indexed end back, and a chunk
+// with no data whose End is the written end indexes every record it
+// wrote (or fails, at a committed end inside a record, without indexing).
+func FuzzReplicaTail(f *testing.F) {
+	opts := replicaOptions()
+	m, err := Open(f.TempDir(), opts, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer m.Close()
+	var msgs [][]byte
+	for i := 0; i < 6; i++ {
+		msgs = append(msgs, encode(f, fmt.Sprint("s", i%2), fmt.Sprint(i), []byte("fuzz the tail"), "t"))
+	}
+	res, err := m.Append(f.Context(), msgs)
+	if err != nil {
+		f.Fatal(err)
+	}
+	mc, _ := m.ReadMessageLog(0, 1<<20)
+	f.Add(mc.Data, uint16(0))
+	f.Add(mc.Data, uint16(len(mc.Data)-int(res[3].Offset)))
+	f.Add(mc.Data, uint16(len(mc.Data)-int(res[3].Offset)-5))
+	f.Add(mc.Data[:res[2].Offset], uint16(3))
+	ropts := opts
+	ropts.Replica = true
+	r, err := Open(f.TempDir(), ropts, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer r.Close()
+	f.Fuzz(func(t *testing.T, data []byte, tentative uint16) {
+		data = bytes.Clone(data) // the replica keeps it
+		written, _ := r.ReplicaEnds()
+		indexed, _ := r.CommittedEnds()
+		end := max(written+int64(len(data))-int64(tentative), indexed)
+		err := r.ReplicateMessages(LogChunk{Offset: written, End: end, Data: data})
+		w2, _ := r.ReplicaEnds()
+		i2, _ := r.CommittedEnds()
+		if i2 < indexed || i2 > w2 {
+			t.Fatalf("indexed end %d → %d with the written end %d (%v)", indexed, i2, w2, err)
+		}
+		if r.repl.tailBytes > maxKeptTail || r.repl.tailBytes < 0 {
+			t.Fatalf("%d bytes kept", r.repl.tailBytes)
+		}
+		err = r.ReplicateMessages(LogChunk{Offset: w2, End: w2})
+		i3, _ := r.CommittedEnds()
+		if err == nil && i3 != w2 {
+			t.Fatalf("told the end %d of all it wrote, the replica indexed up to %d", w2, i3)
+		}
+		if err != nil && i3 < i2 {
+			t.Fatalf("a refused end moved the indexed end back from %d to %d: %v", i2, i3, err)
+		}
+	})
 }
