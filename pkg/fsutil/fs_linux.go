@@ -97,3 +97,28 @@ func Unmap(b []byte) error {
 	}
 	return nil
 }
+
+// PopulateRead makes the pages of b, a part of a MapShared mapping that
+// starts on a page boundary, present now (madvise(MADV_POPULATE_READ)), as
+// reading each would: a page of a preallocated, never written part of a
+// file is allocated and zeroed then, not when it is first written. It
+// dirties nothing. Kernels before 5.14 answer EINVAL.
+func PopulateRead(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	for {
+		err := syscall.Madvise(b, madvPopulateRead)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return &fs.PathError{Op: "madvise", Path: "", Err: err}
+		}
+		return nil
+	}
+}
+
+// madvPopulateRead is MADV_POPULATE_READ (Linux 5.14), which package
+// syscall does not name.
+const madvPopulateRead = 22

@@ -30,3 +30,6 @@ func (f osFile) Allocate(off, size int64) error {
 
 // Unmap is never needed where files are not Mappable.
 func Unmap(b []byte) error { return nil }
+
+// PopulateRead does nothing where mappings are not used.
+func PopulateRead(b []byte) error { return nil }
