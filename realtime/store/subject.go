@@ -13,6 +13,17 @@ import (
 // memory before writing them to its consume-log file.
 const pendingFlushBytes = 16 << 10
 
+// A subject's buffer starts at pendingFirstCap bytes and then grows at once
+// to pendingFullCap, room for the entries that fill it (the write comes
+// at pendingFlushBytes or more, a whole entry past it): growing by doubling
+// copied every byte again and again on its way to 16 KiB, for each of
+// thousands of subjects, and ended at 32 KiB, since the entry that crosses
+// 16 KiB does not fit in 16 KiB.
+const (
+	pendingFirstCap = 32 * entryWidth
+	pendingFullCap  = (pendingFlushBytes/entryWidth + 1) * entryWidth
+)
+
 // subject is one subject's consume log and counters.
 //
 // next and touched belong to the appender goroutine (and to recovery before
@@ -104,17 +115,37 @@ func (sj *subject) addEntry(e *entry) error {
 
 // addEntryLocked buffers the entry of the next sequence; sj.mu is held.
 func (sj *subject) addEntryLocked(e *entry) {
-	n := len(sj.pending)
-	sj.pending = append(sj.pending, make([]byte, entryWidth)...)
-	e.put(sj.pending[n:])
+	e.put(sj.nextPending())
 	sj.appended++
 }
 
 // addHole records that sequence seq's message is lost (recovery).
 func (sj *subject) addHole() {
 	sj.mu.Lock()
-	sj.pending = append(sj.pending, make([]byte, entryWidth)...)
+	clear(sj.nextPending())
 	sj.mu.Unlock()
+}
+
+// nextPending extends pending by one entry and returns it (not zeroed);
+// sj.mu is held.
+func (sj *subject) nextPending() []byte {
+	n := len(sj.pending)
+	if cap(sj.pending)-n < entryWidth {
+		size := pendingFirstCap
+		switch {
+		case n+entryWidth > pendingFullCap:
+			// A run of the subject's messages in one group commit goes
+			// past it (the write follows the run), or writes fail.
+			size = 2 * cap(sj.pending)
+		case cap(sj.pending) > 0:
+			size = pendingFullCap
+		}
+		grown := make([]byte, n, max(size, n+entryWidth))
+		copy(grown, sj.pending)
+		sj.pending = grown
+	}
+	sj.pending = sj.pending[:n+entryWidth]
+	return sj.pending[n:]
 }
 
 func (sj *subject) flushLocked() error {

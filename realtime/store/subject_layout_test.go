@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"testing"
 	"unsafe"
 )
@@ -38,6 +39,38 @@ func TestSubjectLayout(t *testing.T) {
 		p := new(subject)
 		if uintptr(unsafe.Pointer(p))%64 != 0 {
 			t.Fatalf("subject allocated at %p, not on a 64-byte boundary", p)
+		}
+	}
+}
+
+// A subject's buffer grows from a small first size straight to room for a
+// full write (not by doubling past it) when its messages come one at a
+// time, and every entry stays readable across the writes to the
+// consume-log file.
+func TestSubjectPendingGrowth(t *testing.T) {
+	opts := testOptions()
+	opts.Flush = FlushAsync
+	s := openStore(t, t.TempDir(), opts)
+	defer s.Close()
+	const n = 3*pendingFlushBytes/entryWidth + 7
+	maxCap := 0
+	for i := range n {
+		appendAll(t, s, encode(t, "grow", fmt.Sprint("m", i), []byte{byte(i)}))
+		sj := s.lookupSubject([]byte("grow"))
+		sj.mu.RLock()
+		maxCap = max(maxCap, cap(sj.pending))
+		sj.mu.RUnlock()
+	}
+	if maxCap < pendingFullCap || maxCap >= 2*pendingFlushBytes {
+		t.Fatalf("buffer grew to %d bytes, want room for %d (less than 32 KiB)", maxCap, pendingFullCap)
+	}
+	got, err := s.Read("grow", 0, n+1)
+	if err != nil || len(got) != n {
+		t.Fatalf("read %d of %d: %v", len(got), n, err)
+	}
+	for i, p := range got {
+		if p.ConsumeSeq != int64(i) || p.Message[len(p.Message)-1] != byte(i) {
+			t.Fatalf("entry %d has sequence %d", i, p.ConsumeSeq)
 		}
 	}
 }
