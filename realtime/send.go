@@ -96,7 +96,7 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 		s.free()
 		return
 	}
-	s.start = time.Now()
+	s.start = r.Arrived // appendSecs measures from the request's arrival
 	if !blocking {
 		// A reply made now goes out with the loop's write at the end of the
 		// read, unless it must wait for the slave.

@@ -103,8 +103,13 @@ func (l Limits) CheckMessage(m *Message) error {
 // CheckView applies CheckMessage's rules to a parsed message, without
 // copying it. Servers call it on every message they receive.
 func (l Limits) CheckView(v *View) error {
-	if err := l.checkSubject(string(v.Subject), true); err != nil {
-		return err
+	// The usual subject, a plain name, is checked on its bytes: converting
+	// it to a string for checkSubject, whose errors quote it, would cost an
+	// allocation per message.
+	if !l.plainSubject(v.Subject) {
+		if err := l.checkSubject(string(v.Subject), true); err != nil {
+			return err
+		}
 	}
 	if len(v.ID) == 0 || len(v.ID) > l.MaxID {
 		return Errorf(StatusInvalid, fmt.Sprintf("message id must be 1..%d bytes, got %d", l.MaxID, len(v.ID)))
@@ -152,6 +157,20 @@ func (l Limits) checkSubject(s string, allowSystem bool) error {
 		return Errorf(StatusInvalid, fmt.Sprintf("subject %q may hold only A-Z a-z 0-9 . _ -", s))
 	}
 	return nil
+}
+
+// plainSubject reports whether b is a valid subject that is not a system
+// subject: 1..MaxSubject bytes of [A-Za-z0-9._-].
+func (l Limits) plainSubject(b []byte) bool {
+	if len(b) == 0 || len(b) > l.MaxSubject {
+		return false
+	}
+	for _, c := range b {
+		if !isNameByte(c) {
+			return false
+		}
+	}
+	return true
 }
 
 // CheckGroup validates a consumer group name: the subject rules.

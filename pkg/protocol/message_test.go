@@ -186,6 +186,45 @@ func TestLimits_CheckViewMatchesCheckMessage(t *testing.T) {
 	}
 }
 
+// CheckView of a message to a plain subject allocates nothing (a broker
+// checks every message it stores), and still judges subjects as
+// CheckSubject does: system subjects pass, bad names and lengths do not.
+func TestLimits_CheckViewSubjects(t *testing.T) {
+	view := func(subject string) View {
+		t.Helper()
+		m := sampleMessage()
+		m.Subject = subject
+		b, err := AppendMessage(nil, m, Limits{MaxSubject: 1000, MaxID: 128, MaxTags: 10, MaxTag: 100, MaxProperties: 100, MaxPropertyBytes: 1 << 20, MaxBody: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := ParseMessage(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	plain := view("order.changed")
+	if allocs := testing.AllocsPerRun(100, func() {
+		if err := DefaultLimits.CheckView(&plain); err != nil {
+			t.Fatal(err)
+		}
+	}); allocs != 0 {
+		t.Errorf("CheckView of a plain subject allocated %.0f times", allocs)
+	}
+	retry := view(RetrySubject("order.changed", "billing"))
+	if err := DefaultLimits.CheckView(&retry); err != nil {
+		t.Fatalf("retry subject: %v", err)
+	}
+	for _, bad := range []string{"bad subject", "%not.system", string(make([]byte, DefaultLimits.MaxSubject+1))} {
+		v := view("a")
+		v.Subject = []byte(bad)
+		if err := DefaultLimits.CheckView(&v); !errors.Is(err, ErrInvalid) {
+			t.Errorf("subject %q: %v", bad, err)
+		}
+	}
+}
+
 func TestSystemSubjects(t *testing.T) {
 	s := RetrySubject("order.changed", "billing")
 	kind, subject, group, ok := ParseSystemSubject(s)
