@@ -58,33 +58,6 @@ func (m *Message) finish(err error) {
 	}
 }
 
-// fill sets m from a parsed message. Body aliases the view's bytes, which
-// the delivery owns; subject is the subscription's subject.
-func (m *Message) fill(v *protocol.View, subject, group, brokerGroup string) {
-	*m = Message{
-		Subject:     subject,
-		ID:          string(v.ID),
-		Body:        v.Body,
-		Created:     millisTime(v.CreatedMillis),
-		DeliverAt:   millisTime(v.DeliverAtMillis),
-		Attempts:    int(v.Attempts),
-		Group:       group,
-		BrokerGroup: brokerGroup,
-		delivery:    m.delivery,
-	}
-	if n := v.TagCount(); n > 0 {
-		m.Tags = make([]string, 0, n)
-		v.Tags(func(t []byte) bool { m.Tags = append(m.Tags, string(t)); return true })
-	}
-	if n := v.PropertyCount(); n > 0 {
-		m.Properties = make([]protocol.Property, 0, n)
-		v.Properties(func(k, val []byte) bool {
-			m.Properties = append(m.Properties, protocol.Property{Key: string(k), Value: string(val)})
-			return true
-		})
-	}
-}
-
 func millisTime(ms int64) time.Time {
 	if ms == 0 {
 		return time.Time{}
