@@ -238,8 +238,9 @@ func (y *syncService) serve(r *netserver.Request) {
 	go y.answer(r, q)
 }
 
-// syncBufs holds read buffers for answers (Reply copies, so they are
-// reused at once).
+// syncBufs holds read buffers for answers. An answer with records hands
+// its buffers to the connection (ReplyRetained: written without a copy)
+// and they come back once written; the others are reused at once.
 var syncBufs = sync.Pool{New: func() any { return new([2][]byte) }}
 
 // answer replies with the bytes past the slave's offsets (the message
@@ -256,7 +257,12 @@ func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
 		timeout = t.C
 	}
 	bufs := syncBufs.Get().(*[2][]byte)
-	defer syncBufs.Put(bufs)
+	retained := false // the reply holds bufs until it is written
+	defer func() {
+		if !retained {
+			syncBufs.Put(bufs)
+		}
+	}()
 	tailEnd := int64(-1) // the committed end when the copy had a tail past it
 	for waited := false; ; {
 		sig := y.store.CommitSignal()
@@ -320,8 +326,9 @@ func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
 			resp.Action = protocol.SyncChunk{Start: ac.Start, End: ac.End, Offset: ac.Offset, Data: ac.Data}
 			head := protocol.AppendSyncResponseHead(make([]byte, 0, 96), &resp)
 			mid := protocol.AppendSyncChunkHead(make([]byte, 0, 32), &resp.Action)
-			r.Reply(protocol.StatusOK, head, mc.Data, mid, ac.Data)
+			retained = true
 			y.served.Add(int64(len(mc.Data) + len(ac.Data)))
+			r.ReplyRetained(protocol.StatusOK, func() { syncBufs.Put(bufs) }, head, mc.Data, mid, ac.Data)
 			return
 		}
 		// Wait for a write or a commit (store.CommitSignal).

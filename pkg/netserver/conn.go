@@ -17,6 +17,22 @@ import (
 // reuse after a flush; larger ones go back to the garbage collector.
 const maxSpareReplyBuffer = 1 << 20
 
+// minRetainedBody is the smallest body slice ReplyRetained keeps instead of
+// copying (a smaller one costs less to copy than an iovec), and
+// maxRetainedBodies bounds the slices one flush writes with one writev
+// (the kernel takes at most 1024 iovecs); past it bodies are copied.
+const (
+	minRetainedBody   = 16 << 10
+	maxRetainedBodies = 256
+)
+
+// retainedBody is a ReplyRetained body slice written in place: it goes
+// after the first at bytes of the reply buffer.
+type retainedBody struct {
+	at   int
+	body []byte
+}
+
 // Conn is the server side of one client connection. Its exported methods
 // are safe for concurrent use.
 //
@@ -56,6 +72,13 @@ type Conn struct {
 	flushQueued bool // a flush task is queued on the event loop
 	corks       int  // batches running (serveLoop); the last to end flushes
 	closed      bool
+	// ReplyRetained's bodies between out's bytes, the bytes they add, and
+	// the callbacks to run once the flush wrote them (their spares).
+	retained      []retainedBody
+	retainedBytes int
+	releases      []func()
+	spareRetained []retainedBody
+	spareReleases []func()
 }
 
 func newConn(s *Server, gc gnet.Conn) *Conn {
@@ -208,29 +231,50 @@ func (c *Conn) replyOnLoop(requestID uint64, status protocol.Status, body [][]by
 
 // reply appends one response frame to the reply buffer and makes sure a
 // flush is queued, unless the serve goroutine will queue one at the end of
-// its batch.
-func (c *Conn) reply(requestID uint64, status protocol.Status, body [][]byte) {
+// its batch. With release set (ReplyRetained) body slices of
+// minRetainedBody bytes or more are kept, not copied, and release runs once
+// the flush wrote them (or the reply is dropped).
+func (c *Conn) reply(requestID uint64, status protocol.Status, body [][]byte, release func()) {
 	status, body, n := c.replyBody(requestID, status, body)
 	c.outMu.Lock()
 	if c.closed {
 		c.outMu.Unlock()
+		if release != nil {
+			release()
+		}
 		return
 	}
 	c.out = appendResponseHeader(c.out, status, requestID, n)
+	kept := false
 	for _, b := range body {
+		if release != nil && len(b) >= minRetainedBody && len(c.retained) < maxRetainedBodies {
+			c.retained = append(c.retained, retainedBody{at: len(c.out), body: b})
+			c.retainedBytes += len(b)
+			kept = true
+			continue
+		}
 		c.out = append(c.out, b...)
 	}
+	if kept {
+		c.releases = append(c.releases, release)
+	}
 	c.unwritten++
-	if len(c.out) > c.srv.opts.MaxOutboundBytes {
+	if len(c.out)+c.retainedBytes > c.srv.opts.MaxOutboundBytes {
 		c.outMu.Unlock()
+		if release != nil && !kept {
+			release()
+		}
 		c.closeWithReason("unsent replies over MaxOutboundBytes", zap.Int("limit", c.srv.opts.MaxOutboundBytes))
-		return
+		return // markClosed releases what was kept
 	}
 	queue := c.corks == 0 && !c.flushQueued
 	if queue {
 		c.flushQueued = true
 	}
 	c.outMu.Unlock()
+	if release != nil && !kept {
+		release() // everything was copied
+	}
 	if queue {
 		c.queueFlush()
 	}
@@ -269,15 +313,47 @@ func (c *Conn) flush(gc gnet.Conn, err error) error {
 	}
 	c.outMu.Lock()
 	buf, written := c.out, c.unwritten
+	retained, releases := c.retained, c.releases
 	c.out, c.outSpare, c.unwritten = c.outSpare[:0], nil, 0
+	c.retained, c.retainedBytes, c.spareRetained = c.spareRetained[:0], 0, nil
+	c.releases, c.spareReleases = c.spareReleases[:0], nil
 	c.flushQueued = false
 	c.outMu.Unlock()
 	c.held -= written
 	c.srv.busy.Add(-int64(written))
+	if len(retained) > 0 {
+		// One writev of the buffer's stretches and the kept bodies between
+		// them; gnet copies what the socket does not take, so the bodies
+		// are free once it returns.
+		iov := make([][]byte, 0, 2*len(retained)+1)
+		prev := 0
+		for _, r := range retained {
+			if r.at > prev {
+				iov = append(iov, buf[prev:r.at])
+			}
+			iov = append(iov, r.body)
+			prev = r.at
+		}
+		if prev < len(buf) {
+			iov = append(iov, buf[prev:])
+		}
+		_, _ = gc.Writev(iov)
+		for _, release := range releases {
+			release()
+		}
+		clear(retained)
+		clear(releases)
+		c.outMu.Lock()
+		if c.spareRetained == nil {
+			c.spareRetained, c.spareReleases = retained[:0], releases[:0]
+		}
+		c.outMu.Unlock()
+	} else if len(buf) > 0 {
+		_, _ = gc.Write(buf)
+	}
 	if len(buf) == 0 {
 		return nil
 	}
-	_, _ = gc.Write(buf)
 	if cap(buf) <= maxSpareReplyBuffer {
 		c.outMu.Lock()
 		if c.outSpare == nil {
@@ -317,7 +393,12 @@ func (c *Conn) markClosed() {
 	}
 	c.closed = true
 	c.out, c.outSpare, c.unwritten = nil, nil, 0
+	releases := c.releases
+	c.retained, c.retainedBytes, c.releases, c.spareRetained, c.spareReleases = nil, 0, nil, nil, nil
 	c.outMu.Unlock()
+	for _, release := range releases {
+		release() // replies never written
+	}
 	c.srv.busy.Add(-int64(c.held))
 	c.held = 0
 	close(c.done)

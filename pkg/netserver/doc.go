@@ -67,7 +67,13 @@
 // system call. Reply copies the body slices into the reply buffer before it
 // returns, so callers may reuse or release them at once: a broker can reply
 // with message bytes that alias its storage. That copy is cheap next to the
-// write itself, which copies every byte into the socket anyway.
+// write itself, which copies every byte into the socket anyway, except for
+// large bodies: ReplyRetained keeps slices of 16 KiB or more where they are
+// (the reply buffer records where each goes), the flush writes the buffer's
+// stretches and those slices with one writev (gnet copies what the socket
+// does not take), then calls the reply's release; a closed connection
+// releases what it never wrote. A slave's sync answers (up to 1 MiB of
+// message log each) are written this way.
 //
 // # Limits and bad input
 //

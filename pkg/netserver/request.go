@@ -53,7 +53,30 @@ func (r *Request) Reply(status protocol.Status, body ...[]byte) {
 		r.Conn.replyOnLoop(r.Header.RequestID, status, body)
 		return
 	}
-	r.Conn.reply(r.Header.RequestID, status, body)
+	r.Conn.reply(r.Header.RequestID, status, body, nil)
+}
+
+// ReplyRetained is Reply without the copy of large body slices: slices of
+// 16 KiB or more are written from where they are, so they must not change
+// until release (not nil) has been called. release is called exactly once:
+// when the reply has been written to the socket or handed to gnet's
+// outbound buffer (which copies what the socket does not take), or when the
+// reply is dropped (a second reply, a one-way request, a closed
+// connection), possibly before ReplyRetained returns. It runs on the event
+// loop or on the replying goroutine, so it must be quick and must not
+// block. A reply made on the event loop (an inline handler) copies and
+// releases at once.
+func (r *Request) ReplyRetained(status protocol.Status, release func(), body ...[]byte) {
+	if !r.replied.CompareAndSwap(false, true) || r.Header.IsOneWay() {
+		release()
+		return
+	}
+	if r.onLoop {
+		r.Conn.replyOnLoop(r.Header.RequestID, status, body)
+		release()
+		return
+	}
+	r.Conn.reply(r.Header.RequestID, status, body, release)
 }
 
 // Detach lets an inline handler answer later: it returns a Request that
