@@ -126,6 +126,42 @@ type fetched struct {
 	err  error
 }
 
+// maxSpareBodies bounds the received sync bodies a slave keeps to read
+// later ones into (see bodyBuffers).
+const maxSpareBodies = 4
+
+// bodyBuffers are sync response bodies the slave received, to be read
+// into again (transport.Client.GoInto) instead of allocating and zeroing
+// up to 2 MiB per fetch. The store keeps a tentative tail's chunks (their
+// bodies) until it indexes them, so a body is reused only once the store
+// no longer holds it (store.ReplicaHolds). Only follow's goroutine uses it;
+// after a transport error follow drops them all (a reader may still write
+// into the one in flight).
+type bodyBuffers struct {
+	spare [][]byte
+}
+
+// take returns a kept body the store no longer holds, or nil.
+func (bb *bodyBuffers) take(st *store.Store) []byte {
+	for i, b := range bb.spare {
+		if !st.ReplicaHolds(b) {
+			last := len(bb.spare) - 1
+			bb.spare[i] = bb.spare[last]
+			bb.spare[last] = nil
+			bb.spare = bb.spare[:last]
+			return b[:0]
+		}
+	}
+	return nil
+}
+
+// put keeps a body that is no longer read (the store may still hold it).
+func (bb *bodyBuffers) put(b []byte) {
+	if cap(b) > 0 && len(bb.spare) < maxSpareBodies {
+		bb.spare = append(bb.spare, b)
+	}
+}
+
 // follow copies the master's logs until an error. It keeps one fetch in
 // flight while it writes the chunk before: it asks for what follows
 // everything received, then writes, fdatasyncs and replays the previous
@@ -160,9 +196,12 @@ func (y *replica) follow() error {
 		return protocol.AppendSyncRequest(nil, &q)
 	}
 	var pending *protocol.SyncResponse // received, not yet written
+	var pendingBody []byte             // pending's body
+	var bodies bodyBuffers
 	for {
 		ch := make(chan fetched, 1)
-		if err := y.client.Go(master, protocol.CmdSyncLog, request(uint32(y.opts.SyncMaxBytes)), y.opts.SyncWait+10*time.Second,
+		into := bodies.take(y.store)
+		if err := y.client.GoInto(master, protocol.CmdSyncLog, request(uint32(y.opts.SyncMaxBytes)), into, y.opts.SyncWait+10*time.Second,
 			func(body []byte, err error) { ch <- fetched{body, err} }); err != nil {
 			return err
 		}
@@ -180,6 +219,7 @@ func (y *replica) follow() error {
 				return err
 			}
 			pending = nil
+			bodies.put(pendingBody)
 		}
 		var f fetched
 		select {
@@ -189,6 +229,9 @@ func (y *replica) follow() error {
 		}
 		if f.err != nil {
 			return f.err
+		}
+		if len(f.body) > cap(into) {
+			bodies.put(into) // not read into: the body did not fit
 		}
 		p, err := protocol.DecodeSyncResponse(f.body)
 		if err != nil {
@@ -204,6 +247,7 @@ func (y *replica) follow() error {
 				return err
 			}
 			msgPos, _ = y.store.ReplicaEnds()
+			bodies.put(f.body)
 			continue
 		}
 		if m := &p.Message; m.Offset == m.Start && m.Offset > msgPos && int64(len(m.Data)) > m.End-m.Offset {
@@ -218,6 +262,7 @@ func (y *replica) follow() error {
 				return err
 			}
 			y.noteLag(p.Message)
+			bodies.put(f.body)
 			continue
 		}
 		if len(p.Message.Data) > 0 {
@@ -226,7 +271,7 @@ func (y *replica) follow() error {
 		if len(p.Action.Data) > 0 {
 			actPos = p.Action.Offset + int64(len(p.Action.Data))
 		}
-		pending = &p
+		pending, pendingBody = &p, f.body
 	}
 }
 

@@ -178,6 +178,18 @@ func ctxError(err error) error {
 // address is being dialled (DialTimeout) or while it writes queued requests
 // to the socket itself (WriteTimeout); body is copied before Go returns.
 func (c *Client) Go(addr string, cmd protocol.Command, body []byte, timeout time.Duration, fn func(body []byte, err error)) error {
+	return c.GoInto(addr, cmd, body, nil, timeout, fn)
+}
+
+// GoInto is Go with a buffer for the response: a successful response body
+// that fits in cap(into) is read into into (fn's body then aliases it, and
+// no body is allocated), a larger one is allocated as Go's is. It lets a
+// caller that fetches large bodies in a loop (a slave's sync) reuse them.
+// into is the client's from the call until fn runs; once fn has been
+// called with a body or a status error, into is the caller's again. After
+// a transport error (a timeout, a dropped connection) a reader may still
+// be writing into into, so the caller must not reuse it then.
+func (c *Client) GoInto(addr string, cmd protocol.Command, body, into []byte, timeout time.Duration, fn func(body []byte, err error)) error {
 	if fn == nil {
 		return errors.New("transport: Go with a nil callback")
 	}
@@ -185,7 +197,7 @@ func (c *Client) Go(addr string, cmd protocol.Command, body []byte, timeout time
 		timeout = c.opts.RequestTimeout
 	}
 	cl := asyncCallPool.Get().(*call)
-	cl.fn, cl.deadline = fn, c.coarseNow()+timeout
+	cl.fn, cl.into, cl.deadline = fn, into, c.coarseNow()+timeout
 	_, err := c.start(context.Background(), addr, cmd, 0, body, cl) // a dial is bounded by DialTimeout
 	if err != nil {
 		cl.recycle()

@@ -28,6 +28,7 @@ type call struct {
 	id       uint64
 	deadline time.Duration // since the client's epoch
 	fn       func(body []byte, err error)
+	into     []byte // GoInto's buffer for the response body
 	// ch takes a Call's result, and before it at most one hand-over of the
 	// reading role (result.lead): buffered with 2, it never blocks.
 	ch   chan result
@@ -80,6 +81,9 @@ type conn struct {
 
 	closedFlag atomic.Bool
 	done       chan struct{} // closed by close
+	// intoCalls counts pending calls with a GoInto buffer (changed under
+	// mu), so the reader looks them up only when there are some.
+	intoCalls atomic.Int32
 
 	mu      sync.Mutex
 	nextID  uint64
@@ -140,6 +144,9 @@ func (c *conn) send(cl *call, cmd protocol.Command, flags protocol.Flags, body [
 	if cl != nil {
 		cl.id = id
 		c.pending[id] = cl
+		if cl.into != nil {
+			c.intoCalls.Add(1)
+		}
 		switch {
 		case c.reader == nil && cl.fn == nil:
 			c.takeReaderLocked(cl) // a Call alone: its caller reads
@@ -280,6 +287,9 @@ func (c *conn) unpendLocked(id uint64) *call {
 		return nil
 	}
 	delete(c.pending, id)
+	if cl.into != nil {
+		c.intoCalls.Add(-1)
+	}
 	if cl.following {
 		c.unfollowLocked(cl)
 	}
@@ -327,6 +337,7 @@ func (c *conn) close(cause error) {
 	c.closedFlag.Store(true)
 	pending := c.pending
 	c.pending = nil
+	c.intoCalls.Store(0)
 	for _, f := range c.followers {
 		f.following, f.followAt = false, 0
 	}

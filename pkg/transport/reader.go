@@ -61,6 +61,25 @@ type response struct {
 	header protocol.Header
 	body   []byte
 	call   *call
+	into   []byte // the body, copied into its call's GoInto buffer
+}
+
+// bodiesIntoBuffers copies the OK bodies of batch whose calls have a
+// GoInto buffer large enough into it (response.into) and returns the bytes
+// left for the shared block. The caller holds the reading role.
+func (c *conn) bodiesIntoBuffers(batch []response, bodyBytes int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range batch {
+		r := &batch[i]
+		cl := c.pending[r.header.RequestID]
+		if cl == nil || cl.into == nil || len(r.body) == 0 || r.header.Status() != protocol.StatusOK || cap(cl.into) < len(r.body) {
+			continue
+		}
+		r.into = append(cl.into[:0], r.body...)
+		bodyBytes -= len(r.body)
+	}
+	return bodyBytes
 }
 
 // readerState is what the role's holder uses; only the holder touches it.
@@ -328,18 +347,35 @@ func (c *conn) readBatch() (answeredCall bool, err error) {
 			// body straight into its own slice.
 			h, _ := protocol.ParseHeader(buf, maxFrame)
 			_, _ = br.Discard(protocol.HeaderSize)
-			large := &response{header: h, body: make([]byte, h.BodyLen)}
+			large := &response{header: h}
 			c.mu.Lock()
+			if cl := c.pending[h.RequestID]; cl != nil && h.Status() == protocol.StatusOK && cap(cl.into) >= int(h.BodyLen) {
+				large.body = cl.into[:h.BodyLen] // GoInto: see its doc for a call that ends meanwhile
+			}
 			rs.large, rs.largeRead = large, 0
 			c.mu.Unlock()
+			if large.body == nil {
+				large.body = make([]byte, h.BodyLen)
+			}
 		} else {
-			block := make([]byte, 0, bodyBytes)
+			// Bodies go into one block, or into their GoInto buffers
+			// (looked up only when some call of the connection has one).
+			if c.intoCalls.Load() > 0 {
+				bodyBytes = c.bodiesIntoBuffers(batch, bodyBytes)
+			}
+			var block []byte
+			if bodyBytes > 0 {
+				block = make([]byte, 0, bodyBytes)
+			}
 			for i := range batch {
-				if b := batch[i].body; len(b) > 0 {
+				switch b := batch[i].body; {
+				case batch[i].into != nil:
+					batch[i].body, batch[i].into = batch[i].into, nil
+				case len(b) > 0:
 					at := len(block)
 					block = append(block, b...)
 					batch[i].body = block[at:len(block):len(block)]
-				} else {
+				default:
 					batch[i].body = nil
 				}
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/segment"
@@ -381,6 +382,30 @@ func (s *Store) ReplicateMessages(c LogChunk) error {
 	}
 	s.repl.keepTail(c.Offset, c.Data, s.goodEnd.Load())
 	return s.indexTail(c.End)
+}
+
+// ReplicaHolds reports whether the store still keeps bytes of buf's
+// backing array: the chunks of a tentative tail (ReplicateMessages keeps
+// their Data until it indexes them). A caller that reuses its chunk
+// buffers reuses only those the store no longer holds.
+func (s *Store) ReplicaHolds(buf []byte) bool {
+	if cap(buf) == 0 {
+		return false
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	hi := lo + uintptr(cap(buf))
+	s.replMu.Lock()
+	defer s.replMu.Unlock()
+	for _, c := range s.repl.tail {
+		if len(c.Data) == 0 {
+			continue
+		}
+		p := uintptr(unsafe.Pointer(unsafe.SliceData(c.Data)))
+		if p >= lo && p < hi {
+			return true
+		}
+	}
+	return false
 }
 
 // replication is what a replica keeps between its steps (under replMu).

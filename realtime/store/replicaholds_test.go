@@ -1,0 +1,67 @@
+package store
+
+import (
+	"fmt"
+	"testing"
+)
+
+// TestReplicaHolds: a chunk kept as a tentative tail is held (its buffer
+// must not be reused) until the committed end passes it; a chunk indexed at
+// once and an unrelated buffer are not held.
+func TestReplicaHolds(t *testing.T) {
+	opts := replicaOptions()
+	m := openStore(t, t.TempDir(), opts)
+	defer m.Close()
+	ropts := opts
+	ropts.Replica = true
+	r := openStore(t, t.TempDir(), ropts)
+	defer r.Close()
+
+	body := make([]byte, 300)
+	var offs []int64
+	for i := range 10 {
+		offs = append(offs, appendAll(t, m, encode(t, "s", fmt.Sprintf("a%d", i), body))[0].Offset)
+	}
+	// The first five records come with an end covering them: indexed at once.
+	first := make([]byte, 0, 1<<20)
+	mc, err := m.ReadMessageTailInto(first, 0, int(offs[5]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mc.Offset+int64(len(mc.Data)) != offs[5] {
+		t.Fatalf("first chunk ends at %d, want %d", mc.Offset+int64(len(mc.Data)), offs[5])
+	}
+	if err := r.ReplicateMessages(mc); err != nil {
+		t.Fatal(err)
+	}
+	if r.ReplicaHolds(first) {
+		t.Fatal("a chunk indexed at once is held")
+	}
+	// The rest comes told an end at its seventh record: the tail is kept.
+	second := make([]byte, 0, 1<<20)
+	mc, err = m.ReadMessageTailInto(second, offs[5], 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc.End = offs[7]
+	if err := r.ReplicateMessages(mc); err != nil {
+		t.Fatal(err)
+	}
+	if !r.ReplicaHolds(second) {
+		t.Fatal("a chunk kept as a tentative tail is not held")
+	}
+	if r.ReplicaHolds(first) || r.ReplicaHolds(make([]byte, 0, 1<<20)) || r.ReplicaHolds(nil) {
+		t.Fatal("a buffer the store never kept is held")
+	}
+	// The committed end passes it.
+	end, _ := m.CommittedEnds()
+	if err := r.ReplicateMessages(LogChunk{Start: mc.Start, End: end, Offset: end}); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := r.CommittedEnds(); c != end {
+		t.Fatalf("replica indexed to %d, want %d", c, end)
+	}
+	if r.ReplicaHolds(second) {
+		t.Fatal("a chunk still held after the committed end passed it")
+	}
+}
