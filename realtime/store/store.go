@@ -30,6 +30,7 @@ type Store struct {
 
 	subjectsMu sync.RWMutex
 	subjects   map[string]*subject
+	subjectTab subjectTable // the subjects by name, read without a lock
 
 	groupsMu sync.RWMutex
 	groups   map[groupKey]*group

@@ -75,15 +75,12 @@ func (s *Store) newSubject(name string) (*subject, error) {
 
 // subjectFor returns the subject, creating it when create is set.
 func (s *Store) subjectFor(name string, create bool) (*subject, error) {
-	s.subjectsMu.RLock()
-	sj := s.subjects[name]
-	s.subjectsMu.RUnlock()
-	if sj != nil || !create {
+	if sj := s.subjectTab.lookupString(name); sj != nil || !create {
 		return sj, nil
 	}
 	s.subjectsMu.Lock()
 	defer s.subjectsMu.Unlock()
-	if sj = s.subjects[name]; sj != nil {
+	if sj := s.subjects[name]; sj != nil {
 		return sj, nil
 	}
 	sj, err := s.newSubject(name)
@@ -91,15 +88,14 @@ func (s *Store) subjectFor(name string, create bool) (*subject, error) {
 		return nil, err
 	}
 	s.subjects[name] = sj
+	s.subjectTab.insert(sj)
 	return sj, nil
 }
 
-// lookupSubject finds a subject by its name's bytes without allocating.
+// lookupSubject finds a subject by its name's bytes without allocating or
+// locking (subjectTable).
 func (s *Store) lookupSubject(name []byte) *subject {
-	s.subjectsMu.RLock()
-	sj := s.subjects[string(name)]
-	s.subjectsMu.RUnlock()
-	return sj
+	return s.subjectTab.lookup(name)
 }
 
 // addEntry appends the encoded entry of the next sequence.
