@@ -17,31 +17,56 @@ import (
 // aliases was kept anyway), a few kilobytes per pull of 64.
 
 // pullBatch is a puller's reusable scratch for building one pull's messages
-// (pullLoop only).
+// (pullLoop only). It holds no pointers, so filling it costs no write
+// barriers; the first version kept each parsed View here, and copying and
+// clearing them cost a busy consumer 7% of its CPU in the garbage
+// collector's write barriers.
 type pullBatch struct {
-	views []protocol.View // parsed messages; Raw nil: corrupt
-	text  []byte          // the pull's ids, tags and property keys and values
+	text   []byte  // the pull's ids, tags and property keys and values
+	idLens []int32 // each message's id length; -1: corrupt
+	extras []bool  // each message has tags or properties
 }
 
 // build parses the pulled messages into deliveries. Corrupt messages get a
 // delivery with a nil msg.
 func (b *pullBatch) build(p *puller, items []protocol.PulledMessage, brokerGroup string) []delivery {
-	b.views = b.views[:0]
-	b.text = b.text[:0]
+	b.text, b.idLens, b.extras = b.text[:0], b.idLens[:0], b.extras[:0]
+	ds := make([]delivery, len(items))
+	s := p.s
 	var tags, props int
-	for _, pm := range items {
+	// Pass 1: check and parse each message, fill all but its strings, and
+	// gather the strings.
+	for i, pm := range items {
+		d := &ds[i]
+		d.p, d.pullSeq, d.raw = p, pm.PullSeq, pm.Message
 		v, err := protocol.ParseMessage(pm.Message)
 		if err != nil {
 			// The broker checks CRCs on read-back; a bad message here is
 			// damage in transit or a broker bug. It cannot be handled.
 			p.lg.Error("dropping corrupt message", zap.Uint64("pull_seq", pm.PullSeq), zap.Error(err))
-			b.views = append(b.views, protocol.View{})
+			b.idLens = append(b.idLens, -1)
+			b.extras = append(b.extras, false)
 			continue
 		}
-		b.views = append(b.views, v)
+		m := &d.message // zero: set field by field (no copy of a whole Message)
+		d.msg = m
+		m.Subject = s.subject
+		m.Body = v.Body
+		m.Created = millisTime(v.CreatedMillis)
+		m.DeliverAt = millisTime(v.DeliverAtMillis)
+		m.Attempts = int(v.Attempts)
+		m.Group = s.group
+		m.BrokerGroup = brokerGroup
+		m.delivery = d
 		b.text = append(b.text, v.ID...)
-		tags += v.TagCount()
-		props += v.PropertyCount()
+		b.idLens = append(b.idLens, int32(len(v.ID)))
+		nt, np := v.TagCount(), v.PropertyCount()
+		b.extras = append(b.extras, nt+np > 0)
+		if nt+np == 0 {
+			continue
+		}
+		tags += nt
+		props += np
 		v.Tags(func(t []byte) bool { b.text = append(b.text, t...); return true })
 		v.Properties(func(k, val []byte) bool {
 			b.text = append(b.text, k...)
@@ -58,40 +83,32 @@ func (b *pullBatch) build(p *puller, items []protocol.PulledMessage, brokerGroup
 	if props > 0 {
 		propArena = make([]protocol.Property, 0, props)
 	}
-	ds := make([]delivery, len(items))
 	at := 0
 	cut := func(n int) string {
 		s := text[at : at+n]
 		at += n
 		return s
 	}
-	s := p.s
-	for i, pm := range items {
-		d := &ds[i]
-		d.p, d.pullSeq, d.raw = p, pm.PullSeq, pm.Message
-		v := &b.views[i]
-		if v.Raw == nil {
+	// Pass 2: hand out the strings in the order pass 1 gathered them.
+	for i := range ds {
+		if b.idLens[i] < 0 {
 			continue
 		}
-		m := &d.message
-		d.msg = m
-		*m = Message{
-			Subject:     s.subject,
-			ID:          cut(len(v.ID)),
-			Body:        v.Body,
-			Created:     millisTime(v.CreatedMillis),
-			DeliverAt:   millisTime(v.DeliverAtMillis),
-			Attempts:    int(v.Attempts),
-			Group:       s.group,
-			BrokerGroup: brokerGroup,
-			delivery:    d,
+		m := &ds[i].message
+		m.ID = cut(int(b.idLens[i]))
+		if !b.extras[i] {
+			continue
 		}
-		if n := v.TagCount(); n > 0 {
+		v, err := protocol.ParseMessageNoCRC(ds[i].raw)
+		if err != nil {
+			continue // cannot happen: the same bytes parsed in pass 1
+		}
+		if v.TagCount() > 0 {
 			first := len(tagArena)
 			v.Tags(func(t []byte) bool { tagArena = append(tagArena, cut(len(t))); return true })
 			m.Tags = tagArena[first:len(tagArena):len(tagArena)]
 		}
-		if n := v.PropertyCount(); n > 0 {
+		if v.PropertyCount() > 0 {
 			first := len(propArena)
 			v.Properties(func(k, val []byte) bool {
 				key := cut(len(k))
@@ -101,6 +118,5 @@ func (b *pullBatch) build(p *puller, items []protocol.PulledMessage, brokerGroup
 			m.Properties = propArena[first:len(propArena):len(propArena)]
 		}
 	}
-	clear(b.views) // drop the references to the response body
 	return ds
 }
