@@ -31,9 +31,10 @@ type pullActor struct {
 	actor *actor.Actor[pullEvent]
 
 	// owned by the actor's handler
-	waiting []*pullCall
-	timer   *time.Timer
-	timerAt time.Time
+	waiting  []*pullCall
+	timer    *time.Timer
+	timerAt  time.Time
+	watching bool // the store calls onAppend for the subject (Store.Watch)
 
 	hasWaiting  atomic.Bool // some pull waits for messages
 	wakePending atomic.Bool // a wake event is in the mailbox
@@ -83,7 +84,10 @@ func (b *Broker) actorFor(key actorKey) *pullActor {
 }
 
 // onAppend runs on the store's commit goroutine when subject has new
-// entries: it wakes the subject's actors that have waiting pulls.
+// entries: it wakes the subject's actors that have waiting pulls. The store
+// calls it only for subjects an actor watches (Store.Watch, on the actor's
+// first pull), so the commit of messages over thousands of subjects nobody
+// pulls takes no lock and looks up no actors for them.
 func (b *Broker) onAppend(subject string, _ int64) {
 	b.actorsMu.Lock()
 	actors := b.bySubject[subject]
@@ -168,7 +172,12 @@ func (a *pullActor) handle(ev pullEvent) {
 	case evPull:
 		c := ev.call
 		// Say a pull may wait before looking for messages: an append that
-		// lands between an empty look and parking must still wake us.
+		// lands between an empty look and parking must still wake us (the
+		// store calls onAppend only for subjects watched before).
+		if !a.watching {
+			a.b.store.Watch(a.key.subject)
+			a.watching = true
+		}
 		a.hasWaiting.Store(true)
 		if now.After(c.staleAt) {
 			a.b.metrics.pullDropped.Inc()

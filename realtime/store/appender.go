@@ -248,7 +248,7 @@ func (s *Store) appendGroup(g *commitGroup) bool {
 			r.results[i].Seq, r.results[i].Offset = sj.next, off
 			if sj.touched != g {
 				sj.touched = g
-				sj.touchedIdx = len(g.touched)
+				sj.touchedIdx = int32(len(g.touched))
 				g.touched = append(g.touched, sj)
 				g.nexts = append(g.nexts, sj.next)
 				g.sizes = append(g.sizes, 0)
@@ -378,7 +378,9 @@ func (s *Store) publish(g *commitGroup) {
 	s.signalCommit()
 	if s.opts.OnAppend != nil {
 		for i, sj := range g.touched {
-			s.opts.OnAppend(sj.name, g.nexts[i])
+			if sj.watched.Load() {
+				s.opts.OnAppend(sj.name, g.nexts[i])
+			}
 		}
 	}
 	s.putGroup(g)

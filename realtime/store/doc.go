@@ -29,9 +29,12 @@
 // subjects (%RETRY%s%g, %DEAD%s%g) are ordinary subjects here. Message ids
 // are not deduplicated (the broker keeps that window).
 //
-// Options.OnAppend(subject, next) is called after new entries of a subject
-// became readable (durable under FlushSync): the broker wakes its long polls
-// from it. It runs on the commit goroutine and must not block.
+// Options.OnAppend(subject, next) is called after new entries of a watched
+// subject (Store.Watch) became readable (durable under FlushSync): the
+// broker watches the subjects it has pull actors for and wakes their long
+// polls from it. It runs on the commit goroutine and must not block. A
+// commit checks each touched subject's flag (in the line it has just
+// written) and calls nothing for the thousands of subjects nobody pulls.
 //
 // Pulled.Message and AckResult.Gap messages are copies in a buffer allocated
 // for the call (one buffer per pull): the caller owns them, no mmap aliasing.

@@ -73,9 +73,10 @@ type Options struct {
 	FS fsutil.FS
 	// Clock returns the current time (default time.Now).
 	Clock func() time.Time
-	// OnAppend, when set, is called after new entries of subject became
-	// readable (durable under FlushSync); next is the subject's next sequence.
-	// It runs on the store's commit goroutine and must not block.
+	// OnAppend, when set, is called after new entries of a watched subject
+	// (Store.Watch) became readable (durable under FlushSync); next is the
+	// subject's next sequence. It runs on the store's commit goroutine and
+	// must not block.
 	OnAppend func(subject string, next int64)
 	// Replica opens the store as a copy of a master's (see "Replication" in
 	// doc.go): appends, pulls, acks and consumer changes fail with

@@ -31,6 +31,8 @@ type Store struct {
 	subjectsMu sync.RWMutex
 	subjects   map[string]*subject
 	subjectTab subjectTable // the subjects by name, read without a lock
+	// watchedNames are the subjects Watch was called for (subjectsMu).
+	watchedNames map[string]bool
 
 	groupsMu sync.RWMutex
 	groups   map[groupKey]*group

@@ -27,6 +27,7 @@ func TestAppendReadReopen(t *testing.T) {
 				mu.Unlock()
 			}
 			s := openStore(t, dir, opts)
+			s.Watch("orders")
 			a := appendN(t, s, "orders", "a", 120)
 			b := appendN(t, s, "users", "b", 30)
 			res := appendAll(t, s, encode(t, "orders", "x", []byte("x")))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/qmq-go/qmq/pkg/segment"
 )
@@ -35,7 +36,7 @@ const (
 // reaches a subject that is no longer in the CPU's caches, so the fields
 // each message touches are packed into two cache lines: line 0 what the
 // appender's first pass (next, touched, touchedIdx) and the commit
-// (mu, visible, bytes) touch, line 1 what indexing the entry touches
+// (mu, visible, bytes, watched) touch, line 1 what indexing the entry touches
 // (pending, appended) and the name. The struct is 192 bytes, a size class
 // the allocator places at multiples of 64, so the lines are the CPU's.
 // TestSubjectLayout checks the offsets.
@@ -43,10 +44,13 @@ type subject struct {
 	// Line 0.
 	next       int64 // appender: next sequence to assign
 	touched    *commitGroup
-	touchedIdx int
-	mu         sync.RWMutex
-	visible    int64
-	bytes      int64 // message-log bytes of the kept, visible entries
+	touchedIdx int32
+	// watched is set once the subject is watched (Store.Watch): only then
+	// does a commit call Options.OnAppend for it.
+	watched atomic.Bool
+	mu      sync.RWMutex
+	visible int64
+	bytes   int64 // message-log bytes of the kept, visible entries
 
 	// Line 1.
 	pending  []byte
@@ -87,9 +91,27 @@ func (s *Store) subjectFor(name string, create bool) (*subject, error) {
 	if err != nil {
 		return nil, err
 	}
+	sj.watched.Store(s.watchedNames[name])
 	s.subjects[name] = sj
 	s.subjectTab.insert(sj)
 	return sj, nil
+}
+
+// Watch asks for Options.OnAppend calls after commits of subject, which a
+// commit makes only for watched subjects: a broker watches each subject it
+// may have waiting pulls of, before its pulls look for messages, and the
+// commit of thousands of subjects nobody pulls from calls nothing for them.
+// A watch lasts until the store closes; subject need not exist yet.
+func (s *Store) Watch(subject string) {
+	s.subjectsMu.Lock()
+	defer s.subjectsMu.Unlock()
+	if s.watchedNames == nil {
+		s.watchedNames = map[string]bool{}
+	}
+	s.watchedNames[subject] = true
+	if sj := s.subjects[subject]; sj != nil {
+		sj.watched.Store(true)
+	}
 }
 
 // lookupSubject finds a subject by its name's bytes without allocating or

@@ -22,6 +22,7 @@ func TestSubjectLayout(t *testing.T) {
 		{"next", unsafe.Offsetof(sj.next), unsafe.Sizeof(sj.next), 0},
 		{"touched", unsafe.Offsetof(sj.touched), unsafe.Sizeof(sj.touched), 0},
 		{"touchedIdx", unsafe.Offsetof(sj.touchedIdx), unsafe.Sizeof(sj.touchedIdx), 0},
+		{"watched", unsafe.Offsetof(sj.watched), unsafe.Sizeof(sj.watched), 0},
 		{"mu", unsafe.Offsetof(sj.mu), unsafe.Sizeof(sj.mu), 0},
 		{"visible", unsafe.Offsetof(sj.visible), unsafe.Sizeof(sj.visible), 0},
 		{"bytes", unsafe.Offsetof(sj.bytes), unsafe.Sizeof(sj.bytes), 0},

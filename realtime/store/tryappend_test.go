@@ -65,6 +65,7 @@ func TestTryAppendNow(t *testing.T) {
 	}
 	s := openStore(t, t.TempDir(), opts)
 	defer s.Close()
+	s.Watch("s")
 	if _, ok := s.TryAppendNow([][]byte{encode(t, "s", "new", []byte("x"))}); ok {
 		t.Fatal("appended now to a subject the store does not have yet")
 	}
