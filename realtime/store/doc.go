@@ -371,7 +371,9 @@
 //	                 pull-log write, action append) but not while the pulled
 //	                 messages are read. Pulls of different groups never wait
 //	                 for each other; consumers of one group share this lock.
-//	subjectsMu (RW)  the subjects map.
+//	subjectsMu (RW)  the subjects map, the watched names and the subject
+//	                 table's one writer; lookups by name read the table
+//	                 without it (subjecttable.go).
 //	subject.mu (RW)  a subject's visible range and buffered entries; the
 //	                 appender takes it once per run of the subject's messages
 //	                 in a group and the commit goroutine to publish; readers
