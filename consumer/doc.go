@@ -49,6 +49,18 @@
 // Callers who want to drive consumption themselves use Consumer.Puller and
 // Puller.Pull(ctx, max), then Message.Ack or Message.Nack on each message.
 //
+// # Cost per message
+//
+// A pull's messages are built together (pullBatch): one allocation holds
+// all its deliveries and their Messages, one string all its ids, tags and
+// properties, and the decoded response entries reuse one slice; a message
+// keeps its pull's batch alive until it is dropped. Pull loops hand
+// messages over and handler loops take them without a select while the
+// buffer allows, and pulls and acks take their deadline from the
+// transport's clock rather than a context and timer each. Before this the
+// garbage collector and allocation took a third of a busy consumer's CPU
+// and selects a tenth.
+//
 // # Goroutines
 //
 // Per subscription: one routeLoop (refreshes the broker groups), per broker
