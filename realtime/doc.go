@@ -260,9 +260,10 @@
 // and new binaries, master 164 → 152 ms per 100k messages (−8%, lower in
 // five pairs of six), slave 57 → 50 (−12%, lower in all six), the pair's
 // rate 465k → 500k msg/s; produce_wait_slave_ratio stayed inside its noise:
-// 0.726, 0.756, 0.777 old against 0.757 and 0.776 new (per-round ratios
-// 0.52–0.99 in both), so the saved CPU is real but smaller than what the
-// load of the shared machine moves from round to round.
+// 0.726, 0.756, 0.777, 0.742 old against 0.757, 0.776, 0.710 new
+// (per-round ratios 0.52–0.99 in both), so the saved CPU is real but
+// smaller than what the load of the shared machine moves from round to
+// round.
 //
 // # Replication, phase 2: automatic failover
 //
