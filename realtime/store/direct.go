@@ -85,7 +85,13 @@ func (s *Store) TryAppendViewsNow(views []protocol.View, results []Result) bool 
 		return false
 	}
 	defer s.closeMu.RUnlock()
-	if s.closed || !s.direct.mu.TryLock() {
+	return !s.closed && s.appendViewsNow(views, results)
+}
+
+// appendViewsNow is TryAppendViewsNow past its checks, holding closeMu.
+// (Each of these functions has one defer, which the compiler inlines.)
+func (s *Store) appendViewsNow(views []protocol.View, results []Result) bool {
+	if !s.direct.mu.TryLock() {
 		return false
 	}
 	defer s.direct.mu.Unlock()
@@ -116,16 +122,12 @@ func (s *Store) AppendsNow() bool {
 }
 
 // prepareNow fills r (direct.req, reused) for views whose subjects the
-// store already has; it reports false, leaving results alone, when a
-// subject is new (creating it writes files) or the subjects are being
-// changed. direct.mu must be held.
+// store already has (found without a lock, lookupSubject); it reports
+// false, leaving results alone, when a subject is new (creating it writes
+// files). direct.mu must be held.
 func (s *Store) prepareNow(r *appendReq, views []protocol.View, results []Result) bool {
 	r.msgs, r.metas, r.results = r.msgs[:0], r.metas[:0], results
 	r.valid, r.bytes, r.done = 0, 0, noDone
-	if !s.subjectsMu.TryRLock() {
-		return false
-	}
-	defer s.subjectsMu.RUnlock()
 	var prev *subject
 	for i := range views {
 		v := &views[i]
@@ -136,7 +138,7 @@ func (s *Store) prepareNow(r *appendReq, views []protocol.View, results []Result
 		}
 		sj := prev
 		if sj == nil || string(v.Subject) != sj.name {
-			if sj = s.subjects[string(v.Subject)]; sj == nil {
+			if sj = s.lookupSubject(v.Subject); sj == nil {
 				return false
 			}
 		}
