@@ -742,20 +742,7 @@ func TestReplicaIndexesTheTailFromMemory(t *testing.T) {
 	}
 	// Chunks of at most 3000 bytes, each told the end before its own: the
 	// kept bytes are indexed as the end passes them, across segment ends.
-	for i := 0; ; i++ {
-		from, _ := r.ReplicaEnds()
-		mc, err := m.ReadMessageTailInto(nil, from, 3000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(mc.Data) == 0 {
-			break
-		}
-		mc.End = min(mc.End, from)
-		if err := r.ReplicateMessages(mc); err != nil {
-			t.Fatalf("chunk %d at %d: %v", i, mc.Offset, err)
-		}
-	}
+	copyTailChunks(t, m, r, 3000, nil)
 	if c, _ := r.CommittedEnds(); c >= m.MessageTailEnd() {
 		t.Fatal("the replica indexed everything: the last chunk was not a tail")
 	}
@@ -794,6 +781,31 @@ func TestReplicaIndexesTheTailFromMemory(t *testing.T) {
 	}
 }
 
+// copyTailChunks copies m's written message-log tail to r in chunks of at
+// most size bytes, each told as committed only the end before it (so each
+// is kept as a tentative tail), calling after, if not nil, with each
+// chunk once replicated, until m has nothing more.
+func copyTailChunks(t *testing.T, m, r *Store, size int, after func(i int, mc LogChunk)) {
+	t.Helper()
+	for i := 0; ; i++ {
+		from, _ := r.ReplicaEnds()
+		mc, err := m.ReadMessageTailInto(nil, from, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(mc.Data) == 0 {
+			return
+		}
+		mc.End = min(mc.End, from)
+		if err := r.ReplicateMessages(mc); err != nil {
+			t.Fatalf("chunk %d at %d: %v", i, mc.Offset, err)
+		}
+		if after != nil {
+			after(i, mc)
+		}
+	}
+}
+
 // TestReplicaTailReadBackPastKeptBytes: chunks the replica did not keep
 // (past maxKeptTail, here a chunk written before a restart of the step)
 // are read back, and the kept ones after them still indexed from memory.
@@ -813,23 +825,11 @@ func TestReplicaTailReadBackPastKeptBytes(t *testing.T) {
 	}
 	reads := rfs.reads.Load()
 	// Every chunk a tail; every other one forgotten as if over the bound.
-	for i := 0; ; i++ {
-		from, _ := r.ReplicaEnds()
-		mc, err := m.ReadMessageTailInto(nil, from, 5000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(mc.Data) == 0 {
-			break
-		}
-		mc.End = min(mc.End, from)
-		if err := r.ReplicateMessages(mc); err != nil {
-			t.Fatal(err)
-		}
+	copyTailChunks(t, m, r, 5000, func(i int, mc LogChunk) {
 		if i%2 == 0 {
 			r.repl.cutTail(mc.Offset) // as if never kept
 		}
-	}
+	})
 	end, _ := m.CommittedEnds()
 	if err := r.ReplicateMessages(LogChunk{End: end, Offset: end}); err != nil {
 		t.Fatal(err)
