@@ -82,6 +82,19 @@ func replicaOptions() Options {
 	return withLimits(o)
 }
 
+// openReplica opens a replica store with opts (its file system fsys when
+// not nil) in a temporary directory, closed when the test ends.
+func openReplica(t *testing.T, opts Options, fsys fsutil.FS) *Store {
+	t.Helper()
+	opts.Replica = true
+	if fsys != nil {
+		opts.FS = fsys
+	}
+	r := openStore(t, t.TempDir(), opts)
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
 func TestReplicaFollowsMasterAcrossSegments(t *testing.T) {
 	opts := replicaOptions()
 	m := openStore(t, t.TempDir(), opts)
@@ -180,10 +193,7 @@ func TestReplicaCatchesUpAfterRetention(t *testing.T) {
 	if err := m.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
-	ropts := opts
-	ropts.Replica = true
-	r := openStore(t, t.TempDir(), ropts)
-	defer r.Close()
+	r := openReplica(t, opts, nil)
 	replicate(t, m, r, 1<<20)
 	if got, want := stateOf(r), stateOf(m); !reflect.DeepEqual(got, want) {
 		t.Fatalf("replica differs:\n got %+v\nwant %+v", got, want)
@@ -356,10 +366,7 @@ func TestPromotedReplicaContinues(t *testing.T) {
 	if err := m.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
-	ropts := opts
-	ropts.Replica = true
-	r := openStore(t, t.TempDir(), ropts)
-	defer r.Close()
+	r := openReplica(t, opts, nil)
 	replicate(t, m, r, 1<<20)
 	mEnd, _ := m.CommittedEnds()
 
@@ -389,8 +396,7 @@ func TestPromotedReplicaContinues(t *testing.T) {
 	if err := r.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
-	r2 := openStore(t, t.TempDir(), ropts)
-	defer r2.Close()
+	r2 := openReplica(t, opts, nil)
 	replicate(t, r, r2, 1<<20)
 	if a, b := stateOf(r2), stateOf(r); !reflect.DeepEqual(a, b) {
 		t.Fatalf("replica of the promoted store differs:\n got %+v\nwant %+v", a, b)
@@ -603,10 +609,7 @@ func TestPromoteIndexesTheTail(t *testing.T) {
 	opts := replicaOptions()
 	m := openStore(t, t.TempDir(), opts)
 	defer m.Close()
-	ropts := opts
-	ropts.Replica = true
-	r := openStore(t, t.TempDir(), ropts)
-	defer r.Close()
+	r := openReplica(t, opts, nil)
 	body := make([]byte, 300)
 	var offs []int64
 	for i := 0; i < 30; i++ {
@@ -678,11 +681,7 @@ func TestReplicaIndexesTheTailFromMemory(t *testing.T) {
 	m := openStore(t, t.TempDir(), mopts)
 	defer m.Close()
 	rfs := &readCountFS{FS: fsutil.OS}
-	ropts := opts
-	ropts.Replica = true
-	ropts.FS = rfs
-	r := openStore(t, t.TempDir(), ropts)
-	defer r.Close()
+	r := openReplica(t, opts, rfs)
 
 	body := make([]byte, 500)
 	var offs []int64
@@ -814,11 +813,7 @@ func TestReplicaTailReadBackPastKeptBytes(t *testing.T) {
 	m := openStore(t, t.TempDir(), opts)
 	defer m.Close()
 	rfs := &readCountFS{FS: fsutil.OS}
-	ropts := opts
-	ropts.Replica = true
-	ropts.FS = rfs
-	r := openStore(t, t.TempDir(), ropts)
-	defer r.Close()
+	r := openReplica(t, opts, rfs)
 	body := make([]byte, 400)
 	for i := 0; i < 300; i++ {
 		appendAll(t, m, encode(t, fmt.Sprintf("s%d", i%4), fmt.Sprintf("m%d", i), body))

@@ -12,10 +12,7 @@ func TestReplicaHolds(t *testing.T) {
 	opts := replicaOptions()
 	m := openStore(t, t.TempDir(), opts)
 	defer m.Close()
-	ropts := opts
-	ropts.Replica = true
-	r := openStore(t, t.TempDir(), ropts)
-	defer r.Close()
+	r := openReplica(t, opts, nil)
 
 	body := make([]byte, 300)
 	var offs []int64
