@@ -56,7 +56,10 @@ type Conn struct {
 	held    int
 	inline  Request // the request passed to inline handlers
 	loopOut []byte  // replies made on the loop, written at the end of OnTraffic
-	flushFn gnet.AsyncCallback
+	// afterWrite is work inline handlers left for after that write
+	// (Request.AfterWrite), run in order once it is made.
+	afterWrite []AfterWriter
+	flushFn    gnet.AsyncCallback
 
 	// inMu guards the serve goroutine's inbox.
 	inMu    sync.Mutex

@@ -54,6 +54,13 @@
 // request owns a copy of the body, may be answered from any goroutine and
 // counts as in flight like any other; until then it answers on the loop,
 // so a send the store takes at once is answered with the read's write.
+// Work an inline handler's reply does not depend on (making a stored
+// message readable, metrics) it leaves with r.AfterWrite: the loop runs it
+// right after the read's write, before it reads again. The client and the
+// server of a request-at-a-time exchange usually share one CPU (the kernel
+// wakes the server where the client wrote), so what the server does before
+// its write is the client's wait; what it does after overlaps with the
+// client's next request whenever the client runs elsewhere.
 //
 // Replies are appended to the connection's reply buffer under a mutex.
 // While the serve goroutine runs a batch the buffer is corked; at the end

@@ -79,6 +79,32 @@ func (r *Request) ReplyRetained(status protocol.Status, release func(), body ...
 	r.Conn.reply(r.Header.RequestID, status, body, release)
 }
 
+// AfterWriter is work an inline handler leaves for after its reply is on
+// the socket (Request.AfterWrite).
+type AfterWriter interface {
+	// AfterWrite runs once, on the event loop, after the write of the
+	// replies made during the read that brought the request (or at once,
+	// for a request not served on the loop). It must not block.
+	AfterWrite()
+}
+
+// AfterWrite runs w.AfterWrite once the reply made on the event loop has
+// been written to the socket: an inline handler replies with what the
+// client waits for, and leaves the bookkeeping that the reply does not
+// depend on (making a stored message readable, metrics) for after the
+// write, off the round trip's path. It runs on the loop before the next
+// read, even when the write failed or the connection is being closed; a
+// panic in it is logged and recovered. Off the loop (a detached request, a
+// serve goroutine) it runs w.AfterWrite at once. It allocates nothing when
+// w is a pointer.
+func (r *Request) AfterWrite(w AfterWriter) {
+	if r.onLoop {
+		r.Conn.afterWrite = append(r.Conn.afterWrite, w)
+		return
+	}
+	r.Conn.srv.runAfterWrite(w)
+}
+
 // Detach lets an inline handler answer later: it returns a Request that
 // owns a copy of the body, may be answered from any goroutine, and counts as
 // in flight like a request served off the loop (Close waits for it); the

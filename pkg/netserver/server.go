@@ -447,13 +447,40 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 		} else {
 			c.loopOut = c.loopOut[:0]
 		}
+		if len(c.afterWrite) > 0 {
+			e.afterWrite(c)
+		}
 		if n := gc.OutboundBuffered(); n > s.opts.MaxOutboundBytes {
 			c.closeReason("unsent replies over MaxOutboundBytes (the client does not read)",
 				zap.Int("unsent", n), zap.Int("limit", s.opts.MaxOutboundBytes))
 			return gnet.Close
 		}
 	}
+	if len(c.afterWrite) > 0 { // left by handlers that made no reply (one-way requests)
+		e.afterWrite(c)
+	}
 	return gnet.None
+}
+
+// afterWrite runs the work inline handlers left for after the loop's write
+// (Request.AfterWrite), in order.
+func (e *events) afterWrite(c *Conn) {
+	for i, w := range c.afterWrite {
+		c.afterWrite[i] = nil
+		e.srv.runAfterWrite(w)
+	}
+	c.afterWrite = c.afterWrite[:0]
+}
+
+// runAfterWrite calls w.AfterWrite, logging a panic instead of taking the
+// process down, as serve does for handlers.
+func (s *Server) runAfterWrite(w AfterWriter) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.lg.Error("after-write panic", zap.Any("panic", p), zap.StackSkip("stack", 2))
+		}
+	}()
+	w.AfterWrite()
 }
 
 // serveInline serves one request on the event loop with the connection's
