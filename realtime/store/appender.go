@@ -216,6 +216,18 @@ func (s *Store) appendLoop() {
 // false when the write failed: g has then failed and its sequences are
 // given back. direct.mu must be held.
 func (s *Store) appendGroup(g *commitGroup) bool {
+	if !s.writeGroup(g) {
+		return false
+	}
+	s.indexGroup(g)
+	return true
+}
+
+// writeGroup is appendGroup's first half: it assigns g's messages their
+// sequences and writes their records with one write, reporting false (g
+// failed, its sequences given back) when the write failed. direct.mu must
+// be held, and is until indexGroup.
+func (s *Store) writeGroup(g *commitGroup) bool {
 	if s.direct.batch == nil {
 		s.direct.batch = s.msgLog.NewBatch()
 	}
@@ -274,8 +286,14 @@ func (s *Store) appendGroup(g *commitGroup) bool {
 	}
 	g.end = batch.End()
 	g.ts = now
-	// Index: consume-log entries, visible only once published. Runs of
-	// one subject take its lock once.
+	return true
+}
+
+// indexGroup is appendGroup's second half: it adds the consume-log entries
+// of g's written messages, visible only once published. Runs of one
+// subject take its lock once. direct.mu must be held.
+func (s *Store) indexGroup(g *commitGroup) {
+	now := g.ts
 	var run *subject
 	for _, r := range g.reqs {
 		for i, m := range r.msgs {
@@ -302,7 +320,6 @@ func (s *Store) appendGroup(g *commitGroup) bool {
 		sj.touched = nil
 		g.nexts[i] = sj.next
 	}
-	return true
 }
 
 // endEntries ends a run of addEntryLocked calls: it flushes a full buffer

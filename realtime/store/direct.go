@@ -23,6 +23,9 @@ type directAppend struct {
 	head   [recordHeadSize]byte
 	// req is the request TryAppendViewsNow appends, reused (mu held).
 	req appendReq
+	// written is the group TryWriteViewsNow wrote and PublishWritten
+	// publishes (mu held), nil when nothing was written.
+	written *commitGroup
 }
 
 // noDone is the callback of a request that TryAppendNow appends: it
@@ -78,40 +81,65 @@ func (s *Store) TryAppendNow(msgs [][]byte) ([]Result, bool) {
 // the append cannot be made at once (see TryAppendNow). The views' bytes
 // are copied into the log before it returns.
 func (s *Store) TryAppendViewsNow(views []protocol.View, results []Result) bool {
+	if !s.TryWriteViewsNow(views, results) {
+		return false
+	}
+	s.PublishWritten()
+	return true
+}
+
+// TryWriteViewsNow is TryAppendViewsNow in two steps, for a server that
+// answers before it indexes: when it reports true the views' records are
+// in the message log and results are set, as TryAppendViewsNow sets them,
+// but the messages are not yet readable, and the store's writer stays
+// held (no other append runs, Close waits) until PublishWritten, which the
+// caller must then call exactly once, soon. Under FlushAsync a record
+// written to the log is as stored as a published one: a process crash
+// keeps it (recovery indexes it again from the log), so the caller may
+// report the messages stored before it publishes them. When it reports
+// false nothing was stored and PublishWritten must not be called.
+func (s *Store) TryWriteViewsNow(views []protocol.View, results []Result) bool {
 	if len(results) != len(views) {
-		panic("store: TryAppendViewsNow needs one result per view")
+		panic("store: TryWriteViewsNow needs one result per view")
 	}
 	if !s.AppendsNow() || !s.closeMu.TryRLock() {
 		return false
 	}
-	defer s.closeMu.RUnlock()
-	return !s.closed && s.appendViewsNow(views, results)
-}
-
-// appendViewsNow is TryAppendViewsNow past its checks, holding closeMu.
-// (Each of these functions has one defer, which the compiler inlines.)
-func (s *Store) appendViewsNow(views []protocol.View, results []Result) bool {
-	if !s.direct.mu.TryLock() {
+	if s.closed || !s.direct.mu.TryLock() {
+		s.closeMu.RUnlock()
 		return false
 	}
-	defer s.direct.mu.Unlock()
-	if s.direct.queued.Load() != 0 || s.writeFailed.Load() {
+	d := &s.direct
+	r := &d.req
+	if d.queued.Load() != 0 || s.writeFailed.Load() || !s.prepareNow(r, views, results) || !s.fitsInSegment(r.bytes) {
+		r.release()
+		d.mu.Unlock()
+		s.closeMu.RUnlock()
 		return false
 	}
-	r := &s.direct.req
-	defer r.release()
-	if !s.prepareNow(r, views, results) || !s.fitsInSegment(r.bytes) {
-		return false
-	}
-	if r.valid == 0 {
-		return true
-	}
-	g := groupPool.Get().(*commitGroup)
-	g.reqs = append(g.reqs[:0], r)
-	if s.appendGroup(g) {
-		s.publish(g)
+	if r.valid > 0 {
+		g := groupPool.Get().(*commitGroup)
+		g.reqs = append(g.reqs[:0], r)
+		if s.writeGroup(g) {
+			d.written = g
+		}
 	}
 	return true
+}
+
+// PublishWritten ends what TryWriteViewsNow began: it indexes the written
+// messages, makes them readable, wakes their readers and releases the
+// writer.
+func (s *Store) PublishWritten() {
+	d := &s.direct
+	if g := d.written; g != nil {
+		d.written = nil
+		s.indexGroup(g)
+		s.publish(g)
+	}
+	d.req.release()
+	d.mu.Unlock()
+	s.closeMu.RUnlock()
 }
 
 // AppendsNow reports whether TryAppendNow or TryAppendViewsNow could

@@ -66,7 +66,12 @@
 // written meanwhile, then publishes them in order: the consume-log entries
 // become visible, callbacks run, OnAppend fires. Under FlushAsync the
 // appender publishes right after the write and flushLoop fdatasyncs every
-// FlushInterval. Consume-log entries are buffered per subject (16 KiB) and
+// FlushInterval. Under FlushAsync a caller with no append queued may also
+// append on its own goroutine (TryAppendNow, TryAppendViewsNow), or in two
+// steps: TryWriteViewsNow writes the records and returns holding the
+// writer, PublishWritten indexes and publishes them, so a server can send
+// its reply in between (a written record is as safe from a process crash as
+// a published one: recovery indexes the log's tail again). Consume-log entries are buffered per subject (16 KiB) and
 // written to their file in bulk; they are derived data, made durable only by
 // checkpoints and rebuilt from the message log after a crash.
 //

@@ -252,3 +252,94 @@ func TestTryAppendViewsNow(t *testing.T) {
 		t.Fatalf("read %v (%d entries)", ids, len(got))
 	}
 }
+
+// TryWriteViewsNow writes without publishing: the results are set and the
+// records are in the log, but nothing is readable, OnAppend has not fired
+// and other appends wait, until PublishWritten; Close waits for it too.
+// The pair allocates nothing.
+func TestTryWriteViewsNow_PublishWritten(t *testing.T) {
+	opts := testOptions()
+	opts.Flush = FlushAsync
+	var woken atomic.Int64
+	opts.OnAppend = func(subject string, next int64) { woken.Store(next) }
+	s := openStore(t, t.TempDir(), opts)
+	s.Watch("s")
+	appendAll(t, s, encode(t, "s", "first", []byte("x")))
+	v, err := protocol.ParseMessage(encode(t, "s", "written", []byte("body")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	views, results := []protocol.View{v}, make([]Result, 1)
+	ok := false
+	for deadline := time.Now().Add(5 * time.Second); !ok && time.Now().Before(deadline); {
+		if ok = s.TryWriteViewsNow(views, results); !ok {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if !ok {
+		t.Fatal("did not write now with the appender idle")
+	}
+	if results[0].Err != nil || results[0].Seq != 1 {
+		t.Fatalf("results %+v", results)
+	}
+	if got, err := s.Read("s", 0, 10); err != nil || len(got) != 1 {
+		t.Fatalf("before PublishWritten: read %d entries (%v), want only the first", len(got), err)
+	}
+	if woken.Load() != 1 {
+		t.Fatalf("OnAppend saw next %d before PublishWritten", woken.Load())
+	}
+	if s.TryAppendViewsNow(views, make([]Result, 1)) {
+		t.Fatal("appended now while a write waited to be published")
+	}
+	queued := make(chan []Result, 1)
+	if err := s.AppendAsync([][]byte{encode(t, "s", "queued", nil)}, func(r []Result) { queued <- r }); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() {
+		time.Sleep(20 * time.Millisecond) // let the appender reach the writer lock
+		closed <- s.Close()
+	}()
+	select {
+	case r := <-queued:
+		t.Fatalf("a queued append finished while a write waited to be published: %+v", r)
+	case err := <-closed:
+		t.Fatalf("Close returned while a write waited to be published: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	s.PublishWritten()
+	if r := <-queued; r[0].Err != nil || r[0].Seq != 2 {
+		t.Fatalf("the queued append after PublishWritten: %+v", r)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if woken.Load() != 3 {
+		t.Fatalf("OnAppend saw next %d, want 3", woken.Load())
+	}
+
+	// Reopened, the store has all three, in order; the pair allocates nothing.
+	s = openStore(t, s.dir, opts)
+	defer s.Close()
+	got, err := s.Read("s", 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, p := range got {
+		ids = append(ids, msgID(t, p.Message))
+	}
+	if fmt.Sprint(ids) != "[first written queued]" {
+		t.Fatalf("read %v", ids)
+	}
+	allocs := testing.AllocsPerRun(50, func() {
+		results[0] = Result{}
+		if !s.TryWriteViewsNow(views, results) || results[0].Err != nil {
+			t.Fatalf("write now: %+v", results[0])
+		}
+		s.PublishWritten()
+	})
+	if allocs != 0 && !raceEnabled {
+		t.Errorf("a lone write and publish allocated %.1f times", allocs)
+	}
+}
