@@ -14,11 +14,14 @@
 // the reply goes out from the store's commit callback once they are durable
 // (group commit under the default sync flush). Requests up to 64 KiB are
 // checked on the event loop itself (never blocking). Under --flush=async,
-// when nothing else is appending, the store appends them at once
-// (store.TryAppendViewsNow, given the messages as parsed for the checks)
+// when nothing else is appending, the store writes them at once
+// (store.TryWriteViewsNow, given the messages as parsed for the checks)
 // and the reply leaves with the loop's write at the end of the read: a lone
 // send crosses no goroutine, as nsqd's PUB does not, and allocates nothing
-// (its call state is pooled). Every stored message costs a lookup in the
+// (its call state is pooled). The records are in the log before the reply
+// (a killed broker keeps them); indexing them, waking their consumers and
+// the metrics wait until the reply is written (netserver's AfterWrite,
+// store.PublishWritten), off the producer's round trip. Every stored message costs a lookup in the
 // dedupe table, which is big and seldom cached: its two generations share
 // one array (one cache line per lookup), on transparent huge pages where
 // the kernel offers them (no TLB miss).

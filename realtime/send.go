@@ -21,9 +21,10 @@ const inlineSendBytes = 64 << 10
 // serveSendInline is the send handler; it runs on the event loop (the mux
 // registers it with HandleInline), which saves the hand-off to a serve
 // goroutine for the small requests most sends are. It never blocks. When
-// the store can append at once (store.TryAppendNow: FlushAsync, nothing
+// the store can write at once (store.TryWriteViewsNow: FlushAsync, nothing
 // else appending) the reply is made on the loop and written at the end of
-// the read, so a lone send crosses no goroutine at all. Otherwise the
+// the read, and the records are published after that write (AfterWrite),
+// so a lone send crosses no goroutine at all. Otherwise the
 // request is detached (its body copied, to be answered from the store's
 // commit goroutine) and queued with TryAppendAsync; big requests and a full
 // append queue go to a goroutine.
@@ -102,12 +103,14 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 		// read, unless it must wait for the slave.
 		if direct {
 			s.results = s.results[:len(s.views)]
-			if b.store.TryAppendViewsNow(s.views, s.results) {
+			if b.store.TryWriteViewsNow(s.views, s.results) {
+				// The records are in the log: answer now, and publish them
+				// (index, wake readers) and count them once the answer is
+				// on the socket (AfterWrite), off the producer's round trip.
 				s.r = r
-				s.done(s.results)
-				// Answered (replyStored replies at once when replies do not
-				// wait for the slave): nothing refers to s any more.
-				s.free()
+				s.settle(s.results)
+				b.replyStored(s, s.results) // at once: direct means no wait for the slave
+				r.AfterWrite(s)
 				return
 			}
 		}
@@ -157,7 +160,8 @@ type sendCall struct {
 	batch    [][]byte        // the messages to store
 	views    []protocol.View // batch, parsed
 	index    []int           // batch position → request position
-	results  []store.Result  // for TryAppendViewsNow
+	results  []store.Result  // for TryWriteViewsNow
+	stored   int             // messages stored (settle)
 	start    time.Time
 	// one backs the slices above for a request of one message.
 	one struct {
@@ -220,6 +224,28 @@ func (s *sendCall) free() {
 // done completes the call with the store's results.
 func (s *sendCall) done(results []store.Result) {
 	b := s.b
+	stored := s.settle(results)
+	b.metrics.stored.Add(float64(stored))
+	b.metrics.appendSecs.Observe(time.Since(s.start).Seconds())
+	b.replyStored(s, results)
+}
+
+// AfterWrite ends a send whose records TryWriteViewsNow wrote and whose
+// reply is written (netserver.Request.AfterWrite): it publishes the
+// records, counts them and puts the call back for reuse.
+func (s *sendCall) AfterWrite() {
+	b := s.b
+	b.store.PublishWritten()
+	b.metrics.stored.Add(float64(s.stored))
+	b.metrics.appendSecs.Observe(time.Since(s.start).Seconds())
+	s.free()
+}
+
+// settle sets the statuses of the messages the store refused and gives
+// their dedupe keys back; it returns (and keeps, for AfterWrite) how many
+// were stored.
+func (s *sendCall) settle(results []store.Result) int {
+	b := s.b
 	stored := 0
 	for j, res := range results {
 		i := s.index[j]
@@ -233,9 +259,8 @@ func (s *sendCall) done(results []store.Result) {
 		s.statuses[i] = appendStatus(res.Err)
 		b.metrics.rejected.WithLabelValues(s.statuses[i].String()).Inc()
 	}
-	b.metrics.stored.Add(float64(stored))
-	b.metrics.appendSecs.Observe(time.Since(s.start).Seconds())
-	b.replyStored(s, results)
+	s.stored = stored
+	return stored
 }
 
 // failed answers a call the store did not take.
