@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +39,10 @@ type Client struct {
 	peers      map[string]*peer
 	closed     bool
 	closedFlag atomic.Bool // mirrors closed, readable without mu
+	// peerSnap is a copy of peers, replaced (under mu) whenever peers
+	// changes, so the request path finds its peer without a lock: the
+	// address set changes seldom, requests come all the time.
+	peerSnap atomic.Pointer[map[string]*peer]
 
 	stop     chan struct{}
 	wg       sync.WaitGroup // sweepLoop and every connection's loops
@@ -59,6 +64,7 @@ func New(opts Options, lg *zap.Logger) (*Client, error) {
 		peers: make(map[string]*peer),
 		stop:  make(chan struct{}),
 	}
+	c.publishPeersLocked()
 	c.syncPool.New = func() any { return &call{ch: make(chan result, 2)} }
 	c.wg.Add(1)
 	go c.sweepLoop()
@@ -74,15 +80,14 @@ func (c *Client) coarseNow() time.Duration { return time.Duration(c.clock.Load()
 // called with a peer's lock held.
 func (c *Client) isClosed() bool { return c.closedFlag.Load() }
 
-// peer returns the state for addr, creating it on first use.
+// peer returns the state for addr, creating it on first use. A peer
+// forgotten meanwhile (removed) may still be returned: its getConn says so
+// and the caller looks again.
 func (c *Client) peer(addr string) (*peer, error) {
-	c.mu.RLock()
-	p, closed := c.peers[addr], c.closed
-	c.mu.RUnlock()
-	if closed {
+	if c.closedFlag.Load() {
 		return nil, ErrClosed
 	}
-	if p != nil {
+	if p := (*c.peerSnap.Load())[addr]; p != nil {
 		return p, nil
 	}
 	c.mu.Lock()
@@ -90,20 +95,29 @@ func (c *Client) peer(addr string) (*peer, error) {
 	if c.closed {
 		return nil, ErrClosed
 	}
-	p = c.peers[addr]
+	p := c.peers[addr]
 	if p == nil {
 		p = newPeer(c, addr)
 		c.peers[addr] = p
+		c.publishPeersLocked()
 	}
 	return p, nil
+}
+
+// publishPeersLocked replaces the lock-free copy of peers. c.mu is held
+// (or c is not yet shared).
+func (c *Client) publishPeersLocked() {
+	snap := maps.Clone(c.peers)
+	if snap == nil {
+		snap = map[string]*peer{}
+	}
+	c.peerSnap.Store(&snap)
 }
 
 // BreakerState returns the state of addr's circuit breaker; an address the
 // client does not know (or has forgotten as idle) is StateClosed.
 func (c *Client) BreakerState(addr string) gobreaker.State {
-	c.mu.RLock()
-	p := c.peers[addr]
-	c.mu.RUnlock()
+	p := (*c.peerSnap.Load())[addr]
 	if p == nil || p.healthy.Load() { // healthy: closed, last outcome a success
 		return gobreaker.StateClosed
 	}
@@ -302,10 +316,14 @@ func (c *Client) forgetIdle(now time.Duration) {
 		p.mu.Lock()
 		if p.dialing == nil && (p.conn == nil || p.conn.idle()) {
 			p.removed = true
+			p.open.Store(nil)
 			delete(c.peers, addr)
 			idle = append(idle, p)
 		}
 		p.mu.Unlock()
+	}
+	if len(idle) > 0 {
+		c.publishPeersLocked()
 	}
 	c.mu.Unlock()
 	for _, p := range idle {
@@ -327,11 +345,13 @@ func (c *Client) Close() error {
 	c.closedFlag.Store(true)
 	peers := c.peers
 	c.peers = map[string]*peer{}
+	c.publishPeersLocked()
 	c.mu.Unlock()
 	close(c.stop)
 	for _, p := range peers {
 		p.mu.Lock()
 		p.removed = true
+		p.open.Store(nil)
 		dialing := p.dialing
 		p.mu.Unlock()
 		if dialing != nil {

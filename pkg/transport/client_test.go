@@ -483,14 +483,24 @@ func TestClient_ForgetsIdleAddresses(t *testing.T) {
 	peers := func() int {
 		c.mu.RLock()
 		defer c.mu.RUnlock()
+		if snap := len(*c.peerSnap.Load()); snap != len(c.peers) {
+			t.Errorf("the lock-free copy has %d peers, the map %d", snap, len(c.peers))
+		}
 		return len(c.peers)
 	}
 	if peers() != 1 {
 		t.Fatalf("%d peers", peers())
 	}
+	p := (*c.peerSnap.Load())[s.Addr().String()]
 	waitFor(t, 5*time.Second, "the idle address to be forgotten", func() bool { return peers() == 0 })
+	if p.open.Load() != nil {
+		t.Fatal("a forgotten peer still offers its connection")
+	}
 	if _, err := c.Call(context.Background(), s.Addr().String(), protocol.CmdPing, nil); err != nil {
 		t.Fatalf("Call after forgetting: %v", err)
+	}
+	if peers() != 1 {
+		t.Fatalf("%d peers after the next Call", peers())
 	}
 }
 

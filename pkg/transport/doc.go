@@ -54,7 +54,14 @@
 // are pending, or to nobody. One request in flight thus costs what a raw
 // connection costs (write, then block in the read), without a wake-up of a
 // reader goroutine and a hand-off to the caller; pipelined and asynchronous
-// requests are read by readLoop as before. A leader blocked in the read is
+// requests are read by readLoop as before. A leader alone, whose response
+// is the one frame buffered, matches it and passes the role on under one
+// lock and returns its result directly (readOwn), not through the batch and
+// its result channel. The request path finds its peer and open connection
+// without a lock (a copy of the peer map replaced when an address comes or
+// goes, an atomic pointer to the open connection): on a 2-core machine a
+// producer and its broker take turns on one core, so every step of a lone
+// request is on the round trip. A leader blocked in the read is
 // interrupted (a read deadline in the past) when its context ends or its
 // deadline passes, and a frame it leaves half read is finished by the next
 // reader. A connection nobody reads is given to readLoop by the sweep, so a

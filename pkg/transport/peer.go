@@ -41,6 +41,10 @@ type peer struct {
 	healthy  atomic.Bool
 	fastDone func(error) // p.recordFast, allocated once
 
+	// open mirrors conn while it is usable and the peer is not removed, so
+	// that a request finds its connection without p.mu.
+	open atomic.Pointer[conn]
+
 	mu       sync.Mutex
 	conn     *conn         // nil or closed: dial on next use
 	dialing  chan struct{} // non-nil while a dial runs; closed when it ends
@@ -125,6 +129,9 @@ func (p *peer) recordFast(err error) {
 // callers share one dial; after a failed dial, calls fail fast with ErrDial
 // until the back-off has passed.
 func (p *peer) getConn(ctx context.Context) (*conn, error) {
+	if c := p.open.Load(); c != nil && !c.closed() {
+		return c, nil
+	}
 	p.mu.Lock()
 	for {
 		if p.removed {
@@ -193,6 +200,7 @@ func (p *peer) getConn(ctx context.Context) (*conn, error) {
 	}
 	p.backoff, p.dialErr = 0, nil
 	p.conn = c
+	p.open.Store(c)
 	return c, nil
 }
 
@@ -213,6 +221,7 @@ func (p *peer) closeConn(cause error) {
 	p.mu.Lock()
 	c := p.conn
 	p.conn = nil
+	p.open.Store(nil)
 	p.mu.Unlock()
 	if c != nil {
 		c.close(cause)

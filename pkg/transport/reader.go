@@ -237,7 +237,15 @@ func (c *conn) lead(ctx context.Context, cl *call) result {
 			cl.complete(nil, ctxError(err))
 			continue
 		}
-		_, err := c.readBatch()
+		res, own, err := c.readOwn(cl)
+		switch {
+		case own == ownAnswered:
+			return res
+		case own == ownDropped:
+			continue // cl was completed meanwhile: its result is on cl.ch
+		case err == nil:
+			_, err = c.readBatch()
+		}
 		if err != nil && !errors.Is(err, errInterrupted) {
 			return c.led(<-cl.ch) // the connection closed: every pending call failed
 		}
@@ -252,6 +260,56 @@ func (c *conn) lead(ctx context.Context, cl *call) result {
 			}
 		}
 	}
+}
+
+// ownRead is what readOwn did.
+type ownRead int
+
+const (
+	ownNothing  ownRead = iota // nothing read: use readBatch (or handle err)
+	ownAnswered                // the leader's response: its result is returned
+	ownDropped                 // the leader's response, for a call completed meanwhile
+)
+
+// readOwn is readBatch for a leader that is alone, as a producer sending
+// one message at a time is: when the buffered bytes are exactly one whole
+// frame and it answers cl, it matches it, passes the reading role on and
+// returns cl's result under one lock, without the batch or cl's channel.
+// Otherwise it consumes nothing (ownNothing) and the caller reads with
+// readBatch; a read error is returned as readBatch returns it.
+func (c *conn) readOwn(cl *call) (result, ownRead, error) {
+	if c.rs.large != nil || c.intoCalls.Load() > 0 {
+		return result{}, ownNothing, nil
+	}
+	br := c.br
+	if _, err := br.Peek(protocol.HeaderSize); err != nil {
+		return result{}, ownNothing, c.readError(err)
+	}
+	buf, _ := br.Peek(br.Buffered())
+	f, n, err := protocol.ReadFrame(buf, c.client.opts.MaxFrameSize)
+	if err != nil || n != len(buf) || !f.Header.IsResponse() || f.Header.RequestID != cl.id {
+		return result{}, ownNothing, nil // readBatch reads it (and names what is wrong)
+	}
+	var res result
+	if len(f.Body) > 0 {
+		res.body = append([]byte(nil), f.Body...)
+	}
+	if st := f.Header.Status(); st != protocol.StatusOK {
+		res.err = &protocol.Error{Status: st, Message: string(res.body)}
+		res.body = nil
+	}
+	_, _ = br.Discard(n)
+	c.mu.Lock()
+	mine := c.unpendLocked(cl.id) == cl
+	if mine {
+		c.passReaderLocked()
+	}
+	c.mu.Unlock()
+	if !mine {
+		return result{}, ownDropped, nil
+	}
+	cl.done(res.err)
+	return res, ownAnswered, nil
 }
 
 // led passes the reading role on once the leader has its result.

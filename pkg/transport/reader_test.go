@@ -462,3 +462,51 @@ func TestReader_ConcurrentCallsOverTwoConnections(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// A leader whose call was completed by someone else while it blocked (the
+// sweep, a close) and whose response then comes drops the response, returns
+// the result it was given, and leaves the connection working.
+func TestReader_LeaderDropsTheResponseOfACallCompletedMeanwhile(t *testing.T) {
+	hs := startHoldServer(t)
+	addr := hs.Addr().String()
+	c := newClient(t, Options{RequestTimeout: time.Minute})
+	if _, err := c.Call(context.Background(), addr, protocol.CmdPing, nil); err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		body []byte
+		err  error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		body, err := c.Call(context.Background(), addr, protocol.CmdSend, []byte("held"))
+		done <- outcome{body, err}
+	}()
+	waitFor(t, 5*time.Second, "the held request", func() bool { return hs.count() == 1 })
+	leader, _ := readerOf(c, addr)
+	if leader == nil || leader == loopReader {
+		t.Fatal("the lone Call does not lead")
+	}
+	// Complete it as the sweep would, without interrupting its read.
+	completedMeanwhile := errors.New("completed meanwhile")
+	cn := connOf(c, addr)
+	if !cn.remove(leader.id) {
+		t.Fatal("the leader's call was not pending")
+	}
+	leader.complete(nil, completedMeanwhile)
+	hs.take()[0].Reply(protocol.StatusOK, []byte("late answer"))
+	select {
+	case o := <-done:
+		if !errors.Is(o.err, completedMeanwhile) || o.body != nil {
+			t.Fatalf("Call = %q, %v; want the result it was given", o.body, o.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leader did not return")
+	}
+	if got, err := c.Call(context.Background(), addr, protocol.CmdPing, []byte("after")); err != nil || string(got) != "after" {
+		t.Fatalf("next Call = %q, %v", got, err)
+	}
+	if reader, _ := readerOf(c, addr); reader != nil && reader != loopReader {
+		t.Fatal("a finished Call still holds the reading role")
+	}
+}
