@@ -109,22 +109,23 @@ func (p *Producer) Send(ctx context.Context, msg *Message) error {
 	now := p.cfg.now()
 	// The message is encoded into the request buffer's scratch space: the
 	// direct path's request is copied by the transport, so only a message
-	// that takes the queued path needs bytes of its own.
+	// that takes the queued path needs bytes of its own (and a pending).
 	rb := requestPool.Get().(*requestBuf)
-	pd, err := p.prepare(msg, nil, nil, now, rb.raw[:0])
+	d, err := p.encode(msg, now, rb.raw[:0])
 	if err != nil {
 		rb.put()
 		return err
 	}
-	rb.raw = pd.raw[:0]
-	done, err := p.sendDirect(ctx, pd, now, rb)
-	if !done {
-		pd.raw = append(p.slab.alloc(len(pd.raw)), pd.raw...)
-	}
-	rb.put()
+	rb.raw = d.raw[:0]
+	done, err := p.sendDirect(ctx, &d, now, rb)
 	if done {
+		rb.put()
 		return err
 	}
+	pd := pendingPool.Get().(*pending)
+	*pd = pending{raw: append(p.slab.alloc(len(d.raw)), d.raw...), subject: msg.Subject, kind: d.kind, id: msg.ID, msg: msg,
+		deadline: now.Add(p.cfg.sendTimeout), avoid: d.avoid}
+	rb.put()
 	ch := make(chan error, 1)
 	pd.syncCh = ch
 	if err := p.queuePending(ctx, pd); err != nil {
@@ -177,6 +178,36 @@ func (p *Producer) enqueue(ctx context.Context, msg *Message, cb func(*Message, 
 	return p.queuePending(ctx, pd)
 }
 
+// directMsg is a message Send encoded for the direct path: it lives on
+// Send's stack, and becomes a pending only if it must be queued.
+type directMsg struct {
+	raw     []byte
+	subject string
+	id      string
+	kind    route.Kind
+	avoid   string // the group that failed it (direct path only)
+}
+
+// encode fills in msg's id and creation time when empty and encodes it
+// into buf, as prepare does for a message that is queued.
+func (p *Producer) encode(msg *Message, now time.Time, buf []byte) (directMsg, error) {
+	if msg.ID == "" {
+		msg.ID = p.ids.NextAt(now)
+	}
+	if msg.Created.IsZero() {
+		msg.Created = now
+	}
+	raw, err := protocol.AppendMessage(buf, msg, p.cfg.limits)
+	if err != nil {
+		return directMsg{}, fmt.Errorf("producer: message %s: %w", msg.ID, err)
+	}
+	d := directMsg{raw: raw, subject: msg.Subject, id: msg.ID, kind: route.Produce}
+	if !msg.DeliverAt.IsZero() && msg.DeliverAt.Sub(now) >= p.cfg.delayMin {
+		d.kind = route.ProduceDelay
+	}
+	return d, nil
+}
+
 // prepare fills in msg's id and time (now), checks and encodes it into buf
 // (nil: bytes of its own, carved from the slab).
 func (p *Producer) prepare(msg *Message, cb func(*Message, error), ch chan error, now time.Time, buf []byte) (*pending, error) {
@@ -210,7 +241,7 @@ func (p *Producer) prepare(msg *Message, cb func(*Message, error), ch chan error
 // fix: that path retries with back-off until the send timeout). now is
 // prepare's clock reading: the request's latency is counted from it. The
 // request is built in rb.
-func (p *Producer) sendDirect(ctx context.Context, pd *pending, now time.Time, rb *requestBuf) (done bool, err error) {
+func (p *Producer) sendDirect(ctx context.Context, pd *directMsg, now time.Time, rb *requestBuf) (done bool, err error) {
 	if p.closed.Load() {
 		return true, ErrClosed
 	}
@@ -222,9 +253,12 @@ func (p *Producer) sendDirect(ctx context.Context, pd *pending, now time.Time, r
 	e, err := s.resolve(pd.kind, pd.subject, now)
 	var groups []route.Group // e's may be refreshed once s.mu is released
 	idx := -1
+	tracked := false // the group has a health record (a success must update it)
 	if err == nil {
 		groups = e.groups
-		idx = s.sel.pick(&e.next, groups, "", now)
+		if idx = s.sel.pick(&e.next, groups, "", now); idx >= 0 {
+			tracked = s.sel.tracked(groups[idx].Name)
+		}
 	}
 	s.mu.Unlock()
 	if idx < 0 {
@@ -235,20 +269,25 @@ func (p *Producer) sendDirect(ctx context.Context, pd *pending, now time.Time, r
 	rb.b = protocol.AppendSendRequest(rb.b[:0], g.Epoch, rb.msgs[:])
 	resp, err := p.transport.CallTimeout(ctx, g.Addr, protocol.CmdSend, rb.b, p.cfg.requestTime)
 	rb.msgs[0] = nil
+	var one [1]protocol.Status
 	var st []protocol.Status
 	if err == nil {
-		if st, err = protocol.DecodeSendResponse(resp); err == nil && len(st) != 1 {
+		if st, err = protocol.DecodeSendResponseInto(one[:0], resp); err == nil && len(st) != 1 {
 			err = fmt.Errorf("%w: %d statuses for 1 message", protocol.ErrBadRequest, len(st))
 		}
 	}
 	after := p.cfg.now()
-	s.mu.Lock()
-	if err != nil && ctx.Err() == nil {
-		s.sel.failed(g.Name, after)
-	} else if err == nil {
-		s.sel.succeeded(g.Name, after.Sub(now), after)
+	// A fast answer from a group with no health record changes nothing:
+	// the common case takes no lock.
+	if err != nil && ctx.Err() == nil || err == nil && (tracked || after.Sub(now) >= latencyLevels[0]) {
+		s.mu.Lock()
+		if err != nil {
+			s.sel.failed(g.Name, after)
+		} else {
+			s.sel.succeeded(g.Name, after.Sub(now), after)
+		}
+		s.mu.Unlock()
 	}
-	s.mu.Unlock()
 	switch {
 	case ctx.Err() != nil:
 		return true, fmt.Errorf("producer: message %s: %w (it may still be stored)", pd.id, ctx.Err())
@@ -258,8 +297,6 @@ func (p *Producer) sendDirect(ctx context.Context, pd *pending, now time.Time, r
 			return true, fmt.Errorf("producer: message %s to group %s: %w", pd.id, g.Name, err)
 		}
 	case st[0].Success():
-		*pd = pending{}
-		pendingPool.Put(pd)
 		return true, nil
 	case !st[0].Retryable():
 		return true, fmt.Errorf("producer: message %s: %w", pd.id, protocol.StatusError(st[0], "group "+g.Name))
@@ -267,7 +304,7 @@ func (p *Producer) sendDirect(ctx context.Context, pd *pending, now time.Time, r
 	pd.avoid = g.Name
 	if st == nil || st[0] == protocol.StatusReadonly || st[0] == protocol.StatusNotRouted || st[0] == protocol.StatusNotMaster ||
 		st[0] == protocol.StatusStaleEpoch {
-		s.invalidate(g, []*pending{pd}, err)
+		s.invalidateRoute(pd.kind, pd.subject)
 	}
 	return false, nil
 }

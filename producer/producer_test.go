@@ -260,6 +260,52 @@ func TestSelector_AvoidsFailedAndSlowGroups(t *testing.T) {
 			t.Fatal("picked a readonly group")
 		}
 	}
+	// A fast answer clears a group and drops its record; a slow one
+	// records it again.
+	if !s.tracked("g1") {
+		t.Fatal("a slow group has no record")
+	}
+	s.succeeded("g1", time.Millisecond, later)
+	if s.tracked("g1") {
+		t.Fatal("a fast answer left a record")
+	}
+	s.succeeded("g1", time.Second, later)
+	if !s.tracked("g1") || s.pick(&y, route.Groups("a", "b")[1:], "", later) != 0 {
+		t.Fatal("a slow answer was not recorded")
+	}
+}
+
+// Send's direct path records a slow answer (the group is then avoided for a
+// while) and clears it with the next fast one, without a lock when there is
+// nothing to record.
+func TestSend_DirectPathRecordsSlowAnswers(t *testing.T) {
+	b := startFakeBroker(t)
+	p := newProducer(t, WithBrokers(b.addr()))
+	tracked := func() bool {
+		p.sender.mu.Lock()
+		defer p.sender.mu.Unlock()
+		return p.sender.sel.tracked("g0")
+	}
+	send := func() {
+		t.Helper()
+		if err := p.Send(context.Background(), &Message{Subject: "s", Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send()
+	if tracked() {
+		t.Fatal("a fast answer left a record")
+	}
+	b.set(0, latencyLevels[0]+50*time.Millisecond)
+	send()
+	if !tracked() {
+		t.Fatal("a slow answer was not recorded")
+	}
+	b.set(0, 0)
+	send() // the only group: used even while avoided
+	if tracked() {
+		t.Fatal("a fast answer did not clear the record")
+	}
 }
 
 // Concurrent Sends, some of which leave the direct path for the queued one

@@ -95,18 +95,24 @@ func (s *selector) pick(pos *uint32, groups []route.Group, avoid string, now tim
 	return fallback
 }
 
-// succeeded records an answered request and its latency.
+// succeeded records an answered request and its latency. A group whose
+// answer clears it (no failures, fast enough) keeps no record, so the next
+// fast answer has nothing to update (tracked).
 func (s *selector) succeeded(name string, latency time.Duration, now time.Time) {
-	h := s.healthOf(name)
-	h.failures = 0
-	h.avoidUntil = time.Time{}
 	for i := len(latencyLevels) - 1; i >= 0; i-- {
 		if latency >= latencyLevels[i] {
+			h := s.healthOf(name)
+			h.failures = 0
 			h.avoidUntil = now.Add(avoidFor[i])
-			break
+			return
 		}
 	}
+	delete(s.health, name)
 }
+
+// tracked reports whether the group has a health record: a success must
+// update it, while a fast success of an untracked group changes nothing.
+func (s *selector) tracked(name string) bool { return s.health[name] != nil }
 
 // failed records a failed request and returns how long the group is avoided.
 func (s *selector) failed(name string, now time.Time) time.Duration {

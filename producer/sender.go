@@ -375,14 +375,21 @@ func (s *sender) invalidate(g route.Group, msgs []*pending, _ error) {
 			continue
 		}
 		seen[key] = true
-		s.mu.Lock()
-		delete(s.routes.of(pd.kind), pd.subject)
-		if s.lastKey == key {
-			s.lastRoute = nil
-		}
-		s.mu.Unlock()
-		s.p.cfg.resolver.Invalidate(route.Request{Kind: pd.kind, Subject: pd.subject})
+		s.invalidateRoute(pd.kind, pd.subject)
 	}
+}
+
+// invalidateRoute forgets the route of subject for kind, here and in the
+// resolver's cache.
+func (s *sender) invalidateRoute(kind route.Kind, subject string) {
+	key := routeKey{kind, subject}
+	s.mu.Lock()
+	delete(s.routes.of(kind), subject)
+	if s.lastKey == key {
+		s.lastRoute = nil
+	}
+	s.mu.Unlock()
+	s.p.cfg.resolver.Invalidate(route.Request{Kind: kind, Subject: subject})
 }
 
 // retry schedules pd for another try after a back-off, or fails it when its

@@ -140,12 +140,22 @@ func AppendSendResponse(dst []byte, statuses []Status) []byte {
 
 // DecodeSendResponse decodes a send response body.
 func DecodeSendResponse(body []byte) ([]Status, error) {
+	return DecodeSendResponseInto(nil, body)
+}
+
+// DecodeSendResponseInto is DecodeSendResponse appending the statuses to
+// dst[:0], so a caller sending one message at a time can decode into an
+// array of its own without allocating.
+func DecodeSendResponseInto(dst []Status, body []byte) ([]Status, error) {
 	r := reader{b: body}
 	n := r.u32()
 	if r.err == nil && uint64(n)*2 != uint64(len(body)-4) {
 		return nil, fmt.Errorf("%w: send response claims %d statuses in %d bytes", ErrTruncated, n, len(body))
 	}
-	out := make([]Status, 0, n)
+	out := dst[:0]
+	if cap(out) < int(n) {
+		out = make([]Status, 0, n)
+	}
 	for i := uint32(0); i < n && r.err == nil; i++ {
 		out = append(out, Status(r.u16()))
 	}
