@@ -94,15 +94,7 @@ func TestTryAppendNow(t *testing.T) {
 	if woken.Load() != 3 {
 		t.Fatalf("OnAppend saw next %d, want 3", woken.Load())
 	}
-	got, err := s.Read("s", 0, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, p := range got {
-		ids = append(ids, msgID(t, p.Message))
-	}
-	if fmt.Sprint(ids) != "[first now-1 now-2]" {
+	if ids := readIDs(t, s, "s"); fmt.Sprint(ids) != "[first now-1 now-2]" {
 		t.Fatalf("read %v", ids)
 	}
 	// Records that would start a new segment file go through the appender.
@@ -321,15 +313,7 @@ func TestTryWriteViewsNow_PublishWritten(t *testing.T) {
 	// Reopened, the store has all three, in order; the pair allocates nothing.
 	s = openStore(t, s.dir, opts)
 	defer s.Close()
-	got, err := s.Read("s", 0, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, p := range got {
-		ids = append(ids, msgID(t, p.Message))
-	}
-	if fmt.Sprint(ids) != "[first written queued]" {
+	if ids := readIDs(t, s, "s"); fmt.Sprint(ids) != "[first written queued]" {
 		t.Fatalf("read %v", ids)
 	}
 	allocs := testing.AllocsPerRun(50, func() {
