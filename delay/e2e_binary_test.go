@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -50,7 +49,7 @@ func TestE2E_BinaryStopRestart(t *testing.T) {
 	}
 	defer rt.Close(context.Background())
 	rtAddr := rt.Addr().String()
-	dir, addr, httpAddr := t.TempDir(), freePort(t), freePort(t)
+	dir, addr, httpAddr := t.TempDir(), testutil.ReusableAddr(t), testutil.ReusableAddr(t)
 	run := func() (*exec.Cmd, *strings.Builder) {
 		cmd := exec.Command(bin, "--addr", addr, "--http-addr", httpAddr, "--data-dir", dir, "--realtime", rtAddr, "--log-level", "warn")
 		out := &strings.Builder{}
@@ -146,16 +145,6 @@ func TestE2E_BinaryStopRestart(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // pendingGauge reads qmq_delay_messages_pending from /metrics.
 func pendingGauge(t *testing.T, httpAddr string) float64 {
 	t.Helper()
@@ -193,7 +182,7 @@ func TestE2E_BinaryMasterAndSlave(t *testing.T) {
 	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
 	rtAddr := rt.Addr().String()
 	start := func(args ...string) (*exec.Cmd, *strings.Builder, string) {
-		addr, httpAddr := freePort(t), freePort(t)
+		addr, httpAddr := testutil.ReusableAddr(t), testutil.ReusableAddr(t)
 		cmd := exec.Command(bin, append([]string{"--addr", addr, "--http-addr", httpAddr, "--data-dir", t.TempDir(),
 			"--realtime", rtAddr, "--log-level", "warn"}, args...)...)
 		out := &strings.Builder{}

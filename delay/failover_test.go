@@ -250,7 +250,7 @@ func TestDelay_FailoverDeliversEverythingNeverEarly(t *testing.T) {
 	}
 
 	aDir, bDir := t.TempDir(), t.TempDir()
-	aAddr, aHTTP, bAddr, bHTTP := freePort(t), freePort(t), freePort(t), freePort(t)
+	aAddr, aHTTP, bAddr, bHTTP := testutil.ReusableAddr(t), testutil.ReusableAddr(t), testutil.ReusableAddr(t), testutil.ReusableAddr(t)
 	a := startFailoverChild(t, "A (master)", aDir, aAddr, aHTTP, delay.RoleMaster, true, meta, rtAddr)
 	a.waitGauge(t, 20*time.Second, "qmq_delay_fenced", 0)
 	b := startFailoverChild(t, "B (slave)", bDir, bAddr, bHTTP, delay.RoleSlave, false, meta, rtAddr)
@@ -373,7 +373,7 @@ func TestDelay_MasterFencesWhenItCannotRenew(t *testing.T) {
 	}
 	t.Cleanup(e.Close)
 	const ttl, margin = 2 * time.Second, 500 * time.Millisecond
-	metaAddr := freePort(t)
+	metaAddr := testutil.ReusableAddr(t)
 	startMeta := func() *metaserver.Server {
 		mo := metaserver.NewOptions()
 		mo.Addr, mo.HTTPAddr, mo.EtcdEndpoints, mo.BrokerTTL = metaAddr, "127.0.0.1:0", e.Endpoints(), ttl
@@ -591,7 +591,7 @@ func TestDelay_SlaveKilledWhileCopying(t *testing.T) {
 		t.Fatalf("%d sends failed", failed.Load())
 	}
 
-	dir, addr, httpAddr := t.TempDir(), freePort(t), freePort(t)
+	dir, addr, httpAddr := t.TempDir(), testutil.ReusableAddr(t), testutil.ReusableAddr(t)
 	env := []string{"QMQ_DL_FO_MASTER=" + m.Addr().String(), "QMQ_DL_FO_SYNC_MAX=2048"} // many small reads
 	sl := startFailoverChild(t, "slave", dir, addr, httpAddr, delay.RoleSlave, false, "", rtAddr, env...)
 	testutil.CheckFor(t, 20*time.Second, time.Millisecond, func() error {
@@ -671,7 +671,7 @@ func TestDelay_RepeatedFailovers(t *testing.T) {
 		name, dir, addr, http string
 		child                 *failoverChild
 	}
-	nodes := [2]*node{{name: "A", dir: t.TempDir(), addr: freePort(t), http: freePort(t)}, {name: "B", dir: t.TempDir(), addr: freePort(t), http: freePort(t)}}
+	nodes := [2]*node{{name: "A", dir: t.TempDir(), addr: testutil.ReusableAddr(t), http: testutil.ReusableAddr(t)}, {name: "B", dir: t.TempDir(), addr: testutil.ReusableAddr(t), http: testutil.ReusableAddr(t)}}
 	nodes[0].child = startFailoverChild(t, "A", nodes[0].dir, nodes[0].addr, nodes[0].http, delay.RoleMaster, true, meta, rtAddr)
 	nodes[0].child.waitGauge(t, 20*time.Second, "qmq_delay_fenced", 0)
 	nodes[1].child = startFailoverChild(t, "B", nodes[1].dir, nodes[1].addr, nodes[1].http, delay.RoleSlave, true, meta, rtAddr)

@@ -306,7 +306,7 @@ func TestReplication_MasterRestartKeepsTheCopy(t *testing.T) {
 	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
 	rtAddr := rt.Addr().String()
 	mo := delay.NewOptions()
-	mo.Addr, mo.HTTPAddr, mo.DataDir, mo.Realtime = freePort(t), freePort(t), t.TempDir(), []string{rtAddr}
+	mo.Addr, mo.HTTPAddr, mo.DataDir, mo.Realtime = testutil.ReusableAddr(t), testutil.ReusableAddr(t), t.TempDir(), []string{rtAddr}
 	m, err := delay.New(mo, nil, nil, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)

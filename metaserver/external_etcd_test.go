@@ -14,6 +14,7 @@ import (
 
 	"github.com/qmq-go/qmq/metaserver/api"
 	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -36,7 +37,7 @@ func startEtcdCluster(t *testing.T) []*etcdMember {
 	ms := make([]*etcdMember, 3)
 	var initial []string
 	for i := range ms {
-		ms[i] = &etcdMember{name: fmt.Sprintf("m%d", i), client: freeAddr(t), peer: freeAddr(t)}
+		ms[i] = &etcdMember{name: fmt.Sprintf("m%d", i), client: testutil.ReusableAddr(t), peer: testutil.ReusableAddr(t)}
 		initial = append(initial, ms[i].name+"=http://"+ms[i].peer)
 	}
 	dir := t.TempDir()

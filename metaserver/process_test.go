@@ -18,6 +18,7 @@ import (
 	"github.com/qmq-go/qmq/pkg/devetcd"
 	"github.com/qmq-go/qmq/pkg/metaclient"
 	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/testutil"
 )
 
 // TestMain lets the test binary play a broker process: with
@@ -114,17 +115,6 @@ func TestServer_SIGKILLedBrokerLeavesRoutesWithinTTL(t *testing.T) {
 	}
 }
 
-// freeAddr returns a loopback address nobody listens on right now.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // TestServer_EtcdOutage stops etcd under a running meta server: lookups of
 // known routes keep being served from the view, a metaclient keeps its
 // routes, registrations fail cleanly with "unavailable", /readyz says not
@@ -132,7 +122,7 @@ func freeAddr(t testing.TB) string {
 func TestServer_EtcdOutage(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	clientAddr, peerAddr := freeAddr(t), freeAddr(t)
+	clientAddr, peerAddr := testutil.ReusableAddr(t), testutil.ReusableAddr(t)
 	e, err := devetcd.Start(devetcd.Options{Dir: dir, ClientAddr: clientAddr, PeerAddr: peerAddr, Fast: true}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -107,16 +106,6 @@ func startMetaOn(t *testing.T, e *devetcd.Etcd, addr string, ttl time.Duration) 
 	}
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 	return s
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 type nodeChild struct {
@@ -441,7 +430,7 @@ func TestFailover_KillMasterUnderLoad(t *testing.T) {
 	meta, _ := startFailoverMeta(t, failoverTTL)
 	metaAddr := meta.Addr().String()
 	aDir, bDir := t.TempDir(), t.TempDir()
-	aAddr, aHTTP, bAddr, bHTTP := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	aAddr, aHTTP, bAddr, bHTTP := testutil.ReusableAddr(t), testutil.ReusableAddr(t), testutil.ReusableAddr(t), testutil.ReusableAddr(t)
 	a := startNode(t, "A", aDir, aAddr, aHTTP, realtime.RoleMaster, metaAddr)
 	a.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(1))
 	b := startNode(t, "B", bDir, bAddr, bHTTP, realtime.RoleSlave, metaAddr)
@@ -506,7 +495,7 @@ func TestFailover_OldMasterCutBack(t *testing.T) {
 	meta, _ := startFailoverMeta(t, failoverTTL)
 	metaAddr := meta.Addr().String()
 	aDir, bDir := t.TempDir(), t.TempDir()
-	aAddr, aHTTP, bAddr, bHTTP := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	aAddr, aHTTP, bAddr, bHTTP := testutil.ReusableAddr(t), testutil.ReusableAddr(t), testutil.ReusableAddr(t), testutil.ReusableAddr(t)
 	a := startNode(t, "A", aDir, aAddr, aHTTP, realtime.RoleMaster, metaAddr)
 	a.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(1))
 	b := startNode(t, "B", bDir, bAddr, bHTTP, realtime.RoleSlave, metaAddr)
@@ -638,7 +627,7 @@ func TestFailover_KillSlave(t *testing.T) {
 	meta, _ := startFailoverMeta(t, failoverTTL)
 	metaAddr := meta.Addr().String()
 	aDir, bDir := t.TempDir(), t.TempDir()
-	aAddr, aHTTP, bAddr, bHTTP := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	aAddr, aHTTP, bAddr, bHTTP := testutil.ReusableAddr(t), testutil.ReusableAddr(t), testutil.ReusableAddr(t), testutil.ReusableAddr(t)
 	lagEnv := "QMQ_RT_FO_LAG_READONLY=1s"
 	a := startNode(t, "A", aDir, aAddr, aHTTP, realtime.RoleMaster, metaAddr, lagEnv)
 	a.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(1))
@@ -672,7 +661,7 @@ func TestFailover_Switchover(t *testing.T) {
 	meta, _ := startFailoverMeta(t, failoverTTL)
 	metaAddr := meta.Addr().String()
 	aDir, bDir := t.TempDir(), t.TempDir()
-	aAddr, aHTTP, bAddr, bHTTP := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	aAddr, aHTTP, bAddr, bHTTP := testutil.ReusableAddr(t), testutil.ReusableAddr(t), testutil.ReusableAddr(t), testutil.ReusableAddr(t)
 	a := startNode(t, "A", aDir, aAddr, aHTTP, realtime.RoleMaster, metaAddr)
 	a.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(1))
 	tr := newClient(t)
@@ -720,7 +709,7 @@ func TestFailover_FrozenMasterDeposed(t *testing.T) {
 	meta, _ := startFailoverMeta(t, failoverTTL)
 	metaAddr := meta.Addr().String()
 	aDir, bDir := t.TempDir(), t.TempDir()
-	aAddr, aHTTP, bAddr, bHTTP := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	aAddr, aHTTP, bAddr, bHTTP := testutil.ReusableAddr(t), testutil.ReusableAddr(t), testutil.ReusableAddr(t), testutil.ReusableAddr(t)
 	a := startNode(t, "A", aDir, aAddr, aHTTP, realtime.RoleMaster, metaAddr)
 	a.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(1))
 	b := startNode(t, "B", bDir, bAddr, bHTTP, realtime.RoleSlave, metaAddr)
@@ -770,7 +759,7 @@ func TestFailover_MasterShutdownHandsOver(t *testing.T) {
 	meta, _ := startFailoverMeta(t, failoverTTL)
 	metaAddr := meta.Addr().String()
 	aDir, bDir := t.TempDir(), t.TempDir()
-	aAddr, aHTTP, bAddr, bHTTP := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	aAddr, aHTTP, bAddr, bHTTP := testutil.ReusableAddr(t), testutil.ReusableAddr(t), testutil.ReusableAddr(t), testutil.ReusableAddr(t)
 	a := startNode(t, "A", aDir, aAddr, aHTTP, realtime.RoleMaster, metaAddr)
 	a.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(1))
 	b := startNode(t, "B", bDir, bAddr, bHTTP, realtime.RoleSlave, metaAddr)

@@ -2,6 +2,8 @@ package testutil
 
 import (
 	"errors"
+	"net"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,4 +21,28 @@ func TestCheckFor(t *testing.T) {
 		t.Fatalf("fn called %d times", n.Load())
 	}
 	Eventually(t, time.Second, "counter", func() bool { return n.Add(1) > 5 })
+}
+
+// ReusableAddr gives a listenable loopback port below the ephemeral range.
+func TestReusableAddr(t *testing.T) {
+	low := ephemeralLow()
+	for range 20 {
+		addr := ReusableAddr(t)
+		host, portStr, err := net.SplitHostPort(addr)
+		if err != nil || host != "127.0.0.1" {
+			t.Fatalf("address %q: %v", addr, err)
+		}
+		port, err := strconv.Atoi(portStr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if low-lowestReusablePort >= 1000 && (port < lowestReusablePort || port >= low) {
+			t.Fatalf("port %d outside [%d, %d)", port, lowestReusablePort, low)
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatalf("listen on %s: %v", addr, err)
+		}
+		ln.Close()
+	}
 }

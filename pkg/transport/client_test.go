@@ -17,6 +17,7 @@ import (
 
 	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -62,17 +63,6 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// freeAddr returns a loopback address nothing listens on.
-func freeAddr(t testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 // holdServer is a netserver whose CmdSend requests are held until the test
@@ -373,7 +363,7 @@ func TestClient_MalformedResponseClosesConnection(t *testing.T) {
 }
 
 func TestClient_RedialAfterRestart(t *testing.T) {
-	addr := freeAddr(t)
+	addr := testutil.ReusableAddr(t)
 	s1 := startServer(t, addr, netserver.NewMux())
 	c := newClient(t, Options{RedialBackoffMin: 10 * time.Millisecond, RedialBackoffMax: 50 * time.Millisecond, BreakerFailures: 1000})
 	if _, err := c.Call(context.Background(), addr, protocol.CmdPing, nil); err != nil {
@@ -394,7 +384,7 @@ func TestClient_RedialAfterRestart(t *testing.T) {
 }
 
 func TestClient_BreakerOpensOnDialFailures(t *testing.T) {
-	addr := freeAddr(t)
+	addr := testutil.ReusableAddr(t)
 	c := newClient(t, Options{BreakerFailures: 3, BreakerOpenTimeout: 200 * time.Millisecond,
 		RedialBackoffMin: time.Millisecond, RedialBackoffMax: time.Millisecond})
 	for i := range 3 {
@@ -443,7 +433,7 @@ func TestClient_NotifyOneWay(t *testing.T) {
 
 func TestClient_RequestTooLarge(t *testing.T) {
 	c := newClient(t, Options{MaxFrameSize: 10})
-	_, err := c.Call(context.Background(), freeAddr(t), protocol.CmdPing, make([]byte, 11))
+	_, err := c.Call(context.Background(), testutil.ReusableAddr(t), protocol.CmdPing, make([]byte, 11))
 	if !errors.Is(err, ErrRequestTooLarge) || !NotSent(err) {
 		t.Fatalf("Call = %v", err)
 	}
