@@ -21,7 +21,7 @@
 // (its call state is pooled). The records are in the log before the reply
 // (a killed broker keeps them); indexing them, waking their consumers and
 // the metrics wait until the reply is written (netserver's AfterWrite,
-// store.PublishWritten), off the producer's round trip. The store's writer
+// store.PublishWritten): the producer has its answer first. The store's writer
 // stays held across that write (a few microseconds): on a server with
 // several event loops, a send another loop brings meanwhile finds it held
 // and takes the queued path, which batches. Every stored message costs a lookup in the

@@ -106,7 +106,7 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 			if b.store.TryWriteViewsNow(s.views, s.results) {
 				// The records are in the log: answer now, and publish them
 				// (index, wake readers) and count them once the answer is
-				// on the socket (AfterWrite), off the producer's round trip.
+				// on the socket (AfterWrite).
 				s.r = r
 				s.settle(s.results)
 				b.replyStored(s, s.results) // at once: direct means no wait for the slave
