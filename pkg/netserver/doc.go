@@ -139,4 +139,12 @@
 //     uses only AsyncWritev and Close.
 //   - gnet logs through the server's logger until Close, then through a
 //     no-op logger (gnet keeps its logger process-wide).
+//   - Each time a gnet v2.9.7 loop runs out of events it polls once more
+//     and calls runtime.Gosched before it blocks; with an idle P that wakes
+//     a second OS thread (a futex, and an IPI to an idle vCPU) which finds
+//     nothing to do. With one request in flight that is once per request:
+//     against nsqd, a local copy of gnet without the call (an experiment,
+//     never used) ran the sync suite's workload 8% faster, and GOMAXPROCS=1
+//     (no idle P) 4.5% faster. No gnet option avoids it (WithLockOSThread
+//     is slower still: every Gosched then hands the loop between threads).
 package netserver
