@@ -23,22 +23,25 @@ import (
 // sends, pulls and acks over pkg/protocol and keeps its messages in a
 // realtime/store, or its slave, which copies the master's logs (Options.Role).
 type Broker struct {
-	opts    Options
-	lg      *zap.Logger
-	limits  protocol.Limits
-	store   *store.Store
-	server  *netserver.Server
-	ops     *opsserver.Server
-	sched   *actor.Scheduler
-	dedupe  *dedupe
-	live    *liveness
-	metrics *metrics
-	reg     *prometheus.Registry
-	keeper  *metaclient.Keeper // registration with the meta servers, when configured
-	dead    *deadLetters       // re-driven and purged dead letters
-	sync    *syncService       // a master's replication service (nil on a slave)
-	replica *replica           // a slave's sync loop (nil on a master)
-	rates   metaclient.Rates   // in and out rates reported to the meta servers
+	opts   Options
+	lg     *zap.Logger
+	limits protocol.Limits
+	store  *store.Store
+	server *netserver.Server
+	ops    *opsserver.Server
+	sched  *actor.Scheduler
+	dedupe *dedupe
+	// dedupeSeeded is closed when seedDedupeLoop has ended (a master with
+	// dedupe on; it stays open otherwise).
+	dedupeSeeded chan struct{}
+	live         *liveness
+	metrics      *metrics
+	reg          *prometheus.Registry
+	keeper       *metaclient.Keeper // registration with the meta servers, when configured
+	dead         *deadLetters       // re-driven and purged dead letters
+	sync         *syncService       // a master's replication service (nil on a slave)
+	replica      *replica           // a slave's sync loop (nil on a master)
+	rates        metaclient.Rates   // in and out rates reported to the meta servers
 
 	// Failover (node.go): a Node manages the broker's registration
 	// (managed), hands it over (lease) and learns from the replica that
@@ -79,14 +82,15 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 	}
 	lg = lg.Named("realtime").With(zap.String("group", opts.Group))
 	b := &Broker{
-		opts:      opts,
-		lg:        lg,
-		limits:    protocol.DefaultLimits,
-		live:      newLiveness(),
-		actors:    map[actorKey]*pullActor{},
-		bySubject: map[string][]*pullActor{},
-		stop:      make(chan struct{}),
-		reg:       opsserver.NewRegistry(),
+		opts:         opts,
+		lg:           lg,
+		limits:       protocol.DefaultLimits,
+		live:         newLiveness(),
+		actors:       map[actorKey]*pullActor{},
+		bySubject:    map[string][]*pullActor{},
+		stop:         make(chan struct{}),
+		dedupeSeeded: make(chan struct{}),
+		reg:          opsserver.NewRegistry(),
 	}
 	b.limits.MaxBody = opts.MaxBody
 	b.dedupe = newDedupe(opts.DedupeWindow, opts.DedupeCapacity, time.Now)
@@ -187,6 +191,10 @@ func (b *Broker) Start() error {
 		b.sync.start()
 		b.wg.Add(1)
 		go b.livenessLoop()
+		if b.dedupe.enabled() {
+			b.wg.Add(1)
+			go b.seedDedupeLoop()
+		}
 	}
 	if !b.managed {
 		b.register()

@@ -23,6 +23,11 @@ import (
 //
 // A hash is reserved before the append and released if the append fails,
 // so two copies of one message racing in separate requests store once.
+//
+// The table lives in memory only. A master that starts (a restart, or a
+// slave promoted by a failover) fills it again from the newest messages
+// of its log, in the background (seedDedupeLoop): until that ends a resent
+// copy of an older message may still be stored twice.
 type dedupe struct {
 	seed   maphash.Seed
 	window time.Duration
@@ -91,6 +96,34 @@ func (d *dedupe) reserve(k uint64) bool {
 	}
 	s.set.add(k)
 	return true
+}
+
+// remember adds k, a hash of a message already stored, without the
+// rotation checks of reserve: seeding fills the current generation from
+// the log (seedDedupeLoop). It reports false when k's shard has no room
+// left in that generation for seeded hashes (half of it, so that seeding
+// never forces a rotation that would drop the hashes of live sends).
+func (d *dedupe) remember(k uint64) bool {
+	s := d.shard(k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.set.has(k) {
+		return true
+	}
+	if s.set.currentUsed() >= s.limit/2 {
+		return false
+	}
+	s.set.add(k)
+	return true
+}
+
+// seedRoom is how many seeded hashes the table takes (remember): half a
+// generation of every shard.
+func (d *dedupe) seedRoom() int {
+	if !d.on {
+		return 0
+	}
+	return dedupeShards * (d.shards[0].limit / 2)
 }
 
 // release forgets k (its append failed).

@@ -10,7 +10,9 @@
 // attempt count) was stored within the dedupe window (default 10 minutes,
 // bounded by a capacity of remembered ids) is answered StatusDuplicate
 // without being stored again, so a producer's retry or a delay server's
-// re-forward does not make a copy. The rest go to the store in one append;
+// re-forward does not make a copy; a restarted or promoted master reads the
+// window's ids back from its log (see Known limits below). The rest go to
+// the store in one append;
 // the reply goes out from the store's commit callback once they are durable
 // (group commit under the default sync flush). Requests up to 64 KiB are
 // checked on the event loop itself (never blocking). Under --flush=async,
@@ -387,9 +389,12 @@
 // re-drive/purge record (deadletters.json) and consumers that never got an
 // entry; a slave whose action log is behind the master's first kept
 // action-log offset (ErrReplicaGap) needs a fresh copy (a snapshot,
-// CmdSyncCheckpoint, is not built); the dedupe window starts empty on a
-// promoted master (a producer's retry of a message stored before the
-// failover is stored again: at-least-once).
+// CmdSyncCheckpoint, is not built). The dedupe table is not replicated: a
+// master that starts (a restart, or a slave promoted by a failover) fills
+// it again from the newest messages of its log, in the background
+// (seedDedupeLoop, qmq_realtime_dedupe_seeded_ids): a producer's retry of a
+// message stored before is answered "duplicate" once that is done, and may
+// be stored again (at-least-once) if it comes in the moment before.
 //
 // # Admin
 //

@@ -17,6 +17,9 @@ type metrics struct {
 	returned    prometheus.Counter
 	retried     prometheus.Counter
 	appendSecs  prometheus.Histogram
+	// dedupeSeeded is how many ids a starting master put back into the
+	// dedupe window from its log (seedDedupeLoop).
+	dedupeSeeded prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, group string) *metrics {
@@ -45,8 +48,10 @@ func newMetrics(reg prometheus.Registerer, group string) *metrics {
 		appendSecs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "qmq_realtime_append_seconds",
 			Help: "Time from receiving a send request to its messages being stored.", ConstLabels: labels,
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+		dedupeSeeded: prometheus.NewGauge(prometheus.GaugeOpts{Name: "qmq_realtime_dedupe_seeded_ids",
+			Help: "Message ids this master put back into the dedupe window from its log when it started.", ConstLabels: labels}),
 	}
 	reg.MustRegister(m.received, m.stored, m.duplicates, m.rejected, m.pulled, m.acked, m.pullDropped,
-		m.parked, m.returned, m.retried, m.appendSecs)
+		m.parked, m.returned, m.retried, m.appendSecs, m.dedupeSeeded)
 	return m
 }
