@@ -24,6 +24,7 @@ import (
 	"github.com/qmq-go/qmq/pkg/metaclient"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/testutil"
+	"github.com/qmq-go/qmq/pkg/transport"
 	"github.com/qmq-go/qmq/producer"
 	"github.com/qmq-go/qmq/realtime"
 	"github.com/qmq-go/qmq/realtime/store"
@@ -451,6 +452,7 @@ func TestFailover_KillMasterUnderLoad(t *testing.T) {
 	})
 	first, _ := l.firstAckAfter(killed)
 	b.waitGauge(t, 5*time.Second, "qmq_realtime_role", is(1))
+	resendToPromoted(t, l, b)
 	before := l.count()
 	l.waitCount(t, before+300, 30*time.Second)
 	acked := l.finish()
@@ -483,6 +485,33 @@ func TestFailover_KillMasterUnderLoad(t *testing.T) {
 		t.Fatalf("stores differ after the rejoin:\n A %+v\n B %+v", as, bs)
 	}
 	t.Logf("converged: %d message-log and %d action-log bytes; %d messages delivered (%d duplicates)", len(am), len(aa), col.total.Load(), col.duplicates())
+}
+
+// resendToPromoted resends the first message l got acknowledged (by the
+// master before the failover) straight to the promoted master b, once b
+// has read the dedupe window back from its log: it is a duplicate.
+func resendToPromoted(t *testing.T, l *load, b *nodeChild) {
+	t.Helper()
+	b.waitGauge(t, 20*time.Second, "qmq_realtime_dedupe_seeded_ids", func(v float64) bool { return v > 0 })
+	l.mu.Lock()
+	id := l.acked[0]
+	l.mu.Unlock()
+	tc, err := transport.New(fastTransport, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	raw, err := protocol.AppendMessage(nil, &protocol.Message{Subject: "fo", ID: id, Body: []byte("resent")}, protocol.DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := tc.Call(context.Background(), b.addr, protocol.CmdSend, protocol.AppendSendRequest(nil, 0, [][]byte{raw}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := protocol.DecodeSendResponse(resp); err != nil || st[0] != protocol.StatusDuplicate {
+		t.Fatalf("a resend of %s, acknowledged before the failover, to the promoted master: %v, %v; want duplicate", id, st, err)
+	}
 }
 
 // The old master holds records its slave never copied (the slave was
