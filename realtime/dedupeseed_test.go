@@ -20,6 +20,7 @@ func openSeedBroker(t *testing.T, dir string, window time.Duration) *Broker {
 	o.Addr, o.HTTPAddr, o.DataDir = "127.0.0.1:0", "", dir
 	o.SegmentSize = 8 << 20
 	o.DedupeWindow = window
+	o.DedupeCapacity = 1 << 14
 	b, err := New(o, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
