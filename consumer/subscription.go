@@ -170,8 +170,17 @@ func (s *Subscription) handlerLoop() {
 	for {
 		// Without a select while messages wait: a select per message cost
 		// a busy consumer a tenth of its CPU. workStopped stops a handler
-		// that keeps finding messages; one it took is left un-acked, as if
-		// still in the buffer, and goes back to the group.
+		// that keeps finding messages; it is looked at before a message is
+		// taken, never after: a message taken is handled, so the messages
+		// handled are always a prefix of the buffer's order and the final
+		// ack covers them all. (Dropping a taken message left a gap when
+		// another handler had meanwhile handled the ones after it: the ack
+		// stopped at the gap, and the handled messages beyond it went back
+		// to the group and were delivered again.) The messages never taken
+		// stay un-acked and go back to the group.
+		if s.workStopped.Load() {
+			return
+		}
 		var d *delivery
 		select {
 		case d = <-s.work:
@@ -181,9 +190,6 @@ func (s *Subscription) handlerLoop() {
 				return
 			case d = <-s.work:
 			}
-		}
-		if s.workStopped.Load() {
-			return
 		}
 		s.handle(d)
 	}
