@@ -138,15 +138,15 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 	b.sched = sched
 
 	mux := netserver.NewMux()
-	mux.HandleInline(protocol.CmdSend, netserver.HandlerFunc(b.serveSendInline))
-	mux.HandleInline(protocol.CmdPull, netserver.HandlerFunc(b.masterOnly(b.servePullInline)))
-	mux.HandleFunc(protocol.CmdAck, b.masterOnly(b.serveAck))
-	mux.HandleFunc(protocol.CmdConsumerManage, b.masterOnly(b.serveConsumerManage))
-	mux.HandleFunc(protocol.CmdBrokerStats, b.serveBrokerStats)
-	mux.HandleFunc(protocol.CmdDeadLetters, b.masterOnly(b.serveDeadLetters))
-	mux.HandleFunc(protocol.CmdSyncLog, b.serveSync)
-	mux.HandleFunc(protocol.CmdSyncEpoch, b.serveSyncEpoch)
-	mux.HandleFunc(protocol.CmdSwitchover, b.serveSwitchover)
+	mux.HandleInline(protocol.CmdSend, b.counted(protocol.CmdSend, b.serveSendInline))
+	mux.HandleInline(protocol.CmdPull, b.counted(protocol.CmdPull, b.masterOnly(b.servePullInline)))
+	mux.Handle(protocol.CmdAck, b.counted(protocol.CmdAck, b.masterOnly(b.serveAck)))
+	mux.Handle(protocol.CmdConsumerManage, b.counted(protocol.CmdConsumerManage, b.masterOnly(b.serveConsumerManage)))
+	mux.Handle(protocol.CmdBrokerStats, b.counted(protocol.CmdBrokerStats, b.serveBrokerStats))
+	mux.Handle(protocol.CmdDeadLetters, b.counted(protocol.CmdDeadLetters, b.masterOnly(b.serveDeadLetters)))
+	mux.Handle(protocol.CmdSyncLog, b.counted(protocol.CmdSyncLog, b.serveSync))
+	mux.Handle(protocol.CmdSyncEpoch, b.counted(protocol.CmdSyncEpoch, b.serveSyncEpoch))
+	mux.Handle(protocol.CmdSwitchover, b.counted(protocol.CmdSwitchover, b.serveSwitchover))
 	srv, err := netserver.New(netserver.Options{Addr: opts.Addr, MaxFrameSize: opts.MaxFrameSize}, mux, lg)
 	if err != nil {
 		sched.Close()
@@ -154,6 +154,7 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 		return nil, err
 	}
 	b.server = srv
+	b.reg.MustRegister(newBrokerCollector(b))
 	if opts.HTTPAddr != "" {
 		b.ops = opsserver.New(opsserver.Options{Addr: opts.HTTPAddr, Registry: b.reg, Ready: b.life.Err}, lg)
 	}

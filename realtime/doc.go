@@ -396,6 +396,25 @@
 // message stored before is answered "duplicate" once that is done, and may
 // be stored again (at-least-once) if it comes in the moment before.
 //
+// # Metrics
+//
+// /metrics on the HTTP port serves, besides the Go runtime's and the
+// process's series, counters and histograms tallied as the broker works
+// (messages received, stored, duplicate, rejected by status, pulled,
+// returned; acks; held and dropped pulls; append time; requests by
+// command, qmq_realtime_requests_total) and series read at each scrape
+// (collector.go: netserver.Stats and store.Stats): connections, requests
+// in flight, subjects, consumer groups, consumers, the message and action
+// logs' disk, the store's syncs, failed appends, corrupt reads, skipped
+// corrupt ranges and checkpoints, and per consumer group (labels subject
+// and consumer_group) its backlog, its un-acked messages and the part of
+// its backlog the next retention pass would delete
+// (qmq_realtime_backlog_at_risk_messages: alert on it). Broadcast
+// subscribers are summed into one series, as they are keyed by consumer.
+// Every series carries the broker group as the label group. A scrape walks
+// every subject and group, so with tens of thousands of them scrape no
+// more often than every few seconds.
+//
 // # Admin
 //
 // CmdConsumerManage resets a group's offset or takes a consumer offline or

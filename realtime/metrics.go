@@ -2,6 +2,9 @@ package realtime
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/qmq-go/qmq/pkg/netserver"
+	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
 // metrics are the broker's Prometheus series (prefix qmq_realtime_).
@@ -20,6 +23,8 @@ type metrics struct {
 	// dedupeSeeded is how many ids a starting master put back into the
 	// dedupe window from its log (seedDedupeLoop).
 	dedupeSeeded prometheus.Gauge
+	// requests counts requests by command (Broker.counted).
+	requests *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, group string) *metrics {
@@ -50,8 +55,21 @@ func newMetrics(reg prometheus.Registerer, group string) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 		dedupeSeeded: prometheus.NewGauge(prometheus.GaugeOpts{Name: "qmq_realtime_dedupe_seeded_ids",
 			Help: "Message ids this master put back into the dedupe window from its log when it started.", ConstLabels: labels}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "qmq_realtime_requests_total",
+			Help: "Requests received, by command (malformed frames and unknown commands are not counted).", ConstLabels: labels}, []string{"command"}),
 	}
 	reg.MustRegister(m.received, m.stored, m.duplicates, m.rejected, m.pulled, m.acked, m.pullDropped,
-		m.parked, m.returned, m.retried, m.appendSecs, m.dedupeSeeded)
+		m.parked, m.returned, m.retried, m.appendSecs, m.dedupeSeeded, m.requests)
 	return m
+}
+
+// counted wraps a handler of cmd so that each request adds to
+// qmq_realtime_requests_total (one atomic add: the series is looked up once,
+// here).
+func (b *Broker) counted(cmd protocol.Command, h netserver.HandlerFunc) netserver.Handler {
+	n := b.metrics.requests.WithLabelValues(cmd.String())
+	return netserver.HandlerFunc(func(r *netserver.Request) {
+		n.Inc()
+		h(r)
+	})
 }
