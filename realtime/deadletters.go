@@ -1,6 +1,7 @@
 package realtime
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,9 +10,9 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/qmq-go/qmq/pkg/fsutil"
 	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/realtime/store"
@@ -23,17 +24,34 @@ import (
 // with a fresh attempt count, due at once) and purge them. The store is
 // append-only, so re-driven and purged letters are remembered as removed:
 // per dead subject a watermark (every sequence below it is removed: "purge
-// all") and a set of removed sequences, kept in deadletters.json in the
-// data directory (written temp → fsync → rename → fsync dir). A re-drive
-// appends the copies first and records the removal after, so a crash in
+// all") and a set of removed sequences.
+//
+// Removals are recorded in the dead subject itself, as tombstones: a
+// message whose id starts qmq-tombstone-, whose property qmq.dead.removed
+// is set and whose body holds the removal (JSON: the watermark and the
+// sequences). They travel with the
+// log, so a slave has them and a promoted slave knows what its master
+// removed; they are kept as long as the letters they remove (retention
+// deletes the older letters first); and they are never listed nor counted
+// as letters. A dead subject's state is read from its tombstones the
+// first time an admin request asks for it, and kept up to date after. A
+// re-drive appends the copies first and the tombstone after, so a crash in
 // between re-drives a letter twice rather than losing it.
+//
+// Brokers before tombstones kept the state in deadletters.json in the data
+// directory; it is still read, and merged under what tombstones say.
 
-const deadLettersFile = "deadletters.json"
+const (
+	legacyDeadLettersFile = "deadletters.json"
+	tombstoneProperty     = "qmq.dead.removed"
+	tombstoneIDPrefix     = "qmq-tombstone-"
+)
 
 type deadLetters struct {
-	mu    sync.Mutex
-	path  string
-	state map[string]*deadState // by dead subject
+	mu     sync.Mutex
+	legacy map[string]*deadState // deadletters.json, read once
+	state  map[string]*deadState // by dead subject, once read from its tombstones
+	seq    atomic.Int64          // makes tombstone ids unique within the process
 }
 
 type deadState struct {
@@ -43,66 +61,165 @@ type deadState struct {
 
 func (d *deadState) removed(seq int64) bool { return seq < d.Through || d.Removed[seq] }
 
+// add merges a removal into the state: everything below through (with
+// all) and seqs.
+func (d *deadState) add(seqs []int64, through int64) {
+	if through > d.Through {
+		d.Through = through
+	}
+	for _, q := range seqs {
+		if q >= d.Through {
+			if d.Removed == nil {
+				d.Removed = map[int64]bool{}
+			}
+			d.Removed[q] = true
+		}
+	}
+	for q := range d.Removed {
+		if q < d.Through {
+			delete(d.Removed, q)
+		}
+	}
+}
+
+func (d *deadState) clone() deadState {
+	st := deadState{Through: d.Through, Removed: make(map[int64]bool, len(d.Removed))}
+	for k := range d.Removed {
+		st.Removed[k] = true
+	}
+	return st
+}
+
+// tombstone is the body of a tombstone message.
+type tombstone struct {
+	Through int64   `json:"through,omitempty"`
+	Removed []int64 `json:"removed,omitempty"`
+}
+
 func openDeadLetters(dir string) (*deadLetters, error) {
-	d := &deadLetters{path: filepath.Join(dir, deadLettersFile), state: map[string]*deadState{}}
-	b, err := os.ReadFile(d.path)
+	d := &deadLetters{legacy: map[string]*deadState{}, state: map[string]*deadState{}}
+	path := filepath.Join(dir, legacyDeadLettersFile)
+	b, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return d, nil
 	case err != nil:
 		return nil, fmt.Errorf("realtime: %w", err)
 	}
-	if err := json.Unmarshal(b, &d.state); err != nil {
-		return nil, fmt.Errorf("realtime: %s is damaged: %w", d.path, err)
+	if err := json.Unmarshal(b, &d.legacy); err != nil {
+		return nil, fmt.Errorf("realtime: %s is damaged: %w", path, err)
 	}
 	return d, nil
 }
 
-// get returns a copy of the state of dead subject s.
-func (d *deadLetters) get(s string) deadState {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	st := deadState{Removed: map[int64]bool{}}
-	if cur := d.state[s]; cur != nil {
-		st.Through = cur.Through
-		for k := range cur.Removed {
-			st.Removed[k] = true
-		}
+// isTombstone reports whether a stored message of a dead subject is a
+// tombstone, and returns its removal.
+func isTombstone(raw []byte) (tombstone, bool) {
+	// The store checked the record's CRC when it read it.
+	v, err := protocol.ParseMessageNoCRC(raw)
+	if err != nil || v.PropertyCount() == 0 || !bytes.HasPrefix(v.ID, []byte(tombstoneIDPrefix)) {
+		return tombstone{}, false
 	}
-	return st
+	found := false
+	v.Properties(func(key, _ []byte) bool {
+		found = string(key) == tombstoneProperty
+		return !found
+	})
+	if !found {
+		return tombstone{}, false
+	}
+	var t tombstone
+	if err := json.Unmarshal(v.Body, &t); err != nil {
+		return tombstone{}, true // a damaged record removes nothing, and is no letter
+	}
+	return t, true
 }
 
-// remove records seqs (or, with all, everything below through) as removed
-// and persists the state.
-func (d *deadLetters) remove(s string, seqs []int64, all bool, through int64) error {
+// get returns a copy of the state of dead subject dead, reading its
+// tombstones the first time.
+func (b *Broker) deadState(dead string) (deadState, error) {
+	d := b.dead
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	st := d.state[s]
-	if st == nil {
-		st = &deadState{}
-		d.state[s] = st
+	st, err := b.loadDeadLocked(dead)
+	if err != nil {
+		return deadState{}, err
 	}
-	if all && through > st.Through {
-		st.Through = through
+	return st.clone(), nil
+}
+
+// loadDeadLocked returns the state of dead, reading it from the legacy file
+// and the subject's tombstones if it is not in memory yet (d.mu held).
+func (b *Broker) loadDeadLocked(dead string) (*deadState, error) {
+	d := b.dead
+	if st := d.state[dead]; st != nil {
+		return st, nil
 	}
-	for _, q := range seqs {
-		if q >= st.Through {
-			if st.Removed == nil {
-				st.Removed = map[int64]bool{}
+	st := &deadState{}
+	if old := d.legacy[dead]; old != nil {
+		st.add(nil, old.Through)
+		for q := range old.Removed {
+			st.add([]int64{q}, 0)
+		}
+	}
+	for from := int64(0); ; {
+		msgs, err := b.store.Read(dead, from, 1000)
+		if errors.Is(err, store.ErrUnknownSubject) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range msgs {
+			if t, ok := isTombstone(m.Message); ok {
+				st.add(t.Removed, t.Through)
 			}
-			st.Removed[q] = true
 		}
-	}
-	for q := range st.Removed {
-		if q < st.Through {
-			delete(st.Removed, q)
+		if len(msgs) < 1000 {
+			break
 		}
+		from = msgs[len(msgs)-1].ConsumeSeq + 1
 	}
-	b, err := json.Marshal(d.state)
+	d.state[dead] = st
+	return st, nil
+}
+
+// removeDead records seqs (and everything below through) as removed from
+// dead: a tombstone appended to the subject, then the state in memory.
+func (b *Broker) removeDead(dead string, seqs []int64, through int64) error {
+	d := b.dead
+	raw, err := protocol.AppendMessage(nil, &protocol.Message{
+		Subject:    dead,
+		ID:         fmt.Sprintf("%s%d-%d", tombstoneIDPrefix, time.Now().UnixNano(), d.seq.Add(1)),
+		Properties: []protocol.Property{{Key: tombstoneProperty, Value: "1"}},
+		Body:       mustJSON(tombstone{Through: through, Removed: seqs}),
+	}, b.limits)
 	if err != nil {
 		return err
 	}
-	return fsutil.WriteFileAtomic(fsutil.OS, d.path, b)
+	res, err := b.store.Append(context.Background(), [][]byte{raw})
+	if err == nil {
+		err = res[0].Err
+	}
+	if err != nil {
+		return fmt.Errorf("record the removal: %w", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st, err := b.loadDeadLocked(dead) // reads the new tombstone too when not loaded yet
+	if err != nil {
+		return err
+	}
+	st.add(seqs, through)
+	return nil
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // a tombstone always marshals
+	}
+	return b
 }
 
 // scanDead calls fn for every dead letter of subject not removed, in order,
@@ -119,6 +236,9 @@ func (b *Broker) scanDead(dead string, from int64, st *deadState, fn func(p stor
 		}
 		for _, m := range msgs {
 			if st.removed(m.ConsumeSeq) {
+				continue
+			}
+			if _, ok := isTombstone(m.Message); ok {
 				continue
 			}
 			if !fn(m) {
@@ -149,7 +269,11 @@ func (b *Broker) serveDeadLetters(r *netserver.Request) {
 		return
 	}
 	dead := protocol.DeadSubject(q.Subject, q.Group)
-	st := b.dead.get(dead)
+	st, err := b.deadState(dead)
+	if err != nil {
+		r.ReplyError(pullStatus(err))
+		return
+	}
 	want := map[string]bool{}
 	for _, id := range q.IDs {
 		want[id] = true
@@ -189,7 +313,10 @@ func (b *Broker) serveDeadLetters(r *netserver.Request) {
 		r.ReplyError(pullStatus(err))
 		return
 	}
-	st = b.dead.get(dead)
+	if st, err = b.deadState(dead); err != nil {
+		r.ReplyError(pullStatus(err))
+		return
+	}
 	b.scanDead(dead, 0, &st, func(store.Pulled) bool { resp.Total++; return true })
 	r.Reply(protocol.StatusOK, protocol.AppendDeadLettersResponse(nil, &resp))
 }
@@ -239,7 +366,7 @@ func (b *Broker) redrive(q protocol.DeadLettersRequest, dead string, st *deadSta
 			done = append(done, seqs[i])
 		}
 	}
-	if err := b.dead.remove(dead, done, false, 0); err != nil {
+	if err := b.removeDead(dead, done, 0); err != nil {
 		return uint64(len(done)), fmt.Errorf("re-driven, but recording it failed (they may be re-driven again): %w", err)
 	}
 	return uint64(len(done)), nil
@@ -261,7 +388,7 @@ func (b *Broker) purge(q protocol.DeadLettersRequest, dead string, st *deadState
 	}
 	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
 	if len(q.IDs) == 0 {
-		return uint64(len(seqs)), b.dead.remove(dead, nil, true, last+1)
+		return uint64(len(seqs)), b.removeDead(dead, nil, last+1)
 	}
-	return uint64(len(seqs)), b.dead.remove(dead, seqs, false, 0)
+	return uint64(len(seqs)), b.removeDead(dead, seqs, 0)
 }

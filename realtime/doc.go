@@ -385,9 +385,9 @@
 //     run with the pending-duplicate bookkeeping switched off measured
 //     0.59 and 0.71 beside 0.67 and 0.65 with it: noise).
 //
-// Known limits: state outside the logs is not replicated — the dead-letter
-// re-drive/purge record (deadletters.json) and consumers that never got an
-// entry; a slave whose action log is behind the master's first kept
+// Known limits: state outside the logs is not replicated — consumers that
+// never got an entry (the dead-letter re-drive/purge record is in the log:
+// tombstones in the dead subject, deadletters.go); a slave whose action log is behind the master's first kept
 // action-log offset (ErrReplicaGap) needs a fresh copy (a snapshot,
 // CmdSyncCheckpoint, is not built). The dedupe table is not replicated: a
 // master that starts (a restart, or a slave promoted by a failover) fills
