@@ -94,6 +94,7 @@ func (s *Store) subjectFor(name string, create bool) (*subject, error) {
 	sj.watched.Store(s.watchedNames[name])
 	s.subjects[name] = sj
 	s.subjectTab.insert(sj)
+	s.prep.add(sj)
 	return sj, nil
 }
 

@@ -1,0 +1,71 @@
+package store
+
+import (
+	"sync"
+
+	"go.uber.org/zap"
+)
+
+// A new subject's consume log gets its directory and first file from
+// prepareLoop, in the background, not from its first write: that write
+// happens on the appender goroutine when the subject's buffer fills (or at
+// a checkpoint), and creating a directory and a file there cost ~200 µs
+// each. Thousands of subjects created together (a burst of new subjects
+// that grow at the same pace) filled their buffers together and stalled
+// every append behind seconds of file creation. A subject created while
+// the queue is long waits its turn; if its first write comes first, that
+// write creates what it needs, as before.
+
+// preparer holds the subjects whose consume logs prepareLoop has yet to
+// create.
+type preparer struct {
+	mu    sync.Mutex
+	queue []*subject
+	sig   chan struct{} // one slot: the queue has work
+}
+
+func newPreparer() *preparer { return &preparer{sig: make(chan struct{}, 1)} }
+
+// add queues sj and wakes prepareLoop.
+func (p *preparer) add(sj *subject) {
+	p.mu.Lock()
+	p.queue = append(p.queue, sj)
+	p.mu.Unlock()
+	select {
+	case p.sig <- struct{}{}:
+	default:
+	}
+}
+
+// take empties the queue.
+func (p *preparer) take() []*subject {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	q := p.queue
+	p.queue = nil
+	return q
+}
+
+// prepareLoop creates the consume-log directory and first file of each new
+// subject (segment.FixedLog.Prepare) until the store closes.
+func (s *Store) prepareLoop() {
+	defer s.bg.Done()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.prep.sig:
+		}
+		for _, sj := range s.prep.take() {
+			select {
+			case <-s.stop:
+				return
+			default:
+			}
+			if err := sj.log.Prepare(); err != nil {
+				// The first write tries again, and reports what fails.
+				s.lg.Warn("cannot prepare a consume log", zap.String("subject", sj.name), zap.Error(err))
+			}
+		}
+	}
+}
