@@ -14,7 +14,10 @@ import (
 // that grow at the same pace) filled their buffers together and stalled
 // every append behind seconds of file creation. A subject created while
 // the queue is long waits its turn; if its first write comes first, that
-// write creates what it needs, as before.
+// write creates what it needs, as before. The loop runs on a thread of its
+// own at the lowest CPU priority (nice 19), on time the appender and the
+// network leave idle: a burst of new subjects on a busy broker is prepared
+// as the load allows, and appends do not slow down for it.
 
 // preparer holds the subjects whose consume logs prepareLoop has yet to
 // create.
@@ -50,6 +53,7 @@ func (p *preparer) take() []*subject {
 // subject (segment.FixedLog.Prepare) until the store closes.
 func (s *Store) prepareLoop() {
 	defer s.bg.Done()
+	lowerThreadPriority()
 	for {
 		select {
 		case <-s.stop:
