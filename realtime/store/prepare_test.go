@@ -28,7 +28,7 @@ func TestStore_NewSubjectsConsumeLogsPreparedInTheBackground(t *testing.T) {
 	first := func(i int) string {
 		return filepath.Join(dir, "consumelog", dirName(fmt.Sprintf("prep.s%d", i)), segment.FileName(0))
 	}
-	testutil.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+	testutil.CheckFor(t, 30*time.Second, 5*time.Millisecond, func() error { // the loop runs at nice 19: allow for a busy machine
 		for i := range subjects {
 			if _, err := os.Stat(first(i)); err != nil {
 				return err
