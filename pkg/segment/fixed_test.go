@@ -14,14 +14,22 @@ import (
 
 func entry(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 
-func TestFixedLogWriteReadTruncate(t *testing.T) {
+// openTestFixed opens a FixedLog of 8-byte entries, 10 per file, in a new
+// directory, with a pool of two files.
+func openTestFixed(t *testing.T) (*FixedLog, string, *FilePool) {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "c")
 	pool := NewFilePool(nil, 2)
-	defer pool.Close()
+	t.Cleanup(func() { pool.Close() })
 	l, err := OpenFixed(dir, FixedOptions{Width: 8, SegmentEntries: 10, Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return l, dir, pool
+}
+
+func TestFixedLogWriteReadTruncate(t *testing.T) {
+	l, dir, pool := openTestFixed(t)
 	var all []byte
 	for i := 0; i < 35; i++ {
 		all = append(all, entry(uint64(i*3))...)
@@ -127,13 +135,7 @@ func TestFixedLogPoisonAndTruncate(t *testing.T) {
 // writes and reads as usual, an empty prepared log opens again as empty,
 // and a log with entries is left alone.
 func TestFixedLogPrepare(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "c")
-	pool := NewFilePool(nil, 2)
-	defer pool.Close()
-	l, err := OpenFixed(dir, FixedOptions{Width: 8, SegmentEntries: 10, Pool: pool})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, dir, pool := openTestFixed(t)
 	if err := l.Prepare(); err != nil {
 		t.Fatal(err)
 	}
