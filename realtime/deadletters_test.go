@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -218,5 +219,27 @@ func TestBroker_DeadLettersLegacyFileStillRead(t *testing.T) {
 	b2 := startBroker(t, dir, func(o *realtime.Options) { o.Addr = addr })
 	if got, total := listedIDs(t, tc, b2.addr()); total != 2 || got[ids[0]] || !got[ids[1]] || !got[ids[2]] {
 		t.Fatalf("with the legacy record: %v (total %d), want %v", got, total, ids[1:])
+	}
+}
+
+// A purge of everything removes only the letters there were: letters that
+// die after it are listed, and a tombstone is never one of them.
+func TestBroker_DeadLettersAfterPurgeAll(t *testing.T) {
+	b := startBroker(t, t.TempDir())
+	tc := newClient(t)
+	deadLetterSetup(t, tc, b, 3)
+	dl := deadLetters(t, tc, b.addr(), protocol.DeadLettersRequest{Action: protocol.DeadLettersPurge, Subject: "jobs", Group: "w"})
+	if dl.Affected != 3 || dl.Total != 0 {
+		t.Fatalf("purge all: affected %d, total %d", dl.Affected, dl.Total)
+	}
+	ids := deadLetterSetup(t, tc, b, 2) // two more die (deadLetterSetup waits for a total of 2)
+	got, total := listedIDs(t, tc, b.addr())
+	if total != 2 || len(got) != 2 || !got[ids[0]] || !got[ids[1]] {
+		t.Fatalf("after the purge: %v (total %d), want %v", got, total, ids)
+	}
+	for id := range got {
+		if strings.HasPrefix(id, "qmq-tombstone-") {
+			t.Fatalf("a tombstone is listed: %s", id)
+		}
 	}
 }
