@@ -61,8 +61,8 @@ type deadState struct {
 
 func (d *deadState) removed(seq int64) bool { return seq < d.Through || d.Removed[seq] }
 
-// add merges a removal into the state: everything below through (with
-// all) and seqs.
+// add merges a removal into the state: every sequence below through, and
+// seqs.
 func (d *deadState) add(seqs []int64, through int64) {
 	if through > d.Through {
 		d.Through = through
@@ -135,7 +135,7 @@ func isTombstone(raw []byte) (tombstone, bool) {
 	return t, true
 }
 
-// get returns a copy of the state of dead subject dead, reading its
+// deadState returns a copy of the state of dead subject dead, reading its
 // tombstones the first time.
 func (b *Broker) deadState(dead string) (deadState, error) {
 	d := b.dead
@@ -157,10 +157,11 @@ func (b *Broker) loadDeadLocked(dead string) (*deadState, error) {
 	}
 	st := &deadState{}
 	if old := d.legacy[dead]; old != nil {
-		st.add(nil, old.Through)
+		seqs := make([]int64, 0, len(old.Removed))
 		for q := range old.Removed {
-			st.add([]int64{q}, 0)
+			seqs = append(seqs, q)
 		}
+		st.add(seqs, old.Through)
 	}
 	for from := int64(0); ; {
 		msgs, err := b.store.Read(dead, from, 1000)
