@@ -15,9 +15,19 @@ import (
 // every append behind seconds of file creation. A subject created while
 // the queue is long waits its turn; if its first write comes first, that
 // write creates what it needs, as before. The loop runs on a thread of its
-// own at the lowest CPU priority (nice 19), on time the appender and the
-// network leave idle: a burst of new subjects on a busy broker is prepared
-// as the load allows, and appends do not slow down for it.
+// own at the lowest CPU priority (nice 19), so it takes CPU time the
+// appender and the network leave idle.
+//
+// The work itself does not go away, it moves: most of it is the file
+// system's inode allocation (ext4's, for a directory and a file per
+// subject), and it contends with the appender's writes and syncs in the
+// kernel. Measured on the 2-core machine, a fresh broker taking messages
+// over 10,000 new subjects ran its first 1.5 s at ~270k msg/s with the loop
+// and ~385k without; without it, the same creations came ~10 s later, when
+// the buffers filled, as a stall of the appender (that second at ~240k
+// msg/s against ~480k, every producer waiting), or at the next checkpoint.
+// A dip in throughput when subjects appear is kept in place of a stall
+// when they fill.
 
 // preparer holds the subjects whose consume logs prepareLoop has yet to
 // create.

@@ -27,7 +27,9 @@ package main
 // its directory and file there (120–220 µs each here: a ~2 s stall); the
 // store now creates them in the background when the subject appears
 // (realtime/store/prepare.go), leaving the first write an open and a write
-// of an existing file (~10 µs: ~0.1 s for 10,000).
+// of an existing file (~10 µs: ~0.1 s for 10,000). That background work
+// lands in the 10k side's first round (its broker is fresh), which it
+// slows, and its tail in the next round of the other side.
 
 import (
 	"fmt"
