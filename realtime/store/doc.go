@@ -48,12 +48,6 @@
 //	dir/consumelog/n-<subject>/%020d.seg       40-byte entries, 2^18 per file
 //	dir/pulllog/n-<subject>/n-<group>/n-<consumer>/%020d.seg   8-byte entries, 2^18 per file
 //
-// A new subject's consume-log directory and first file are created in the
-// background when the subject appears (prepareLoop, prepare.go), not by its
-// first write on the appender goroutine: creating them costs ~200 µs, and
-// thousands of subjects whose buffers fill together stalled every append
-// for seconds.
-//
 // Segment files are named by their base (byte offset or entry sequence),
 // see pkg/segment. Names longer than 200 bytes are hashed (h-<sha256/16>).
 // Byte layouts are drawn next to the code that writes them: segment records

@@ -94,7 +94,6 @@ func (s *Store) subjectFor(name string, create bool) (*subject, error) {
 	sj.watched.Store(s.watchedNames[name])
 	s.subjects[name] = sj
 	s.subjectTab.insert(sj)
-	s.prep.add(sj)
 	return sj, nil
 }
 
