@@ -25,10 +25,12 @@ package main
 // messages in its 6 s, about 680k msg/s) at once, and the store's appender
 // goroutine writes 10,000 consume-log files in a row. Measured in a 20 s
 // run at ~450k msg/s: appends almost stopped for ~2 s at 4.1M messages.
-// Each subject's first write also creates its directory and file (120–220
-// µs here), but creating those ahead of time in the background did not
-// remove the stall, so that is not (all of) its cause. This suite has not
-// reached it so far (it runs at 400–600k msg/s).
+// A profile of that stall has the appender in mkdirat and openat: each
+// subject's first write creates its directory and file (0.1–0.2 ms each
+// here, most of it ext4 allocating the inode). A try at creating them ahead
+// in the background (at nice 19, when a buffer was half full) still
+// stalled, likely because the starved loop had not finished: unverified.
+// This suite has not reached it so far (it runs at 400–600k msg/s).
 
 import (
 	"fmt"
