@@ -328,6 +328,8 @@ func (s *Store) endEntries(sj *subject) {
 	var err error
 	if len(sj.pending) >= pendingFlushBytes {
 		err = sj.flushLocked()
+	} else {
+		s.prepareIfFilling(sj)
 	}
 	sj.mu.Unlock()
 	if err != nil {

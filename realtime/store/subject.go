@@ -64,7 +64,9 @@ type subject struct {
 	// appendedAtCheckpoint is appended at the last checkpoint: a subject
 	// with no appends between two checkpoints releases its buffer.
 	appendedAtCheckpoint int64
-	_                    [48]byte
+	// prepQueued: the subject went to prepareLoop once (sj.mu).
+	prepQueued bool
+	_          [40]byte
 }
 
 func (s *Store) newSubject(name string) (*subject, error) {

@@ -22,15 +22,16 @@ package main
 //
 // A cliff to know about: the 10k side sends every subject the same share,
 // so all 10,000 consume-log buffers reach 16 KiB (410 entries, 4.1 million
-// messages in its 6 s, about 680k msg/s) at once, and the store's appender
-// goroutine writes 10,000 consume-log files in a row. Measured in a 20 s
-// run at ~450k msg/s: appends almost stopped for ~2 s at 4.1M messages.
-// A profile of that stall has the appender in mkdirat and openat: each
-// subject's first write creates its directory and file (0.1–0.2 ms each
-// here, most of it ext4 allocating the inode). A try at creating them ahead
-// in the background (at nice 19, when a buffer was half full) still
-// stalled, likely because the starved loop had not finished: unverified.
-// This suite has not reached it so far (it runs at 400–600k msg/s).
+// messages in its 6 s, about 680k msg/s) at once, and the appender writes
+// 10,000 consume-log files in a row. Each subject's first write used to
+// create its directory and file there (0.1–0.2 ms each here, most of it
+// ext4 allocating inodes): measured in a 16 s run at ~400k msg/s, 12k and
+// 44k msg/s in the two seconds after 4.1M messages. The store now creates
+// them in the background when a buffer is half full
+// (realtime/store/prepare.go): the same run dips to ~300k msg/s while they
+// are created (at 2–3M messages) and to ~200k for the second of the
+// writes. This suite does not reach the half-full point on its 10k side
+// (~3M messages over its rounds would need ~2M before the last).
 
 import (
 	"fmt"
