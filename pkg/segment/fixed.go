@@ -114,31 +114,6 @@ func (l *FixedLog) Err() error {
 	return l.err
 }
 
-// Prepare creates the directory and first segment file of a log that has
-// none yet, so that its first WriteAt only opens and writes: creating a
-// directory and a file costs a few hundred microseconds, and a caller that
-// makes many logs at once (a burst of new subjects) prepares them off its
-// write path. The empty file reads as an empty log when the log is opened
-// again. A log that was written or that has files is left alone. Prepare
-// holds the log's lock while it creates them.
-func (l *FixedLog) Prepare() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.created || len(l.bases) > 0 || l.length > 0 || l.err != nil {
-		return nil
-	}
-	if err := l.opts.FS.MkdirAll(l.dir, 0o755); err != nil {
-		return fmt.Errorf("segment: create %s: %w", l.dir, err)
-	}
-	l.created = true
-	path := l.path(l.base(l.length))
-	f, err := l.opts.FS.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return fmt.Errorf("segment: create %s: %w", path, err)
-	}
-	return f.Close()
-}
-
 // WriteAt writes whole entries starting at entry seq. A failure poisons the
 // log until Truncate or Reset.
 func (l *FixedLog) WriteAt(seq int64, data []byte) error {

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -128,39 +127,5 @@ func TestFixedLogPoisonAndTruncate(t *testing.T) {
 	buf := make([]byte, 24)
 	if n, _ := l.ReadAt(0, buf); n != 3 || binary.BigEndian.Uint64(buf[16:]) != 3 {
 		t.Fatalf("read %d", n)
-	}
-}
-
-// Prepare creates a new log's directory and first file; the log then
-// writes and reads as usual, an empty prepared log opens again as empty,
-// and a log with entries is left alone.
-func TestFixedLogPrepare(t *testing.T) {
-	l, dir, pool := openTestFixed(t)
-	if err := l.Prepare(); err != nil {
-		t.Fatal(err)
-	}
-	first := filepath.Join(dir, FileName(0))
-	if fi, err := os.Stat(first); err != nil || fi.Size() != 0 {
-		t.Fatalf("prepared file: %v, %v", fi, err)
-	}
-	// An empty prepared log opens as an empty log.
-	again, err := OpenFixed(dir, FixedOptions{Width: 8, SegmentEntries: 10, Pool: pool})
-	if err != nil || again.Len() != 0 {
-		t.Fatalf("reopened prepared log: len %d, %v", again.Len(), err)
-	}
-	if err := l.WriteAt(0, append(entry(7), entry(9)...)); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 16)
-	if n, err := l.ReadAt(0, buf); err != nil || n != 2 || binary.BigEndian.Uint64(buf[8:]) != 9 {
-		t.Fatalf("read %d entries, %v", n, err)
-	}
-	// A log that was written is not prepared again (its file is not
-	// truncated or replaced).
-	if err := l.Prepare(); err != nil {
-		t.Fatal(err)
-	}
-	if fi, err := os.Stat(first); err != nil || fi.Size() != 16 {
-		t.Fatalf("after a second Prepare: %v, %v", fi, err)
 	}
 }

@@ -328,8 +328,6 @@ func (s *Store) endEntries(sj *subject) {
 	var err error
 	if len(sj.pending) >= pendingFlushBytes {
 		err = sj.flushLocked()
-	} else {
-		s.prepareIfFilling(sj)
 	}
 	sj.mu.Unlock()
 	if err != nil {

@@ -48,12 +48,6 @@
 //	dir/consumelog/n-<subject>/%020d.seg       40-byte entries, 2^18 per file
 //	dir/pulllog/n-<subject>/n-<group>/n-<consumer>/%020d.seg   8-byte entries, 2^18 per file
 //
-// A subject's consume-log directory and first file are created in the
-// background once its buffer is half full (prepareLoop, prepare.go), not by
-// the write that empties the full buffer on the appender goroutine:
-// creating them costs 0.1–0.2 ms, and thousands of subjects whose buffers
-// filled together stalled every append for seconds.
-//
 // Segment files are named by their base (byte offset or entry sequence),
 // see pkg/segment. Names longer than 200 bytes are hashed (h-<sha256/16>).
 // Byte layouts are drawn next to the code that writes them: segment records

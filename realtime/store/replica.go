@@ -622,8 +622,6 @@ func (s *Store) indexReplicated(c LogChunk, end int64, jumped bool) error {
 		var err error
 		if len(run.pending) >= pendingFlushBytes {
 			err = run.flushLocked()
-		} else {
-			s.prepareIfFilling(run)
 		}
 		run.mu.Unlock()
 		run = nil

@@ -30,7 +30,6 @@ type Store struct {
 
 	subjectsMu sync.RWMutex
 	subjects   map[string]*subject
-	prep       *preparer    // new subjects' consume logs to create (prepareLoop)
 	subjectTab subjectTable // the subjects by name, read without a lock
 	// watchedNames are the subjects Watch was called for (subjectsMu).
 	watchedNames map[string]bool
@@ -120,7 +119,6 @@ func Open(dir string, opts Options, lg *zap.Logger) (*Store, error) {
 		appendCh: make(chan *appendReq, 1024),
 		syncCh:   make(chan *commitGroup, 64),
 		stop:     make(chan struct{}),
-		prep:     newPreparer(),
 		open:     OpenReport{TornMessageTail: -1, TornActionTail: -1},
 	}
 	if err := s.recover(); err != nil {
@@ -143,8 +141,6 @@ func Open(dir string, opts Options, lg *zap.Logger) (*Store, error) {
 	}
 	s.bg.Add(1)
 	go s.actionFlushLoop()
-	s.bg.Add(1)
-	go s.prepareLoop()
 	if opts.CheckpointInterval > 0 {
 		s.bg.Add(1)
 		go s.checkpointLoop()

@@ -64,9 +64,7 @@ type subject struct {
 	// appendedAtCheckpoint is appended at the last checkpoint: a subject
 	// with no appends between two checkpoints releases its buffer.
 	appendedAtCheckpoint int64
-	// prepQueued: the subject went to prepareLoop once (sj.mu).
-	prepQueued bool
-	_          [40]byte
+	_                    [48]byte
 }
 
 func (s *Store) newSubject(name string) (*subject, error) {

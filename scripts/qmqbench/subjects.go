@@ -22,17 +22,18 @@ package main
 //
 // A cliff to know about: the 10k side sends every subject the same share,
 // so all 10,000 consume-log buffers reach 16 KiB (410 entries, 4.1 million
-// messages in its 6 s, about 680k msg/s) at once, and the appender writes
-// 10,000 consume-log files in a row. Each subject's first write used to
-// create its directory and file there (0.1–0.2 ms each here, most of it
-// ext4 allocating inodes): measured in a 16 s run at ~400k msg/s, 12k and
-// 44k msg/s in the two seconds after 4.1M messages. The store now creates
-// them in the background when a buffer is half full
-// (realtime/store/prepare.go): the same run dips to ~300k msg/s while they
-// are created (at 2–3M messages) and to ~200k for the second of the
-// writes. This suite's 10k side reaches the half-full point (2M messages)
-// in its later rounds at today's rates, so the creations land there (and
-// in the other side's round in between).
+// messages in its 6 s, about 680k msg/s) at once, and the store's appender
+// goroutine writes 10,000 consume-log files in a row. Measured in a 20 s
+// run at ~450k msg/s: appends almost stopped for ~2 s at 4.1M messages.
+// A profile of that stall has the appender in mkdirat and openat: each
+// subject's first write creates its directory and file (0.1–0.2 ms each
+// here, most of it ext4 allocating the inode). Creating them ahead in the
+// background once a buffer was half full (tried, not kept) removed the
+// stall (one second at ~200k msg/s instead), but it moved the 10,000
+// creations into this suite's window: its 10k side reaches half-full
+// buffers (2M messages) in its later rounds, and the ratio fell to 0.69–0.72
+// in three runs against ~0.82. This suite has not reached the cliff itself
+// so far (it runs at 400–600k msg/s).
 
 import (
 	"fmt"
