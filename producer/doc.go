@@ -23,6 +23,11 @@
 // tolerance" of RocketMQ's producer. When every group is avoided the one
 // whose avoidance ends first is used.
 //
+// Routes are cached per subject for a second. A resolver whose answer does
+// not depend on the subject (route.SubjectFree: a static list) gets one
+// cached route for all subjects, so messages spread over thousands of
+// subjects share one round-robin position instead of a map entry each.
+//
 // # Batching and back-pressure
 //
 // One goroutine (sendLoop) owns the batches: it appends each queued message

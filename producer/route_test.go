@@ -107,3 +107,46 @@ func TestSendAsync_ManySubjectsRouteCache(t *testing.T) {
 		}
 	}
 }
+
+// subjectFreeResolver is a countingResolver whose answers do not depend on
+// the subject (as route.Static's do).
+type subjectFreeResolver struct{ *countingResolver }
+
+func (subjectFreeResolver) SubjectFree() bool { return true }
+
+// With a resolver whose answer is the same for every subject (WithBrokers),
+// the producer keeps one route for all subjects: it asks once per routeTTL
+// whatever the number of subjects, and every message, whatever its subject,
+// takes the next group in turn.
+func TestSendAsync_SubjectFreeResolverSharesOneRoute(t *testing.T) {
+	b1, b2 := startFakeBroker(t), startFakeBroker(t)
+	res := subjectFreeResolver{&countingResolver{Resolver: route.NewStatic(route.Groups(b1.addr(), b2.addr()), nil), calls: map[string]int{}}}
+	if !route.IsSubjectFree(res) || !route.IsSubjectFree(route.NewStatic(nil, nil)) || route.IsSubjectFree(res.countingResolver) {
+		t.Fatal("IsSubjectFree does not tell the resolvers apart")
+	}
+	var clock atomic.Int64
+	clock.Store(time.Unix(1000, 0).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	// Batches of one message, so that each message picks its group.
+	p := newProducer(t, WithResolver(res), withClock(now), WithBatch(1, 1<<20))
+	const subjects, rounds = 300, 2
+	for round := range rounds {
+		for s := range subjects {
+			if err := p.Send(context.Background(), &Message{Subject: fmt.Sprint("s", s), Body: []byte("x")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		calls := 0
+		for s := range subjects {
+			calls += res.count(fmt.Sprint("s", s))
+		}
+		if calls != round+1 {
+			t.Fatalf("round %d: %d Resolve calls for %d subjects, want %d", round, calls, subjects, round+1)
+		}
+		clock.Add(int64(routeTTL)) // the shared route is due for a refresh
+	}
+	n1, n2 := b1.count(), b2.count()
+	if n1+n2 != subjects*rounds || n1 != n2 {
+		t.Fatalf("brokers stored %d and %d messages, want %d each (one round-robin over all subjects)", n1, n2, subjects*rounds/2)
+	}
+}

@@ -81,6 +81,7 @@ type sender struct {
 	sharedGroups []route.Group // the groups resolved last (resolve)
 	lastKey      routeKey      // the key of lastRoute, the route resolved last:
 	lastRoute    *routeEntry   // most sends ask for the same one again
+	subjectFree  bool          // the resolver's answers do not depend on the subject (cacheKey)
 	batches      map[string]*batch
 	inFlight     map[string]int
 	retries      []*pending
@@ -94,12 +95,14 @@ type sender struct {
 
 func newSender(p *Producer) *sender {
 	return &sender{
-		p:        p,
-		sel:      newSelector(p.transport.BreakerState),
-		routes:   routeCache{{}, {}},
-		batches:  map[string]*batch{},
-		inFlight: map[string]int{},
-		timer:    time.NewTimer(time.Hour),
+		p:      p,
+		sel:    newSelector(p.transport.BreakerState),
+		routes: routeCache{{}, {}},
+		// set once: the resolver is fixed for the producer's life
+		subjectFree: route.IsSubjectFree(p.cfg.resolver),
+		batches:     map[string]*batch{},
+		inFlight:    map[string]int{},
+		timer:       time.NewTimer(time.Hour),
 	}
 }
 
@@ -207,10 +210,10 @@ func (s *sender) full(b *batch) bool {
 // round-robin position carries on); when the resolver fails, the route held
 // is used until it answers.
 func (s *sender) resolve(kind route.Kind, subject string, now time.Time) (*routeEntry, error) {
-	key := routeKey{kind, subject}
+	key := routeKey{kind, s.cacheKey(subject)}
 	e := s.lastRoute
 	if e == nil || s.lastKey != key {
-		e = s.routes.of(kind)[subject]
+		e = s.routes.of(kind)[key.subject]
 	}
 	if e != nil && now.Sub(e.fetched) < routeTTL {
 		s.lastKey, s.lastRoute = key, e
@@ -240,7 +243,7 @@ func (s *sender) resolve(kind route.Kind, subject string, now time.Time) (*route
 	}
 	if e == nil {
 		e = &routeEntry{next: newPosition()}
-		s.routes.of(kind)[subject] = e
+		s.routes.of(kind)[key.subject] = e
 	}
 	e.groups, e.fetched = groups, now
 	s.lastKey, s.lastRoute = key, e
@@ -365,6 +368,17 @@ func (s *sender) handle(r *result) {
 	}
 }
 
+// cacheKey is the subject's key in the route cache: "" for every subject
+// when the resolver's answers do not depend on it (route.SubjectFree), so
+// that messages spread over thousands of subjects share one route (and one
+// round-robin position) instead of a cold map entry each.
+func (s *sender) cacheKey(subject string) string {
+	if s.subjectFree {
+		return ""
+	}
+	return subject
+}
+
 // invalidate asks the resolver (and the local cache) for fresh routes of the
 // subjects in msgs.
 func (s *sender) invalidate(g route.Group, msgs []*pending, _ error) {
@@ -382,9 +396,9 @@ func (s *sender) invalidate(g route.Group, msgs []*pending, _ error) {
 // invalidateRoute forgets the route of subject for kind, here and in the
 // resolver's cache.
 func (s *sender) invalidateRoute(kind route.Kind, subject string) {
-	key := routeKey{kind, subject}
+	key := routeKey{kind, s.cacheKey(subject)}
 	s.mu.Lock()
-	delete(s.routes.of(kind), subject)
+	delete(s.routes.of(kind), key.subject)
 	if s.lastKey == key {
 		s.lastRoute = nil
 	}

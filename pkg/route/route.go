@@ -143,6 +143,23 @@ func (s *Static) Resolve(_ context.Context, req Request) ([]Group, error) {
 // Invalidate implements Resolver; static groups never change by themselves.
 func (s *Static) Invalidate(Request) {}
 
+// SubjectFree implements SubjectFree: a Static answer depends only on the
+// request's kind.
+func (s *Static) SubjectFree() bool { return true }
+
+// SubjectFree is implemented by resolvers whose answer depends on the kind
+// of a request and not on its subject (Static), so that callers may keep one
+// route per kind instead of one per subject.
+type SubjectFree interface {
+	SubjectFree() bool
+}
+
+// IsSubjectFree reports whether r's answers do not depend on the subject.
+func IsSubjectFree(r Resolver) bool {
+	sf, ok := r.(SubjectFree)
+	return ok && sf.SubjectFree()
+}
+
 // Groups is a helper building groups named g0, g1, … for addresses, all
 // read-write.
 func Groups(addrs ...string) []Group {
