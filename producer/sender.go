@@ -380,11 +380,12 @@ func (s *sender) cacheKey(subject string) string {
 }
 
 // invalidate asks the resolver (and the local cache) for fresh routes of the
-// subjects in msgs.
+// subjects in msgs: once per cached route (cacheKey), so a subject-free
+// resolver is asked once per kind whatever the number of subjects.
 func (s *sender) invalidate(g route.Group, msgs []*pending, _ error) {
 	seen := map[routeKey]bool{}
 	for _, pd := range msgs {
-		key := routeKey{pd.kind, pd.subject}
+		key := routeKey{pd.kind, s.cacheKey(pd.subject)}
 		if seen[key] {
 			continue
 		}
