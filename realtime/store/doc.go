@@ -202,7 +202,9 @@
 //
 // A group draining a backlog reads consume-log entries 512 at a time and
 // published message-log bytes 256 KiB at a time, and keeps them for its
-// next pulls (readahead.go; dropped once it catches up); a pull copies the
+// next pulls (readahead.go; given up once it catches up, so a caught-up
+// group reads its few new entries into the pull's pooled scratch instead of
+// a buffer of its own); a pull copies the
 // messages of each run of adjacent records from there, or reads them with
 // one read, into a pooled buffer (PullResult.Release gives it back). The
 // checks below run on every copy a pull serves. What a read verifies:

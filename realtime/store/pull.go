@@ -389,10 +389,13 @@ func (s *Store) filterEntry(sj *subject, f *filter, d *delivery) bool {
 }
 
 // pullScratch is the working memory of one Pull, lent by pullScratches: the
-// chosen deliveries and their sequences. Nothing of it outlives the Pull.
+// chosen deliveries, their sequences and a buffer for consume-log entries.
+// Nothing of it outlives the Pull, except an entries buffer that a group
+// behind its subject's end takes over (readAhead).
 type pullScratch struct {
-	ds   []delivery
-	seqs []int64
+	ds      []delivery
+	seqs    []int64
+	entries []byte
 }
 
 var pullScratches = sync.Pool{New: func() any { return new(pullScratch) }}
@@ -413,6 +416,24 @@ func (sc *pullScratch) seqsFor(n int) []int64 {
 	return sc.seqs[:n]
 }
 
+// entriesFor returns a buffer for n consume-log entries.
+func (sc *pullScratch) entriesFor(n int) []byte {
+	if cap(sc.entries) < n*entryWidth {
+		sc.entries = make([]byte, n*entryWidth)
+	}
+	return sc.entries[:n*entryWidth]
+}
+
+// giveEntries takes a buffer a group gave up, unless the scratch has one.
+func (sc *pullScratch) giveEntries(b []byte) {
+	if sc.entries == nil && cap(b) <= maxScratchEntries*entryWidth {
+		sc.entries = b[:0]
+	}
+}
+
+// maxScratchEntries bounds the entries buffer a pooled scratch keeps.
+const maxScratchEntries = 2 * readAheadEntries
+
 // put gives the scratch back; oversized slices go to the garbage collector.
 func (sc *pullScratch) put() {
 	clear(sc.ds[:cap(sc.ds)]) // drop references to messages read for tags
@@ -421,6 +442,9 @@ func (sc *pullScratch) put() {
 	}
 	if cap(sc.seqs) > MaxPull {
 		sc.seqs = nil
+	}
+	if cap(sc.entries) > maxScratchEntries*entryWidth {
+		sc.entries = nil
 	}
 	pullScratches.Put(sc)
 }
@@ -474,7 +498,7 @@ scan:
 			want = min(256, s.opts.MaxScan-scanned)
 		}
 		want = int(min(int64(want), visible-cursor))
-		buf, err := g.ahead.entries(sj, cursor, want)
+		buf, err := g.ahead.entries(sj, cursor, want, sc)
 		if err != nil {
 			return nil, 0, g.cursor, err
 		}

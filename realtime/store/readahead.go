@@ -13,8 +13,15 @@ const readAheadEntries = 512
 // is open (appends that fail are rolled back above it; retention only
 // deletes below the minimum, which takeNew checks before reading), so the
 // copy stays right. The buffer is kept only while the group is behind: a
-// read that reaches the visible end drops it, so a caught-up group holds
+// read that reaches the visible end gives it up, so a caught-up group holds
 // no memory for it. Guarded by the group's mutex.
+//
+// Reads are made into the pull's scratch buffer (pullScratch.entries, pooled
+// with the scratch) and the group takes that buffer over only when it turns
+// out to be behind; a buffer given up goes back to the scratch. A caught-up
+// group pulls a few entries at a time, and allocating (and dropping) a
+// buffer for each of those reads was most of what a broker allocated at a
+// steady 20,000 msg/s (20 KiB a pull, ~20 MB/s of garbage).
 type readAhead struct {
 	from int64  // sequence of buf's first entry
 	buf  []byte // whole entries
@@ -23,29 +30,38 @@ type readAhead struct {
 // entries returns the raw entries from seq on, at least one and at most
 // want when any is visible: from the buffer when it holds seq, otherwise
 // by reading up to readAheadEntries (never past the visible end). The
-// result is valid until the next call.
-func (ra *readAhead) entries(sj *subject, seq int64, want int) ([]byte, error) {
+// result is valid until the next call and until sc is put back.
+func (ra *readAhead) entries(sj *subject, seq int64, want int, sc *pullScratch) ([]byte, error) {
 	if seq >= ra.from && seq < ra.from+int64(len(ra.buf)/entryWidth) {
 		b := ra.buf[(seq-ra.from)*entryWidth:]
 		return b[:min(len(b), want*entryWidth)], nil
 	}
 	n := max(want, readAheadEntries)
-	if cap(ra.buf) < n*entryWidth {
-		ra.buf = make([]byte, n*entryWidth)
+	buf, lent := ra.buf, false
+	if cap(buf) < n*entryWidth {
+		buf, lent = sc.entriesFor(n), true
 	}
-	got, err := sj.readEntries(seq, ra.buf[:n*entryWidth])
+	ra.buf = nil
+	got, err := sj.readEntries(seq, buf[:n*entryWidth])
 	if err != nil || got == 0 {
-		ra.buf = nil
+		if !lent {
+			sc.giveEntries(buf)
+		}
 		return nil, err
 	}
-	out := ra.buf[:min(got, want)*entryWidth]
+	out := buf[:min(got, want)*entryWidth]
 	if got < n {
 		// Caught up with the visible end: nothing to keep for later pulls.
-		// out stays valid: nothing else uses the old buffer.
-		ra.buf = nil
+		// out stays valid: the scratch is put back only after the Pull.
+		if !lent {
+			sc.giveEntries(buf)
+		}
 		return out, nil
 	}
-	ra.from, ra.buf = seq, ra.buf[:got*entryWidth]
+	if lent {
+		sc.entries = nil // the group keeps it now
+	}
+	ra.from, ra.buf = seq, buf[:got*entryWidth]
 	return out, nil
 }
 

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"fmt"
+	"runtime"
 	"testing"
 )
 
@@ -120,4 +121,43 @@ func TestSparseSubjectReadsDirectly(t *testing.T) {
 	if got != len(rare) {
 		t.Fatalf("got %d of %d", got, len(rare))
 	}
+}
+
+// TestCaughtUpPullsAllocateNoReadAhead checks that a group at its subject's
+// end, pulling the few entries appended since its last pull, reads them
+// into pooled memory instead of a fresh read-ahead buffer per pull (20 KiB
+// each, once most of what a broker allocated at a steady rate).
+func TestCaughtUpPullsAllocateNoReadAhead(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under the race detector")
+	}
+	s := openStore(t, t.TempDir(), testOptions())
+	defer s.Close()
+	known := int64(-1)
+	round := func(i int) {
+		appendN(t, s, "a", fmt.Sprint("m", i, "-"), 3)
+		r := pull(t, s, PullRequest{Subject: "a", Group: "g", Consumer: "c", Earliest: true, Max: 64, KnownPullSeq: known})
+		if len(r.Messages) != 3 {
+			t.Fatalf("round %d: pulled %d messages, want 3", i, len(r.Messages))
+		}
+		known = r.Messages[2].PullSeq
+		r.Release()
+	}
+	for i := range 20 { // warm the pools
+		round(i)
+	}
+	const rounds = 200
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range rounds {
+		round(20 + i)
+	}
+	runtime.ReadMemStats(&after)
+	perRound := (after.TotalAlloc - before.TotalAlloc) / rounds
+	if limit := uint64(readAheadEntries * entryWidth / 2); perRound > limit {
+		t.Fatalf("an append and a caught-up pull of 3 messages allocated %d bytes, want under %d (a read-ahead buffer is %d)",
+			perRound, limit, readAheadEntries*entryWidth)
+	}
+	t.Logf("%d bytes allocated a round", perRound)
 }
