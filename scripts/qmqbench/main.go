@@ -84,7 +84,11 @@ func main() {
 			os.Exit(1)
 		}
 		env := &Env{Dir: scratch, PeersBin: *peers, Bin: *bin}
+		before, measured := readCPUTimes()
 		err = s.run(env)
+		if after, ok := readCPUTimes(); measured && ok {
+			env.Logf("cpu during %s: %s", name, cpuSplit(before, after))
+		}
 		if !*keep {
 			os.RemoveAll(scratch)
 		}
