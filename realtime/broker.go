@@ -147,7 +147,7 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 	mux.Handle(protocol.CmdSyncLog, b.counted(protocol.CmdSyncLog, b.serveSync))
 	mux.Handle(protocol.CmdSyncEpoch, b.counted(protocol.CmdSyncEpoch, b.serveSyncEpoch))
 	mux.Handle(protocol.CmdSwitchover, b.counted(protocol.CmdSwitchover, b.serveSwitchover))
-	srv, err := netserver.New(netserver.Options{Addr: opts.Addr, MaxFrameSize: opts.MaxFrameSize}, mux, lg)
+	srv, err := netserver.New(netserver.Options{Addr: opts.Addr, MaxFrameSize: opts.MaxFrameSize, Spin: opts.Spin}, mux, lg)
 	if err != nil {
 		sched.Close()
 		st.Close()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/qmq-go/qmq/pkg/config"
 	"github.com/qmq-go/qmq/pkg/logging"
+	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/realtime/store"
 )
 
@@ -78,6 +79,11 @@ type Options struct {
 
 	// MaxFrameSize bounds a request (default 16 MiB).
 	MaxFrameSize int `yaml:"max_frame_size"`
+	// Spin is how long the event loop, serving a single connection whose
+	// requests it answered itself, polls it for the next request before it
+	// sleeps (netserver Options.Spin: default 30µs, negative off, at most
+	// 1ms).
+	Spin time.Duration `yaml:"spin"`
 	// MaxBody bounds a message body (default 4 MiB).
 	MaxBody int `yaml:"max_body"`
 
@@ -139,6 +145,7 @@ func NewOptions() Options {
 		RetentionAge:      72 * time.Hour,
 		SegmentSize:       1 << 30,
 		MaxFrameSize:      16 << 20,
+		Spin:              netserver.DefaultSpin,
 		MaxBody:           4 << 20,
 		ShutdownTimeout:   10 * time.Second,
 		Role:              RoleMaster,
@@ -171,6 +178,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&o.RetentionBytes, "retention-bytes", o.RetentionBytes, "delete the oldest segments past this total size (0: no limit)")
 	fs.Int64Var(&o.SegmentSize, "segment-size", o.SegmentSize, "message-log segment size in bytes")
 	fs.IntVar(&o.MaxBody, "max-body", o.MaxBody, "largest message body in bytes")
+	fs.DurationVar(&o.Spin, "spin", o.Spin, "how long the event loop polls a lone connection for its next request before sleeping (negative: off; at most 1ms)")
 	fs.StringVar(&o.Role, "role", o.Role, "replication role: master or slave (with --meta and no --master, the role to start in: roles then follow the group's election)")
 	fs.StringVar(&o.Master, "master", o.Master, "the master's address (role slave; default: the master the meta servers name)")
 	fs.BoolVar(&o.WaitSlave, "wait-slave", o.WaitSlave, "send replies wait until the slave has the messages")
@@ -210,6 +218,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("realtime: max body must be positive and below max frame size")
 	case o.ShutdownTimeout <= 0:
 		return fmt.Errorf("realtime: shutdown timeout must be positive")
+	case o.Spin > time.Millisecond:
+		return fmt.Errorf("realtime: spin must be at most 1ms, got %v", o.Spin)
 	case o.Role != RoleMaster && o.Role != RoleSlave:
 		return fmt.Errorf("realtime: role must be %q or %q, got %q", RoleMaster, RoleSlave, o.Role)
 	case o.Role == RoleSlave && o.Master == "" && len(o.MetaServers) == 0:

@@ -9,6 +9,7 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
@@ -53,9 +54,11 @@ type Conn struct {
 	reasonLogged atomic.Bool // the server logged why it closes the connection
 
 	// Event-loop state.
-	held    int
-	inline  Request // the request passed to inline handlers
-	loopOut []byte  // replies made on the loop, written at the end of OnTraffic
+	held      int
+	loopConns *atomic.Int32  // open connections of the connection's loop (spinFor)
+	pollFd    [1]unix.PollFd // the socket, for spinFor
+	inline    Request        // the request passed to inline handlers
+	loopOut   []byte         // replies made on the loop, written at the end of OnTraffic
 	// afterWrite is work inline handlers left for after that write
 	// (Request.AfterWrite), run in order once it is made.
 	afterWrite []AfterWriter
@@ -94,6 +97,7 @@ func newConn(s *Server, gc gnet.Conn) *Conn {
 	}
 	c.flushFn = c.flush
 	c.inline.onLoop = true
+	c.pollFd[0] = unix.PollFd{Fd: int32(gc.Fd()), Events: unix.POLLIN}
 	return c
 }
 

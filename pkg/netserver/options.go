@@ -40,6 +40,11 @@ type Options struct {
 	// TCPKeepAlive is the keep-alive period of accepted connections; negative
 	// turns keep-alive off. Default 1 minute.
 	TCPKeepAlive time.Duration
+	// Spin is how long an event loop that serves a single connection polls
+	// it for the next request after answering, on the loop, every request
+	// it read, before going back to wait in the kernel (see "Spin" in
+	// doc.go). Negative turns it off. Default 30µs; at most 1ms.
+	Spin time.Duration
 }
 
 // Defaults used for zero Options fields.
@@ -50,6 +55,8 @@ const (
 	DefaultMaxInFlight      = 4096
 	DefaultReadBufferSize   = 64 << 10
 	DefaultTCPKeepAlive     = time.Minute
+	DefaultSpin             = 30 * time.Microsecond
+	maxSpin                 = time.Millisecond
 )
 
 // withDefaults returns o with every zero field set to its default.
@@ -78,6 +85,9 @@ func (o Options) withDefaults() Options {
 	if o.TCPKeepAlive == 0 {
 		o.TCPKeepAlive = DefaultTCPKeepAlive
 	}
+	if o.Spin == 0 {
+		o.Spin = DefaultSpin
+	}
 	return o
 }
 
@@ -101,6 +111,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("%w: EventLoops %d is negative", ErrInvalidOptions, o.EventLoops)
 	case o.ReadBufferSize < 0:
 		return fmt.Errorf("%w: ReadBufferSize %d is negative", ErrInvalidOptions, o.ReadBufferSize)
+	case o.Spin > maxSpin:
+		return fmt.Errorf("%w: Spin %v is over %v (the loop serves nothing else meanwhile)", ErrInvalidOptions, o.Spin, maxSpin)
 	}
 	return nil
 }

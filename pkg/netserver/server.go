@@ -49,9 +49,12 @@ type Server struct {
 	workerIdle  time.Duration  // a parked serve worker exits after this (serveWorkerIdle)
 
 	workersStarted atomic.Int64 // serve workers started so far (tests)
+	spins          atomic.Int64 // spins after answering on the loop (tests)
+	spinsCaught    atomic.Int64 // spins that saw the next request come (tests)
 	workersLive    atomic.Int64 // serve workers running or parked (tests)
 
 	conns      atomic.Int64  // open connections
+	loopConns  loopConns     // open connections per event loop
 	nextConnID atomic.Uint64 // last connection id handed out
 	closing    atomic.Bool   // Close has begun: refuse connections and requests
 
@@ -304,6 +307,8 @@ func (e *events) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	c := newConn(s, gc)
 	gc.SetContext(c)
 	n := s.conns.Add(1)
+	c.loopConns = s.loopConns.of(gc.EventLoop())
+	c.loopConns.Add(1)
 	switch {
 	case s.closing.Load():
 		c.closeReason("server is closing")
@@ -321,6 +326,7 @@ func (e *events) OnClose(gc gnet.Conn, err error) gnet.Action {
 		return gnet.None
 	}
 	e.srv.conns.Add(-1)
+	c.loopConns.Add(-1)
 	if n := gc.InboundBuffered(); n > 0 && err != nil && !c.reasonLogged.Load() {
 		c.closeReason("closed by the client in the middle of a frame", zap.Int("buffered", n), zap.Error(err))
 	} else if err != nil {
@@ -440,7 +446,8 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 		s.busy.Add(int64(raw.count))
 		c.enqueue(raw)
 	}
-	if len(c.loopOut) > 0 {
+	answered := len(c.loopOut) > 0
+	if answered {
 		_, _ = gc.Write(c.loopOut) // gnet copies what the socket does not take
 		if cap(c.loopOut) > maxSpareReplyBuffer {
 			c.loopOut = nil
@@ -458,6 +465,15 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 	}
 	if len(c.afterWrite) > 0 { // left by handlers that made no reply (one-way requests)
 		e.afterWrite(c)
+	}
+	// Every request read was answered here and the connection is its loop's
+	// only one: wait a moment for its next request (see "Spin" in doc.go).
+	if answered && raw.count == 0 && c.held == 0 && s.opts.Spin > 0 && !closing &&
+		c.loopConns.Load() == 1 && gc.OutboundBuffered() == 0 {
+		s.spins.Add(1)
+		if c.spinFor(s.opts.Spin) {
+			s.spinsCaught.Add(1)
+		}
 	}
 	return gnet.None
 }
