@@ -62,7 +62,11 @@ type Conn struct {
 	// afterWrite is work inline handlers left for after that write
 	// (Request.AfterWrite), run in order once it is made.
 	afterWrite []AfterWriter
-	flushFn    gnet.AsyncCallback
+	// spinMisses counts the spins in a row that missed the next request
+	// (at most spinGiveUp); spinSkipped, the answered reads since the last
+	// probe once they stopped (shouldSpin).
+	spinMisses, spinSkipped int
+	flushFn                 gnet.AsyncCallback
 
 	// inMu guards the serve goroutine's inbox.
 	inMu    sync.Mutex

@@ -469,9 +469,11 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 	// Every request read was answered here and the connection is its loop's
 	// only one: wait a moment for its next request (see "Spin" in doc.go).
 	if answered && raw.count == 0 && c.held == 0 && s.opts.Spin > 0 && !closing &&
-		c.loopConns.Load() == 1 && gc.OutboundBuffered() == 0 {
+		c.loopConns.Load() == 1 && gc.OutboundBuffered() == 0 && c.shouldSpin() {
 		s.spins.Add(1)
-		if c.spinFor(s.opts.Spin) {
+		caught := c.spinFor(s.opts.Spin)
+		c.spun(caught)
+		if caught {
 			s.spinsCaught.Add(1)
 		}
 	}

@@ -30,7 +30,7 @@ func TestSpin_CatchesTheNextRequestOfALoneConnection(t *testing.T) {
 	c := dial(t, s)
 	pingPong(t, c, 50)
 	spins, caught := s.spins.Load(), s.spinsCaught.Load()
-	if spins < 49 {
+	if spins < spinGiveUp {
 		t.Fatalf("the lone connection's loop spun after %d of 50 answers", spins)
 	}
 	if caught < 10 {
@@ -74,7 +74,7 @@ func TestSpin_NotWithOtherConnectionsOrRequestsInFlight(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "nothing held", func() bool { return s.busy.Load() == 0 })
 	pingPong(t, a, 10)
-	if n := s.spins.Load(); n < 9 {
+	if n := s.spins.Load(); n < spinGiveUp {
 		t.Fatalf("spun %d times after 10 answers with nothing in flight", n)
 	}
 
@@ -92,5 +92,28 @@ func TestSpin_ValidateRejectsLongSpins(t *testing.T) {
 	}
 	if err := (Options{Spin: -1}).Validate(); err != nil {
 		t.Fatalf("Validate of spin off: %v", err)
+	}
+}
+
+// TestSpin_StopsWhileItMissesAndResumes checks that a connection whose
+// requests come later than Spin stops spinning after spinGiveUp misses
+// (a client far away costs a few spins, not one per request), probes once
+// every spinProbe answered reads, and spins again once a probe catches a
+// request.
+func TestSpin_StopsWhileItMissesAndResumes(t *testing.T) {
+	s := startServer(t, Options{EventLoops: 1, Spin: time.Millisecond}, NewMux())
+	c := dial(t, s)
+	for range 2*spinProbe + 10 { // slower than the spin
+		pingPong(t, c, 1)
+		time.Sleep(3 * time.Millisecond)
+	}
+	if n := s.spins.Load(); n < spinGiveUp || n > spinGiveUp+4 {
+		t.Fatalf("%d spins for %d requests slower than the spin, want %d misses and a probe or two",
+			n, 2*spinProbe+10, spinGiveUp)
+	}
+	before := s.spins.Load()
+	pingPong(t, c, 3*spinProbe) // back to back: the next probe catches one
+	if n := s.spins.Load() - before; n < spinProbe {
+		t.Fatalf("%d spins over %d back-to-back requests after the misses, want them resumed", n, 3*spinProbe)
 	}
 }
