@@ -218,8 +218,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("realtime: max body must be positive and below max frame size")
 	case o.ShutdownTimeout <= 0:
 		return fmt.Errorf("realtime: shutdown timeout must be positive")
-	case o.Spin > time.Millisecond:
-		return fmt.Errorf("realtime: spin must be at most 1ms, got %v", o.Spin)
+	case o.Spin > netserver.MaxSpin:
+		return fmt.Errorf("realtime: spin must be at most %v, got %v", netserver.MaxSpin, o.Spin)
 	case o.Role != RoleMaster && o.Role != RoleSlave:
 		return fmt.Errorf("realtime: role must be %q or %q, got %q", RoleMaster, RoleSlave, o.Role)
 	case o.Role == RoleSlave && o.Master == "" && len(o.MetaServers) == 0:

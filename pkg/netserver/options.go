@@ -56,7 +56,7 @@ const (
 	DefaultReadBufferSize   = 64 << 10
 	DefaultTCPKeepAlive     = time.Minute
 	DefaultSpin             = 30 * time.Microsecond
-	maxSpin                 = time.Millisecond
+	MaxSpin                 = time.Millisecond // the longest Spin Validate accepts
 )
 
 // withDefaults returns o with every zero field set to its default.
@@ -111,8 +111,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("%w: EventLoops %d is negative", ErrInvalidOptions, o.EventLoops)
 	case o.ReadBufferSize < 0:
 		return fmt.Errorf("%w: ReadBufferSize %d is negative", ErrInvalidOptions, o.ReadBufferSize)
-	case o.Spin > maxSpin:
-		return fmt.Errorf("%w: Spin %v is over %v (the loop serves nothing else meanwhile)", ErrInvalidOptions, o.Spin, maxSpin)
+	case o.Spin > MaxSpin:
+		return fmt.Errorf("%w: Spin %v is over %v (the loop serves nothing else meanwhile)", ErrInvalidOptions, o.Spin, MaxSpin)
 	}
 	return nil
 }
