@@ -124,7 +124,19 @@
 // deliver alone (the broker's read-back, CRC and socket writes and the
 // clients' own work fill the cores either way). The ratio passes 0.5 only
 // when the machine has CPU to spare for the second group; beyond that the
-// lever is the cost per message (store read path, client), not sharing.
+// lever is the cost per message, and only the broker's: alone, the small
+// group is bound by its own process (one core: ~0.9 CPU at ~1.3–1.5 µs a
+// message, the broker at ~0.6 CPU and ~0.8–0.9 µs), while flooded the three
+// processes share the cores (~0.6 CPU each, ~10% idle). So the ratio goes
+// as the client's cost over the client's and the broker's together: a
+// cheaper client raises the alone rate more than the flooded one and
+// lowers the ratio; a cheaper broker raises it. Measured on 2026-11-30
+// (manual runs beside the suite): acks are ~12% of the broker's cost per
+// message and ~5–9% of the client's (a consumer that acked only every
+// 5 ms), so sending them with pulls would move the ratio by 1–3%; the
+// broker's read-back (pread) and reply copy are ~14% of its CPU. Nine
+// suite runs that day: 0.45–0.54, mean 0.51. The suite prints each
+// process's CPU per phase.
 //
 // # Ack
 //

@@ -17,6 +17,11 @@ package main
 //	                                the means over the cycles
 //	fairness_small_group_ratio      flooded / alone (target ≥ 0.5)
 //
+// A comment line gives the CPU (in cores) the broker, the flood and the
+// small group used over the counted spans of each kind of phase, and the
+// small group's CPU per message: the ratio follows that split (realtime
+// doc.go, "Fair share").
+//
 // QMQ_BENCH_FAIRNESS_BROKER_FLAGS adds flags to the broker's command line
 // (space-separated, for experiments such as --fair-share-hold=0).
 
@@ -80,6 +85,11 @@ func runFairness(env *Env) error {
 		return nil
 	}
 	var alone, flooded float64
+	// CPU of the broker, the flood and the small group over the counted
+	// spans, alone (k=0) and beside the flood (k=1), and the small group's
+	// messages in them.
+	phaseCPU := [2]*cpuAccount{newCPUAccount(0, 0, 0), newCPUAccount(0, 0, 0)}
+	var smallMsgs [2]float64
 	for cycle := 0; cycle < fairnessCycles; cycle++ {
 		if err := pause(true); err != nil {
 			return err
@@ -94,18 +104,23 @@ func runFairness(env *Env) error {
 		}
 		var rates [2]float64 // alone, flooded
 		var spans [2][2]time.Time
+		procs := newCPUAccount(b.cmd.Process.Pid, flood.cmd.Process.Pid, small.cmd.Process.Pid)
 		for _, withFlood := range [2]bool{cycle%2 == 1, cycle%2 == 0} {
 			if err := pause(!withFlood); err != nil {
 				small.kill()
 				return err
 			}
 			start := time.Now()
-			time.Sleep(fairnessPhase)
+			time.Sleep(fairnessSettle)
+			from, cpu0 := time.Now(), procs.sample()
+			time.Sleep(time.Until(start.Add(fairnessPhase)))
+			to, cpu1 := time.Now(), procs.sample()
 			k := 0
 			if withFlood {
 				k = 1
 			}
-			spans[k] = [2]time.Time{start.Add(fairnessSettle), time.Now()}
+			spans[k] = [2]time.Time{from, to}
+			phaseCPU[k].add(cpu0, cpu1, to.Sub(from))
 		}
 		var series seriesResult
 		if err := small.result(&series); err != nil {
@@ -119,7 +134,13 @@ func runFairness(env *Env) error {
 		env.Logf("cycle %d: small group alone %.0f msg/s, beside the flood %.0f msg/s (%.2f)", cycle, rates[0], rates[1], rates[1]/rates[0])
 		alone += rates[0] / fairnessCycles
 		flooded += rates[1] / fairnessCycles
+		for k := range rates {
+			smallMsgs[k] += rates[k] * spans[k][1].Sub(spans[k][0]).Seconds()
+		}
 	}
+	perMsg := func(k int) float64 { return phaseCPU[k].used[2].Seconds() * 1e6 / max(smallMsgs[k], 1) }
+	env.Logf("CPU (cores) alone: broker %.2f, small group %.2f (%.2f µs/msg); beside the flood: broker %.2f, flood %.2f, small group %.2f (%.2f µs/msg)",
+		phaseCPU[0].cores(0), phaseCPU[0].cores(2), perMsg(0), phaseCPU[1].cores(0), phaseCPU[1].cores(1), phaseCPU[1].cores(2), perMsg(1))
 	env.Metric("fairness_small_alone_msgs_per_s", alone, "msg/s")
 	env.Metric("fairness_small_flooded_msgs_per_s", flooded, "msg/s")
 	env.Metric("fairness_small_group_ratio", flooded/alone, "x")

@@ -37,10 +37,7 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 )
@@ -99,25 +96,6 @@ func runSubjects(env *Env) error {
 	env.Metric("subjects_10k_msgs_per_s", many, "msg/s")
 	env.Metric("subjects_10k_vs_1_ratio", many/one, "x")
 	return nil
-}
-
-// processCPU is the user and system time pid has used, from /proc/PID/stat
-// (clock ticks of 10 ms); 0 when it cannot be read.
-func processCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name (which may hold spaces): state is
-	// field 3, utime 14, stime 15.
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 // childrenCPU is the user and system time of this process's children that
