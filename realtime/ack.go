@@ -9,11 +9,21 @@ import (
 	"go.uber.org/zap"
 )
 
-// serveAck records a consumer's acks. An empty range is a heartbeat. Acks
-// above a gap mean the gap's acks were lost after the consumer handled or
-// failed those messages: they go to the group's retry subject. The release
-// flag hands the consumer's remaining un-acked entries back to the group.
-func (b *Broker) serveAck(r *netserver.Request) {
+// serveAckInline records a consumer's acks. An empty range is a
+// heartbeat. Acks above a gap mean the gap's acks were lost after the
+// consumer handled or failed those messages: they go to the group's retry
+// subject. The release flag hands the consumer's remaining un-acked
+// entries back to the group.
+//
+// It runs on the event loop (the mux registers it with HandleInline): a
+// heartbeat, and an ack the store can apply without waiting
+// (store.TryAck: no gap, the group's lock free), are answered there with
+// the read's write, which saves the two goroutine hand-offs and the
+// wake-up of the loop for the reply that an ack otherwise costs, about as
+// much as its work. Anything else (a release, a broadcast subscriber's
+// ack, a gap, a busy group, an error to report) is detached and served on
+// its own goroutine (serveAck).
+func (b *Broker) serveAckInline(r *netserver.Request) {
 	a, err := protocol.DecodeAckRequest(r.Body)
 	if err != nil {
 		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
@@ -23,6 +33,26 @@ func (b *Broker) serveAck(r *netserver.Request) {
 		r.ReplyError(err)
 		return
 	}
+	if a.Flags == 0 && a.Last <= 1<<62 {
+		b.live.touch(a.Subject, a.Group, a.ConsumerID)
+		if a.First > a.Last {
+			r.Reply(protocol.StatusOK) // a heartbeat
+			return
+		}
+		if _, ok := b.store.TryAck(store.AckRequest{Subject: a.Subject, Group: a.Group, Consumer: a.ConsumerID,
+			First: int64(a.First), Last: int64(a.Last)}); ok {
+			b.metrics.acked.Inc()
+			r.Reply(protocol.StatusOK)
+			return
+		}
+	}
+	d := r.Detach()
+	go b.serveAck(d, a)
+}
+
+// serveAck serves an ack that may wait (see serveAckInline) on its own
+// goroutine.
+func (b *Broker) serveAck(r *netserver.Request, a protocol.AckRequest) {
 	broadcast := a.Flags&protocol.AckBroadcast != 0
 	if !broadcast {
 		b.live.touch(a.Subject, a.Group, a.ConsumerID)

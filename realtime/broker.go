@@ -140,7 +140,7 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 	mux := netserver.NewMux()
 	mux.HandleInline(protocol.CmdSend, b.counted(protocol.CmdSend, b.serveSendInline))
 	mux.HandleInline(protocol.CmdPull, b.counted(protocol.CmdPull, b.masterOnly(b.servePullInline)))
-	mux.Handle(protocol.CmdAck, b.counted(protocol.CmdAck, b.masterOnly(b.serveAck)))
+	mux.HandleInline(protocol.CmdAck, b.counted(protocol.CmdAck, b.masterOnly(b.serveAckInline)))
 	mux.Handle(protocol.CmdConsumerManage, b.counted(protocol.CmdConsumerManage, b.masterOnly(b.serveConsumerManage)))
 	mux.Handle(protocol.CmdBrokerStats, b.counted(protocol.CmdBrokerStats, b.serveBrokerStats))
 	mux.Handle(protocol.CmdDeadLetters, b.counted(protocol.CmdDeadLetters, b.masterOnly(b.serveDeadLetters)))

@@ -147,6 +147,17 @@
 // back to the group at once. A consumer that neither pulls nor acks for the
 // consumer timeout (default 30 s) loses them the same way (livenessLoop).
 //
+// Acks are served on the event loop when they can be (serveAckInline): a
+// heartbeat, and an ack that store.TryAck applies without waiting (no gap,
+// no unknown pull sequences, the group's lock free: a few map lookups and
+// an action record appended in memory), are answered with the read's
+// write. The rest (a release, a broadcast ack, a gap, a group whose lock a
+// pull holds) go detached to a goroutine of their own. Served like other
+// requests, an ack cost the broker about 15 µs, most of it the hand-off to
+// a serve goroutine and back to the loop for the reply; at the consume
+// suite's ~5,000 acks a second that was ~12% of the broker's CPU per
+// message.
+//
 // # Replication (phase 1: master and slave)
 //
 // Options.Role makes a broker its group's master (the default) or its slave.

@@ -76,6 +76,42 @@ func (s *Store) Ack(req AckRequest) (AckResult, error) {
 	return res, nil
 }
 
+// TryAck is Ack for the common case, made without waiting, so an event
+// loop may call it: it applies req only when that takes no I/O and no lock
+// someone holds — the groups' table and the group's lock free, the
+// consumer known, no gap below First and no pull sequence up to Last that
+// the store does not know. ok false means it changed nothing: call Ack,
+// which also reports what is wrong with req. acked is the consumer's acked
+// position after the ack.
+func (s *Store) TryAck(req AckRequest) (acked int64, ok bool) {
+	if req.Broadcast || req.First < 0 || req.Last < req.First || s.replica.Load() || s.isClosed() {
+		return 0, false
+	}
+	if !s.groupsMu.TryRLock() {
+		return 0, false
+	}
+	g := s.groups[groupKey{subject: req.Subject, group: req.Group}]
+	s.groupsMu.RUnlock()
+	if g == nil || !g.mu.TryLock() {
+		return 0, false
+	}
+	defer g.mu.Unlock()
+	c := g.consumers[req.Consumer]
+	if c == nil || req.Last >= c.next || (req.Last > c.acked && req.First > c.acked+1) {
+		return 0, false // unknown, voids to write or a gap to read: Ack
+	}
+	if req.Last > c.acked {
+		// The action log buffers the record in memory (its lock is held
+		// only to append or to swap buffers, never across a write).
+		if err := s.record(g, &action{kind: actAck, consumer: c.id, seq: req.Last}); err != nil {
+			return 0, false // nothing applied; Ack meets and reports it
+		}
+	}
+	c.seen = s.opts.Clock()
+	s.stats.acked.Add(1)
+	return c.acked, true
+}
+
 func (s *Store) ackLocked(g *group, c *consumer, req AckRequest) ([]delivery, error) {
 	if req.Last <= c.acked {
 		return nil, nil
