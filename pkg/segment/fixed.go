@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/qmq-go/qmq/pkg/fsutil"
 )
@@ -40,6 +41,15 @@ type FixedLog struct {
 	gen     uint64 // counts writes
 	err     error
 	created bool
+
+	// lastPath caches the path of the file last named (reads and writes
+	// name their file on every call, for the pool).
+	lastPath atomic.Pointer[segmentPath]
+}
+
+type segmentPath struct {
+	base int64
+	path string
 }
 
 // OpenFixed opens the FixedLog in dir. The directory is created with the
@@ -86,7 +96,14 @@ func OpenFixed(dir string, opts FixedOptions) (*FixedLog, error) {
 	return l, nil
 }
 
-func (l *FixedLog) path(base int64) string { return filepath.Join(l.dir, FileName(base)) }
+func (l *FixedLog) path(base int64) string {
+	if p := l.lastPath.Load(); p != nil && p.base == base {
+		return p.path
+	}
+	p := &segmentPath{base: base, path: filepath.Join(l.dir, FileName(base))}
+	l.lastPath.Store(p)
+	return p.path
+}
 
 func (l *FixedLog) base(seq int64) int64 { return seq - seq%l.opts.SegmentEntries }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -376,5 +377,22 @@ func TestLogZeroedRecordFarFromEnd(t *testing.T) {
 	defer l.Close()
 	if _, _, err := recoverAll(t, l, false); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("zeroed record in an early segment: %v", err)
+	}
+}
+
+// TestFileName: names are the base in 20 zero-padded digits and ".seg",
+// and ParseFileName reads them back.
+func TestFileName(t *testing.T) {
+	for _, base := range []int64{0, 1, 9, 10, 4096, 1 << 30, 123456789012345, math.MaxInt64} {
+		want := fmt.Sprintf("%020d.seg", base)
+		if got := FileName(base); got != want {
+			t.Fatalf("FileName(%d) = %q, want %q", base, got, want)
+		}
+		if b, ok := ParseFileName(FileName(base)); !ok || b != base {
+			t.Fatalf("ParseFileName(FileName(%d)) = %d, %v", base, b, ok)
+		}
+	}
+	if got := FileName(-5); got != fmt.Sprintf("%020d.seg", -5) {
+		t.Fatalf("FileName(-5) = %q", got)
 	}
 }

@@ -10,8 +10,23 @@ import (
 
 const segSuffix = ".seg"
 
-// FileName returns the name of the segment file whose base is base.
-func FileName(base int64) string { return fmt.Sprintf("%020d%s", base, segSuffix) }
+// FileName returns the name of the segment file whose base is base: the
+// base in 20 decimal digits, zero-padded, and ".seg". (Without fmt: a
+// consume log's reads name their file each time, one per pull.)
+func FileName(base int64) string {
+	if base < 0 {
+		return fmt.Sprintf("%020d%s", base, segSuffix)
+	}
+	var digits [20]byte
+	d := strconv.AppendInt(digits[:0], base, 10)
+	var b [20 + len(segSuffix)]byte
+	n := copy(b[20-len(d):], d)
+	for i := range 20 - n {
+		b[i] = '0'
+	}
+	copy(b[20:], segSuffix)
+	return string(b[:])
+}
 
 // ParseFileName returns the base of a segment file name.
 func ParseFileName(name string) (int64, bool) {
