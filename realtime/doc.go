@@ -134,9 +134,15 @@
 // (manual runs beside the suite): acks are ~12% of the broker's cost per
 // message and ~5–9% of the client's (a consumer that acked only every
 // 5 ms), so sending them with pulls would move the ratio by 1–3%; the
-// broker's read-back (pread) and reply copy are ~14% of its CPU. Nine
-// suite runs that day: 0.45–0.54, mean 0.51. The suite prints each
-// process's CPU per phase.
+// broker's read-back (pread) and reply copy are ~14% of its CPU. Reading
+// the message log through a read-only mapping instead of pread (an
+// experiment) cut the broker's CPU per message by 9% and lowered the
+// ratio (0.471, 0.432, 0.457 against 0.484, 0.481, 0.512): with less
+// copying in the broker the small group's own process ran faster alone
+// too (0.83 against 0.90 µs a message), so the shared caches and memory
+// bandwidth tie the two costs together. 23 suite runs that day: 0.447–0.543,
+// mean 0.497 (standard deviation 0.023), 11 of them at or above 0.5. The
+// suite prints each process's CPU per phase.
 //
 // # Ack
 //
