@@ -34,12 +34,18 @@ type testServer struct {
 	logs *observer.ObservedLogs
 }
 
-func startServer(t testing.TB, opts Options, h Handler) *testServer {
+// startServer makes a server with opts (checked by New), applies before
+// (if any) to it, starts it and closes it when the test ends. before may set
+// what Validate refuses (a test's exaggerated Spin).
+func startServer(t testing.TB, opts Options, h Handler, before ...func(*Server)) *testServer {
 	t.Helper()
 	core, logs := observer.New(zapcore.DebugLevel)
 	s, err := New(opts, h, zap.New(core))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range before {
+		f(s)
 	}
 	if err := s.Start(); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package netserver
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -31,20 +30,8 @@ func TestSpin_CatchesTheNextRequestOfALoneConnection(t *testing.T) {
 	// catches a request depends on how fast this test's client turns
 	// around, and under -race on a loaded machine that took more than 1 ms
 	// often enough to miss every spin.
-	srv, err := New(Options{EventLoops: 1, Spin: time.Millisecond}, NewMux(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.opts.Spin = 500 * time.Millisecond
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = srv.Close(ctx)
-	})
-	s := &testServer{Server: srv}
+	s := startServer(t, Options{EventLoops: 1, Spin: time.Millisecond}, NewMux(),
+		func(srv *Server) { srv.opts.Spin = 500 * time.Millisecond })
 	c := dial(t, s)
 	pingPong(t, c, 50)
 	spins, caught := s.spins.Load(), s.spinsCaught.Load()
