@@ -86,6 +86,7 @@ type subConfig struct {
 	retryMax     time.Duration
 	idempotency  IdempotencyChecker
 	batch        int
+	pullDepth    int
 	pullTimeout  time.Duration
 	maxUnacked   int
 	heartbeat    time.Duration
@@ -99,6 +100,7 @@ func defaultSubConfig() subConfig {
 		retryBase:    5 * time.Second,
 		retryMax:     5 * time.Minute,
 		batch:        64,
+		pullDepth:    2,
 		pullTimeout:  2 * time.Second,
 		maxUnacked:   256,
 		heartbeat:    5 * time.Second,
@@ -116,6 +118,8 @@ func (s *subConfig) validate() error {
 		return fmt.Errorf("consumer: retry back-off must be positive and base ≤ max")
 	case s.batch <= 0 || s.batch > 10000:
 		return fmt.Errorf("consumer: batch must be in 1..10000, got %d", s.batch)
+	case s.pullDepth < 1 || s.pullDepth > 16:
+		return fmt.Errorf("consumer: pull depth must be in 1..16, got %d", s.pullDepth)
 	case s.pullTimeout < 0:
 		return fmt.Errorf("consumer: pull timeout must not be negative")
 	case s.maxUnacked < s.batch:
@@ -165,6 +169,13 @@ func Idempotency(c IdempotencyChecker) SubscribeOption {
 
 // PullBatch sets how many messages one pull asks for (default 64).
 func PullBatch(n int) SubscribeOption { return func(s *subConfig) { s.batch = n } }
+
+// PullDepth sets how many pulls a subscription keeps in flight to each
+// broker group while there is a backlog (default 2): the next batch is on
+// its way while handlers work through this one. 1 waits for each answer
+// before asking again. Pulls in flight never ask for more than MaxUnacked
+// leaves room for.
+func PullDepth(n int) SubscribeOption { return func(s *subConfig) { s.pullDepth = n } }
 
 // PullTimeout sets how long a broker may hold a pull waiting for messages
 // (default 2 s).

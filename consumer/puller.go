@@ -107,6 +107,23 @@ func (p *puller) stop(release bool) {
 
 func (p *puller) unfinished() int64 { return p.received.Load() - p.finished.Load() }
 
+// pullAnswer is the outcome of one pull request in flight.
+type pullAnswer struct {
+	body  []byte
+	err   error
+	max   int         // how many messages it asked for
+	group route.Group // the broker group it went to
+}
+
+// pullLoop pulls while its messages' handlers keep up. It keeps up to
+// PullDepth pulls in flight while the broker answers full batches (a
+// backlog): the next batch is on its way while handlers work through this
+// one and the answer is read. Only the pull sent with nothing in flight
+// carries an exact KnownPullSeq and may be answered with re-deliveries; the
+// others say protocol.PullPipelined. Answers are taken in the order the
+// pulls were sent. After a failed pull the answers still in flight are
+// dropped (their messages are re-delivered to the next plain pull) and the
+// loop goes back to one pull at a time.
 func (p *puller) pullLoop() {
 	defer close(p.pullDone)
 	s := p.s
@@ -119,60 +136,122 @@ func (p *puller) pullLoop() {
 		flags |= protocol.PullEarliest
 	}
 	failures := 0
+	depth := 1                  // pulls to keep in flight now: cfg.pullDepth after a full answer
+	inflight := 0               // pulls sent and not yet taken from answers
+	asked := 0                  // messages they asked for
+	var order []chan pullAnswer // one per pull in flight, oldest first
+	var free []chan pullAnswer  // spare ones
 	var body []byte
 	var items []protocol.PulledMessage // reused for every pull
 	var batch pullBatch
-	for {
-		// Flow control: wait while too many messages are unfinished.
-		for p.unfinished() >= int64(cfg.maxUnacked) {
-			select {
-			case <-p.pullCtx.Done():
-				return
-			case <-p.progress:
-			}
+	send := func(max int) {
+		f := flags
+		if inflight > 0 {
+			f |= protocol.PullPipelined
 		}
-		if p.pullCtx.Err() != nil {
-			return
-		}
-		if s.offline() {
-			// Taken offline by an admin: pull nothing until brought back.
-			select {
-			case <-p.pullCtx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-			continue
-		}
-		max := min(cfg.batch, cfg.maxUnacked-int(p.unfinished()))
 		req := protocol.PullRequest{
 			Subject: p.subject, Group: s.group, ConsumerID: s.c.id, Max: uint32(max),
-			Timeout: cfg.pullTimeout, Flags: flags, KnownPullSeq: p.known, TagMode: cfg.tagMode, Tags: cfg.tags,
+			Timeout: cfg.pullTimeout, Flags: f, KnownPullSeq: p.known, TagMode: cfg.tagMode, Tags: cfg.tags,
 		}
 		body = protocol.AppendPullRequest(body[:0], &req)
 		g := p.currentGroup()
-		// CallTimeout: the deadline costs no context and timer per pull.
-		resp, err := s.c.transport.CallTimeout(p.pullCtx, g.Addr, protocol.CmdPull, body, cfg.pullTimeout+5*time.Second)
+		var ch chan pullAnswer
+		if n := len(free); n > 0 {
+			ch, free = free[n-1], free[:n-1]
+		} else {
+			ch = make(chan pullAnswer, 1)
+		}
+		// Go takes its deadline from the transport's clock: no context and
+		// timer per pull.
+		err := s.c.transport.Go(g.Addr, protocol.CmdPull, body, cfg.pullTimeout+5*time.Second, func(resp []byte, err error) {
+			ch <- pullAnswer{body: resp, err: err, max: max, group: g}
+		})
+		if err != nil {
+			ch <- pullAnswer{err: err, max: max, group: g}
+		}
+		order = append(order, ch)
+		inflight++
+		asked += max
+	}
+	take := func() (pullAnswer, bool) {
+		ch := order[0]
+		var a pullAnswer
+		select {
+		case a = <-ch:
+		case <-p.pullCtx.Done():
+			return a, false
+		}
+		order = append(order[:0], order[1:]...)
+		free = append(free, ch)
+		inflight--
+		asked -= a.max
+		return a, true
+	}
+	for {
+		if p.pullCtx.Err() != nil {
+			return
+		}
+		if inflight == 0 {
+			// Flow control: wait while too many messages are unfinished.
+			for p.unfinished() >= int64(cfg.maxUnacked) {
+				select {
+				case <-p.pullCtx.Done():
+					return
+				case <-p.progress:
+				}
+			}
+			if s.offline() {
+				// Taken offline by an admin: pull nothing until brought back.
+				select {
+				case <-p.pullCtx.Done():
+					return
+				case <-time.After(time.Second):
+				}
+				continue
+			}
+		}
+		for inflight < depth {
+			max := min(cfg.batch, cfg.maxUnacked-int(p.unfinished())-asked)
+			if max <= 0 || (inflight > 0 && max < cfg.batch) {
+				break // pipelined pulls ask for whole batches only
+			}
+			send(max)
+		}
+		a, ok := take()
+		if !ok {
+			return
+		}
+		err := a.err
+		if err == nil {
+			items, err = protocol.DecodePullResponseInto(items, a.body)
+		}
 		if err != nil {
 			if p.pullCtx.Err() != nil {
 				return
 			}
-			failures++
-			p.pullFailed(err, failures)
-			continue
-		}
-		items, err = protocol.DecodePullResponseInto(items, resp)
-		if err != nil {
+			// Drop the answers in flight: what they hold comes back to the
+			// next plain pull, in order.
+			for inflight > 0 {
+				if _, ok := take(); !ok {
+					return
+				}
+			}
+			depth = 1
 			failures++
 			p.pullFailed(err, failures)
 			continue
 		}
 		failures = 0
+		depth = 1
+		if len(items) >= a.max {
+			depth = cfg.pullDepth // a backlog: keep the next batches coming
+		}
 		for _, pm := range items {
 			if int64(pm.PullSeq) > p.known {
 				p.known = int64(pm.PullSeq)
 			}
 		}
-		ok := p.deliver(batch.build(p, items, g.Name))
+		ok = p.deliver(batch.build(p, items, a.group.Name))
 		clear(items) // drop the references to the response body
 		if !ok {
 			return

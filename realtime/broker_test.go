@@ -433,6 +433,65 @@ func TestBroker_RestartWithClientsAttached(t *testing.T) {
 	}
 }
 
+// TestBroker_PipelinedPullsKeepOrder: a consumer keeping several pulls in
+// flight (PullDepth) gets every message once and in the order of the
+// subject's log, as one that waits for each answer does, and its pulls after
+// the first say they are pipelined.
+func TestBroker_PipelinedPullsKeepOrder(t *testing.T) {
+	b := startBroker(t, t.TempDir())
+	p := newProducer(t, b.addr())
+	const n = 5000
+	ids := sendN(t, p, "ordered", n, nil)
+	var orders [][]string
+	for _, depth := range []int{1, 3} {
+		var mu sync.Mutex
+		var got []string
+		c := newConsumer(t, fmt.Sprint("c", depth), b.addr())
+		if _, err := c.Subscribe("ordered", fmt.Sprint("depth", depth), func(ctx context.Context, m *consumer.Message) error {
+			mu.Lock()
+			got = append(got, m.ID)
+			mu.Unlock()
+			return nil
+		}, consumer.StartEarliest(), consumer.PullBatch(16), consumer.MaxUnacked(64), consumer.PullDepth(depth)); err != nil {
+			t.Fatal(err)
+		}
+		testutil.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if len(got) < n {
+				return fmt.Errorf("depth %d: %d of %d messages", depth, len(got), n)
+			}
+			return nil
+		})
+		time.Sleep(100 * time.Millisecond) // a re-delivery would show up as an extra message
+		mu.Lock()
+		orders = append(orders, append([]string(nil), got...))
+		mu.Unlock()
+		pipelined := counterValue(t, b.Registry(), "qmq_realtime_pulls_pipelined_total")
+		if depth == 1 && pipelined != 0 {
+			t.Fatalf("depth 1 sent %v pipelined pulls", pipelined)
+		}
+		if depth > 1 && pipelined == 0 {
+			t.Fatalf("depth %d sent no pipelined pulls", depth)
+		}
+	}
+	seen := map[string]bool{}
+	for _, id := range orders[1] {
+		if seen[id] {
+			t.Fatalf("message %s delivered twice", id)
+		}
+		seen[id] = true
+	}
+	for _, id := range ids {
+		if !seen[id] {
+			t.Fatalf("message %s never delivered", id)
+		}
+	}
+	if fmt.Sprint(orders[0]) != fmt.Sprint(orders[1]) {
+		t.Fatalf("pipelined pulls delivered in another order than plain ones (lengths %d, %d)", len(orders[0]), len(orders[1]))
+	}
+}
+
 func TestBroker_BadInput(t *testing.T) {
 	b := startBroker(t, t.TempDir())
 	tc, _ := transport.New(fastTransport, nil)

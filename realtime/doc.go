@@ -48,6 +48,17 @@
 // instead of doing stale work. A full mailbox answers StatusBusy at once.
 // Pulls of retry subjects do not hand out messages before they are due.
 //
+// A consumer may keep more than one pull in flight (consumer.PullDepth):
+// the pulls it sends before the first one's answer carry
+// protocol.PullPipelined, and the store hands them new messages only (a
+// plain pull re-delivers the consumer's un-acked entries above its
+// KnownPullSeq, which are exactly the ones still on their way). One
+// connection's pulls reach the actor in order and are answered in order.
+// Counted in qmq_realtime_pulls_pipelined_total. Measured on the consume
+// suite (one consumer, per-message ack): 685k → 910k msg/s with two pulls in
+// flight instead of one, as the broker's answer no longer waits behind the
+// consumer's handling of the batch before it.
+//
 // # Fair share
 //
 // Time slices share the pull workers, but not what lies around them: a
@@ -430,7 +441,7 @@
 // /metrics on the HTTP port serves, besides the Go runtime's and the
 // process's series, counters and histograms tallied as the broker works
 // (messages received, stored, duplicate, rejected by status, pulled,
-// returned; acks; held and dropped pulls; append time; requests by
+// returned; acks; held, dropped and pipelined pulls; append time; requests by
 // command, qmq_realtime_requests_total) and series read at each scrape
 // (collector.go: netserver.Stats and store.Stats): connections, requests
 // in flight, subjects, consumer groups, consumers, the message and action

@@ -16,6 +16,7 @@ type metrics struct {
 	pulled      prometheus.Counter
 	acked       prometheus.Counter
 	pullDropped prometheus.Counter
+	pipelined   prometheus.Counter
 	parked      prometheus.Gauge
 	returned    prometheus.Counter
 	retried     prometheus.Counter
@@ -44,6 +45,8 @@ func newMetrics(reg prometheus.Registerer, group string) *metrics {
 			Help: "Ack requests served.", ConstLabels: labels}),
 		pullDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_realtime_pulls_dropped_total",
 			Help: "Pull requests answered retry-later because they could not be served before their deadline.", ConstLabels: labels}),
+		pipelined: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_realtime_pulls_pipelined_total",
+			Help: "Pull requests sent while their consumer had earlier pulls in flight (answered with new messages only).", ConstLabels: labels}),
 		parked: prometheus.NewGauge(prometheus.GaugeOpts{Name: "qmq_realtime_pulls_waiting",
 			Help: "Pull requests waiting for messages (long polls).", ConstLabels: labels}),
 		returned: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_realtime_messages_returned_total",
@@ -59,7 +62,7 @@ func newMetrics(reg prometheus.Registerer, group string) *metrics {
 			Help: "Requests received, by command (malformed frames and unknown commands are not counted).", ConstLabels: labels}, []string{"command"}),
 	}
 	reg.MustRegister(m.received, m.stored, m.duplicates, m.rejected, m.pulled, m.acked, m.pullDropped,
-		m.parked, m.returned, m.retried, m.appendSecs, m.dedupeSeeded, m.requests)
+		m.pipelined, m.parked, m.returned, m.retried, m.appendSecs, m.dedupeSeeded, m.requests)
 	return m
 }
 

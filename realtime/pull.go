@@ -132,6 +132,9 @@ func (b *Broker) servePullInline(r *netserver.Request) {
 		wait = 0
 	}
 	broadcast := p.Flags&protocol.PullBroadcast != 0
+	if p.Flags&protocol.PullPipelined != 0 {
+		b.metrics.pipelined.Inc()
+	}
 	r = r.Detach() // answered from the actor's worker
 	call := &pullCall{
 		r: r,
@@ -141,6 +144,7 @@ func (b *Broker) servePullInline(r *netserver.Request) {
 			KnownPullSeq: p.KnownPullSeq,
 			Broadcast:    broadcast,
 			Earliest:     p.Flags&protocol.PullEarliest != 0,
+			Pipelined:    p.Flags&protocol.PullPipelined != 0,
 			TagMode:      p.TagMode,
 			Tags:         p.Tags,
 			HoldUntilDue: isRetrySubject(p.Subject),

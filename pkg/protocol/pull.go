@@ -41,6 +41,11 @@ const (
 const (
 	PullBroadcast uint8 = 1 << 0
 	PullEarliest  uint8 = 1 << 1
+	// PullPipelined: the consumer has earlier pulls in flight whose answers
+	// it has not seen, so entries above KnownPullSeq may be on their way to
+	// it; the broker re-delivers nothing on this pull and hands out new
+	// entries only (a pull without it re-delivers what the consumer lost).
+	PullPipelined uint8 = 1 << 2
 )
 
 // PullRequest asks for up to Max messages for one consumer.

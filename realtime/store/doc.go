@@ -108,8 +108,10 @@
 // A group of a subject has one cursor over the consume log shared by its
 // consumers; a new group starts at the latest entry unless the pull asks for
 // Earliest. A pull first re-delivers the consumer's un-acked entries above
-// max(KnownPullSeq, acked) (without new ones in the same answer); otherwise
-// it takes entries from the group's returned queue and then from the cursor,
+// max(KnownPullSeq, acked) (without new ones in the same answer), unless it
+// is pipelined (PullRequest.Pipelined: the consumer has pulls in flight, so
+// entries above KnownPullSeq may be on their way to it); otherwise it takes
+// entries from the group's returned queue and then from the cursor,
 // skipping entries that do not match its tag filter (those are never
 // delivered to that group), gives them the consumer's next pull sequences
 // (contiguous from 0), writes them to the consumer's pull log and appends a

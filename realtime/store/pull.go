@@ -34,6 +34,11 @@ type PullRequest struct {
 	// HoldUntilDue stops at the first new entry whose deliver-at time is
 	// still in the future; PullResult.NextDue then says when it is due.
 	HoldUntilDue bool
+	// Pipelined says the consumer has earlier pulls in flight: entries
+	// above KnownPullSeq may be on their way to it, so none is
+	// re-delivered and only new entries are taken. KnownPullSeq still
+	// voids pull sequences the store lost (see "Consumer groups").
+	Pipelined bool
 }
 
 // MaxPull caps PullRequest.Max (as QMQ caps a pull's request count).
@@ -265,7 +270,7 @@ func (s *Store) pullLocked(g *group, c *consumer, req *PullRequest, f *filter, r
 			return nil, err
 		}
 	}
-	if c.next-1 > known {
+	if c.next-1 > known && !req.Pipelined {
 		// Re-deliver un-acked entries the consumer no longer holds.
 		n := min(c.next-1-known, int64(req.Max))
 		seqs, err := c.readPullLog(known+1, n)
@@ -327,7 +332,7 @@ func (s *Store) pullLocked(g *group, c *consumer, req *PullRequest, f *filter, r
 func (s *Store) pullBroadcastLocked(g *group, c *consumer, req *PullRequest, f *filter, res *PullResult, sc *pullScratch) ([]delivery, error) {
 	sj := g.subj
 	known := max(req.KnownPullSeq, c.acked)
-	if known+1 < g.cursor {
+	if known+1 < g.cursor && !req.Pipelined {
 		// Re-deliver what the subscriber pulled and no longer holds: the
 		// consume log is its pull log.
 		var ds []delivery

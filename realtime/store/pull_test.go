@@ -317,6 +317,58 @@ func TestLostPullActionsAreVoided(t *testing.T) {
 	}
 }
 
+// TestPipelinedPull: a pipelined pull takes new entries even though the
+// consumer's earlier ones are above its KnownPullSeq (they are in flight to
+// it), a plain pull still re-delivers what the consumer lost, and a
+// pipelined pull still voids pull sequences the store lost.
+func TestPipelinedPull(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, testOptions())
+	defer s.Close()
+	pull(t, s, PullRequest{Subject: "o", Group: "g", Consumer: "c1"})
+	pull(t, s, PullRequest{Subject: "o", Group: "g", Consumer: "c1", Broadcast: true})
+	appendN(t, s, "o", "m", 12)
+	if err := s.actions.flush(); err != nil {
+		t.Fatal(err)
+	}
+	snap := crashCopy(t, dir) // before any of the pulls below
+
+	// Two pulls in flight: the second, sent before the first's answer,
+	// says pipelined and gets the next entries, not the first's again.
+	first := pull(t, s, PullRequest{Subject: "o", Group: "g", Consumer: "c1", Max: 3, KnownPullSeq: -1})
+	second := pull(t, s, PullRequest{Subject: "o", Group: "g", Consumer: "c1", Max: 3, KnownPullSeq: -1, Pipelined: true})
+	if got := fmt.Sprint(ids(t, first.Messages), ids(t, second.Messages)); got != "[m-0 m-1 m-2] [m-3 m-4 m-5]" {
+		t.Fatalf("pipelined pulls got %s", got)
+	}
+	if second.Redelivered || second.Messages[0].PullSeq != 3 {
+		t.Fatalf("pipelined pull: redelivered %v, first pull seq %d", second.Redelivered, second.Messages[0].PullSeq)
+	}
+	// The second answer was lost: a plain pull knowing 0..2 gets 3..5 again.
+	again := pull(t, s, PullRequest{Subject: "o", Group: "g", Consumer: "c1", Max: 10, KnownPullSeq: 2})
+	if !again.Redelivered || fmt.Sprint(ids(t, again.Messages)) != "[m-3 m-4 m-5]" {
+		t.Fatalf("plain pull after a lost pipelined answer: %v %v", again.Redelivered, ids(t, again.Messages))
+	}
+	// Broadcast subscribers pipeline the same way.
+	b1 := pull(t, s, PullRequest{Subject: "o", Consumer: "c1", Broadcast: true, Max: 4, KnownPullSeq: -1})
+	b2 := pull(t, s, PullRequest{Subject: "o", Consumer: "c1", Broadcast: true, Max: 4, KnownPullSeq: -1, Pipelined: true})
+	if b2.Redelivered || b1.Messages[0].ConsumeSeq != 0 || b2.Messages[0].ConsumeSeq != 4 {
+		t.Fatalf("broadcast pipelined: %v %+v %+v", b2.Redelivered, b1.Messages[0], b2.Messages[0])
+	}
+
+	// After a crash that lost the pulls above, c1 still holds pull seqs
+	// 0..5: a pipelined pull naming them voids them before handing out new
+	// ones, so they can never name other messages.
+	s2 := openStore(t, snap, testOptions())
+	defer s2.Close()
+	r := pull(t, s2, PullRequest{Subject: "o", Group: "g", Consumer: "c1", Max: 3, KnownPullSeq: 5, Pipelined: true})
+	if len(r.Messages) != 3 || r.Messages[0].PullSeq != 6 || msgID(t, r.Messages[0].Message) != "m-0" {
+		t.Fatalf("pipelined pull after lost pulls: %+v %v", r.Messages, ids(t, r.Messages))
+	}
+	if ar := ack(t, s2, "o", "g", "c1", 0, 5); ar.Acked != 5 || len(ar.Gap) != 0 {
+		t.Fatalf("stale ack of the voided seqs: %+v", ar)
+	}
+}
+
 // TestReturnManyUnacked returns more un-acked entries than one action holds.
 func TestReturnManyUnacked(t *testing.T) {
 	dir := t.TempDir()
