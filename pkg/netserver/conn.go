@@ -9,8 +9,8 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
+	"github.com/qmq-go/qmq/pkg/busypoll"
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
@@ -55,18 +55,16 @@ type Conn struct {
 
 	// Event-loop state.
 	held      int
-	loopConns *atomic.Int32  // open connections of the connection's loop (spinFor)
-	pollFd    [1]unix.PollFd // the socket, for spinFor
-	inline    Request        // the request passed to inline handlers
-	loopOut   []byte         // replies made on the loop, written at the end of OnTraffic
+	loopConns *atomic.Int32 // open connections of the connection's loop (Spin)
+	fd        int           // the socket, for Spin
+	inline    Request       // the request passed to inline handlers
+	loopOut   []byte        // replies made on the loop, written at the end of OnTraffic
 	// afterWrite is work inline handlers left for after that write
 	// (Request.AfterWrite), run in order once it is made.
 	afterWrite []AfterWriter
-	// spinMisses counts the spins in a row that missed the next request
-	// (at most spinGiveUp); spinSkipped, the answered reads since the last
-	// probe once they stopped (shouldSpin).
-	spinMisses, spinSkipped int
-	flushFn                 gnet.AsyncCallback
+	// spin decides whether the loop spins after an answered read.
+	spin    busypoll.Budget
+	flushFn gnet.AsyncCallback
 
 	// inMu guards the serve goroutine's inbox.
 	inMu    sync.Mutex
@@ -101,7 +99,7 @@ func newConn(s *Server, gc gnet.Conn) *Conn {
 	}
 	c.flushFn = c.flush
 	c.inline.onLoop = true
-	c.pollFd[0] = unix.PollFd{Fd: int32(gc.Fd()), Events: unix.POLLIN}
+	c.fd = gc.Fd()
 	return c
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 	"go.uber.org/zap"
 
+	"github.com/qmq-go/qmq/pkg/busypoll"
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
@@ -469,10 +470,12 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 	// Every request read was answered here and the connection is its loop's
 	// only one: wait a moment for its next request (see "Spin" in doc.go).
 	if answered && raw.count == 0 && c.held == 0 && s.opts.Spin > 0 && !closing &&
-		c.loopConns.Load() == 1 && gc.OutboundBuffered() == 0 && c.shouldSpin() {
+		c.loopConns.Load() == 1 && gc.OutboundBuffered() == 0 && c.spin.Should() {
 		s.spins.Add(1)
-		caught := c.spinFor(s.opts.Spin)
-		c.spun(caught)
+		// When bytes come during the spin, gnet's next look at its poller
+		// (which does not block right after events) finds them.
+		caught := busypoll.Poll(c.fd, s.opts.Spin)
+		c.spin.Record(caught)
 		if caught {
 			s.spinsCaught.Add(1)
 		}

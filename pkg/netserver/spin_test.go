@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qmq-go/qmq/pkg/busypoll"
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
@@ -35,7 +36,7 @@ func TestSpin_CatchesTheNextRequestOfALoneConnection(t *testing.T) {
 	c := dial(t, s)
 	pingPong(t, c, 50)
 	spins, caught := s.spins.Load(), s.spinsCaught.Load()
-	if spins < spinGiveUp {
+	if spins < busypoll.GiveUp {
 		t.Fatalf("the lone connection's loop spun after %d of 50 answers", spins)
 	}
 	if caught < 40 {
@@ -77,7 +78,7 @@ func TestSpin_NotWithOtherConnectionsOrRequestsInFlight(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "nothing held", func() bool { return s.busy.Load() == 0 })
 	pingPong(t, a, 10)
-	if n := s.spins.Load(); n < spinGiveUp {
+	if n := s.spins.Load(); n < busypoll.GiveUp {
 		t.Fatalf("spun %d times after 10 answers with nothing in flight", n)
 	}
 
@@ -99,59 +100,18 @@ func TestSpin_ValidateRejectsLongSpins(t *testing.T) {
 }
 
 // TestSpin_StopsWhileItMisses checks that a connection whose requests come
-// later than Spin stops spinning after spinGiveUp misses (a client far
+// later than Spin stops spinning after busypoll.GiveUp misses (a client far
 // away costs a few spins, not one per request) and then only probes, once
-// every spinProbe answered reads.
+// every busypoll.Probe answered reads.
 func TestSpin_StopsWhileItMisses(t *testing.T) {
 	s := startServer(t, Options{EventLoops: 1, Spin: time.Millisecond}, NewMux())
 	c := dial(t, s)
-	for range 2*spinProbe + 10 { // slower than the spin
+	for range 2*busypoll.Probe + 10 { // slower than the spin
 		pingPong(t, c, 1)
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n := s.spins.Load(); n < spinGiveUp || n > spinGiveUp+4 {
+	if n := s.spins.Load(); n < busypoll.GiveUp || n > busypoll.GiveUp+4 {
 		t.Fatalf("%d spins for %d requests slower than the spin, want %d misses and a probe or two",
-			n, 2*spinProbe+10, spinGiveUp)
-	}
-}
-
-// TestSpin_ProbesAndResumes checks the give-up bookkeeping itself (the
-// loop's timing decides what a spin catches, so an end-to-end check of the
-// resumption depends on how fast the test's client turns around: under
-// -race on a loaded machine it missed every probe): spins go on while they
-// catch, stop after spinGiveUp misses in a row, come back once every
-// spinProbe answered reads as a probe, and resume for good when a probe
-// catches.
-func TestSpin_ProbesAndResumes(t *testing.T) {
-	var c Conn
-	for i := range spinGiveUp {
-		if !c.shouldSpin() {
-			t.Fatalf("no spin after %d misses", i)
-		}
-		c.spun(false)
-	}
-	for round := range 3 {
-		for i := 1; i < spinProbe; i++ {
-			if c.shouldSpin() {
-				t.Fatalf("round %d: spun %d reads after giving up", round, i)
-			}
-		}
-		if !c.shouldSpin() {
-			t.Fatalf("round %d: no probe after %d reads", round, spinProbe)
-		}
-		c.spun(false) // the probe missed too
-	}
-	for i := 1; i < spinProbe; i++ {
-		c.shouldSpin()
-	}
-	if !c.shouldSpin() {
-		t.Fatal("no probe")
-	}
-	c.spun(true) // the probe caught a request
-	for i := range 2 * spinProbe {
-		if !c.shouldSpin() {
-			t.Fatalf("no spin %d reads after a probe caught a request", i)
-		}
-		c.spun(true)
+			n, 2*busypoll.Probe+10, busypoll.GiveUp)
 	}
 }
