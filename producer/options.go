@@ -29,6 +29,7 @@ type config struct {
 	requestTime   time.Duration
 	delayMin      time.Duration
 	delayFallback bool
+	spin          time.Duration
 	now           func() time.Time
 }
 
@@ -42,6 +43,7 @@ func defaultConfig() config {
 		sendTimeout:   30 * time.Second, // per message, retries included
 		requestTime:   5 * time.Second,  // per send request
 		delayMin:      500 * time.Millisecond,
+		spin:          30 * time.Microsecond, // a lone Send's wait for its answer (WithSendSpin)
 		now:           time.Now,
 	}
 }
@@ -60,6 +62,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("producer: max in flight must be positive, got %d", c.maxInFlight)
 	case c.sendTimeout <= 0 || c.requestTime <= 0:
 		return fmt.Errorf("producer: timeouts must be positive")
+	case c.spin < 0:
+		return fmt.Errorf("producer: send spin must not be negative, got %v", c.spin)
 	case c.linger < 0:
 		return fmt.Errorf("producer: linger must not be negative, got %v", c.linger)
 	}
@@ -84,6 +88,15 @@ func WithTransport(t *transport.Client) Option { return func(c *config) { c.tran
 func WithTransportOptions(o transport.Options) Option {
 	return func(c *config) { c.transportOpts = o }
 }
+
+// WithSendSpin sets how long a synchronous Send with nothing else in
+// flight polls its connection for the broker's answer before it blocks in
+// the read (default 30 µs; 0 turns it off): an answer that comes within
+// microseconds then does not wait for the thread to be woken. A connection
+// whose answers keep coming later (a broker far away, a durable flush)
+// stops spinning after a few misses. It sets transport.Options.Spin of the
+// producer's own transport client unless WithTransportOptions sets it.
+func WithSendSpin(d time.Duration) Option { return func(c *config) { c.spin = d } }
 
 // WithLogger sets the logger (default none).
 func WithLogger(lg *zap.Logger) Option { return func(c *config) { c.logger = lg } }

@@ -89,7 +89,11 @@ func New(opts ...Option) (*Producer, error) {
 		stop:      make(chan struct{}),
 	}
 	if p.transport == nil {
-		t, err := transport.New(cfg.transportOpts, lg)
+		topts := cfg.transportOpts
+		if topts.Spin == 0 {
+			topts.Spin = cfg.spin
+		}
+		t, err := transport.New(topts, lg)
 		if err != nil {
 			return nil, fmt.Errorf("producer: %w", err)
 		}

@@ -33,6 +33,9 @@ type Client struct {
 	// clock is now() as of the last sweep (at most sweepInterval old): the
 	// hot path reads it instead of the clock.
 	clock atomic.Int64
+	// spins and spinsCaught count the spins of lone Calls for their answer
+	// (Options.Spin) and those that saw it come.
+	spins, spinsCaught atomic.Uint64
 
 	// Lock order: mu, then a peer's mu, then a connection's mu.
 	mu         sync.RWMutex

@@ -7,10 +7,12 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/qmq-go/qmq/pkg/busypoll"
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
@@ -107,6 +109,12 @@ type conn struct {
 	readWake  chan struct{}
 	br        *bufio.Reader // the holder's
 	rs        readerState   // the holder's
+	// Spinning for a lone Call's answer (Options.Spin; readOwn): the
+	// socket, the holder's budget, and what the last spin saw.
+	raw        syscall.RawConn // nil: no spin
+	spin       busypoll.Budget
+	spinFn     func(fd uintptr)
+	spinCaught bool
 }
 
 func newConn(client *Client, addr string, nc net.Conn) *conn {
@@ -121,6 +129,14 @@ func newConn(client *Client, addr string, nc net.Conn) *conn {
 		readWake: make(chan struct{}, 1),
 		br:       bufio.NewReaderSize(nc, readBufferSize),
 		rs:       readerState{batch: make([]response, 0, maxReadBatch)},
+	}
+	if d := client.opts.Spin; d > 0 {
+		if sc, ok := nc.(syscall.Conn); ok {
+			if raw, err := sc.SyscallConn(); err == nil {
+				c.raw = raw
+				c.spinFn = func(fd uintptr) { c.spinCaught = busypoll.Poll(int(fd), d) }
+			}
+		}
 	}
 	client.wg.Add(2)
 	go c.readLoop()

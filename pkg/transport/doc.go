@@ -76,6 +76,20 @@
 // fail fast with ErrDial for a back-off that doubles from RedialBackoffMin
 // to RedialBackoffMax and resets on success.
 //
+// With Options.Spin set, a leader whose read buffer is empty polls the
+// socket without blocking (pkg/busypoll) for up to Spin before it blocks in
+// the read. A lone request's answer on a fast path (loopback, a broker in
+// the same rack with async flush) then comes while the caller's thread is
+// still running, instead of the thread going to sleep in the kernel and
+// being woken, which on a VM is a large part of such a round trip; the
+// broker spins the same way for the client's next request (netserver,
+// "Spin"). A connection whose answers keep coming later than Spin stops
+// spinning after busypoll.GiveUp misses and probes once every
+// busypoll.Probe reads. Measured on the sync suite (a producer's Send one
+// at a time, async flush, against nsqd PUB one at a time, 3 alternating
+// pairs of runs): 0.96, 0.94, 1.03 without it, 1.59, 1.50, 1.53 with the
+// producer's default 30 µs.
+//
 // Deadlines: Call watches its context, so its deadline is exact. Every
 // pending request also carries a deadline (the context's, or RequestTimeout,
 // or CallTimeout's and Go's own timeout) that a sweep checks every 10 ms;

@@ -33,6 +33,13 @@ type Options struct {
 	// this long has its connection closed and its state (breaker included)
 	// forgotten. Default 5 minutes.
 	IdleTimeout time.Duration
+	// Spin: a Call that reads its own response (a lone request, as a
+	// producer's synchronous Send is) polls the socket without blocking for
+	// up to Spin before it blocks in the read, so an answer that comes within
+	// microseconds does not wait for the thread to be woken (pkg/busypoll;
+	// a connection whose answers keep coming later stops spinning). Default
+	// 0: off.
+	Spin time.Duration
 
 	// BreakerFailures is how many consecutive transport failures (dial
 	// errors, timeouts, dropped connections) open an address's breaker.
@@ -99,7 +106,7 @@ func (o Options) Validate() error {
 	}{
 		{"DialTimeout", o.DialTimeout}, {"RequestTimeout", o.RequestTimeout}, {"WriteTimeout", o.WriteTimeout},
 		{"RedialBackoffMin", o.RedialBackoffMin}, {"RedialBackoffMax", o.RedialBackoffMax},
-		{"IdleTimeout", o.IdleTimeout}, {"BreakerOpenTimeout", o.BreakerOpenTimeout},
+		{"IdleTimeout", o.IdleTimeout}, {"BreakerOpenTimeout", o.BreakerOpenTimeout}, {"Spin", o.Spin},
 	} {
 		if d.v < 0 {
 			return fmt.Errorf("%w: %s %v is negative", ErrInvalidOptions, d.name, d.v)

@@ -282,6 +282,16 @@ func (c *conn) readOwn(cl *call) (result, ownRead, error) {
 		return result{}, ownNothing, nil
 	}
 	br := c.br
+	if c.raw != nil && br.Buffered() == 0 && c.spin.Should() {
+		// Control keeps the socket open while spinFn polls it.
+		if err := c.raw.Control(c.spinFn); err == nil {
+			c.spin.Record(c.spinCaught)
+			c.client.spins.Add(1)
+			if c.spinCaught {
+				c.client.spinsCaught.Add(1)
+			}
+		}
+	}
 	if _, err := br.Peek(protocol.HeaderSize); err != nil {
 		return result{}, ownNothing, c.readError(err)
 	}
