@@ -99,7 +99,7 @@ func TestSendResponse_RoundTrip(t *testing.T) {
 
 func TestPullRequest_RoundTrip(t *testing.T) {
 	in := PullRequest{Subject: "s", Group: "g", ConsumerID: "c@1", Max: 64, Timeout: 2500 * time.Millisecond,
-		Flags: PullBroadcast | PullEarliest, KnownPullSeq: -1, TagMode: TagAll, Tags: []string{"a", "b"}}
+		Flags: PullBroadcast | PullEarliest | PullPipelined, KnownPullSeq: -1, TagMode: TagAll, Tags: []string{"a", "b"}}
 	body := AppendPullRequest(nil, &in)
 	got, err := DecodePullRequest(body)
 	if err != nil || !reflect.DeepEqual(got, in) {
@@ -110,6 +110,11 @@ func TestPullRequest_RoundTrip(t *testing.T) {
 			t.Fatalf("prefix of %d bytes decoded", n)
 		}
 	}
+	in.Flags = PullEarliest | 1<<5
+	if _, err := DecodePullRequest(AppendPullRequest(nil, &in)); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("unknown flag: %v", err)
+	}
+	in.Flags = 0
 	in.TagMode = 7
 	if _, err := DecodePullRequest(AppendPullRequest(nil, &in)); !errors.Is(err, ErrBadRequest) {
 		t.Fatalf("bad tag mode: %v", err)

@@ -53,7 +53,7 @@
 //	send response  count u32 | count × status u16       (one per message, in order)
 //	pull request   subject s8 | group s8 | consumer s8 | max u32 | timeout ms u32 |
 //	               flags u8 | known pull seq i64 | tag mode u8 | tag count u8 | tags s8…
-//	               (flags: 1 broadcast, 2 earliest, 4 pipelined)
+//	               (flags: 1 broadcast, 2 earliest, 4 pipelined; other bits are rejected)
 //	pull response  count u32 | count × (pull seq u64 | consume seq u64 | len u32 | message)
 //	ack request    subject s8 | group s8 | consumer s8 | flags u8 | first u64 | last u64
 //

@@ -46,6 +46,8 @@ const (
 	// it; the broker re-delivers nothing on this pull and hands out new
 	// entries only (a pull without it re-delivers what the consumer lost).
 	PullPipelined uint8 = 1 << 2
+
+	pullFlags = PullBroadcast | PullEarliest | PullPipelined
 )
 
 // PullRequest asks for up to Max messages for one consumer.
@@ -99,6 +101,9 @@ func DecodePullRequest(body []byte) (PullRequest, error) {
 	}
 	if p.TagMode > TagAll {
 		return PullRequest{}, fmt.Errorf("%w: pull request tag mode %d", ErrBadRequest, p.TagMode)
+	}
+	if p.Flags&^pullFlags != 0 {
+		return PullRequest{}, fmt.Errorf("%w: pull request flags 0x%02x", ErrBadRequest, p.Flags)
 	}
 	return p, nil
 }
