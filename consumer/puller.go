@@ -210,7 +210,9 @@ func (p *puller) pullLoop() {
 				continue
 			}
 		}
-		for inflight < depth {
+		// Taken offline with pulls in flight: take their answers, send no
+		// more.
+		for inflight < depth && !s.offline() {
 			max := min(cfg.batch, cfg.maxUnacked-int(p.unfinished())-asked)
 			if max <= 0 || (inflight > 0 && max < cfg.batch) {
 				break // pipelined pulls ask for whole batches only
