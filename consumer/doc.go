@@ -42,7 +42,9 @@
 // 5 ms ago (without that wait a consumer sent an ack per pull batch, as many
 // ack requests as pulls). A pull loop stops pulling while too many of its
 // messages are unfinished (MaxUnacked), which bounds memory; acks do not
-// gate it.
+// gate it. A failed ack keeps its range for the next, which waits out a
+// back-off (50 ms doubling to 1 s): retried once per finished message,
+// acks to a restarting broker opened its circuit breaker for the pulls too.
 //
 // # Pulls in flight
 //

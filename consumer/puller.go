@@ -366,6 +366,10 @@ func (p *puller) takeDone(spare []uint64) []uint64 {
 // ack loop gathers a fuller range (see ackLoop).
 const ackDelay = 5 * time.Millisecond
 
+// ackBackoff is the wait after the n-th failed ack in a row: 50 ms
+// doubling up to 1 s.
+func ackBackoff(n int) time.Duration { return 50 * time.Millisecond << min(n-1, 4) }
+
 // ackLoop acks the longest finished prefix of pull sequences, one ack in
 // flight at a time, and heartbeats while idle. An ack waits until the prefix
 // holds half of MaxUnacked messages or its first message has waited
@@ -389,6 +393,12 @@ func (p *puller) ackLoop() {
 	delay.Stop()
 	delayArmed := false
 	lastSent := time.Now()
+	// After a failed ack the next waits out a back-off (ackBackoff): without
+	// it every finished message retried at once, and a broker that was
+	// restarting saw enough failed dials in a millisecond to open its
+	// breaker for the pulls too.
+	failures := 0
+	var retryAt time.Time
 	var spare []uint64
 	var body []byte // the ack request, reused
 	absorb := func(seq uint64) {
@@ -438,19 +448,35 @@ func (p *puller) ackLoop() {
 		lastSent = time.Now()
 		if err != nil {
 			// Not acked: the range stays for the next ack.
-			if !final {
-				p.lg.Debug("ack failed", zap.Error(err))
-			} else {
+			failures++
+			retryAt = lastSent.Add(ackBackoff(failures))
+			if final {
 				p.lg.Warn("final ack failed; the broker will re-deliver", zap.Error(err))
+			} else if failures == 1 || failures%20 == 0 {
+				p.lg.Debug("ack failed", zap.Int("failures", failures), zap.Error(err))
 			}
 			return
 		}
+		failures, retryAt = 0, time.Time{}
 		next = end
+	}
+	// backingOff reports whether a failed ack's back-off still runs, and
+	// then makes sure the delay timer calls again when it ends.
+	backingOff := func() bool {
+		wait := time.Until(retryAt)
+		if wait <= 0 {
+			return false
+		}
+		if !delayArmed {
+			delay.Reset(wait)
+			delayArmed = true
+		}
+		return true
 	}
 	// maybeSend acks once the range is full enough or has waited long
 	// enough, and otherwise makes sure the delay timer will call again.
 	maybeSend := func() {
-		if !started || end == next {
+		if !started || end == next || backingOff() {
 			return
 		}
 		waited := time.Since(readySince)
@@ -475,7 +501,7 @@ func (p *puller) ackLoop() {
 			delayArmed = false
 			maybeSend()
 		case <-heartbeat.C:
-			if started {
+			if started && !backingOff() {
 				send(false)
 			} else if time.Since(lastSent) >= s.cfg.heartbeat {
 				lastSent = time.Now()
