@@ -244,7 +244,7 @@ func (c *Client) start(ctx context.Context, addr string, cmd protocol.Command, f
 		if err != nil {
 			return nil, err
 		}
-		done, err := p.allow()
+		done, probe, err := p.allow()
 		if err != nil {
 			return nil, err
 		}
@@ -260,12 +260,18 @@ func (c *Client) start(ctx context.Context, addr string, cmd protocol.Command, f
 		}
 		if cl != nil {
 			cl.done = done
+			if probe {
+				// A half-open breaker's probe succeeds once it is on a
+				// connection (see "Circuit breakers" in doc.go); its answer
+				// only reports a failure.
+				cl.done = p.recordFast
+			}
 		}
 		if err := conn.send(cl, cmd, flags, body); err != nil {
 			done(context.Canceled) // the connection went away before the send: retry on a new one
 			continue
 		}
-		if cl == nil {
+		if cl == nil || probe {
 			done(nil)
 		}
 		return conn, nil

@@ -413,6 +413,44 @@ func TestClient_BreakerOpensOnDialFailures(t *testing.T) {
 	})
 }
 
+// TestClient_HalfOpenProbeNeedNotBeAnswered: a half-open breaker's probe
+// closes it once sent; a probe the server holds (a long poll) does not keep
+// the address refused until its answer.
+func TestClient_HalfOpenProbeNeedNotBeAnswered(t *testing.T) {
+	addr := testutil.ReusableAddr(t)
+	c := newClient(t, Options{BreakerFailures: 2, BreakerOpenTimeout: 50 * time.Millisecond,
+		RedialBackoffMin: time.Millisecond, RedialBackoffMax: time.Millisecond})
+	for i := range 2 {
+		if _, err := c.Call(context.Background(), addr, protocol.CmdPing, nil); !errors.Is(err, ErrDial) {
+			t.Fatalf("call %d = %v, want ErrDial", i, err)
+		}
+		time.Sleep(2 * time.Millisecond) // past the redial back-off
+	}
+	if st := c.BreakerState(addr); st != gobreaker.StateOpen {
+		t.Fatalf("breaker %v after 2 dial failures", st)
+	}
+	held := make(chan *netserver.Request, 1)
+	mux := netserver.NewMux()
+	mux.HandleFunc(protocol.CmdSend, func(r *netserver.Request) { held <- r.Detach() })
+	startServer(t, addr, mux)
+	time.Sleep(60 * time.Millisecond) // the breaker lets a probe through now
+	answered := make(chan error, 1)
+	if err := c.Go(addr, protocol.CmdSend, []byte("probe"), 5*time.Second, func(_ []byte, err error) { answered <- err }); err != nil {
+		t.Fatalf("probe: %v", err)
+	}
+	r := <-held // the server holds the probe
+	if _, err := c.Call(context.Background(), addr, protocol.CmdPing, nil); err != nil {
+		t.Fatalf("call while the probe is held: %v", err)
+	}
+	if st := c.BreakerState(addr); st != gobreaker.StateClosed {
+		t.Fatalf("breaker %v after the probe was sent and a call answered", st)
+	}
+	r.Reply(protocol.StatusOK, nil)
+	if err := <-answered; err != nil {
+		t.Fatalf("the held probe's answer: %v", err)
+	}
+}
+
 func TestClient_NotifyOneWay(t *testing.T) {
 	var got atomic.Int64
 	mux := netserver.NewMux()

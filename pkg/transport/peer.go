@@ -96,21 +96,22 @@ func isBreakerSuccess(err error) bool {
 func isBreakerExcluded(err error) bool { return errors.Is(err, context.Canceled) }
 
 // allow asks the breaker to let a request through and returns the function
-// that records the request's outcome.
-func (p *peer) allow() (func(error), error) {
+// that records the request's outcome, and whether the request is a
+// half-open breaker's probe.
+func (p *peer) allow() (done func(error), probe bool, err error) {
 	if p.healthy.Load() {
-		return p.fastDone, nil
+		return p.fastDone, false, nil
 	}
-	done, err := p.breaker.Allow()
+	bdone, err := p.breaker.Allow()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrBreakerOpen, p.addr, err)
+		return nil, false, fmt.Errorf("%w: %s: %w", ErrBreakerOpen, p.addr, err)
 	}
 	return func(err error) {
-		done(err)
+		bdone(err)
 		if isBreakerSuccess(err) && p.breaker.State() == gobreaker.StateClosed {
 			p.healthy.Store(true)
 		}
-	}, nil
+	}, p.breaker.State() == gobreaker.StateHalfOpen, nil
 }
 
 // recordFast records the outcome of a request that skipped the breaker:
