@@ -170,6 +170,35 @@
 // answers (~0.99M → 1.11M msg/s) while beside the flood it stays bound by
 // its CPU share (~478k → 504k msg/s).
 //
+// Session of 2026-11-30 (evening), suite runs unless said otherwise. The
+// suite's CPU line explains each run's ratio as (the small group's cores
+// beside the flood / alone) × (its CPU per message alone / beside the
+// flood): ~0.62 × ~0.78. The second factor is the client's cost rising
+// 22–35% beside the flood, and most of that rise is the Go collector:
+// the 2-consumer process (GOMAXPROCS=1, ~2 MB live, ~300 collections a
+// second at the 4 MB minimum goal) spends ~0.33 µs a message on it alone
+// and 0.42–0.51 beside the flood, where its processor idles between
+// answers and the runtime fills the idle time with idle-priority marking
+// (gctrace: 0.19–0.23 µs a message of idle marking beside the flood, 0.01
+// alone) and, with a lower goal, runs ~30% more cycles per message. A
+// client that collects less does not help: GOGC=800 for both client
+// processes raised the small group's rate alone and beside the flood alike
+// (ratios 0.45/0.37/0.40/0.45 against 0.47/0.46/0.34/0.43 at GOGC=100,
+// rig runs), as the cost model above says of any cheaper client. Five
+// alternating pairs with Excess 1.0 against 1.1: 0.506, 0.481, 0.433,
+// 0.453 against 0.486, 0.452, 0.454, 0.467, 0.505 (noise). PullDepth 4
+// for the small group raised both rates again (ratios 0.49/0.42/0.47
+// against 0.51/0.46/0.49 at depth 2). Serving a pull on the event loop
+// when its actor is idle (an experiment: the actor claimed for one message
+// on the caller, no hand-off to a pull worker and back) cut the broker's
+// CPU per message by ~14% (0.49 against 0.57 cores alone at the same rate)
+// and, with the Busy gate off, raised the ratio by ~0.03 (0.493, 0.510,
+// 0.503 against 0.477, 0.462, 0.482 in alternating runs); with the gate on
+// the flood went unheld (0.33–0.35): inline pulls wait for nothing, so the
+// others' waits that open the gate vanish. Shipping it needs another
+// busy signal and a guard against a read that misses the page cache
+// blocking the loop, and it would still leave the ratio at about 0.5.
+//
 // # Ack
 //
 // Acks are inclusive ranges of a consumer's pull sequences; an empty range
