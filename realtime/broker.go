@@ -192,6 +192,10 @@ func (b *Broker) Start() error {
 		b.sync.start()
 		b.wg.Add(1)
 		go b.livenessLoop()
+		if b.fair.enabled() {
+			b.wg.Add(1)
+			go b.pressureLoop()
+		}
 		if b.dedupe.enabled() {
 			b.wg.Add(1)
 			go b.seedDedupeLoop()

@@ -655,3 +655,71 @@ func TestBroker_PullAPI(t *testing.T) {
 		}
 	}
 }
+
+// TestBroker_InlinePulls: with Options.InlinePulls a pull whose group's
+// actor is idle is served on the event loop; a consumer gets every message
+// once, as it does when every pull goes through the pull workers, and a
+// pull that waits (a long poll) is still answered when messages come.
+func TestBroker_InlinePulls(t *testing.T) {
+	var orders [2][]string // what each broker delivered
+	for i, inline := range []bool{false, true} {
+		b := startBroker(t, t.TempDir(), func(o *realtime.Options) { o.InlinePulls = inline })
+		p := newProducer(t, b.addr())
+		const n = 3000
+		ids := sendN(t, p, "inline", n, nil)
+		var mu sync.Mutex
+		var got []string
+		c := newConsumer(t, fmt.Sprint("c", inline), b.addr())
+		if _, err := c.Subscribe("inline", "g", func(ctx context.Context, m *consumer.Message) error {
+			mu.Lock()
+			got = append(got, m.ID)
+			mu.Unlock()
+			return nil
+		}, consumer.StartEarliest(), consumer.PullBatch(16), consumer.MaxUnacked(64)); err != nil {
+			t.Fatal(err)
+		}
+		count := func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(got)
+		}
+		testutil.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+			if c := count(); c < n {
+				return fmt.Errorf("inline %v: %d of %d messages", inline, c, n)
+			}
+			return nil
+		})
+		// The consumer now long-polls the empty tail: a send wakes it.
+		late := sendN(t, p, "inline", 1, nil)
+		testutil.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+			if c := count(); c < n+1 {
+				return fmt.Errorf("inline %v: the message sent to the tail was not delivered", inline)
+			}
+			return nil
+		})
+		time.Sleep(100 * time.Millisecond) // a re-delivery would show up as an extra message
+		mu.Lock()
+		orders[i] = append([]string(nil), got...)
+		mu.Unlock()
+		want := map[string]bool{}
+		for _, id := range append(ids, late...) {
+			want[id] = true
+		}
+		for _, id := range orders[i] {
+			if !want[id] {
+				t.Fatalf("inline %v: message %s delivered twice (or never sent)", inline, id)
+			}
+			delete(want, id)
+		}
+		if len(want) > 0 {
+			t.Fatalf("inline %v: %d messages never delivered", inline, len(want))
+		}
+		served := counterValue(t, b.Registry(), "qmq_realtime_pulls_inline_total")
+		if inline && served == 0 {
+			t.Fatal("no pull served inline")
+		}
+		if !inline && served != 0 {
+			t.Fatalf("%v pulls served inline with InlinePulls off", served)
+		}
+	}
+}

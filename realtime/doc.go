@@ -188,21 +188,49 @@
 // alternating pairs with Excess 1.0 against 1.1: 0.506, 0.481, 0.433,
 // 0.453 against 0.486, 0.452, 0.454, 0.467, 0.505 (noise). PullDepth 4
 // for the small group raised both rates again (ratios 0.49/0.42/0.47
-// against 0.51/0.46/0.49 at depth 2). Serving a pull on the event loop
-// when its actor is idle (an experiment: the actor claimed for one message
-// on the caller, no hand-off to a pull worker and back) cut the broker's
-// CPU per message by ~14% (0.49 against 0.57 cores alone at the same rate)
-// and, with the Busy gate off, raised the ratio by ~0.03 (0.493, 0.510,
-// 0.503 against 0.477, 0.462, 0.482 in alternating runs); with the gate on
-// the flood went unheld (0.33–0.35): inline pulls wait for nothing, so the
-// others' waits that open the gate vanish. Shipping it needs another
-// busy signal and a guard against a read that misses the page cache
-// blocking the loop, and it would still leave the ratio at about 0.5. A
-// candidate signal, measured on the rig: the broker's threads together
-// waited in the kernel's run queue 142–162 ms a second beside the small
-// group alone and 812–823 ms beside the flood (/proc/self/task/*/schedstat,
-// second field), a clearer split than the Go scheduler's own latencies
-// (/sched/latencies: mean 3 µs against 10–22 µs).
+// against 0.51/0.46/0.49 at depth 2). Serving pulls on the event loop
+// (see "Inline pulls" below; first as an experiment with the Busy gate
+// off) cut the broker's CPU per message by ~14% (0.49 against 0.57 cores
+// alone at the same rate) and raised the ratio by ~0.03 (0.493, 0.510,
+// 0.503 against 0.477, 0.462, 0.482 in alternating runs); with the gate
+// on and nothing else the flood went unheld (0.33–0.35): inline pulls wait
+// for nothing, so the others' waits that open the gate vanished.
+//
+// # Inline pulls
+//
+// A pull goes from the event loop that decoded it to its group's actor, and
+// its answer from the actor's worker back to the loop to be written: two
+// hand-offs between threads, each a wake-up (a futex, an eventfd). With
+// Options.InlinePulls (default on) a pull whose actor is idle (mailbox
+// empty, not queued or running: actor.RunInline) is handled on the loop
+// itself, as a worker would handle it; its answer still goes through the
+// connection's reply buffer. A pull that must wait (a long poll, a
+// fair-share hold) waits in its actor as before and a worker answers it;
+// pulls that arrive while the actor runs go to its mailbox.
+//
+// The loop must not wait on the disk: a pull whose inline run read from a
+// block device (its messages or entries were not in the page cache: the
+// thread's ru_inblock, getrusage RUSAGE_THREAD, Linux) or took longer than
+// 20 ms sends its group's pulls to the workers for a second
+// (qmq_realtime_pulls_inline_slow_total), so a group reading a cold backlog
+// costs its loop one disk read a second, not one per pull. (Wall time alone
+// cannot tell: beside the flood, inline runs descheduled for over a
+// millisecond sent the flood's pulls back to the workers most of the time.)
+//
+// Fair share must still see that the broker is busy, and an inline pull
+// waits in no queue of the broker's. So pulls of a group contending with
+// others go through the workers while the busy gate is closed for it (their
+// waits can open it) and inline once it is open (fairShare.inlineOK); and
+// pressureLoop opens it on two more signals, sampled every Window: the Go
+// scheduler's mean latency over Busy (goroutines waiting for a processor:
+// the broker short of processors, as with clients in its own process,
+// measured 135–640 µs beside a flood in one test process against ~7 µs
+// alone) and, on Linux, the broker's threads waiting in the kernel's run
+// queue over FairShareOptions.RunQueue (default 0.4) seconds a second (the
+// machine short of CPUs for the broker: /proc/self/task/*/schedstat,
+// measured on the fairness rig at 0.14–0.16 beside the small group alone
+// and 0.81–0.82 beside the flood, where the Go scheduler's mean latency was
+// only 3 µs against 10–22 µs).
 //
 // # Ack
 //

@@ -30,20 +30,30 @@ type FairShareOptions struct {
 	Excess float64 `yaml:"excess"`
 	// Busy: shares are enforced only while the pulls of the other groups
 	// draining backlogs waited longer than this on average between arriving
-	// and their actor taking them, and for ten Windows after they last did
-	// (default 50µs; 0: always). On an idle broker a hungry group that is
-	// slow for its own reasons (far away, or on a slow machine) then costs
-	// the others nothing.
+	// and their actor taking them, or the broker's goroutines waited longer
+	// than this on average for a processor (the Go scheduler's latency,
+	// pressureLoop), and for ten Windows after (default 50µs; 0: always).
+	// On an idle broker a hungry group that is slow for its own reasons
+	// (far away, or on a slow machine) then costs the others nothing.
 	Busy time.Duration `yaml:"busy"`
+	// RunQueue: shares are also enforced while the broker's threads
+	// together waited for a CPU (in the kernel's run queue) longer than
+	// this many seconds a second over the last Window, and for ten Windows
+	// after (default 0.4; 0: off; read on Linux only). Pulls served inline
+	// on the event loop (Options.InlinePulls) wait in no queue of the
+	// broker's, so their waits cannot tell that it is busy; a machine whose
+	// CPUs the broker queues for can.
+	RunQueue float64 `yaml:"run_queue"`
 }
 
 // NewFairShareOptions returns the defaults.
 func NewFairShareOptions() FairShareOptions {
 	return FairShareOptions{
-		Hold:   50 * time.Millisecond,
-		Window: 100 * time.Millisecond,
-		Excess: 1.1,
-		Busy:   50 * time.Microsecond,
+		Hold:     50 * time.Millisecond,
+		Window:   100 * time.Millisecond,
+		Excess:   1.1,
+		Busy:     50 * time.Microsecond,
+		RunQueue: 0.4,
 	}
 }
 
@@ -53,6 +63,7 @@ func (o *FairShareOptions) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Window, "fair-share-window", o.Window, "span of recent deliveries that consumer groups' shares are measured over")
 	fs.Float64Var(&o.Excess, "fair-share-excess", o.Excess, "how many times the other consumer groups' mean share one may take before its pulls are held")
 	fs.DurationVar(&o.Busy, "fair-share-busy", o.Busy, "mean wait of the other groups' pulls in the broker above which shares are enforced (0: always)")
+	fs.Float64Var(&o.RunQueue, "fair-share-run-queue", o.RunQueue, "seconds a second the broker's threads wait for a CPU above which shares are enforced too (0: off; Linux)")
 }
 
 // Validate checks the options.
@@ -66,6 +77,8 @@ func (o *FairShareOptions) Validate() error {
 		return fmt.Errorf("realtime: fair share excess must be between 1 and 100, got %v", o.Excess)
 	case o.Busy < 0 || o.Busy > time.Second:
 		return fmt.Errorf("realtime: fair share busy must be between 0 and 1s, got %v", o.Busy)
+	case !(o.RunQueue >= 0 && o.RunQueue <= 1024):
+		return fmt.Errorf("realtime: fair share run queue must be between 0 and 1024, got %v", o.RunQueue)
 	}
 	return nil
 }
@@ -104,10 +117,13 @@ type fairShare struct {
 	held  prometheus.Counter
 
 	mu     sync.Mutex
-	period int64        // the current period's number
-	listed []*flowShare // flows with deliveries in this or the last period
-	n      int          // contending flows
-	sum    [2]tally     // the contending flows' tallies: this period, the last
+	period int64 // the current period's number
+	// pressedUntil: the broker was last short of CPU (pressureLoop) a
+	// busyLinger before then.
+	pressedUntil time.Time
+	listed       []*flowShare // flows with deliveries in this or the last period
+	n            int          // contending flows
+	sum          [2]tally     // the contending flows' tallies: this period, the last
 }
 
 // tally is what a flow did in one period.
@@ -143,6 +159,30 @@ func newFairShare(opts FairShareOptions, reg prometheus.Registerer, group string
 		reg.MustRegister(s.held)
 	}
 	return s
+}
+
+// pressed records that the broker was short of CPU at now (pressureLoop):
+// shares are enforced for busyLinger Windows.
+func (s *fairShare) pressed(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pressedUntil = now.Add(busyLinger * s.opts.Window)
+}
+
+// inlineOK reports whether a pull of f may be served inline on the event
+// loop (Options.InlinePulls) at now: unless f contends with other flows
+// while the broker has not been seen busy lately. An inline pull waits in
+// no queue, so the waits that open the busy gate would never show; such
+// pulls go through the pull workers until they wait there past Busy or the
+// broker is short of CPU (pressed), and inline again once the gate is open.
+func (s *fairShare) inlineOK(f *flowShare, now time.Time) bool {
+	if !s.enabled() {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rollLocked(now)
+	return s.n < 2 || !f.contending() || now.Before(f.busyUntil) || now.Before(s.pressedUntil)
 }
 
 // recheck is how often a held pull looks at the shares again.
@@ -245,8 +285,8 @@ func (s *fairShare) overLocked(f *flowShare, now time.Time) bool {
 		return false
 	case othersWait > float64(s.opts.Busy)*othersPulls:
 		f.busyUntil = now.Add(busyLinger * s.opts.Window)
-	case !now.Before(f.busyUntil):
-		return false // the others' pulls have not been kept waiting lately
+	case !now.Before(f.busyUntil) && !now.Before(s.pressedUntil):
+		return false // the others' pulls have not been kept waiting lately, nor the broker's threads
 	}
 	if msgs <= s.opts.Excess*(allMsgs-msgs)/float64(s.n-1) {
 		return false

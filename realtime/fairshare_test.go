@@ -97,6 +97,48 @@ func TestFairShare_OnlyWhileTheOthersWait(t *testing.T) {
 	}
 }
 
+// Pulls served inline wait for nothing the broker sees: the broker's
+// threads queueing for a CPU (pressureLoop) opens the gate instead, for
+// busyLinger Windows.
+func TestFairShare_RunQueuePressureOpensTheGate(t *testing.T) {
+	s, t0 := newTestFairShare(t)
+	w := s.opts.Window
+	var fast, small flowShare
+	now := t0.Add(10 * time.Millisecond)
+	for range 100 {
+		pull(s, &fast, 0, 64, 64, now)
+	}
+	for range 3 {
+		pull(s, &small, 0, 64, 64, now)
+	}
+	if s.over(&fast, now) {
+		t.Fatal("fast held with no pull waiting and no pressure")
+	}
+	s.pressed(now)
+	if !s.over(&fast, now) {
+		t.Fatal("fast not held while the broker's threads queued for a CPU")
+	}
+	if s.over(&small, now) {
+		t.Fatal("the lighter flow held under pressure")
+	}
+	for i := 1; i <= busyLinger+3; i++ {
+		at := now.Add(time.Duration(i) * w)
+		for range 100 {
+			pull(s, &fast, 0, 64, 64, at)
+		}
+		for range 3 {
+			pull(s, &small, 0, 64, 64, at)
+		}
+		held := s.over(&fast, at)
+		switch {
+		case i < busyLinger && !held:
+			t.Fatalf("period %d: fast let go %d periods after the last pressure", i, i)
+		case i > busyLinger && held:
+			t.Fatalf("period %d: fast still held %d periods after the last pressure", i, i)
+		}
+	}
+}
+
 // Holding the greedy flow takes load off the broker, so the others' pulls
 // soon wait less: shares stay enforced for busyLinger Windows after the
 // others last waited, and lapse only after that.
@@ -263,6 +305,8 @@ func TestFairShareOptions_Validate(t *testing.T) {
 		{"excess below 1", func(o *FairShareOptions) { o.Excess = 0.9 }},
 		{"excess NaN", func(o *FairShareOptions) { o.Excess = math.NaN() }},
 		{"negative busy", func(o *FairShareOptions) { o.Busy = -time.Microsecond }},
+		{"negative run queue", func(o *FairShareOptions) { o.RunQueue = -0.1 }},
+		{"run queue NaN", func(o *FairShareOptions) { o.RunQueue = math.NaN() }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := NewFairShareOptions()
@@ -273,8 +317,8 @@ func TestFairShareOptions_Validate(t *testing.T) {
 		})
 	}
 	o := NewFairShareOptions()
-	o.Hold, o.Busy = 0, 0
+	o.Hold, o.Busy, o.RunQueue = 0, 0, 0
 	if err := o.Validate(); err != nil {
-		t.Fatalf("hold 0 (off) and busy 0 (always) refused: %v", err)
+		t.Fatalf("hold 0 (off), busy 0 (always) and run queue 0 (off) refused: %v", err)
 	}
 }

@@ -17,6 +17,8 @@ type metrics struct {
 	acked       prometheus.Counter
 	pullDropped prometheus.Counter
 	pipelined   prometheus.Counter
+	inline      prometheus.Counter
+	inlineSlow  prometheus.Counter
 	parked      prometheus.Gauge
 	returned    prometheus.Counter
 	retried     prometheus.Counter
@@ -47,6 +49,10 @@ func newMetrics(reg prometheus.Registerer, group string) *metrics {
 			Help: "Pull requests answered retry-later because they could not be served before their deadline.", ConstLabels: labels}),
 		pipelined: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_realtime_pulls_pipelined_total",
 			Help: "Pull requests sent while their consumer had earlier pulls in flight (answered with new messages only).", ConstLabels: labels}),
+		inline: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_realtime_pulls_inline_total",
+			Help: "Pull requests served on the event loop that read them (their group's actor was idle).", ConstLabels: labels}),
+		inlineSlow: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_realtime_pulls_inline_slow_total",
+			Help: "Pull requests served on the event loop that read from the disk or took longer than 20 ms, each sending its group's pulls to the pull workers for a second.", ConstLabels: labels}),
 		parked: prometheus.NewGauge(prometheus.GaugeOpts{Name: "qmq_realtime_pulls_waiting",
 			Help: "Pull requests waiting for messages (long polls).", ConstLabels: labels}),
 		returned: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_realtime_messages_returned_total",
@@ -62,7 +68,7 @@ func newMetrics(reg prometheus.Registerer, group string) *metrics {
 			Help: "Requests received, by command (malformed frames and unknown commands are not counted).", ConstLabels: labels}, []string{"command"}),
 	}
 	reg.MustRegister(m.received, m.stored, m.duplicates, m.rejected, m.pulled, m.acked, m.pullDropped,
-		m.pipelined, m.parked, m.returned, m.retried, m.appendSecs, m.dedupeSeeded, m.requests)
+		m.pipelined, m.inline, m.inlineSlow, m.parked, m.returned, m.retried, m.appendSecs, m.dedupeSeeded, m.requests)
 	return m
 }
 

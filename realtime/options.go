@@ -57,6 +57,13 @@ type Options struct {
 	// FairShare holds the pulls of a consumer group that takes more than its
 	// share of deliveries while other groups drain backlogs (fairshare.go).
 	FairShare FairShareOptions `yaml:"fair_share"`
+	// InlinePulls serves a pull on the event loop that read it when its
+	// actor is idle, instead of handing it to a pull worker and its answer
+	// back to the loop (default true; see "Inline pulls" in doc.go). An
+	// inline pull that read from the disk (its messages were not in the
+	// page cache) or took longer than 20ms sends its group's pulls to the
+	// workers for a second.
+	InlinePulls bool `yaml:"inline_pulls"`
 	// MaxPullWait caps how long a pull may wait for messages (default 30s).
 	MaxPullWait time.Duration `yaml:"max_pull_wait"`
 	// PullGrace is how long past its wait a pull may sit in its actor's
@@ -137,6 +144,7 @@ func NewOptions() Options {
 		DedupeCapacity:    1_000_000,
 		TimeSlice:         5 * time.Millisecond,
 		FairShare:         NewFairShareOptions(),
+		InlinePulls:       true,
 		MaxPullWait:       30 * time.Second,
 		PullGrace:         2 * time.Second,
 		MaxPullMessages:   1000,
@@ -173,6 +181,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.PullWorkers, "pull-workers", o.PullWorkers, "goroutines serving pulls (0: 4 × cores)")
 	fs.DurationVar(&o.TimeSlice, "time-slice", o.TimeSlice, "how long one consumer group's actor runs before yielding")
 	o.FairShare.AddFlags(fs)
+	fs.BoolVar(&o.InlinePulls, "inline-pulls", o.InlinePulls, "serve a pull on the event loop when its consumer group's actor is idle")
 	fs.DurationVar(&o.ConsumerTimeout, "consumer-timeout", o.ConsumerTimeout, "silence after which a consumer's un-acked messages go back to its group")
 	fs.DurationVar(&o.RetentionAge, "retention-age", o.RetentionAge, "delete message-log segments older than this (negative: keep)")
 	fs.Int64Var(&o.RetentionBytes, "retention-bytes", o.RetentionBytes, "delete the oldest segments past this total size (0: no limit)")

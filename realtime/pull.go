@@ -3,6 +3,7 @@ package realtime
 import (
 	"encoding/binary"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,48 @@ type pullActor struct {
 	wakePending atomic.Bool // a wake event is in the mailbox
 
 	share flowShare // recent deliveries (guarded by the broker's fairShare)
+
+	inlineOffUntil atomic.Int64 // Unix ns: pulls go to the workers until then (runInline)
+}
+
+// An inline pull that read from the disk (its messages were not in the page
+// cache) or took longer than inlineSlow (a lock held long, the thread
+// descheduled for long) sends its actor's pulls to the pull workers for
+// inlineOff, so a group reading a cold backlog costs its event loop one
+// disk read in a while, not one per pull.
+const (
+	inlineSlow = 20 * time.Millisecond
+	inlineOff  = time.Second
+)
+
+// runInline handles ev, a new pull, on the calling event loop when
+// Options.InlinePulls allows, fair share does not need the pull's wait seen
+// (fairShare.inlineOK) and the actor is idle, and reports whether it did
+// (see "Inline pulls" in doc.go).
+func (a *pullActor) runInline(ev pullEvent) bool {
+	if !a.b.opts.InlinePulls {
+		return false
+	}
+	start := time.Now()
+	if start.UnixNano() < a.inlineOffUntil.Load() || !a.b.fair.inlineOK(&a.share, start) {
+		return false
+	}
+	runtime.LockOSThread() // threadDiskReads counts this thread's
+	reads := threadDiskReads()
+	if !a.actor.RunInline(ev) {
+		runtime.UnlockOSThread()
+		return false
+	}
+	disk := threadDiskReads() - reads
+	runtime.UnlockOSThread()
+	a.b.metrics.inline.Inc()
+	if took := time.Since(start); disk > 0 || took > inlineSlow {
+		a.inlineOffUntil.Store(time.Now().Add(inlineOff).UnixNano())
+		a.b.metrics.inlineSlow.Inc()
+		a.b.lg.Debug("inline pull read from the disk or was slow: the group's pulls go to the pull workers for a while",
+			zap.String("subject", a.key.subject), zap.String("group", a.key.group), zap.Duration("took", took), zap.Int64("disk_reads", disk))
+	}
+	return true
 }
 
 type eventKind uint8
@@ -158,7 +201,12 @@ func (b *Broker) servePullInline(r *netserver.Request) {
 	} else {
 		b.live.touch(p.Subject, p.Group, p.ConsumerID)
 	}
-	if !b.actorFor(key).actor.Send(pullEvent{kind: evPull, call: call}) {
+	pa := b.actorFor(key)
+	ev := pullEvent{kind: evPull, call: call}
+	if pa.runInline(ev) {
+		return
+	}
+	if !pa.actor.Send(ev) {
 		b.metrics.pullDropped.Inc()
 		r.ReplyError(protocol.Errorf(protocol.StatusBusy, "too many pulls waiting for group "+p.Group))
 	}

@@ -130,3 +130,74 @@ func BenchmarkActorSend(b *testing.B) {
 	}
 	wg.Wait()
 }
+
+func TestActor_RunInline(t *testing.T) {
+	s := newScheduler(t, Options{Workers: 2})
+	var mu sync.Mutex
+	var got []int
+	block := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	a := New(s, "a", 0, func(i int) {
+		if i == 1 {
+			entered <- struct{}{}
+			<-block
+		}
+		mu.Lock()
+		got = append(got, i)
+		mu.Unlock()
+		wg.Done()
+	})
+	caller := make(chan struct{})
+	wg.Add(1)
+	if !a.RunInline(0) {
+		t.Fatal("idle actor refused an inline run")
+	}
+	// While message 1 runs inline (blocked in its handler), the actor is
+	// busy: another inline run is refused, and sends wait in the mailbox.
+	wg.Add(1)
+	go func() {
+		defer close(caller)
+		if !a.RunInline(1) {
+			t.Error("idle actor refused an inline run")
+		}
+	}()
+	<-entered
+	if a.RunInline(2) {
+		t.Fatal("busy actor ran a second message inline")
+	}
+	wg.Add(2)
+	for _, i := range []int{2, 3} {
+		if !a.Send(i) {
+			t.Fatal("send refused")
+		}
+	}
+	if n := a.Pending(); n != 2 {
+		t.Fatalf("pending %d during the inline run, want 2", n)
+	}
+	close(block)
+	<-caller
+	wg.Wait() // the sends ran on a worker after the inline run
+	mu.Lock()
+	if len(got) != 4 || got[0] != 0 || got[1] != 1 || got[2] != 2 || got[3] != 3 {
+		t.Fatalf("handled %v, want [0 1 2 3]", got)
+	}
+	mu.Unlock()
+	if a.RunTime() <= 0 {
+		t.Fatal("inline runs not counted in RunTime")
+	}
+	wg.Add(1)
+	if !a.RunInline(4) {
+		t.Fatal("actor idle again refused an inline run")
+	}
+}
+
+func TestActor_RunInlineAfterClose(t *testing.T) {
+	s, _ := NewScheduler(Options{Workers: 1})
+	ran := false
+	a := New(s, "a", 0, func(int) { ran = true })
+	s.Close()
+	if a.RunInline(1) || ran {
+		t.Fatal("inline run after close")
+	}
+}

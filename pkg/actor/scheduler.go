@@ -87,6 +87,13 @@ func (s *Scheduler) enqueue(r runnable) bool {
 	return true
 }
 
+// isClosed reports whether Close has been called.
+func (s *Scheduler) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
 func (s *Scheduler) workerLoop() {
 	defer s.wg.Done()
 	for {
