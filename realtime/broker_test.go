@@ -228,6 +228,77 @@ func TestBroker_DuplicateSendsStoredOnce(t *testing.T) {
 	}
 }
 
+// TestBroker_BatchWithDuplicatesAndRejects: one send request mixing new
+// messages, a message over the size limit and duplicates (of an earlier
+// request and within the request) stores exactly the new ones, each with
+// its own body, under both flush modes (async appends the parsed messages
+// at once, sync hands the raw ones to the store).
+func TestBroker_BatchWithDuplicatesAndRejects(t *testing.T) {
+	for _, flush := range []string{"async", "sync"} {
+		t.Run(flush, func(t *testing.T) {
+			b := startBroker(t, t.TempDir(), func(o *realtime.Options) { o.Flush, o.MaxBody = flush, 64 })
+			tc, err := transport.New(fastTransport, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tc.Close()
+			msg := func(id string, body []byte) []byte {
+				raw, err := protocol.AppendMessage(nil, &protocol.Message{Subject: "mixed", ID: id, Body: body}, protocol.DefaultLimits)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return raw
+			}
+			send := func(want []protocol.Status, raws ...[]byte) {
+				t.Helper()
+				resp, err := tc.Call(context.Background(), b.addr(), protocol.CmdSend, protocol.AppendSendRequest(nil, 0, raws))
+				if err != nil {
+					t.Fatal(err)
+				}
+				st, err := protocol.DecodeSendResponse(resp)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fmt.Sprint(st) != fmt.Sprint(want) {
+					t.Fatalf("statuses %v, want %v", st, want)
+				}
+			}
+			ok, dup := protocol.StatusOK, protocol.StatusDuplicate
+			send([]protocol.Status{ok}, msg("a", []byte("body-a")))
+			send([]protocol.Status{ok, dup, protocol.StatusTooLarge, ok, dup, ok},
+				msg("b", []byte("body-b")), msg("a", []byte("body-a")), msg("big", make([]byte, 100)),
+				msg("c", []byte("body-c")), msg("b", []byte("body-b")), msg("d", []byte("body-d")))
+
+			var mu sync.Mutex
+			got := map[string][]string{}
+			c := newConsumer(t, "c", b.addr())
+			if _, err := c.Subscribe("mixed", "g", func(ctx context.Context, m *consumer.Message) error {
+				mu.Lock()
+				got[m.ID] = append(got[m.ID], string(m.Body))
+				mu.Unlock()
+				return nil
+			}, consumer.StartEarliest()); err != nil {
+				t.Fatal(err)
+			}
+			testutil.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+				mu.Lock()
+				defer mu.Unlock()
+				if len(got) < 4 {
+					return fmt.Errorf("%d of 4 messages", len(got))
+				}
+				return nil
+			})
+			time.Sleep(100 * time.Millisecond) // a stored duplicate would show up as a second copy
+			mu.Lock()
+			defer mu.Unlock()
+			want := map[string][]string{"a": {"body-a"}, "b": {"body-b"}, "c": {"body-c"}, "d": {"body-d"}}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("stored %v, want %v", got, want)
+			}
+		})
+	}
+}
+
 func TestBroker_Tags(t *testing.T) {
 	b := startBroker(t, t.TempDir())
 	p := newProducer(t, b.addr())

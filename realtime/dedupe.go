@@ -3,6 +3,7 @@ package realtime
 import (
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -76,6 +77,15 @@ func (d *dedupe) key(subject, id []byte, attempts uint16) uint64 {
 }
 
 func (d *dedupe) shard(k uint64) *dedupeShard { return &d.shards[k>>60] }
+
+// touch reads the first slot k's lookup will read and returns it; a caller
+// about to reserve many keys touches them all first, so that their cache
+// misses overlap instead of coming one after another. It takes no lock: the
+// slots are written atomically and the word read means nothing.
+func (d *dedupe) touch(k uint64) uint64 {
+	s := d.shard(k)
+	return atomic.LoadUint64(&s.set.slots[2*(fixKey(k)&s.set.mask)])
+}
 
 // reserve records k and reports whether it was new.
 func (d *dedupe) reserve(k uint64) bool {
@@ -191,7 +201,7 @@ func (g *generationSet) add(k uint64) {
 			if s == slotEmpty {
 				g.used[g.cur]++
 			}
-			g.slots[at] = k
+			atomic.StoreUint64(&g.slots[at], k) // touch reads without the lock
 			return
 		}
 	}
@@ -204,7 +214,7 @@ func (g *generationSet) remove(k uint64) {
 		for i := k & g.mask; ; i = (i + 1) & g.mask {
 			at := 2*i + gen
 			if s := g.slots[at]; s == k {
-				g.slots[at] = slotRemoved
+				atomic.StoreUint64(&g.slots[at], slotRemoved)
 				break
 			} else if s == slotEmpty {
 				break
@@ -220,7 +230,7 @@ func (g *generationSet) currentUsed() int { return g.used[g.cur] }
 func (g *generationSet) rotate() {
 	g.cur ^= 1
 	for i := g.cur; i < uint64(len(g.slots)); i += 2 {
-		g.slots[i] = slotEmpty
+		atomic.StoreUint64(&g.slots[i], slotEmpty)
 	}
 	g.used[g.cur] = 0
 }
