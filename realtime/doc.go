@@ -29,7 +29,13 @@
 // and takes the queued path, which batches. Every stored message costs a lookup in the
 // dedupe table, which is big and seldom cached: its two generations share
 // one array (one cache line per lookup), on transparent huge pages where
-// the kernel offers them (no TLB miss).
+// the kernel offers them (no TLB miss). A request's messages are parsed and
+// hashed first, then their slots are read in one tight loop of independent
+// loads (dedupe.touch) and only then reserved, so a batch's cache misses
+// overlap: reserving each message as it was parsed waited out one miss
+// after another, ~15% of a master's CPU when producing (perf), and the
+// master's CPU per stored message fell by 12–14% (three alternating pairs
+// of 3,000,000 sends).
 // Otherwise the request is detached and queued (TryAppendAsync); bigger
 // ones, and any that meet a full append queue, go to a goroutine.
 //
