@@ -5,10 +5,8 @@ import (
 	rtmetrics "runtime/metrics"
 )
 
-// schedLatency reads the Go scheduler's histogram of how long goroutines
-// waited runnable before they ran (/sched/latencies:seconds) and returns
-// the mean wait, in seconds, of those that became runnable since the last
-// call, and how many the runtime sampled.
+// schedLatency follows the Go scheduler's histogram of how long goroutines
+// waited runnable before they ran (/sched/latencies:seconds).
 type schedLatency struct {
 	sample []rtmetrics.Sample
 	last   []uint64
@@ -18,6 +16,8 @@ func newSchedLatency() *schedLatency {
 	return &schedLatency{sample: []rtmetrics.Sample{{Name: "/sched/latencies:seconds"}}}
 }
 
+// read returns the mean wait, in seconds, of the goroutines that became
+// runnable since the last read, and how many of them the runtime sampled.
 func (l *schedLatency) read() (mean float64, n uint64) {
 	rtmetrics.Read(l.sample)
 	if l.sample[0].Value.Kind() != rtmetrics.KindFloat64Histogram {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -57,6 +58,8 @@ type Scheduler struct {
 	head   int
 	closed bool
 
+	closing atomic.Bool // closed, readable without mu
+
 	wg sync.WaitGroup
 }
 
@@ -87,12 +90,9 @@ func (s *Scheduler) enqueue(r runnable) bool {
 	return true
 }
 
-// isClosed reports whether Close has been called.
-func (s *Scheduler) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
-}
+// isClosed reports whether Close has been called, without the run queue's
+// lock (RunInline asks on every call).
+func (s *Scheduler) isClosed() bool { return s.closing.Load() }
 
 func (s *Scheduler) workerLoop() {
 	defer s.wg.Done()
@@ -130,6 +130,7 @@ func (s *Scheduler) workerLoop() {
 func (s *Scheduler) Close() {
 	s.mu.Lock()
 	s.closed = true
+	s.closing.Store(true)
 	s.mu.Unlock()
 	s.cond.Broadcast()
 	s.wg.Wait()
