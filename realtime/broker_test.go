@@ -559,7 +559,12 @@ func TestBroker_PipelinedPullsKeepOrder(t *testing.T) {
 		}
 	}
 	if fmt.Sprint(orders[0]) != fmt.Sprint(orders[1]) {
-		t.Fatalf("pipelined pulls delivered in another order than plain ones (lengths %d, %d)", len(orders[0]), len(orders[1]))
+		first := 0
+		for first < len(orders[0]) && orders[0][first] == orders[1][first] {
+			first++
+		}
+		t.Fatalf("pipelined pulls delivered in another order than plain ones (lengths %d, %d; first difference at %d: %v against %v)",
+			len(orders[0]), len(orders[1]), first, orders[0][first:min(first+4, len(orders[0]))], orders[1][first:min(first+4, len(orders[1]))])
 	}
 }
 

@@ -111,6 +111,12 @@ type pullCall struct {
 	nextDue   time.Time // a held message is due then
 	heldUntil time.Time // held for fair share until then (zero: not held)
 	holdEnd   time.Time // served by then however the shares stand
+	// after is the pull of the same consumer that waited in the actor when
+	// this one arrived: this one waits until that one is answered, so a
+	// consumer's pulls take entries in the order they came (a held pull is
+	// not overtaken by the pipelined pull behind it).
+	after *pullCall
+	done  bool // answered (or dropped) after waiting: no longer in waiting
 }
 
 func (b *Broker) actorFor(key actorKey) *pullActor {
@@ -236,7 +242,8 @@ func (a *pullActor) handle(ev pullEvent) {
 			c.r.ReplyError(protocol.Errorf(protocol.StatusRetryLater, "pull waited past its deadline"))
 			return
 		}
-		if a.holdForFairShare(c, now) || !a.serve(c, now, new(bool)) {
+		c.after = a.waitingOf(c.req.Consumer)
+		if c.after != nil || a.holdForFairShare(c, now) || !a.serve(c, now, new(bool)) {
 			a.waiting = append(a.waiting, c)
 			a.b.metrics.parked.Inc()
 		}
@@ -256,6 +263,7 @@ func (a *pullActor) handle(ev pullEvent) {
 			if c.req.Consumer == ev.consumer {
 				a.b.replyPulled(c.r, nil)
 				a.b.metrics.parked.Dec()
+				c.done = true
 				continue
 			}
 			kept = append(kept, c)
@@ -371,19 +379,41 @@ func (a *pullActor) serveWaiting(now time.Time, all bool) {
 	over := false
 	kept := a.waiting[:0]
 	for _, c := range a.waiting {
+		if c.after != nil && c.after.done {
+			c.after = nil
+		}
 		switch {
 		case all || !now.Before(c.waitUntil):
 			a.b.replyPulled(c.r, nil)
-		case !a.serve(c, now, &over):
+		case c.after != nil || !a.serve(c, now, &over):
 			kept = append(kept, c)
 			continue
 		}
 		a.b.metrics.parked.Dec()
+		c.done = true
 	}
 	for i := len(kept); i < len(a.waiting); i++ {
 		a.waiting[i] = nil
 	}
 	a.waiting = kept
+}
+
+// waitingOf returns the latest pull of consumer still waiting in the actor
+// (nil if none). Pulls whose connection closed do not count.
+func (a *pullActor) waitingOf(consumer string) *pullCall {
+	for i := len(a.waiting) - 1; i >= 0; i-- {
+		c := a.waiting[i]
+		if c.req.Consumer != consumer {
+			continue
+		}
+		select {
+		case <-c.r.Done():
+			continue
+		default:
+		}
+		return c
+	}
+	return nil
 }
 
 // arm sets the timer to the earliest time a waiting pull must be answered
