@@ -88,7 +88,10 @@
 // share, or when Hold (default 50 ms) runs out. Held pulls are counted in
 // qmq_realtime_pulls_held_total. Comparing a flow with the others' mean (not
 // with the mean of all) means that of two flows only the heavier can ever be
-// held. A pull that may not wait longer than Hold is not held.
+// held. A pull that may not wait longer than Hold is not held. A pull that
+// arrives while an earlier pull of the same consumer waits in the actor
+// waits behind it (pullCall.after), so a pipelined pull never overtakes a
+// held one: a consumer's pulls take entries in the order it sent them.
 //
 // Two refinements keep the holds steady (fairshare.go). The busy gate
 // lingers: once the others' pulls waited past Busy, shares stay enforced
