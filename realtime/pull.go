@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -450,38 +449,41 @@ func (a *pullActor) fire() {
 	}
 }
 
-// replyPulled answers a pull with messages (none for an empty answer). The
-// per-message headers go into one buffer and the stored bytes are passed as
-// they are: Reply copies every part once into the connection's buffer.
+// replyPulled answers a pull with messages (none for an empty answer),
+// written once, straight into the connection's reply buffer (pulledBody).
 func (b *Broker) replyPulled(r *netserver.Request, msgs []store.Pulled) {
 	if len(msgs) == 0 {
 		r.Reply(protocol.StatusOK, emptyPull)
 		return
 	}
-	rb := replyPool.Get().(*replyBuf)
-	rb.heads = rb.heads[:0]
-	rb.heads = binary.BigEndian.AppendUint32(rb.heads, uint32(len(msgs)))
-	for _, m := range msgs {
-		rb.heads = protocol.AppendPullItemHeader(rb.heads, uint64(m.PullSeq), uint64(m.ConsumeSeq), len(m.Message))
+	r.ReplyAppend(protocol.StatusOK, pulledBody(msgs))
+}
+
+// pulledBody is a pull response body (pkg/protocol, PullResponse) built
+// straight into the connection's reply buffer.
+type pulledBody []store.Pulled
+
+// BodyLen implements netserver.BodyAppender.
+func (p pulledBody) BodyLen() int {
+	n := 4 + len(p)*protocol.PullItemHeaderSize
+	for i := range p {
+		n += len(p[i].Message)
 	}
-	rb.parts = append(rb.parts[:0], rb.heads[:4])
-	for i, m := range msgs {
-		at := 4 + i*protocol.PullItemHeaderSize
-		rb.parts = append(rb.parts, rb.heads[at:at+protocol.PullItemHeaderSize], m.Message)
+	return n
+}
+
+// AppendBody implements netserver.BodyAppender.
+func (p pulledBody) AppendBody(dst []byte) []byte {
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(p)))
+	for i := range p {
+		m := &p[i]
+		dst = protocol.AppendPullItemHeader(dst, uint64(m.PullSeq), uint64(m.ConsumeSeq), len(m.Message))
+		dst = append(dst, m.Message...)
 	}
-	r.Reply(protocol.StatusOK, rb.parts...)
-	clear(rb.parts)
-	replyPool.Put(rb)
+	return dst
 }
 
 var emptyPull = []byte{0, 0, 0, 0}
-
-type replyBuf struct {
-	heads []byte
-	parts [][]byte
-}
-
-var replyPool = sync.Pool{New: func() any { return new(replyBuf) }}
 
 // pullStatus maps a store error of a pull or ack to a protocol error.
 func pullStatus(err error) error {
