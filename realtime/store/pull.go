@@ -86,6 +86,11 @@ func (r *PullResult) Release() {
 		return
 	}
 	r.buf, r.Messages = nil, nil
+	for _, c := range pb.held {
+		c.release()
+	}
+	clear(pb.held)
+	pb.held = pb.held[:0]
 	clear(pb.out)
 	pb.out = pb.out[:0]
 	if cap(pb.data) > maxPooledPullBytes {
@@ -102,6 +107,7 @@ func (r *PullResult) Release() {
 type pullBuffer struct {
 	data []byte
 	out  []Pulled
+	held []*aheadChunk // read-ahead chunks Messages view into
 }
 
 // maxPooledPullBytes caps the byte buffer a released result gives back;
@@ -615,7 +621,8 @@ func writtenRecordPayload(rec []byte) ([]byte, error) {
 }
 
 // readDeliveries reads the messages of ds with one read per run of adjacent
-// records (through ra when not nil) into one pooled buffer, validates every record
+// records (viewed in ra's buffer when not nil, otherwise into one pooled
+// buffer), validates every record
 // (parseMessageRecord) and drops (with a log line) any that fails.
 func (s *Store) readDeliveries(sj *subject, ds []delivery, ra *messageReadAhead) ([]Pulled, *pullBuffer) {
 	if len(ds) == 0 {
@@ -639,10 +646,7 @@ func (s *Store) readDeliveries(sj *subject, ds []delivery, ra *messageReadAhead)
 		ra = nil
 	}
 	pb := pullBuffers.Get().(*pullBuffer)
-	if cap(pb.data) < total {
-		pb.data = make([]byte, total)
-	}
-	buf := pb.data[:total]
+	var buf []byte // for direct reads, taken at the first
 	out := pb.out[:0]
 	pos := 0
 	for i := 0; i < len(ds); {
@@ -658,9 +662,26 @@ func (s *Store) readDeliveries(sj *subject, ds []delivery, ra *messageReadAhead)
 			size += int(ds[j].e.size)
 			j++
 		}
-		chunk := buf[pos : pos+size]
-		pos += size
-		if err := s.readMessages(ra, chunk, ds[i].e.offset); err != nil {
+		var chunk []byte
+		var err error
+		if ra != nil {
+			var held *aheadChunk
+			if chunk, held, err = s.viewMessages(ra, size, ds[i].e.offset); held != nil {
+				pb.held = append(pb.held, held)
+			}
+		}
+		if chunk == nil {
+			if buf == nil {
+				if cap(pb.data) < total {
+					pb.data = make([]byte, total)
+				}
+				buf = pb.data[:total]
+			}
+			chunk = buf[pos : pos+size]
+			pos += size
+			err = s.msgLog.ReadAt(chunk, ds[i].e.offset)
+		}
+		if err != nil {
 			s.stats.corruptReads.Add(int64(j - i))
 			s.lg.Error("messages cannot be read; not served", zap.String("subject", sj.name), zap.Int64("seq", ds[i].seq), zap.Error(err))
 			i = j

@@ -69,11 +69,8 @@ func testReadAhead(t *testing.T, size int) {
 	g.mu.Lock()
 	kept := g.ahead.buf
 	g.mu.Unlock()
-	g.msgAhead.mu.Lock()
-	keptMsgs := g.msgAhead.buf
-	g.msgAhead.mu.Unlock()
-	if kept != nil || keptMsgs != nil {
-		t.Fatalf("a caught-up group keeps %d bytes of entries and %d of messages read ahead", len(kept), len(keptMsgs))
+	if keptMsgs := g.msgAhead.buffered(); kept != nil || keptMsgs != 0 {
+		t.Fatalf("a caught-up group keeps %d bytes of entries and %d of messages read ahead", len(kept), keptMsgs)
 	}
 }
 
@@ -111,10 +108,7 @@ func TestSparseSubjectReadsDirectly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g.msgAhead.mu.Lock()
-		n := len(g.msgAhead.buf)
-		g.msgAhead.mu.Unlock()
-		if n != 0 {
+		if n := g.msgAhead.buffered(); n != 0 {
 			t.Fatalf("a sparse subject read %d bytes ahead", n)
 		}
 	}
@@ -160,4 +154,57 @@ func TestCaughtUpPullsAllocateNoReadAhead(t *testing.T) {
 			perRound, limit, readAheadEntries*entryWidth)
 	}
 	t.Logf("%d bytes allocated a round", perRound)
+}
+
+// TestReadAheadKeepsHeldViews checks that pulls view the read-ahead buffer
+// without copying and that a read ahead never overwrites a buffer a pull
+// result still views: results held across many later pulls (which read
+// ahead several times over) keep their own bytes until released, and a
+// released buffer is reused.
+func TestReadAheadKeepsHeldViews(t *testing.T) {
+	s := openStore(t, t.TempDir(), testOptions())
+	defer s.Close()
+	var msgs [][]byte
+	for i := 0; s.goodEnd.Load() < 6*messageReadAheadBytes; i++ {
+		m := encode(t, "a", fmt.Sprint("m-", i), bytes.Repeat([]byte{byte(i), byte(i >> 8)}, 700))
+		appendAll(t, s, m)
+		msgs = append(msgs, m)
+	}
+	check := func(r PullResult) {
+		t.Helper()
+		for _, m := range r.Messages {
+			if string(m.Message) != string(msgs[m.ConsumeSeq]) {
+				t.Fatalf("message %d: wrong bytes", m.ConsumeSeq)
+			}
+		}
+	}
+	known := int64(-1)
+	var held []PullResult
+	views := 0
+	for round := 0; ; round++ {
+		r := pull(t, s, PullRequest{Subject: "a", Group: "g", Consumer: "c", Earliest: true, Max: 20, KnownPullSeq: known})
+		if len(r.Messages) == 0 {
+			break
+		}
+		known = r.Messages[len(r.Messages)-1].PullSeq
+		if len(r.buf.held) > 0 {
+			views++
+		}
+		check(r)
+		if round%7 == 0 {
+			held = append(held, r) // kept across later read-aheads
+		} else {
+			r.Release()
+		}
+		for _, h := range held {
+			check(h)
+		}
+	}
+	if views == 0 {
+		t.Fatal("no pull viewed the read-ahead buffer")
+	}
+	for _, h := range held {
+		check(h)
+		h.Release()
+	}
 }
