@@ -799,3 +799,52 @@ func TestBroker_InlinePulls(t *testing.T) {
 		}
 	}
 }
+
+// TestBroker_InlineLongPollAnsweredOnce: a pull run inline on the event
+// loop that finds nothing parks in its actor as a long poll. It must be
+// answered once, by the message that comes later, not also at the end of
+// the read that brought it (the inline request is detached when it
+// parks; an inline request left unanswered gets StatusInternal).
+func TestBroker_InlineLongPollAnsweredOnce(t *testing.T) {
+	b := startBroker(t, t.TempDir(), func(o *realtime.Options) { o.InlinePulls = true })
+	tc, err := transport.New(fastTransport, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	type answer struct {
+		body []byte
+		err  error
+	}
+	for round := range 3 {
+		subject := fmt.Sprint("poll", round)
+		got := make(chan answer, 1)
+		go func() {
+			body, err := tc.Call(context.Background(), b.addr(), protocol.CmdPull, protocol.AppendPullRequest(nil, &protocol.PullRequest{
+				Subject: subject, Group: "g", ConsumerID: "c", Max: 8, Timeout: 2 * time.Second,
+				Flags: protocol.PullEarliest, KnownPullSeq: -1,
+			}))
+			got <- answer{body, err}
+		}()
+		select {
+		case a := <-got:
+			t.Fatalf("round %d: a pull of an empty subject was answered at once: %d bytes, %v", round, len(a.body), a.err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		raw, _ := protocol.AppendMessage(nil, &protocol.Message{Subject: subject, ID: fmt.Sprint("late", round), Body: []byte("x")}, protocol.DefaultLimits)
+		if _, err := tc.Call(context.Background(), b.addr(), protocol.CmdSend, protocol.AppendSendRequest(nil, 0, [][]byte{raw})); err != nil {
+			t.Fatal(err)
+		}
+		a := <-got
+		if a.err != nil {
+			t.Fatalf("round %d: the long poll failed: %v", round, a.err)
+		}
+		msgs, err := protocol.DecodePullResponse(a.body)
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("round %d: the long poll got %d messages (%v), want the one sent", round, len(msgs), err)
+		}
+	}
+	if served := counterValue(t, b.Registry(), "qmq_realtime_pulls_inline_total"); served == 0 {
+		t.Fatal("no pull served inline")
+	}
+}

@@ -230,10 +230,16 @@
 // hand-offs between threads, each a wake-up (a futex, an eventfd). With
 // Options.InlinePulls (default on) a pull whose actor is idle (mailbox
 // empty, not queued or running: actor.RunInline) is handled on the loop
-// itself, as a worker would handle it; its answer still goes through the
-// connection's reply buffer. A pull that must wait (a long poll, a
-// fair-share hold) waits in its actor as before and a worker answers it;
-// pulls that arrive while the actor runs go to its mailbox.
+// itself, as a worker would handle it, and its answer goes out with the
+// read's own write (the loop's reply buffer, no lock, no task for the
+// loop). A pull that must wait (a long poll, a fair-share hold) is
+// detached when it parks in its actor and a worker answers it; pulls that
+// arrive while the actor runs go to its mailbox. (Until 2026-12-01 every
+// inline pull was detached first, so its answer took the off-loop path: a
+// locked buffer, a task queued on the loop with an eventfd write to wake
+// it, and a write of its own; answering on the loop cut the broker's CPU
+// per delivered message on the fairness rig by ~5%, 0.613 → 0.579 µs in
+// three alternating pairs.)
 //
 // The loop must not wait on the disk: a pull whose inline run read from a
 // block device (its messages or entries were not in the page cache: the

@@ -159,8 +159,12 @@ func (a *pullActor) wake() {
 // the way is latency the consumer waits out, and a small group beside a
 // flood waits longest. It never blocks: it decodes and checks the pull
 // (a bad one is answered on the loop), touches its consumer (a short lock)
-// and, detached, puts it in its group's actor's mailbox, whose handler
-// (pull workers, off the loop) looks in the store and answers it.
+// and runs it in its group's actor on the loop when the actor is idle
+// (runInline; the answer goes out with the read's write, like any inline
+// reply), or, detached, puts it in the actor's mailbox, whose handler (pull
+// workers, off the loop) looks in the store and answers it. A pull run
+// inline that must wait (a long poll, a fair-share hold, behind an earlier
+// pull of its consumer) is detached when it parks.
 func (b *Broker) servePullInline(r *netserver.Request) {
 	p, err := protocol.DecodePullRequest(r.Body)
 	if err != nil {
@@ -183,7 +187,9 @@ func (b *Broker) servePullInline(r *netserver.Request) {
 	if p.Flags&protocol.PullPipelined != 0 {
 		b.metrics.pipelined.Inc()
 	}
-	r = r.Detach() // answered from the actor's worker
+	// The call keeps the inline request while it runs on the loop (its
+	// answer goes out with the read's write); it is detached when it goes
+	// to a worker or waits in the actor (park).
 	call := &pullCall{
 		r: r,
 		req: store.PullRequest{
@@ -211,9 +217,10 @@ func (b *Broker) servePullInline(r *netserver.Request) {
 	if pa.runInline(ev) {
 		return
 	}
+	call.r = r.Detach() // answered from the actor's worker
 	if !pa.actor.Send(ev) {
 		b.metrics.pullDropped.Inc()
-		r.ReplyError(protocol.Errorf(protocol.StatusBusy, "too many pulls waiting for group "+p.Group))
+		call.r.ReplyError(protocol.Errorf(protocol.StatusBusy, "too many pulls waiting for group "+p.Group))
 	}
 }
 
@@ -243,6 +250,7 @@ func (a *pullActor) handle(ev pullEvent) {
 		}
 		c.after = a.waitingOf(c.req.Consumer)
 		if c.after != nil || a.holdForFairShare(c, now) || !a.serve(c, now, new(bool)) {
+			c.r = c.r.Detach() // a pull run inline waits past the read that brought it
 			a.waiting = append(a.waiting, c)
 			a.b.metrics.parked.Inc()
 		}
@@ -335,7 +343,11 @@ func (a *pullActor) stillHeld(c *pullCall, now time.Time, over *bool) bool {
 func (a *pullActor) serve(c *pullCall, now time.Time, over *bool) bool {
 	select {
 	case <-c.r.Done():
-		return true // nobody waits for the answer
+		// Nobody waits for the answer; a reply to a closed connection is
+		// dropped, but an inline request must be answered before its read
+		// ends.
+		a.b.replyPulled(c.r, nil)
+		return true
 	default:
 	}
 	if a.stillHeld(c, now, over) {
