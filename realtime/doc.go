@@ -221,7 +221,17 @@
 // would give the small group ~1% more. And the flooded phase leaves the
 // machine 12% idle (/proc/stat: user 65%, system 19%, softirq 4%, idle
 // 12%, steal 0): all three processes wait on one another's answers at
-// once, the wake-ups across the two vCPUs in between.
+// once, the wake-ups across the two vCPUs in between. Holding the flood
+// makes that idle time: with Hold 0 the machine was 4.5–6.6% idle on the
+// same rig (the flood then took 1.5–2.3 times the small group's
+// messages). Answering inline pulls on the loop (see "Inline pulls") cut
+// the broker's cost again; in three alternating suite pairs the two client
+// processes then got more of the machine (0.61–0.64 cores each beside the
+// flood against 0.57–0.59) and both groups delivered more on the rig
+// (~+17% together beside the flood), but the small client's CPU per
+// message rose with its rate (1.47–1.55 against 1.36–1.43 µs) and its rate
+// alone rose too, so the ratio stayed where it was (0.487, 0.530, 0.493
+// against 0.502, 0.482, 0.504).
 //
 // # Inline pulls
 //
