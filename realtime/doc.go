@@ -231,7 +231,13 @@
 // (~+17% together beside the flood), but the small client's CPU per
 // message rose with its rate (1.47–1.55 against 1.36–1.43 µs) and its rate
 // alone rose too, so the ratio stayed where it was (0.487, 0.530, 0.493
-// against 0.502, 0.482, 0.504).
+// against 0.502, 0.482, 0.504). Most of a run's noise is in the phase the
+// broker cannot help: in one full run the small group alone swung from
+// 0.86M to 1.28M msg/s between cycles (its own single processor on a
+// shared host) while beside the flood it stayed at 0.45–0.56M, and the
+// cycle at 1.28M gave 0.35. What is left and flood-only is the held pulls'
+// path: ~15% of the pulls beside the flood, each costing the broker about
+// twice an inline one (a timer, a worker's wake-up, the off-loop reply).
 //
 // # Inline pulls
 //

@@ -52,20 +52,9 @@ func (c *Conn) replyAppend(requestID uint64, status protocol.Status, body BodyAp
 		return
 	}
 	c.out = c.appendReply(c.out, requestID, status, body)
-	c.unwritten++
-	if len(c.out)+c.retainedBytes > c.srv.opts.MaxOutboundBytes {
-		c.outMu.Unlock()
-		c.closeWithReason("unsent replies over MaxOutboundBytes", zap.Int("limit", c.srv.opts.MaxOutboundBytes))
-		return
-	}
-	queue := c.corks == 0 && !c.flushQueued
-	if queue {
-		c.flushQueued = true
-	}
+	queue, over := c.repliedLocked()
 	c.outMu.Unlock()
-	if queue {
-		c.queueFlush()
-	}
+	c.afterReply(queue, over)
 }
 
 // ReplyAppend is Reply with a body that appends itself into the

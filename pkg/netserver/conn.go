@@ -267,24 +267,35 @@ func (c *Conn) reply(requestID uint64, status protocol.Status, body [][]byte, re
 	if kept {
 		c.releases = append(c.releases, release)
 	}
-	c.unwritten++
-	if len(c.out)+c.retainedBytes > c.srv.opts.MaxOutboundBytes {
-		c.outMu.Unlock()
-		if release != nil && !kept {
-			release()
-		}
-		c.closeWithReason("unsent replies over MaxOutboundBytes", zap.Int("limit", c.srv.opts.MaxOutboundBytes))
-		return // markClosed releases what was kept
-	}
-	queue := c.corks == 0 && !c.flushQueued
-	if queue {
-		c.flushQueued = true
-	}
+	queue, over := c.repliedLocked()
 	c.outMu.Unlock()
 	if release != nil && !kept {
 		release() // everything was copied
 	}
+	c.afterReply(queue, over) // when over, markClosed releases what was kept
+}
+
+// repliedLocked counts a reply just added to the reply buffer and reports
+// whether the caller must queue a flush, or close the connection because
+// the unsent replies are over MaxOutboundBytes. outMu is held.
+func (c *Conn) repliedLocked() (queue, over bool) {
+	c.unwritten++
+	if len(c.out)+c.retainedBytes > c.srv.opts.MaxOutboundBytes {
+		return false, true
+	}
+	queue = c.corks == 0 && !c.flushQueued
 	if queue {
+		c.flushQueued = true
+	}
+	return queue, false
+}
+
+// afterReply does what repliedLocked asked for, outside outMu.
+func (c *Conn) afterReply(queue, over bool) {
+	switch {
+	case over:
+		c.closeWithReason("unsent replies over MaxOutboundBytes", zap.Int("limit", c.srv.opts.MaxOutboundBytes))
+	case queue:
 		c.queueFlush()
 	}
 }
