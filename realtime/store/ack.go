@@ -128,7 +128,7 @@ func (s *Store) ackLocked(g *group, c *consumer, req AckRequest) ([]delivery, er
 		if req.Last-c.next >= maxVoid {
 			return nil, fmt.Errorf("%w: ack of pull seq %d, consumer %s has pulled %d", ErrInvalidRequest, req.Last, c.id, c.next)
 		}
-		if err := c.writePullLog(c.next, voids(req.Last+1-c.next)); err != nil {
+		if err := c.writeVoids(c.next, req.Last+1-c.next); err != nil {
 			return nil, err
 		}
 		if err := s.record(g, &action{kind: actVoid, consumer: c.id, seq: req.Last + 1}); err != nil {

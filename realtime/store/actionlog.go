@@ -24,6 +24,7 @@ import (
 //	            run count u32 | runs × (consume seq i64 | count u32)
 //	            the consumer got pull seqs first.. mapped to the runs; taken
 //	            entries left the returned queue; the group cursor moved to cursor
+//	            (the runs name at most MaxPull entries: one pull's)
 //	actAck      acked i64                               acked through this pull seq
 //	actVoid     next i64                                pull seqs up to next-1 void
 //	actReturn   acked i64 | run count u32 | runs       un-acked entries handed back
@@ -169,6 +170,11 @@ func decodeAction(kind uint8, p []byte) (action, error) {
 		a.cursor = int64(d.u64())
 		a.runs = d.runs()
 		a.runCount = runsLen(a.runs)
+		if d.err == nil && a.runCount > MaxPull {
+			// Replay writes a pull's entries to the pull log one by one:
+			// a record naming billions would take that much memory.
+			d.err = fmt.Errorf("%w: pull of %d entries, at most %d", ErrCorrupt, a.runCount, MaxPull)
+		}
 	case actReturn:
 		a.seq = int64(d.u64())
 		a.runs = d.runs()

@@ -342,7 +342,7 @@ func (g *group) apply(s *Store, a *action) error {
 			return nil
 		}
 		if a.seq > c.next {
-			if err := c.writePullLog(c.next, voids(a.seq-c.next)); err != nil {
+			if err := c.writeVoids(c.next, a.seq-c.next); err != nil {
 				return err
 			}
 		}
@@ -351,7 +351,7 @@ func (g *group) apply(s *Store, a *action) error {
 		c.acked = max(c.acked, a.seq)
 	case actVoid:
 		if a.seq > c.next {
-			if err := c.writePullLog(c.next, voids(a.seq-c.next)); err != nil {
+			if err := c.writeVoids(c.next, a.seq-c.next); err != nil {
 				return err
 			}
 			c.next = a.seq
@@ -373,12 +373,27 @@ func (g *group) apply(s *Store, a *action) error {
 // than a bogus sequence would cost.
 const maxVoid = 1 << 20
 
-func voids(n int64) []int64 {
-	out := make([]int64, n)
+// voidChunk is a run of void entries that writeVoids writes from.
+var voidChunk = func() []int64 {
+	out := make([]int64, 4096)
 	for i := range out {
 		out[i] = voidEntry
 	}
 	return out
+}()
+
+// writeVoids writes n void entries to the pull log from first, a chunk at
+// a time: replay takes n from a record, which may name a gap far larger
+// than maxVoid (a damaged range skipped, or a bogus sequence).
+func (c *consumer) writeVoids(first, n int64) error {
+	for n > 0 {
+		k := min(n, int64(len(voidChunk)))
+		if err := c.writePullLog(first, voidChunk[:k]); err != nil {
+			return err
+		}
+		first, n = first+k, n-k
+	}
+	return nil
 }
 
 // record appends a live action to the action log and applies it to the

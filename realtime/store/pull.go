@@ -269,7 +269,7 @@ func (s *Store) pullLocked(g *group, c *consumer, req *PullRequest, f *filter, r
 		// The consumer holds pull sequences this store does not know: their
 		// actions were lost in a crash, and the entries went back to the
 		// cursor. Void them so they can never name other messages.
-		if err := c.writePullLog(c.next, voids(known+1-c.next)); err != nil {
+		if err := c.writeVoids(c.next, known+1-c.next); err != nil {
 			return nil, err
 		}
 		if err := s.record(g, &action{kind: actVoid, consumer: c.id, seq: known + 1}); err != nil {

@@ -2,7 +2,9 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -265,6 +267,51 @@ func TestDerivedLogsRebuilt(t *testing.T) {
 			t.Fatalf("group after torn action: %+v", g)
 		}
 	})
+}
+
+// TestReplayBoundsActions writes action records that no live action
+// writes, with valid CRCs, to a real action log and replays them: a pull
+// naming 2^32-1 entries (written to the pull log as named, it took 32 GiB)
+// is skipped as corrupt, and a void of more pull sequences than a live
+// pull or ack may void (a range that SkipCorrupt skipped leaves such a
+// gap) is replayed a chunk at a time.
+func TestReplayBoundsActions(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, testOptions())
+	defer s.Close()
+	appendN(t, s, "a", "m", 20)
+	if got := pull(t, s, PullRequest{Subject: "a", Group: "g", Consumer: "c", Max: 7, Earliest: true}); len(got.Messages) != 7 {
+		t.Fatalf("pulled %d messages", len(got.Messages))
+	}
+	v := s.groups[groupKey{subject: "a", group: "g"}].version
+	p := encodeActionHead(nil, actPull, false, "a", "g", "c", v+1)
+	p = appendInt64(p, 7)                   // first pull seq
+	p = binary.BigEndian.AppendUint32(p, 0) // taken
+	p = appendInt64(p, 20)                  // cursor
+	p = appendRuns(p, []run{{start: 7, count: math.MaxUint32}})
+	if err := s.actions.append(actPull, p); err != nil {
+		t.Fatal(err)
+	}
+	next := int64(7 + maxVoid + 5000)
+	if err := s.actions.append(actVoid, appendInt64(encodeActionHead(nil, actVoid, false, "a", "g", "c", v+2), next)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.actions.flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	s2 := openStore(t, crashCopy(t, dir), testOptions())
+	defer s2.Close()
+	g := s2.Stats().Groups[0]
+	if g.Cursor != 7 || g.Consumers[0].PullSeq != next {
+		t.Fatalf("group after replay: cursor %d, pull seq %d; want 7 (the pull skipped) and %d (the void applied)", g.Cursor, g.Consumers[0].PullSeq, next)
+	}
+	// The next pull of a consumer holding every pull sequence before the
+	// void's end gets the entries the skipped pull named, past the void.
+	res := pull(t, s2, PullRequest{Subject: "a", Group: "g", Consumer: "c", Max: 5, KnownPullSeq: next - 1})
+	if len(res.Messages) != 5 || res.Messages[0].ConsumeSeq != 7 || res.Messages[0].PullSeq != next {
+		t.Fatalf("pull after replay: %d messages, first consume seq %d pull seq %d", len(res.Messages), res.Messages[0].ConsumeSeq, res.Messages[0].PullSeq)
+	}
 }
 
 // TestCrashAtBoundaries: a crash between writing checkpoint.tmp and renaming
