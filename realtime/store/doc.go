@@ -191,7 +191,11 @@
 //  5. Consume logs are truncated to the replayed length; subjects' minimum
 //     sequences follow the first kept message-log segment.
 //  6. Replay the action log from the checkpoint's offset the same way (torn
-//     tail cut, version check per group), rewriting pull-log entries.
+//     tail cut, version check per group), rewriting pull-log entries. A
+//     record with a valid CRC that no live action writes (one that does not
+//     parse, or a pull naming more than MaxPull entries) is logged and
+//     skipped; void pull sequences are written a chunk at a time, however
+//     many a record names.
 //  7. Group cursors past a subject's end (possible only under FlushAsync) are
 //     pulled back.
 //
