@@ -174,6 +174,10 @@ func (s *Store) ReturnUnacked(subject, group, consumerID string) (int, error) {
 	return s.returnLocked(g, c)
 }
 
+// returnChunk is the most pull seqs one RETURN action hands back: one
+// action per returnChunk keeps every action small.
+const returnChunk = 4096
+
 func (s *Store) returnLocked(g *group, c *consumer) (int, error) {
 	if c.next-1 <= c.acked {
 		return 0, nil
@@ -182,8 +186,6 @@ func (s *Store) returnLocked(g *group, c *consumer) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	// One action per returnChunk pull seqs keeps every action small.
-	const returnChunk = 4096
 	n := 0
 	first := c.acked + 1
 	for i := 0; i < len(seqs); i += returnChunk {

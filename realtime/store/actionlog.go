@@ -28,6 +28,7 @@ import (
 //	actAck      acked i64                               acked through this pull seq
 //	actVoid     next i64                                pull seqs up to next-1 void
 //	actReturn   acked i64 | run count u32 | runs       un-acked entries handed back
+//	            (at most returnChunk entries)
 //	actReset    cursor i64                              cursor moved, returned cleared
 //	actRemove   (none)                                  consumer forgotten
 const (
@@ -178,6 +179,9 @@ func decodeAction(kind uint8, p []byte) (action, error) {
 	case actReturn:
 		a.seq = int64(d.u64())
 		a.runs = d.runs()
+		if n := runsLen(a.runs); d.err == nil && n > returnChunk {
+			d.err = fmt.Errorf("%w: return of %d entries, at most %d", ErrCorrupt, n, returnChunk)
+		}
 	case actRemove:
 	default:
 		return a, fmt.Errorf("%w: unknown action %d", ErrCorrupt, kind)

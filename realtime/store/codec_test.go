@@ -99,7 +99,10 @@ func FuzzDecodeAction(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if int64(len(expandRuns(a.runs))) != a.runCount && a.kind == actPull {
+		if n := runsLen(a.runs); (a.kind == actPull && n > MaxPull) || (a.kind == actReturn && n > returnChunk) {
+			t.Fatalf("action %d naming %d entries decoded", a.kind, n)
+		}
+		if a.kind == actPull && int64(len(expandRuns(a.runs))) != a.runCount {
 			t.Fatalf("run count %d", a.runCount)
 		}
 	})

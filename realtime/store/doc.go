@@ -193,9 +193,9 @@
 //  6. Replay the action log from the checkpoint's offset the same way (torn
 //     tail cut, version check per group), rewriting pull-log entries. A
 //     record with a valid CRC that no live action writes (one that does not
-//     parse, or a pull naming more than MaxPull entries) is logged and
-//     skipped; void pull sequences are written a chunk at a time, however
-//     many a record names.
+//     parse, a pull naming more than MaxPull entries or a return more than
+//     returnChunk) is logged and skipped; void pull sequences are written a
+//     chunk at a time, however many a record names.
 //  7. Group cursors past a subject's end (possible only under FlushAsync) are
 //     pulled back.
 //

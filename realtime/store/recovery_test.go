@@ -272,7 +272,8 @@ func TestDerivedLogsRebuilt(t *testing.T) {
 // TestReplayBoundsActions writes action records that no live action
 // writes, with valid CRCs, to a real action log and replays them: a pull
 // naming 2^32-1 entries (written to the pull log as named, it took 32 GiB)
-// is skipped as corrupt, and a void of more pull sequences than a live
+// and a return naming as many (more than returnChunk) are skipped as
+// corrupt, and a void of more pull sequences than a live
 // pull or ack may void (a range that SkipCorrupt skipped leaves such a
 // gap) is replayed a chunk at a time.
 func TestReplayBoundsActions(t *testing.T) {
@@ -296,6 +297,11 @@ func TestReplayBoundsActions(t *testing.T) {
 	if err := s.actions.append(actVoid, appendInt64(encodeActionHead(nil, actVoid, false, "a", "g", "c", v+2), next)); err != nil {
 		t.Fatal(err)
 	}
+	p = appendInt64(encodeActionHead(nil, actReturn, false, "a", "g", "c", v+3), 6)
+	p = appendRuns(p, []run{{start: 0, count: math.MaxUint32}})
+	if err := s.actions.append(actReturn, p); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.actions.flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -303,8 +309,9 @@ func TestReplayBoundsActions(t *testing.T) {
 	s2 := openStore(t, crashCopy(t, dir), testOptions())
 	defer s2.Close()
 	g := s2.Stats().Groups[0]
-	if g.Cursor != 7 || g.Consumers[0].PullSeq != next {
-		t.Fatalf("group after replay: cursor %d, pull seq %d; want 7 (the pull skipped) and %d (the void applied)", g.Cursor, g.Consumers[0].PullSeq, next)
+	if g.Cursor != 7 || g.Consumers[0].PullSeq != next || g.Returned != 0 {
+		t.Fatalf("group after replay: cursor %d, pull seq %d, %d returned; want 7 (the pull skipped), %d (the void applied) and 0 (the return skipped)",
+			g.Cursor, g.Consumers[0].PullSeq, g.Returned, next)
 	}
 	// The next pull of a consumer holding every pull sequence before the
 	// void's end gets the entries the skipped pull named, past the void.
