@@ -178,25 +178,24 @@ func (s *Store) ReturnUnacked(subject, group, consumerID string) (int, error) {
 // action per returnChunk keeps every action small.
 const returnChunk = 4096
 
+// returnLocked hands c's un-acked entries back a returnChunk at a time:
+// each RETURN action moves c's acked position to its last pull seq, so
+// the pull log is read a chunk at a time too, however many c holds.
 func (s *Store) returnLocked(g *group, c *consumer) (int, error) {
-	if c.next-1 <= c.acked {
-		return 0, nil
-	}
-	seqs, err := c.readPullLog(c.acked+1, c.next-1-c.acked)
-	if err != nil {
-		return 0, err
-	}
 	n := 0
-	first := c.acked + 1
-	for i := 0; i < len(seqs); i += returnChunk {
-		chunk := seqs[i:min(i+returnChunk, len(seqs))]
+	for c.next-1 > c.acked {
+		first := c.acked + 1
+		seqs, err := c.readPullLog(first, min(returnChunk, c.next-first))
+		if err != nil {
+			return n, err
+		}
 		var kept []int64
-		for _, v := range chunk {
+		for _, v := range seqs {
 			if v != voidEntry {
 				kept = append(kept, v)
 			}
 		}
-		last := first + int64(i+len(chunk)) - 1
+		last := first + int64(len(seqs)) - 1
 		if err := s.record(g, &action{kind: actReturn, consumer: c.id, seq: last, runs: toRuns(kept)}); err != nil {
 			return n, err
 		}
