@@ -169,6 +169,13 @@
 //     itself a non-blocking hand-off (decode, then push into a queue with a
 //     select/default, replying later) may register with HandleInline and
 //     skip both.
+//   - Keep-alive (Options.TCPKeepAlive) is set on each connection in OnOpen,
+//     not with gnet.WithTCPKeepAlive: with that option gnet v2.9.7 sets it on
+//     the listener's descriptor even after a failed bind has closed it, so
+//     an address in use was reported as "setsockopt: bad file descriptor"
+//     (seen as a rare CI failure of a test whose picked port another test
+//     took), and a descriptor number reused meanwhile by another goroutine
+//     would have become gnet's listener, to be closed under its owner.
 //   - gnet v2.9.7's Conn.Context, RemoteAddr and Write are not safe off the
 //     loop: Conn captures the remote address in OnOpen, and off-loop code
 //     uses only AsyncWritev and Close.

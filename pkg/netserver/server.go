@@ -122,9 +122,12 @@ func (s *Server) Start() error {
 		gnet.WithReadBufferCap(s.opts.ReadBufferSize),
 		gnet.WithLogger(s.gnetLog),
 	}
-	if s.opts.TCPKeepAlive > 0 {
-		gopts = append(gopts, gnet.WithTCPKeepAlive(s.opts.TCPKeepAlive))
-	}
+	// No gnet.WithTCPKeepAlive: gnet v2.9.7 then sets keep-alive on the
+	// listener's descriptor even after its bind failed and the descriptor
+	// was closed, which replaces the bind error with EBADF ("setsockopt:
+	// bad file descriptor" for an address in use) and, should another
+	// goroutine have reused the number meanwhile, takes that socket for its
+	// listener and closes it later. OnOpen sets it on each connection.
 	go s.runLoop(gopts)
 
 	// gnet v2.9.7 reports some bind failures only through Run's return
@@ -317,6 +320,13 @@ func (e *events) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	case n > int64(s.opts.MaxConns):
 		c.closeReason("over MaxConns", zap.Int("limit", s.opts.MaxConns))
 		return nil, gnet.Close
+	}
+	if d := s.opts.TCPKeepAlive; d > 0 {
+		// As gnet would: probes every fifth of the period, five of them
+		// (the kernel counts whole seconds).
+		if err := gc.SetKeepAlive(true, max(d, time.Second), max(d/5, time.Second), 5); err != nil {
+			s.lg.Debug("cannot set TCP keep-alive", zap.Uint64("conn", c.id), zap.Error(err))
+		}
 	}
 	return nil, gnet.None
 }
