@@ -22,7 +22,8 @@ import (
 //
 // crc32c is CRC-32C (Castagnoli) over every byte after it. ver is
 // MessageVersion. created and deliver at are Unix milliseconds; deliver at 0
-// means now. attempts counts earlier deliveries that failed (0 on the first).
+// means now. Deliver at is rounded up to a whole millisecond (created is
+// truncated): a message is never due before the DeliverAt it was given. attempts counts earlier deliveries that failed (0 on the first).
 // flags must be 0 in version 1.
 // Properties are written in the order given; keys are unique.
 const (
@@ -96,7 +97,7 @@ func AppendMessage(dst []byte, m *Message, limits Limits) ([]byte, error) {
 	dst = append(dst, 0, 0, 0, 0, MessageVersion, 0)
 	dst = binary.BigEndian.AppendUint16(dst, m.Attempts)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(unixMillis(m.Created)))
-	dst = binary.BigEndian.AppendUint64(dst, uint64(unixMillis(m.DeliverAt)))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(dueMillis(m.DeliverAt)))
 	dst = append(dst, uint8(len(m.Subject)))
 	dst = append(dst, m.Subject...)
 	dst = append(dst, uint8(len(m.ID)))
@@ -124,6 +125,16 @@ func unixMillis(t time.Time) int64 {
 		return 0
 	}
 	return t.UnixMilli()
+}
+
+// dueMillis is t in Unix milliseconds rounded up: a time between two
+// milliseconds is due at the later one, never before t.
+func dueMillis(t time.Time) int64 {
+	ms := unixMillis(t)
+	if ms != 0 && t.After(time.UnixMilli(ms)) {
+		ms++
+	}
+	return ms
 }
 
 func fromMillis(ms int64) time.Time {

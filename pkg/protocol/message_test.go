@@ -77,6 +77,34 @@ func TestMessage_RoundTrip(t *testing.T) {
 	}
 }
 
+// TestMessage_DeliverAtRoundsUp: a DeliverAt between two milliseconds is
+// encoded as the later one (a message is never due early); created and a
+// whole millisecond keep their value.
+func TestMessage_DeliverAtRoundsUp(t *testing.T) {
+	base := time.UnixMilli(1_700_000_000_123)
+	for _, tc := range []struct {
+		at   time.Time
+		want time.Time
+	}{
+		{base, base},
+		{base.Add(time.Nanosecond), base.Add(time.Millisecond)},
+		{base.Add(999 * time.Microsecond), base.Add(time.Millisecond)},
+	} {
+		b, err := AppendMessage(nil, &Message{Subject: "s", ID: "i", Created: tc.at, DeliverAt: tc.at}, DefaultLimits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeMessage(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.DeliverAt.Equal(tc.want) || !got.Created.Equal(base) {
+			t.Fatalf("DeliverAt %v: decoded DeliverAt %v (want %v), Created %v (want %v)",
+				tc.at.Sub(base), got.DeliverAt.Sub(base), tc.want.Sub(base), got.Created.Sub(base), 0)
+		}
+	}
+}
+
 func TestMessage_AppendKeepsPrefix(t *testing.T) {
 	prefix := []byte("prefix")
 	b, err := AppendMessage(append([]byte(nil), prefix...), sampleMessage(), DefaultLimits)
