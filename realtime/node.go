@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/qmq-go/qmq/pkg/metaclient"
@@ -46,6 +47,8 @@ type Node struct {
 	sawMaster bool // a slave registration named a live master once
 	warnedAt  time.Time
 	nextReg   time.Time
+
+	pickPort func(addr string) (string, error) // freePort unless a test sets it
 
 	truncate chan truncation
 	resign   chan resignRequest
@@ -96,17 +99,60 @@ func (n *Node) Start() error {
 		close(n.done)
 		return nil
 	}
-	// Every broker of the node listens on the same port: pick it now.
+	// Every broker of the node listens on the same ports: pick them now. A
+	// port picked free can be taken by another listener before the broker
+	// binds it (freePort only probes), so a start that finds a picked port
+	// in use picks again. A master's failed start has closed its
+	// registration; the epoch it recorded stays in its history, empty, as
+	// when a lapsed lease is won again.
+	addr, httpAddr := n.opts.Addr, n.opts.HTTPAddr
+	for attempt := 1; ; attempt++ {
+		picked, err := n.pickPorts()
+		if err != nil {
+			return fmt.Errorf("realtime: %w", err)
+		}
+		err = n.startFirst()
+		if err == nil {
+			break
+		}
+		if !picked || !errors.Is(err, syscall.EADDRINUSE) || attempt == pickPortAttempts {
+			return err
+		}
+		n.lg.Warn("a port picked for the node was taken before the broker bound it; picking again", zap.Error(err))
+		n.opts.Addr, n.opts.HTTPAddr = addr, httpAddr
+	}
+	go n.memberLoop()
+	return nil
+}
+
+// pickPortAttempts bounds Start's attempts when the ports it picked are
+// taken before the broker binds them.
+const pickPortAttempts = 5
+
+// pickPorts replaces port 0 in the node's addresses with free ports; picked
+// reports whether it did.
+func (n *Node) pickPorts() (picked bool, err error) {
+	pick := n.pickPort
+	if pick == nil {
+		pick = freePort
+	}
 	for _, a := range []*string{&n.opts.Addr, &n.opts.HTTPAddr} {
 		if *a == "" {
 			continue
 		}
-		resolved, err := freePort(*a)
+		resolved, err := pick(*a)
 		if err != nil {
-			return fmt.Errorf("realtime: %w", err)
+			return picked, err
 		}
+		picked = picked || resolved != *a
 		*a = resolved
 	}
+	return picked, nil
+}
+
+// startFirst starts the node's first broker: the group's master when it is
+// configured so and wins the master registration, else its slave.
+func (n *Node) startFirst() error {
 	var err error
 	if n.opts.Role == RoleMaster {
 		var reg *metaclient.Registration
@@ -119,11 +165,8 @@ func (n *Node) Start() error {
 		}
 	}
 	if n.opts.Role != RoleMaster || err != nil {
-		if err := n.startSlave(); err != nil {
-			return err
-		}
+		return n.startSlave()
 	}
-	go n.memberLoop()
 	return nil
 }
 

@@ -179,6 +179,15 @@
 //   - gnet v2.9.7's Conn.Context, RemoteAddr and Write are not safe off the
 //     loop: Conn captures the remote address in OnOpen, and off-loop code
 //     uses only AsyncWritev and Close.
+//   - An off-loop AsyncWritev or Close after the engine stopped (a reply
+//     that passed the closed check just before OnClose, after the drain
+//     timed out) calls gnet's Poller.Trigger on a closed poller. That is
+//     harmless in v2.9.7, read in its source: every loop exits by running
+//     the engine's shutdown task, which returns before the poller clears
+//     its wake-up flag, so a later Trigger only queues a task nobody runs
+//     and never writes to the eventfd's (closed, perhaps reused)
+//     descriptor number. A gnet upgrade must keep that true, or netserver
+//     must stop calling into gnet once Close stops the engine.
 //   - gnet logs through the server's logger until Close, then through a
 //     no-op logger (gnet keeps its logger process-wide).
 //   - Each time a gnet v2.9.7 loop runs out of events it polls once more

@@ -195,7 +195,11 @@ func (s *Server) Close(ctx context.Context) error {
 	s.mu.Unlock()
 	close(s.workersQuit) // gnet has stopped: no batch comes any more
 	s.serving.Wait()
-	s.lg.Info("closed", zap.Stringer("addr", s.Addr()))
+	if addr := s.Addr(); addr != nil {
+		s.lg.Info("closed", zap.Stringer("addr", addr))
+	} else {
+		s.lg.Info("closed; it never listened")
+	}
 	s.gnetLog.detach()
 	return drainErr
 }

@@ -7,11 +7,16 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
@@ -31,7 +36,8 @@ func TestServer_Start_AddressInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	s, err := New(Options{Addr: ln.Addr().String()}, NewMux(), nil)
+	core, logs := observer.New(zapcore.DebugLevel)
+	s, err := New(Options{Addr: ln.Addr().String()}, NewMux(), zap.New(core))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,6 +55,15 @@ func TestServer_Start_AddressInUse(t *testing.T) {
 	}
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	// Its log lines are whole: no address that was never had (zap turns
+	// a nil Stringer's panic into an "addrError" field).
+	for _, e := range logs.All() {
+		for k, v := range e.ContextMap() {
+			if strings.HasSuffix(k, "Error") {
+				t.Errorf("log %q has %s=%v", e.Message, k, v)
+			}
+		}
 	}
 }
 
