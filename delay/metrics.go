@@ -48,6 +48,8 @@ func newMetrics(reg prometheus.Registerer, group string, s *Server) *metrics {
 			func() float64 { return float64(s.Stats().Pending) }),
 		gauge("qmq_delay_messages_in_wheel", "Messages loaded into the time wheel.",
 			func() float64 { return float64(s.Stats().InWheel) }),
+		gauge("qmq_delay_store_refusing", "1 while the store refuses messages (a failed write; schedule files or a new message-log segment that cannot be written, as on a full disk).",
+			func() float64 { return bool01(s.Stats().Refusing != "") }),
 		gauge("qmq_delay_role", "1 master, 2 slave, 0 changing role.", func() float64 {
 			switch s.Role() {
 			case RoleMaster:

@@ -50,12 +50,6 @@ type syncJob struct {
 	waiters    []*appendReq
 }
 
-func (s *Store) failure() error {
-	s.errMu.Lock()
-	defer s.errMu.Unlock()
-	return s.writeErr
-}
-
 func (s *Store) fail(err error) {
 	s.errMu.Lock()
 	defer s.errMu.Unlock()
@@ -63,6 +57,61 @@ func (s *Store) fail(err error) {
 		s.writeErr = err
 		s.lg.Error("message log failed; appends are refused until reopened", zap.Error(err))
 	}
+}
+
+// refusal returns why Append refuses messages now: a failed message-log
+// write or sync (until the store is reopened), or schedule files that
+// cannot be written (until the stalled replay's retry writes them). nil:
+// messages are taken.
+func (s *Store) refusal() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	if s.writeErr != nil {
+		return s.writeErr
+	}
+	if s.indexErr != nil {
+		return fmt.Errorf("schedule files cannot be written: %w", s.indexErr)
+	}
+	return nil
+}
+
+// setRollErr records whether the last group that needed a new segment
+// could make one (err nil).
+func (s *Store) setRollErr(err error) {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	switch {
+	case err != nil && s.rollErr == nil:
+		s.lg.Error("cannot start a new message-log segment; appends that need one fail until one can be made", zap.Error(err))
+	case err == nil && s.rollErr != nil:
+		s.lg.Info("a new message-log segment was made; appends are taken again")
+	}
+	s.rollErr = err
+}
+
+// rollFailure returns why the last group that needed a new segment could
+// not make one (nil: it could, or none needed one since).
+func (s *Store) rollFailure() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.rollErr
+}
+
+// unwrite takes back what a failed group wrote into the active segment
+// before it failed to start the next one: it zeroes the bytes from
+// groupStart (a zero length ends a segment's records, as in the
+// preallocated space past them) and moves the write position back there.
+// It reports false when the bytes could not be zeroed.
+func (s *Store) unwrite(groupStart int64) bool {
+	w := &s.wal
+	if w.pos > groupStart {
+		if _, err := w.f.WriteAt(make([]byte, w.pos-groupStart), groupStart); err != nil {
+			s.lg.Error("cannot take back a failed group's records", zap.Error(err))
+			return false
+		}
+	}
+	w.pos = groupStart
+	return true
 }
 
 func storeError(err error) error {
@@ -100,7 +149,7 @@ func (s *Store) writeLoop() {
 // writeGroup writes the records of group and hands it to syncLoop. It
 // returns buf for reuse.
 func (s *Store) writeGroup(group []*appendReq, buf []byte) []byte {
-	if err := s.failure(); err != nil {
+	if err := s.refusal(); err != nil {
 		for _, r := range group {
 			r.complete(storeError(err))
 		}
@@ -109,6 +158,8 @@ func (s *Store) writeGroup(group []*appendReq, buf []byte) []byte {
 	now := s.clock.Now().UnixMilli()
 	w := &s.wal
 	var retired []*os.File
+	groupStart := w.pos // in the active segment
+	rollFailed := false
 	write := func() error {
 		b := buf[:0]
 		for _, r := range group {
@@ -122,6 +173,7 @@ func (s *Store) writeGroup(group []*appendReq, buf []byte) []byte {
 					b = b[:0]
 					old, err := w.roll(need)
 					if err != nil {
+						rollFailed = true
 						return err
 					}
 					retired = append(retired, old)
@@ -141,7 +193,15 @@ func (s *Store) writeGroup(group []*appendReq, buf []byte) []byte {
 	err := write()
 	if err != nil {
 		err = fmt.Errorf("write message log: %w", err)
-		s.fail(err)
+		if rollFailed && len(retired) == 0 && s.unwrite(groupStart) {
+			// Nothing of the group is left in the log: only this group
+			// fails, and the next tries a new segment again.
+			s.setRollErr(err)
+		} else {
+			s.fail(err)
+		}
+	} else if len(retired) > 0 {
+		s.setRollErr(nil)
 	}
 	s.syncMu.Lock()
 	s.pending.retired = append(s.pending.retired, retired...)

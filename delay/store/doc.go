@@ -53,6 +53,23 @@
 // sticky: every later Append fails with protocol.ErrStoreError until the
 // store is reopened.
 //
+// A full disk is not sticky. Message-log segments are preallocated, so the
+// log meets it only when a group needs a new segment: that group fails
+// alone (ErrStoreError wrapping ENOSPC), the records it had written into
+// the old segment are zeroed and its position taken back (all records of
+// one size would otherwise line up after the next group's and read as
+// valid after a restart), and the next group tries again. Schedule files
+// grow as the replay copies messages into them: a failed schedule write
+// stalls the replay, cuts the files back to their hours' sizes (a partial
+// write holds space), rewinds the reader to the batch's first record and
+// makes Append refuse messages (they could not be scheduled on time) until
+// the replay, retrying every second in 64 KiB batches, catches up; while
+// it is stalled the checkpoint does not move, so the message log is not
+// trimmed and nothing acknowledged is lost. Stats.Refusing (and the delay
+// server's qmq_delay_store_refusing) says why messages are refused.
+// TestStore_FullTmpfs fills a real tmpfs and frees it again;
+// TestStore_FailedRollTakesBackTheGroup restarts after a failed segment.
+//
 // # From the message log to the wheel
 //
 // indexLoop replays the message log, up to what is fdatasynced (under

@@ -51,9 +51,16 @@ func (s *Store) indexOnce(nowTime time.Time, force bool) error {
 	case force || now-s.lastCkpt >= every || now < s.lastCkpt:
 		s.lastCkpt, s.lastDispatchSync = now, now
 		start := time.Now()
-		if err = s.checkpoint(force); err != nil {
-			s.lg.Error("checkpoint failed", zap.Error(err))
+		err = s.checkpoint(force)
+		switch {
+		case err != nil && !s.ckptFailing:
+			s.lg.Error("checkpoint failed; retried every checkpoint interval", zap.Error(err))
+		case err != nil:
+			s.lg.Debug("checkpoint failed again", zap.Error(err))
+		case s.ckptFailing:
+			s.lg.Info("checkpoint written again")
 		}
+		s.ckptFailing = err != nil
 		s.ckptCost = time.Since(start)
 	case now-s.lastDispatchSync >= interval || now < s.lastDispatchSync:
 		s.lastDispatchSync = now
@@ -72,13 +79,17 @@ func (s *Store) indexOnce(nowTime time.Time, force bool) error {
 }
 
 // indexWait returns how long the indexer may sleep: until the next
-// checkpoint or the next hour load, whichever comes first.
+// checkpoint, the next hour load or a stalled replay's retry, whichever
+// comes first.
 func (s *Store) indexWait(now time.Time) time.Duration {
 	wait := s.opts.CheckpointInterval
 	if at, ok := s.nextLoad(); ok {
 		if until := time.Duration(at-now.UnixMilli()) * time.Millisecond; until < wait {
 			wait = until
 		}
+	}
+	if s.indexFailure() != nil {
+		wait = min(wait, s.replayRetryAt.Sub(now))
 	}
 	if wait < time.Millisecond {
 		wait = time.Millisecond

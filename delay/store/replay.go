@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -43,14 +44,22 @@ func (s *Store) replay() {
 	if s.replayErr != nil {
 		return
 	}
+	if s.indexFailure() != nil && s.clock.Now().Before(s.replayRetryAt) {
+		return
+	}
 	limit := s.replayLimit()
 	bufs := make(map[int64]*hourBuf)
 	var adds []wheelAdd
 	for s.reader.pos < limit {
+		start := s.reader.pos
 		clear(bufs)
 		adds = adds[:0]
 		n, size := 0, 0
-		for n < replayBatchRecords && size < replayBatchBytes {
+		maxBytes := replayBatchBytes
+		if s.indexFailure() != nil {
+			maxBytes = stalledBatchBytes
+		}
+		for n < replayBatchRecords && size < maxBytes {
 			rec, ok, err := s.reader.next(limit)
 			if err != nil {
 				s.replayErr = fmt.Errorf("%w: replay message log: %w", ErrCorrupt, err)
@@ -83,10 +92,16 @@ func (s *Store) replay() {
 		}
 		for h, hb := range bufs {
 			if err := s.writeSchedule(h, hb); err != nil {
-				// The file may hold part of the batch; the next start cuts it
-				// back to the checkpoint and replays again.
-				s.replayErr = err
-				s.lg.Error("replay stopped", zap.Error(err))
+				// Nothing of the batch is counted: the files are cut back to
+				// their hours' sizes (a partial write's bytes would hold the
+				// space a full disk lacks; a restart would cut them back to
+				// the checkpoint anyway), and the retry, in small batches,
+				// writes it again from the same record.
+				for h, hb := range bufs {
+					s.cutSchedule(h, hb.base)
+				}
+				s.reader.seek(start)
+				s.stallReplay(err)
 				return
 			}
 		}
@@ -114,9 +129,63 @@ func (s *Store) replay() {
 			break
 		}
 	}
+	if s.replayErr == nil && s.reader.pos >= limit {
+		s.unstallReplay() // caught up: full batches again
+	}
 	if !s.caughtUp && s.replayPos >= s.recoveredEnd {
 		s.caughtUp = true
 	}
+}
+
+// stalledBatchBytes bounds a replay batch after a stall until the replay
+// catches up, so that it can fit in what a full disk gave back.
+const stalledBatchBytes = 64 << 10
+
+// cutSchedule cuts hour h's file back to size after a failed write.
+func (s *Store) cutSchedule(h int64, size int64) {
+	cf, err := s.schedules.acquire(h, false)
+	if err != nil {
+		return // never created
+	}
+	defer s.schedules.release(cf)
+	if err := cf.f.Truncate(size); err != nil {
+		s.lg.Warn("cannot cut a schedule file back after a failed write", zap.String("hour", hourName(h)), zap.Error(err))
+	}
+}
+
+// replayRetry is how long a replay stalled by a failed schedule-file write
+// (a full disk) waits before it tries again.
+const replayRetry = time.Second
+
+// stallReplay records that schedule files cannot be written: Append refuses
+// messages (they could not be scheduled) until the replay, retrying every
+// replayRetry in small batches, catches up.
+func (s *Store) stallReplay(err error) {
+	s.replayRetryAt = s.clock.Now().Add(replayRetry)
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	if s.indexErr == nil {
+		s.lg.Error("replay stalled: schedule files cannot be written; appends are refused until the replay catches up",
+			zap.Error(err), zap.Duration("retry", replayRetry))
+	}
+	s.indexErr = err
+}
+
+// unstallReplay clears a stall once the replay caught up.
+func (s *Store) unstallReplay() {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	if s.indexErr != nil {
+		s.lg.Info("replay caught up after a stall: appends are taken again", zap.NamedError("was", s.indexErr))
+		s.indexErr = nil
+	}
+}
+
+// indexFailure returns why the replay is stalled (nil: it is not).
+func (s *Store) indexFailure() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.indexErr
 }
 
 func (s *Store) writeSchedule(h int64, hb *hourBuf) error {

@@ -20,8 +20,16 @@ type Stats struct {
 	// not loaded yet); zero when none.
 	OldestPending time.Time
 	// WALWritten, WALDurable and Replayed are message-log offsets: written,
-	// fdatasynced, and replayed into schedule files.
-	WALWritten, WALDurable int64
+	// fdatasynced, and replayed into schedule files (messages between
+	// Replayed and WALDurable are stored but not yet in Pending).
+	WALWritten, WALDurable, Replayed int64
+	// Refusing says why Append refuses messages now ("": it takes them): a
+	// failed message-log write or sync (until the store is reopened);
+	// schedule files that cannot be written, such as on a full disk (until
+	// a retry, every second, writes them); or a new message-log segment
+	// that could not be made (until one can: messages that fit in the
+	// current segment are still taken).
+	Refusing string
 	// Appended, Rejected, Fired, Dispatched and Corrupt count messages since
 	// Open: stored, refused by Append, handed out through Due, marked
 	// dispatched, and found corrupt on read-back.
@@ -60,6 +68,11 @@ func (s *Store) Stats() Stats {
 		Dispatched: s.counters.dispatched.Load(),
 		Corrupt:    s.counters.corrupt.Load(),
 	}
+	if err := s.refusal(); err != nil {
+		st.Refusing = err.Error()
+	} else if err := s.rollFailure(); err != nil {
+		st.Refusing = err.Error()
+	}
 	oldest := int64(-1)
 	older := func(ms int64) {
 		if oldest < 0 || ms < oldest {
@@ -67,6 +80,7 @@ func (s *Store) Stats() Stats {
 		}
 	}
 	s.mu.Lock()
+	st.Replayed = s.changes.log.replayed
 	st.Hours = make([]HourStats, 0, len(s.hours))
 	for h, hs := range s.hours {
 		hst := HourStats{Hour: time.UnixMilli(hourStart(h)).UTC(), Records: hs.records, Dispatched: hs.dispatched, Loaded: hs.loaded()}

@@ -41,6 +41,8 @@ type Store struct {
 	writerDone chan struct{}
 	errMu      sync.Mutex
 	writeErr   error        // sticky message-log write or sync failure
+	indexErr   error        // schedule files cannot be written now (replay stalled; cleared by a retry)
+	rollErr    error        // the last group that needed a new segment could not make one
 	written    atomic.Int64 // end of the message log written
 	durable    atomic.Int64 // end of the message log fdatasynced
 	appendWG   sync.WaitGroup
@@ -59,10 +61,12 @@ type Store struct {
 	replayPos        int64
 	recoveredEnd     int64
 	caughtUp         bool
-	replayErr        error
-	unloaded         []int64 // hours not fully loaded into the wheel, ascending
+	replayErr        error     // sticky: the message log is corrupt past here
+	replayRetryAt    time.Time // a stalled replay (indexErr) tries again then
+	unloaded         []int64   // hours not fully loaded into the wheel, ascending
 	dirtyHours       map[int64]struct{}
 	ckptDirty        bool
+	ckptFailing      bool // the last checkpoint failed (logged once)
 	ckptWAL          int64
 	lastCkpt         int64
 	ckptCost         time.Duration // how long the last checkpoint took

@@ -185,6 +185,15 @@ func (r *walReader) peek(n int, limit int64) ([]byte, error) {
 	return r.buf[:n], nil
 }
 
+// seek moves the reader back (or on) to pos, a record's start; the next
+// call to next reads there.
+func (r *walReader) seek(pos int64) {
+	r.pos = pos
+	if r.f != nil && pos < r.base {
+		r.close()
+	}
+}
+
 // next returns the record at pos and advances past it. It returns ok=false
 // with a nil error at the end of the data (or at limit, when limit >= 0),
 // and errTorn when the bytes at pos are not a whole valid record.
@@ -251,6 +260,8 @@ type walWriter struct {
 	base    int64
 	pos     int64 // write position within f
 	alloc   int64 // preallocated size of f
+
+	create func(dir string, base, segSize, need int64) (*os.File, int64, error) // createSegment unless a test sets it
 }
 
 // end returns the global offset after the last written record.
@@ -278,7 +289,11 @@ func createSegment(dir string, base, segSize, need int64) (*os.File, int64, erro
 // roll retires the active segment (returned for the syncer to sync and
 // close) and starts a new one at the current end, sized for need bytes.
 func (w *walWriter) roll(need int64) (*os.File, error) {
-	f, alloc, err := createSegment(w.dir, w.end(), w.segSize, need)
+	create := w.create
+	if create == nil {
+		create = createSegment
+	}
+	f, alloc, err := create(w.dir, w.end(), w.segSize, need)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 // Package testutil holds helpers for the project's tests: polling for a
 // condition instead of sleeping, and finding the test binary's own path for
-// tests that re-execute it as a child process (to SIGKILL it). Only test code
+// tests that re-execute it as a child process (to SIGKILL it), and mounting a
+// small tmpfs to fill up (MountTmpfs). Only test code
 // imports it.
 package testutil
 

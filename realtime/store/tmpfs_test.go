@@ -5,24 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/qmq-go/qmq/pkg/testutil"
 )
 
 // TestFullTmpfs fills a real 16 MiB tmpfs (root only; skipped elsewhere):
 // appends fail with ENOSPC, every acked message survives, and appends work
 // again once space is freed.
 func TestFullTmpfs(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
-	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+	mnt := testutil.MountTmpfs(t, "16m")
 	filler := filepath.Join(mnt, "filler")
 	if err := os.WriteFile(filler, make([]byte, 6<<20), 0o644); err != nil {
 		t.Fatal(err)
