@@ -239,6 +239,22 @@
 // path: ~15% of the pulls beside the flood, each costing the broker about
 // twice an inline one (a timer, a worker's wake-up, the off-loop reply).
 //
+// Measured again on 2026-12-01 (a debug build counting deliveries by path,
+// and perf on the broker beside the flood): pulls answered by a worker
+// (held ones, and the flood's pulls queued behind them) carried 31% of all
+// deliveries, every pull 64 messages; their store work per pull cost the
+// same as an inline pull's (Store.Pull samples per pull within 15%). What
+// the worker path adds is the hand-off: the off-loop reply's flush (5.6% of
+// the broker's samples), the Go scheduler's wake-ups (5.6%), futexes
+// (3.5%) and the recheck timers (~3%), so ~15% of the broker's CPU beside
+// the flood, which by the cost model is worth ~+0.02 of the ratio. The
+// broker's CPU per delivered message was 0.68 µs beside the flood against
+// 0.54 µs with the small group alone. Giving the broker's threads a shorter
+// scheduler slice (EEVDF's sched_runtime, 0.1 ms against the default
+// 1.4 ms; a latency hint that keeps their CPU share) lowered the small
+// group's rate alone by ~8% and left it beside the flood unchanged: not a
+// gain for the group, so not adopted.
+//
 // # Inline pulls
 //
 // A pull goes from the event loop that decoded it to its group's actor, and
