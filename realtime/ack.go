@@ -74,6 +74,11 @@ func (b *Broker) serveAck(r *netserver.Request, a protocol.AckRequest) {
 		if len(res.Gap) > 0 {
 			b.retryLostAcks(a.Subject, a.Group, res.Gap)
 		}
+		if res.Returned > 0 {
+			b.lg.Warn("an ack over a gap wider than any consumer's window: its entries went back to the group",
+				zap.String("subject", a.Subject), zap.String("group", a.Group), zap.String("consumer", a.ConsumerID),
+				zap.Uint64("first", a.First), zap.Int("returned", res.Returned))
+		}
 	}
 	if a.Flags&protocol.AckRelease != 0 && !broadcast {
 		b.release(a.Subject, a.Group, a.ConsumerID, "consumer left")

@@ -310,7 +310,9 @@
 //
 // Acks are inclusive ranges of a consumer's pull sequences; an empty range
 // is a heartbeat. Acks above a gap mean acks were lost: the gap's messages
-// are stored again on the group's retry subject, due after RetryDelay. The
+// are stored again on the group's retry subject, due after RetryDelay (a
+// gap of more than 4,096 entries goes back to the group instead, logged:
+// see realtime/store, "Consumer groups"). The
 // release flag (a consumer closing) hands the consumer's un-acked messages
 // back to the group at once. A consumer that neither pulls nor acks for the
 // consumer timeout (default 30 s) loses them the same way (livenessLoop).

@@ -25,6 +25,10 @@ type AckResult struct {
 	// ack): they are acked too, and the caller should send them to the
 	// group's retry subject. Entries whose messages are gone are left out.
 	Gap []Pulled
+	// Returned counts the entries of a gap over maxGapRetry pull sequences:
+	// they went back to the group, as a dead consumer's do, instead of into
+	// Gap (which would hold that many messages in memory at once).
+	Returned int
 	// Acked is the consumer's acked position after the ack.
 	Acked int64
 }
@@ -65,8 +69,8 @@ func (s *Store) Ack(req AckRequest) (AckResult, error) {
 		return AckResult{}, err
 	}
 	c.seen = s.opts.Clock()
-	ds, err := s.ackLocked(g, c, req)
-	res := AckResult{Acked: c.acked}
+	ds, returned, err := s.ackLocked(g, c, req)
+	res := AckResult{Acked: c.acked, Returned: returned}
 	g.mu.Unlock()
 	if err != nil {
 		return res, err
@@ -112,35 +116,51 @@ func (s *Store) TryAck(req AckRequest) (acked int64, ok bool) {
 	return c.acked, true
 }
 
-func (s *Store) ackLocked(g *group, c *consumer, req AckRequest) ([]delivery, error) {
+// maxGapRetry is the largest ack gap whose messages Ack reads for the
+// retry subject (AckResult.Gap). A larger gap, more than any consumer's
+// window of un-acked messages should hold, goes back to the group instead,
+// a returnChunk at a time.
+const maxGapRetry = returnChunk
+
+// ackLocked applies req; it returns the gap's deliveries for the retry
+// subject, or how many gap entries it returned to the group instead.
+func (s *Store) ackLocked(g *group, c *consumer, req AckRequest) ([]delivery, int, error) {
 	if req.Last <= c.acked {
-		return nil, nil
+		return nil, 0, nil
 	}
 	if g.key.broadcast {
 		last := min(req.Last, g.cursor-1)
 		if last <= c.acked {
-			return nil, nil
+			return nil, 0, nil
 		}
-		return nil, s.record(g, &action{kind: actAck, consumer: c.id, seq: last})
+		return nil, 0, s.record(g, &action{kind: actAck, consumer: c.id, seq: last})
 	}
 	if req.Last >= c.next {
 		// Pull sequences this store does not know (lost in a crash): void.
 		if req.Last-c.next >= maxVoid {
-			return nil, fmt.Errorf("%w: ack of pull seq %d, consumer %s has pulled %d", ErrInvalidRequest, req.Last, c.id, c.next)
+			return nil, 0, fmt.Errorf("%w: ack of pull seq %d, consumer %s has pulled %d", ErrInvalidRequest, req.Last, c.id, c.next)
 		}
 		if err := c.writeVoids(c.next, req.Last+1-c.next); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if err := s.record(g, &action{kind: actVoid, consumer: c.id, seq: req.Last + 1}); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	var ds []delivery
-	if gap := req.First - (c.acked + 1); gap > 0 {
+	returned := 0
+	switch gap := req.First - (c.acked + 1); {
+	case gap > maxGapRetry:
+		n, err := s.returnThrough(g, c, req.First)
+		if err != nil {
+			return nil, n, err
+		}
+		returned = n
+	case gap > 0:
 		from := c.acked + 1
 		seqs, err := c.readPullLog(from, gap)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		for i, seq := range seqs {
 			if seq == voidEntry {
@@ -148,14 +168,14 @@ func (s *Store) ackLocked(g *group, c *consumer, req AckRequest) ([]delivery, er
 			}
 			e, ok, err := s.entryAt(g.subj, seq)
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			if ok {
 				ds = append(ds, delivery{pullSeq: from + int64(i), seq: seq, e: e})
 			}
 		}
 	}
-	return ds, s.record(g, &action{kind: actAck, consumer: c.id, seq: req.Last})
+	return ds, returned, s.record(g, &action{kind: actAck, consumer: c.id, seq: req.Last})
 }
 
 // ReturnUnacked hands a consumer's un-acked entries back to its group (a
@@ -178,14 +198,20 @@ func (s *Store) ReturnUnacked(subject, group, consumerID string) (int, error) {
 // action per returnChunk keeps every action small.
 const returnChunk = 4096
 
-// returnLocked hands c's un-acked entries back a returnChunk at a time:
-// each RETURN action moves c's acked position to its last pull seq, so
-// the pull log is read a chunk at a time too, however many c holds.
+// returnLocked hands all of c's un-acked entries back to the group.
 func (s *Store) returnLocked(g *group, c *consumer) (int, error) {
+	return s.returnThrough(g, c, c.next)
+}
+
+// returnThrough hands c's un-acked entries below pull seq end back a
+// returnChunk at a time: each RETURN action moves c's acked position to
+// its last pull seq, so the pull log is read a chunk at a time too, however
+// many c holds.
+func (s *Store) returnThrough(g *group, c *consumer, end int64) (int, error) {
 	n := 0
-	for c.next-1 > c.acked {
+	for end-1 > c.acked {
 		first := c.acked + 1
-		seqs, err := c.readPullLog(first, min(returnChunk, c.next-first))
+		seqs, err := c.readPullLog(first, min(returnChunk, end-first))
 		if err != nil {
 			return n, err
 		}

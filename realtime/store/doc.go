@@ -121,7 +121,11 @@
 // Acks are inclusive ranges of pull sequences and move the consumer's acked
 // position (acked through Last). An ack whose First is above acked+1 is a lost
 // ack: the entries in between are returned in AckResult.Gap (the broker sends
-// them to the retry subject) and acked too.
+// them to the retry subject) and acked too. A gap of more than 4,096 pull
+// sequences (maxGapRetry: wider than any consumer's window of un-acked
+// messages should be, so a buggy or hostile client) is not read into
+// memory: its entries go back to the group as a dead consumer's do
+// (RETURN actions, a returnChunk at a time; AckResult.Returned).
 //
 // Decisions:
 //   - Dead consumers: ReturnUnacked appends the consumer's un-acked entries

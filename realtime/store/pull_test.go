@@ -399,6 +399,46 @@ func TestReturnManyUnacked(t *testing.T) {
 	}
 }
 
+// An ack above a gap wider than maxGapRetry hands the gap's entries back to
+// the group, a returnChunk at a time, instead of reading their messages
+// for the retry subject; entries above the ack stay the consumer's. A
+// crash copy holds the same.
+func TestAckOverAWideGapReturnsIt(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, testOptions())
+	defer s.Close()
+	pull(t, s, PullRequest{Subject: "big", Group: "g", Consumer: "c1"})
+	appendN(t, s, "big", "m", 9000)
+	if r := pull(t, s, PullRequest{Subject: "big", Group: "g", Consumer: "c1", Max: MaxPull}); len(r.Messages) != 9000 {
+		t.Fatalf("pulled %d", len(r.Messages))
+	}
+	ack(t, s, "big", "g", "c1", 0, 99)
+	// Acks of 100..8899 were lost; 8900..8949 come.
+	ar := ack(t, s, "big", "g", "c1", 8900, 8949)
+	if len(ar.Gap) != 0 || ar.Returned != 8800 || ar.Acked != 8949 {
+		t.Fatalf("ack over an 8800-entry gap: %d in Gap, %d returned, acked %d", len(ar.Gap), ar.Returned, ar.Acked)
+	}
+	// A gap within maxGapRetry still comes back for the retry subject.
+	if ar := ack(t, s, "big", "g", "c1", 8960, 8999); fmt.Sprint(len(ar.Gap), ar.Returned) != "10 0" {
+		t.Fatalf("ack over a 10-entry gap: %d in Gap, %d returned", len(ar.Gap), ar.Returned)
+	}
+	if err := s.actions.flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []*Store{s, openStore(t, crashCopy(t, dir), testOptions())} {
+		if g := st.Stats().Groups[0]; g.Returned != 8800 || g.Consumers[0].AckSeq != 8999 {
+			t.Fatalf("returned %d, acked %d", g.Returned, g.Consumers[0].AckSeq)
+		}
+		r := pull(t, st, PullRequest{Subject: "big", Group: "g", Consumer: "c2", Max: MaxPull})
+		if len(r.Messages) != 8800 || msgID(t, r.Messages[0].Message) != "m-100" || msgID(t, r.Messages[8799].Message) != "m-8899" {
+			t.Fatalf("c2 got %d", len(r.Messages))
+		}
+		if st != s {
+			st.Close()
+		}
+	}
+}
+
 func TestBogusSequencesRejected(t *testing.T) {
 	s := openStore(t, t.TempDir(), testOptions())
 	defer s.Close()
