@@ -61,8 +61,8 @@ func (s *Store) fail(err error) {
 
 // refusal returns why Append refuses messages now: a failed message-log
 // write or sync (until the store is reopened), or schedule files that
-// cannot be written (until the stalled replay's retry writes them). nil:
-// messages are taken.
+// cannot be written (until the stalled replay catches up). nil: messages
+// are taken.
 func (s *Store) refusal() error {
 	s.errMu.Lock()
 	defer s.errMu.Unlock()
