@@ -67,8 +67,11 @@
 // it is stalled the checkpoint does not move, so the message log is not
 // trimmed and nothing acknowledged is lost. Stats.Refusing (and the delay
 // server's qmq_delay_store_refusing) says why messages are refused.
-// TestStore_FullTmpfs fills a real tmpfs and frees it again;
-// TestStore_FailedRollTakesBackTheGroup restarts after a failed segment.
+// A slave's copy (Replica) cuts a file back to its copied size when a
+// write fails, so the retry finds the space it needs. TestStore_FullTmpfs
+// fills a real tmpfs and frees it again; TestStore_FailedRollTakesBackTheGroup
+// restarts after a failed segment; TestReplica_FullTmpfsCutsAFailedWrite
+// fills a copy's disk.
 //
 // # From the message log to the wheel
 //

@@ -446,7 +446,12 @@ func (r *Replica) write(files *fileCache, h, off int64, data []byte, size func(*
 	}
 	defer files.release(cf)
 	if _, err := cf.f.WriteAt(data, off); err != nil {
-		// The bytes after the size are cut on the next open.
+		// Cut what was written back to the size (the next open would cut
+		// it too): on a full disk a partial write's bytes hold the space
+		// the next copy needs.
+		if terr := cf.f.Truncate(off); terr != nil {
+			r.lg.Warn("cannot cut a copy back after a failed write", zap.String("hour", hourName(h)), zap.Error(terr))
+		}
 		return fmt.Errorf("write %s copy: %w", hourName(h), err)
 	}
 	*size(st) += int64(len(data))

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zaptest"
+
 	"github.com/qmq-go/qmq/pkg/clock"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/testutil"
@@ -111,5 +113,53 @@ func TestStore_FullTmpfs(t *testing.T) {
 		if n := h.times(id); n != 0 {
 			t.Fatalf("refused message %s delivered %d times", id, n)
 		}
+	}
+}
+
+// A copy's write that meets a full disk (a real 2 MiB tmpfs) fails, leaves
+// nothing past the copy's size (a partial write's bytes would hold the
+// space the retry needs) and succeeds at the same offset once space is
+// freed.
+func TestReplica_FullTmpfsCutsAFailedWrite(t *testing.T) {
+	mnt := testutil.MountTmpfs(t, "2m")
+	filler := filepath.Join(mnt, "filler")
+	if err := os.WriteFile(filler, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(mnt, "copy")
+	r, err := OpenReplica(dir, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	r.Follow(1)
+	h := hourOf(epoch.UnixMilli())
+	var chunk []byte
+	for i := range 12 {
+		m, err := encodeBody(fmt.Sprintf("m%d", i), epoch, make([]byte, 20<<10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunk = appendScheduleRecord(chunk, int64(i), m)
+	}
+	var failed error
+	for i := 0; i < 20 && failed == nil; i++ {
+		failed = r.WriteSchedule(h, r.Hour(h).ScheduleSize, chunk)
+	}
+	if !errors.Is(failed, syscall.ENOSPC) {
+		t.Fatalf("filling the disk gave %v", failed)
+	}
+	size := r.Hour(h).ScheduleSize
+	if info, err := os.Stat(filepath.Join(dir, scheduleDir, hourName(h))); err != nil || info.Size() != size {
+		t.Fatalf("after the failed write the file has %v bytes (%v), the copy %d", info.Size(), err, size)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WriteSchedule(h, size, chunk); err != nil {
+		t.Fatalf("the same write once space is back: %v", err)
+	}
+	if got := r.Hour(h).ScheduleSize; got != size+int64(len(chunk)) {
+		t.Fatalf("copy size %d, want %d", got, size+int64(len(chunk)))
 	}
 }
