@@ -63,9 +63,11 @@
 // stalls the replay, cuts the files back to their hours' sizes (a partial
 // write holds space), rewinds the reader to the batch's first record and
 // makes Append refuse messages (they could not be scheduled on time) until
-// the replay, retrying every second in 64 KiB batches, catches up; while
-// it is stalled the checkpoint does not move, so the message log is not
-// trimmed and nothing acknowledged is lost. Stats.Refusing (and the delay
+// the replay, retrying every second in 64 KiB batches, catches up. The
+// checkpoint never passes a batch the replay has not written, so the
+// message log is trimmed only behind what the hour files hold and nothing
+// acknowledged is lost (each small batch that fits lets a checkpoint trim
+// whole segments, which frees space for the next). Stats.Refusing (and the delay
 // server's qmq_delay_store_refusing) says why messages are refused.
 // A slave's copy (Replica) cuts a file back to its copied size when a
 // write fails, so the retry finds the space it needs. TestStore_FullTmpfs
