@@ -26,7 +26,7 @@ type Stats struct {
 	// Refusing says why Append refuses messages now ("": it takes them): a
 	// failed message-log write or sync (until the store is reopened);
 	// schedule files that cannot be written, such as on a full disk (until
-	// a retry, every second, writes them); or a new message-log segment
+	// the replay, retrying every second, catches up); or a new message-log segment
 	// that could not be made (until one can: messages that fit in the
 	// current segment are still taken).
 	Refusing string
