@@ -6,6 +6,10 @@
 //	metric <name> <value> <unit>
 //
 // Usage: qmqbench [-dir DIR] [-peers DIR] SUITE...
+//
+// A worker process (qmqbench worker NAME ARGS...) writes a CPU profile to
+// $QMQ_BENCH_CPUPROFILE and an allocation profile (every 4 KiB sampled) to
+// $QMQ_BENCH_MEMPROFILE when they are set, for go tool pprof.
 package main
 
 import (

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"time"
@@ -34,6 +35,15 @@ func runWorkerMode() bool {
 			pprof.StartCPUProfile(f)
 			defer pprof.StopCPUProfile()
 		}
+	}
+	if path := os.Getenv("QMQ_BENCH_MEMPROFILE"); path != "" {
+		runtime.MemProfileRate = 4096
+		defer func() {
+			if f, err := os.Create(path); err == nil {
+				pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
 	}
 	res, err := fn(os.Args[3:])
 	if err != nil {
