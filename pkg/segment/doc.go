@@ -46,7 +46,11 @@
 // which measured as a fifth of the broker's round trip. Durability does not
 // change: the bytes survive the process's crash at once (they are in the
 // kernel's page cache), and Sync's fdatasync writes back the pages dirtied
-// through the mapping as it does those written by pwrite. A full disk cannot
+// through the mapping as it does those written by pwrite. A run of records is
+// copied one record at a time, in order (copyRecords): a process killed
+// mid-copy leaves whole records and then one torn record, as a killed pwrite
+// does, where one memmove of the run could leave a zero header before whole
+// records (TestLogMappedWriteSurvivesKill). A full disk cannot
 // fault a copy, because the segment is fallocated before it is mapped; where
 // fallocate is unsupported, with NoPreallocate or NoMmap, or for files that
 // are not Mappable (FaultFS), Write uses pwrite. Readers always use pread,
