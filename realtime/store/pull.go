@@ -240,6 +240,7 @@ func (s *Store) Pull(req PullRequest) (PullResult, error) {
 	var ds []delivery
 	sc := pullScratches.Get().(*pullScratch)
 	defer sc.put()
+	behind := false
 	g.mu.Lock()
 	c, err := s.consumerFor(g, req.Consumer)
 	if err == nil {
@@ -249,12 +250,23 @@ func (s *Store) Pull(req PullRequest) (PullResult, error) {
 		} else {
 			ds, err = s.pullLocked(g, c, &req, &f, &res, sc)
 		}
+		_, visible := g.subj.bounds()
+		behind = g.cursor < visible
 	}
 	g.mu.Unlock()
 	if err != nil {
 		return PullResult{}, err
 	}
-	res.Messages, res.buf = s.readDeliveries(g.subj, ds, &g.msgAhead)
+	// Messages are read ahead only for a group with a backlog left after
+	// this pull: a group that has caught up reads its few messages
+	// directly and holds no read-ahead buffer (256 KiB each, for every
+	// group of a quiet subject otherwise).
+	ra := &g.msgAhead
+	if !behind {
+		ra.release()
+		ra = nil
+	}
+	res.Messages, res.buf = s.readDeliveries(g.subj, ds, ra)
 	s.stats.pulled.Add(int64(len(res.Messages)))
 	return res, nil
 }

@@ -43,6 +43,12 @@ func TestScale(t *testing.T) {
 	var after2 runtime.MemStats
 	runtime.ReadMemStats(&after2)
 	perConsumer := float64(int64(after2.HeapAlloc)-int64(after.HeapAlloc)) / float64(consumers)
+	// About 900 B each (doc.go, "Scale and memory"); a group of a quiet
+	// subject that kept a message read-ahead buffer after catching up cost
+	// 256 KiB per group (~180 KiB per consumer here).
+	if perConsumer > 8<<10 {
+		t.Fatalf("heap per consumer %.0f B, want under 8 KiB", perConsumer)
+	}
 	// Two checkpoints: the second releases the buffers of idle subjects.
 	if err := s.Checkpoint(); err != nil {
 		t.Fatal(err)
