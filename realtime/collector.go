@@ -22,6 +22,7 @@ type brokerCollector struct {
 	broadcastBacklog                         *prometheus.Desc
 	logBytes, logSegments, actionLogBytes    *prometheus.Desc
 	openFiles                                *prometheus.Desc
+	bufferBytes, bufferBytesInUse            *prometheus.Desc
 	syncs, failedAppends                     *prometheus.Desc
 	corruptReads, corruptRanges, checkpoints *prometheus.Desc
 }
@@ -49,6 +50,8 @@ func newBrokerCollector(b *Broker) *brokerCollector {
 		logSegments:      d("message_log_segments", "Segments of the kept message log."),
 		actionLogBytes:   d("action_log_bytes", "Disk taken by the action log."),
 		openFiles:        d("open_log_files", "Consume-log and pull-log files open."),
+		bufferBytes:      d("consume_log_buffer_bytes", "Memory of the subjects' consume-log buffers (outside the Go heap)."),
+		bufferBytesInUse: d("consume_log_buffer_bytes_in_use", "Part of the consume-log buffer memory held by subjects."),
 		syncs:            d("log_syncs_total", "Syncs (fdatasync) of the message log since the store opened."),
 		failedAppends:    d("failed_appends_total", "Appends that failed in the store (a full disk, an I/O error) since it opened."),
 		corruptReads:     d("corrupt_reads_total", "Entries or messages that failed their check when read and were not served, since the store opened."),
@@ -61,7 +64,7 @@ func newBrokerCollector(b *Broker) *brokerCollector {
 func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.connections, c.inFlight, c.subjects, c.groups, c.consumers,
 		c.backlog, c.unacked, c.atRisk, c.broadcastBacklog, c.logBytes, c.logSegments, c.actionLogBytes,
-		c.openFiles, c.syncs, c.failedAppends, c.corruptReads, c.corruptRanges, c.checkpoints} {
+		c.openFiles, c.bufferBytes, c.bufferBytesInUse, c.syncs, c.failedAppends, c.corruptReads, c.corruptRanges, c.checkpoints} {
 		ch <- d
 	}
 }
@@ -99,6 +102,8 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.logSegments, float64(st.MessageLogSegments))
 	gauge(c.actionLogBytes, float64(st.ActionLogBytes))
 	gauge(c.openFiles, float64(st.OpenFiles))
+	gauge(c.bufferBytes, float64(st.BufferBytes))
+	gauge(c.bufferBytesInUse, float64(st.BufferBytesInUse))
 	counter(c.syncs, st.Syncs)
 	counter(c.failedAppends, st.FailedAppends)
 	counter(c.corruptReads, st.CorruptReads)

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/qmq-go/qmq/pkg/hugemem"
 )
 
 // dedupe remembers the (subject, id, attempts) of stored messages for a
@@ -53,7 +55,7 @@ func newDedupe(window time.Duration, capacity int, now func() time.Time) *dedupe
 	}
 	limit := max(capacity/2/dedupeShards, 16)
 	per := generationSlots(limit)
-	slots := makeHugeSlots(dedupeShards * per) // one allocation: huge pages
+	slots := hugemem.Uint64s(dedupeShards * per) // one allocation: huge pages
 	for i := range d.shards {
 		s := &d.shards[i]
 		s.limit = limit

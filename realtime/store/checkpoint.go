@@ -181,7 +181,7 @@ func (s *Store) checkpointLocked() error {
 		sj.mu.Lock()
 		err := sj.flushLocked()
 		if err == nil && sj.appended == sj.appendedAtCheckpoint {
-			sj.pending = nil // idle since the last checkpoint: release the buffer
+			sj.release() // idle since the last checkpoint
 		}
 		sj.appendedAtCheckpoint = sj.appended
 		c.subjects = append(c.subjects, ckSubject{name: sj.name, next: sj.visible, min: sj.min, bytes: sj.bytes})

@@ -358,10 +358,10 @@
 // Consume-log and pull-log files are opened through one segment.FilePool
 // (an LRU, MaxOpenFiles, default 1024); message-log and action-log segments
 // stay open (one descriptor per GiB of message log). Measured in TestScale
-// (10,000 subjects, 2,000 consumers): about 480 bytes of heap per subject
-// (plus up to 16 KiB of buffered consume-log entries, and one group
-// commit's worth, while it is being appended to; released when it stays
-// idle between two checkpoints) and about 900 bytes per consumer (state,
+// (10,000 subjects, 2,000 consumers): about 570 bytes of heap per subject
+// (plus up to 16 KiB of buffered consume-log entries, outside the heap on
+// huge pages: see subject.go, pendingBuffers; released when it stays idle
+// between two checkpoints) and about 900 bytes per consumer (state,
 // pull-log metadata, map entries; plus up to 32 KiB of buffered pull-log
 // entries while it pulls). Un-acked entries live in pull-log files, not in
 // memory; returned queues are runs of sequences.

@@ -35,6 +35,9 @@ func TestScale(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	perSubject := float64(after.HeapAlloc-before.HeapAlloc) / float64(subjects)
+	if st := s.Stats(); st.BufferBytesInUse != int64(subjects*pendingFirstCap) {
+		t.Fatalf("consume-log buffers in use: %d bytes, want %d subjects' first buffers", st.BufferBytesInUse, subjects)
+	}
 	for i := 0; i < consumers; i++ {
 		r := pull(t, s, PullRequest{Subject: fmt.Sprint("s", i%200), Group: fmt.Sprint("g", i%7), Consumer: fmt.Sprint("c", i), Earliest: true})
 		_ = r
@@ -55,6 +58,15 @@ func TestScale(t *testing.T) {
 	}
 	if err := s.Checkpoint(); err != nil {
 		t.Fatal(err)
+	}
+	if st := s.Stats(); st.BufferBytesInUse != 0 {
+		t.Fatalf("%d bytes of consume-log buffers still held after the idle subjects' checkpoint", st.BufferBytesInUse)
+	}
+	// A subject taken back into use gets a buffer again, and its entries
+	// read back whole.
+	appendAll(t, s, encode(t, "s7", "m2", []byte("y")))
+	if got, err := s.Read("s7", 0, 10); err != nil || len(got) != 2 || string(got[1].Message[len(got[1].Message)-1:]) != "y" {
+		t.Fatalf("read s7 after its buffer came back: %d entries, %v", len(got), err)
 	}
 	runtime.GC()
 	var idle runtime.MemStats

@@ -31,8 +31,12 @@ type Stats struct {
 	RetentionBoundary int64
 	// OpenFiles is the number of consume-log and pull-log files open.
 	OpenFiles int
-	Subjects  []SubjectStats
-	Groups    []GroupStats
+	// BufferBytes is the memory of the subjects' consume-log buffers
+	// (outside the Go heap: see subject.go, pendingBuffers), and
+	// BufferBytesInUse the part of it held by subjects.
+	BufferBytes, BufferBytesInUse int64
+	Subjects                      []SubjectStats
+	Groups                        []GroupStats
 	// Counters since Open.
 	Appended, Rejected, FailedAppends, Syncs, Pulled, Acks int64
 	// CorruptReads counts entries or messages that failed validation when
@@ -105,6 +109,7 @@ func (s *Store) Stats() Stats {
 		st.ActionLogBytes += sg.Size
 	}
 	st.OpenFiles, _ = s.pool.Stats()
+	st.BufferBytes, st.BufferBytesInUse = s.pendingBuffers.stats()
 	drop := map[*subject]int64{}
 	for _, sj := range s.subjectList() {
 		sj.mu.RLock()

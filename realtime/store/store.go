@@ -31,6 +31,8 @@ type Store struct {
 	subjectsMu sync.RWMutex
 	subjects   map[string]*subject
 	subjectTab subjectTable // the subjects by name, read without a lock
+	// pendingBuffers are the subjects' consume-log buffers.
+	pendingBuffers *pendingBuffers
 	// watchedNames are the subjects Watch was called for (subjectsMu).
 	watchedNames map[string]bool
 
@@ -109,17 +111,18 @@ func Open(dir string, opts Options, lg *zap.Logger) (*Store, error) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	s := &Store{
-		dir:      dir,
-		opts:     opts,
-		lg:       lg.Named("store"),
-		lock:     lock,
-		pool:     segment.NewFilePool(opts.FS, opts.MaxOpenFiles),
-		subjects: map[string]*subject{},
-		groups:   map[groupKey]*group{},
-		appendCh: make(chan *appendReq, 1024),
-		syncCh:   make(chan *commitGroup, 64),
-		stop:     make(chan struct{}),
-		open:     OpenReport{TornMessageTail: -1, TornActionTail: -1},
+		dir:            dir,
+		opts:           opts,
+		lg:             lg.Named("store"),
+		lock:           lock,
+		pool:           segment.NewFilePool(opts.FS, opts.MaxOpenFiles),
+		subjects:       map[string]*subject{},
+		groups:         map[groupKey]*group{},
+		pendingBuffers: newPendingBuffers(),
+		appendCh:       make(chan *appendReq, 1024),
+		syncCh:         make(chan *commitGroup, 64),
+		stop:           make(chan struct{}),
+		open:           OpenReport{TornMessageTail: -1, TornActionTail: -1},
 	}
 	if err := s.recover(); err != nil {
 		s.closeFiles()

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/qmq-go/qmq/pkg/hugemem"
 	"github.com/qmq-go/qmq/pkg/segment"
 )
 
@@ -24,6 +25,59 @@ const (
 	pendingFirstCap = 32 * entryWidth
 	pendingFullCap  = (pendingFlushBytes/entryWidth + 1) * entryWidth
 )
+
+// pendingBuffers hands out the subjects' buffers of the two usual sizes from
+// slabs on huge pages (pkg/hugemem). With messages spread over thousands of
+// subjects every entry lands in another subject's buffer, and with buffers
+// of the Go heap's 4 KiB pages each was a TLB miss as well as a cache miss:
+// 10,000 full buffers are 160 MiB, 40,000 pages. Measured on the subjects
+// suite's workload (one producer, 10,000 subjects, durable flush): the
+// broker spent ~3.7 µs of CPU a message against ~1.8 with one subject, and
+// ~2.2–2.6 with the kernel backing all memory with huge pages (THP
+// "always", an experiment); the slabs get that where THP is "madvise", the
+// default of most distributions. Other sizes (a run that overflows a full
+// buffer) come from the heap.
+type pendingBuffers struct {
+	first, full *hugemem.Slab
+}
+
+func newPendingBuffers() *pendingBuffers {
+	return &pendingBuffers{first: hugemem.NewSlab(pendingFirstCap, 0), full: hugemem.NewSlab(pendingFullCap, 0)}
+}
+
+// get returns an empty buffer with room for size bytes. A nil
+// pendingBuffers allocates from the heap.
+func (p *pendingBuffers) get(size int) []byte {
+	switch {
+	case p == nil:
+	case size == pendingFirstCap:
+		return p.first.Get()
+	case size == pendingFullCap:
+		return p.full.Get()
+	}
+	return make([]byte, 0, size)
+}
+
+// stats returns the slabs' size and the part of it handed out.
+func (p *pendingBuffers) stats() (bytes, inUse int64) {
+	for _, s := range []*hugemem.Slab{p.first, p.full} {
+		st := s.Stats()
+		bytes += st.Bytes
+		inUse += st.BytesInUse
+	}
+	return bytes, inUse
+}
+
+// put gives back a buffer that is no longer used (any buffer: those from
+// the heap are left to the collector).
+func (p *pendingBuffers) put(b []byte) {
+	if p == nil || b == nil {
+		return
+	}
+	if !p.full.Put(b) {
+		p.first.Put(b)
+	}
+}
 
 // subject is one subject's consume log and counters.
 //
@@ -64,7 +118,8 @@ type subject struct {
 	// appendedAtCheckpoint is appended at the last checkpoint: a subject
 	// with no appends between two checkpoints releases its buffer.
 	appendedAtCheckpoint int64
-	_                    [48]byte
+	buffers              *pendingBuffers // the store's; nil: the heap's
+	_                    [40]byte
 }
 
 func (s *Store) newSubject(name string) (*subject, error) {
@@ -74,7 +129,7 @@ func (s *Store) newSubject(name string) (*subject, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &subject{name: name, log: l}, nil
+	return &subject{name: name, log: l, buffers: s.pendingBuffers}, nil
 }
 
 // subjectFor returns the subject, creating it when create is set.
@@ -158,12 +213,19 @@ func (sj *subject) nextPending() []byte {
 		case cap(sj.pending) > 0:
 			size = pendingFullCap
 		}
-		grown := make([]byte, n, max(size, n+entryWidth))
-		copy(grown, sj.pending)
+		grown := append(sj.buffers.get(max(size, n+entryWidth)), sj.pending...)
+		sj.buffers.put(sj.pending)
 		sj.pending = grown
 	}
 	sj.pending = sj.pending[:n+entryWidth]
 	return sj.pending[n:]
+}
+
+// release gives the buffer back (the subject is idle); sj.mu is held and
+// nothing is buffered.
+func (sj *subject) release() {
+	sj.buffers.put(sj.pending)
+	sj.pending = nil
 }
 
 func (sj *subject) flushLocked() error {

@@ -65,6 +65,9 @@ func TestSubjectPendingGrowth(t *testing.T) {
 	if maxCap < pendingFullCap || maxCap >= 2*pendingFlushBytes {
 		t.Fatalf("buffer grew to %d bytes, want room for %d (less than 32 KiB)", maxCap, pendingFullCap)
 	}
+	if st := s.Stats(); st.BufferBytesInUse != pendingFullCap {
+		t.Fatalf("%d bytes of buffers in use, want one full buffer (the first given back)", st.BufferBytesInUse)
+	}
 	got, err := s.Read("grow", 0, n+1)
 	if err != nil || len(got) != n {
 		t.Fatalf("read %d of %d: %v", len(got), n, err)

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// The dedupe table asks for transparent huge pages (makeHugeSlots): where
+// The dedupe table asks for transparent huge pages (hugemem.Uint64s): where
 // the kernel offers them, the process's huge-page memory grows by it.
 func TestDedupe_TableOnHugePages(t *testing.T) {
 	if mode, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err != nil || strings.Contains(string(mode), "[never]") {
