@@ -83,10 +83,15 @@ func syncWorker(args []string) (any, error) {
 	fs := flag.NewFlagSet("sync", flag.ContinueOnError)
 	addr := fs.String("addr", "", "broker address")
 	d := fs.Duration("duration", syncDuration, "how long to send")
+	spin := fs.Duration("spin", 0, "the producer's WithSendSpin (0: its default; experiments)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	p, err := producer.New(producer.WithBrokers(*addr))
+	opts := []producer.Option{producer.WithBrokers(*addr)}
+	if *spin != 0 {
+		opts = append(opts, producer.WithSendSpin(*spin))
+	}
+	p, err := producer.New(opts...)
 	if err != nil {
 		return nil, err
 	}
