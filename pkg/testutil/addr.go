@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"sync"
 	"testing"
 )
 
@@ -19,7 +20,10 @@ const lowestReusablePort = 10000
 // and every outgoing connection get theirs: between the probe and the
 // test's own listen, and across a restart, nothing else on the machine is
 // handed the port by the kernel (only a process choosing it by number could
-// take it). Ports are drawn at random and probed with a listen.
+// take it). Ports are drawn at random and probed with a listen, and a port
+// is handed out once per process: two calls in a row could draw the same
+// free port (a test gave a child's server and its HTTP server both one
+// port, and the second listen failed).
 func ReusableAddr(t testing.TB) string {
 	t.Helper()
 	low := ephemeralLow()
@@ -28,6 +32,9 @@ func ReusableAddr(t testing.TB) string {
 	}
 	for range 200 {
 		port := lowestReusablePort + rand.IntN(low-lowestReusablePort)
+		if !claimPort(port) {
+			continue // handed out before
+		}
 		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
 			continue // taken
@@ -38,6 +45,26 @@ func ReusableAddr(t testing.TB) string {
 	}
 	t.Fatalf("no free port between %d and %d after 200 tries", lowestReusablePort, low)
 	return ""
+}
+
+// handedOut are the ports ReusableAddr has returned in this process.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// claimPort reports whether port was not handed out before, and marks it.
+func claimPort(port int) bool {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports[port] {
+		return false
+	}
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
+	}
+	handedOut.ports[port] = true
+	return true
 }
 
 // probe returns the address of a listen on port (0: the kernel's choice),
