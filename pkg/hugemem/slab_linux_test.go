@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/qmq-go/qmq/pkg/testutil"
 )
 
 // A chunk whose slots all came back gives its pages to the kernel: its
@@ -44,10 +46,10 @@ func TestSlab_FreeChunkGivesItsPagesBack(t *testing.T) {
 // Where the kernel offers transparent huge pages, a slab's memory is on
 // them.
 func TestSlab_OnHugePages(t *testing.T) {
-	if mode, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err != nil || strings.Contains(string(mode), "[never]") {
+	if !testutil.HugePagesOffered() {
 		t.Skip("no transparent huge pages here")
 	}
-	before := anonHugeKiB(t)
+	before := testutil.AnonHugeKiB(t)
 	s := NewSlab(16<<10, 0)
 	for range DefaultChunkBytes / (16 << 10) {
 		b := s.Get()[:16<<10]
@@ -55,7 +57,7 @@ func TestSlab_OnHugePages(t *testing.T) {
 			b[i] = 1
 		}
 	}
-	if grown := anonHugeKiB(t) - before; grown < 2048 {
+	if grown := testutil.AnonHugeKiB(t) - before; grown < 2048 {
 		t.Fatalf("huge-page memory grew by %d KiB for a full %d MiB chunk", grown, DefaultChunkBytes>>20)
 	}
 	runtime.KeepAlive(s)
@@ -102,24 +104,4 @@ func mapped(t *testing.T, a uintptr) bool {
 		}
 	}
 	return false
-}
-
-// anonHugeKiB returns the process's AnonHugePages.
-func anonHugeKiB(t *testing.T) int {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/smaps_rollup")
-	if err != nil {
-		t.Skipf("no smaps_rollup: %v", err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "AnonHugePages:" {
-			n, err := strconv.Atoi(f[1])
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Skip("no AnonHugePages in smaps_rollup")
-	return 0
 }

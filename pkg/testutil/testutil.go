@@ -1,7 +1,8 @@
 // Package testutil holds helpers for the project's tests: polling for a
 // condition instead of sleeping, and finding the test binary's own path for
-// tests that re-execute it as a child process (to SIGKILL it), and mounting a
-// small tmpfs to fill up (MountTmpfs). Only test code
+// tests that re-execute it as a child process (to SIGKILL it), mounting a
+// small tmpfs to fill up (MountTmpfs), and reading the process's memory on
+// transparent huge pages (AnonHugeKiB). Only test code
 // imports it.
 package testutil
 
