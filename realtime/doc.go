@@ -625,8 +625,11 @@
 // command, qmq_realtime_requests_total) and series read at each scrape
 // (collector.go: netserver.Stats and store.Stats): connections, requests
 // in flight, subjects, consumer groups, consumers, the message and action
-// logs' disk, the store's syncs, failed appends, corrupt reads, skipped
-// corrupt ranges and checkpoints, and per consumer group (labels subject
+// logs' disk, the memory of the subjects' consume-log buffers (outside the
+// Go heap, so not in the runtime's series:
+// qmq_realtime_consume_log_buffer_bytes and _in_use), the store's syncs,
+// failed appends, corrupt reads, skipped corrupt ranges and checkpoints,
+// and per consumer group (labels subject
 // and consumer_group) its backlog, its un-acked messages and the part of
 // its backlog the next retention pass would delete
 // (qmq_realtime_backlog_at_risk_messages: alert on it). Broadcast
