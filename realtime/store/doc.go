@@ -129,6 +129,13 @@
 //     worse, 74–85 ms: the zeros' writeback and discards were still going.)
 //   - Syncing the action log every second instead of every 50 ms: no
 //     change (p99 8.2–9.6 ms against 7.8–12.3).
+//   - The broker on one Go processor (GOMAXPROCS=1: no idle processor for
+//     the runtime to wake a thread for whenever a goroutine becomes
+//     ready): p99 4.9–5.2 ms against 8.3 in two alternating pairs of 5 s
+//     runs, but 10.7 against 11.9 in the suite itself half an hour later,
+//     and the produce suite lost a third of its rate (311k against 466k
+//     msg/s). Not kept; a broker that sized its processors to its load
+//     might get the first without the second (not tried).
 //
 // What the broker can do about that tail is spend fewer wake-ups and less
 // CPU per message while the machine's other work competes for it.
