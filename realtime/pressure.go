@@ -1,11 +1,15 @@
 package realtime
 
-import "time"
+import (
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/procs"
+)
 
 // pressureLoop tells the fair share, every Window, whether the broker was
 // short of CPU over the last one: its goroutines waited for a processor
 // longer than FairShareOptions.Busy on average (the Go scheduler's
-// /sched/latencies, schedLatency), or its threads waited for a CPU in the
+// /sched/latencies, procs.SchedLatency), or its threads waited for a CPU in the
 // kernel's run queue longer than RunQueue seconds a second (runQueueWait,
 // Linux). It is the busy signal of pulls served inline on the event loop,
 // which wait in no queue of the broker's (see "Inline pulls" in doc.go).
@@ -15,8 +19,8 @@ func (b *Broker) pressureLoop() {
 	opts := b.opts.FairShare
 	tick := time.NewTicker(opts.Window)
 	defer tick.Stop()
-	lat := newSchedLatency()
-	lat.read()
+	lat := procs.NewSchedLatency()
+	lat.Read()
 	lastWait, runQueue := runQueueWait()
 	runQueue = runQueue && opts.RunQueue > 0
 	lastAt := time.Now()
@@ -26,7 +30,7 @@ func (b *Broker) pressureLoop() {
 			return
 		case now := <-tick.C:
 			pressed := false
-			if mean, n := lat.read(); n > 0 && mean > opts.Busy.Seconds() {
+			if mean, n := lat.Read(); n > 0 && mean > opts.Busy.Seconds() {
 				pressed = true
 			}
 			if runQueue {

@@ -134,17 +134,9 @@
 //     ready): p99 4.9–5.2 ms against 8.3 in two alternating pairs of 5 s
 //     runs, but 10.7 against 11.9 in the suite itself half an hour later,
 //     and the produce suite lost a third of its rate (311k against 466k
-//     msg/s). Not kept. A broker that sized its processors to its load
-//     (an experiment: start on one, go to all after a 100 ms window with
-//     0.9 cores used, back to one after 2 s under 1.2 cores, the wait
-//     doubling when it came straight back up) gave the suite's p99 3.6–9.4
-//     ms in two pairs against 6.1 and 5.0 on one processor, and in one full
-//     run e2e p99 5.36 ms, sync 1.13, subjects 0.90 and fairness 0.535, but
-//     produce 361k msg/s against 480–525k: on one processor the producing
-//     broker used ~0.85–0.9 cores without reaching the switch, so CPU time
-//     alone does not tell a saturated processor. Not kept; the next try
-//     would switch up on the Go scheduler's run-queue latency
-//     (/sched/latencies), which a saturated processor drives up.
+//     msg/s). Not kept as it is: pkg/procs sizes the processors to the
+//     load instead (qmq-realtime --adaptive-procs, off by default until it
+//     is measured on every suite; its doc.go has the figures).
 //
 // What the broker can do about that tail is spend fewer wake-ups and less
 // CPU per message while the machine's other work competes for it.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/qmq-go/qmq/pkg/config"
 	"github.com/qmq-go/qmq/pkg/logging"
+	"github.com/qmq-go/qmq/pkg/procs"
 	"github.com/qmq-go/qmq/realtime"
 	"go.uber.org/zap"
 )
@@ -22,6 +23,7 @@ func main() {
 	opts := realtime.NewOptions()
 	fs := flag.NewFlagSet("qmq-realtime", flag.ExitOnError)
 	opts.AddFlags(fs)
+	adaptive := fs.Bool("adaptive-procs", false, "size GOMAXPROCS to the load: one processor while one keeps up, all of them when it is saturated (pkg/procs; ignored when GOMAXPROCS is set)")
 	if err := config.Parse(fs, os.Args[1:], &opts); err != nil {
 		fmt.Fprintln(os.Stderr, "qmq-realtime:", err)
 		os.Exit(2)
@@ -42,6 +44,14 @@ func main() {
 	}
 	if err := b.Start(); err != nil {
 		lg.Fatal("cannot start broker", zap.Error(err))
+	}
+	if *adaptive && os.Getenv("GOMAXPROCS") == "" {
+		gov, err := procs.New(procs.Options{}, lg.Named("procs"))
+		if err != nil {
+			lg.Fatal("cannot size processors", zap.Error(err))
+		}
+		gov.Start()
+		defer gov.Close()
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)

@@ -1,24 +1,27 @@
-package realtime
+package procs
 
 import (
 	"math"
 	rtmetrics "runtime/metrics"
 )
 
-// schedLatency follows the Go scheduler's histogram of how long goroutines
-// waited runnable before they ran (/sched/latencies:seconds).
-type schedLatency struct {
+// SchedLatency follows the Go scheduler's histogram of how long goroutines
+// waited runnable before they ran (/sched/latencies:seconds). Not safe for
+// concurrent use.
+type SchedLatency struct {
 	sample []rtmetrics.Sample
 	last   []uint64
 }
 
-func newSchedLatency() *schedLatency {
-	return &schedLatency{sample: []rtmetrics.Sample{{Name: "/sched/latencies:seconds"}}}
+// NewSchedLatency returns a follower; its first Read covers the process's
+// life so far.
+func NewSchedLatency() *SchedLatency {
+	return &SchedLatency{sample: []rtmetrics.Sample{{Name: "/sched/latencies:seconds"}}}
 }
 
-// read returns the mean wait, in seconds, of the goroutines that became
+// Read returns the mean wait, in seconds, of the goroutines that became
 // runnable since the last read, and how many of them the runtime sampled.
-func (l *schedLatency) read() (mean float64, n uint64) {
+func (l *SchedLatency) Read() (mean float64, n uint64) {
 	rtmetrics.Read(l.sample)
 	if l.sample[0].Value.Kind() != rtmetrics.KindFloat64Histogram {
 		return 0, 0
