@@ -1,7 +1,7 @@
 // Package procs sizes the Go runtime's processors (GOMAXPROCS) to a
 // server's load: one while one keeps up, all of them once it is saturated.
-// qmq-realtime runs a Governor unless started with --adaptive-procs=false
-// or with GOMAXPROCS set in its environment.
+// qmq-realtime runs a Governor with --adaptive-procs (off by default: see
+// "Status" below).
 //
 // With two or more processors the runtime wakes an idle thread to look for
 // work whenever a goroutine becomes ready, so a lightly loaded server that
@@ -28,14 +28,20 @@
 // before its next try. A switch is runtime.GOMAXPROCS, which stops the
 // world for a few microseconds. The Governor starts on one processor.
 //
-// # Measured
+// # Status
 //
-// On 2026-12-01, same VM, alternating suite runs against the broker
-// without it: latency suite p99 6.0, 6.2, 6.9, 9.5 ms against 8.1, 10.6,
-// 13.5 (p50 0.83–1.92 against 1.56–1.97); produce 483k msg/s against 448k.
-// One full run of the realtime suites with it (against one without, the
-// same hour): produce 513k msg/s (479k), consume 833k (787k), sync ratio
-// 1.10 (0.84), e2e p99 6.15 ms (9.79), subjects ratio 0.80 (0.88, within
-// that suite's noise), scaling 7.06 (6.53), fairness 0.507 (0.529); the
-// replication suite's wait-slave ratio 0.607 against 0.558.
+// Measured on 2026-12-01 (same VM, alternating suite runs against the
+// broker without it): latency suite p99 6.0, 6.2, 6.9, 9.5 ms against 8.1,
+// 10.6, 13.5 (p50 0.83–1.92 against 1.56–1.97); produce suite 483k msg/s
+// against 448k; the replication suite's wait-slave ratio 0.607 against
+// 0.558. Two full runs of the realtime suites with it on: produce 513k and
+// 481k msg/s, consume 833k and 934k, sync ratio 1.10 and 1.20, e2e p99 6.15
+// and 9.79 ms, subjects 0.80 and 0.85, scaling 7.06 and 6.59, fairness
+// 0.507 and 0.465; the same hour without it: e2e p99 9.79 and 9.84, sync
+// 0.84 and 0.95, fairness 0.529 and 0.555. The fairness suite's small
+// group alone ran faster (703k msg/s in the second run: the broker, on one
+// processor while it serves one group, leaves its client more of the
+// machine), which by the cost model in realtime's doc.go ("Fair share")
+// lowers the ratio, and the latency gain did not hold in every run. So it
+// stays off by default.
 package procs

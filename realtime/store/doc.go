@@ -134,9 +134,9 @@
 //     ready): p99 4.9–5.2 ms against 8.3 in two alternating pairs of 5 s
 //     runs, but 10.7 against 11.9 in the suite itself half an hour later,
 //     and the produce suite lost a third of its rate (311k against 466k
-//     msg/s). Not kept as it is: qmq-realtime sizes its processors to the
-//     load instead (pkg/procs, --adaptive-procs, on by default; its doc.go
-//     has the figures).
+//     msg/s). Not kept as it is: pkg/procs sizes the processors to the
+//     load instead (qmq-realtime --adaptive-procs, off by default: its
+//     doc.go has the figures and why).
 //
 // What the broker can do about that tail is spend fewer wake-ups and less
 // CPU per message while the machine's other work competes for it.
