@@ -39,6 +39,19 @@ type Mappable interface {
 	MapShared(size int64) ([]byte, error)
 }
 
+// ZeroWriter is a File whose blocks can be written with zeros ahead of
+// its writer, so that the writer's later fdatasyncs overwrite blocks that
+// are already written instead of converting preallocated (unwritten)
+// extents, which costs a metadata write per sync. WriteZeros writes zeros
+// over [off, off+size) with direct I/O (O_DIRECT): the zeros never sit
+// dirty in the page cache, where the writer's next fdatasync, which covers
+// the whole file, would have to write them back. off and size must be
+// multiples of 4096. Where direct I/O is refused (tmpfs, other systems) it
+// fails wrapping errors.ErrUnsupported. Only files of OS implement it.
+type ZeroWriter interface {
+	WriteZeros(off, size int64) error
+}
+
 // FS opens files and changes directories. OS is the real one.
 type FS interface {
 	OpenFile(name string, flag int, perm fs.FileMode) (File, error)

@@ -4,9 +4,13 @@ package fsutil
 
 import (
 	"errors"
+	"fmt"
+	"golang.org/x/sys/unix"
 	"io/fs"
 	"os"
+	"sync"
 	"syscall"
+	"unsafe"
 )
 
 // SyncFS is syncfs(2).
@@ -122,3 +126,56 @@ func PopulateRead(b []byte) error {
 // madvPopulateRead is MADV_POPULATE_READ (Linux 5.14), which package
 // syscall does not name.
 const madvPopulateRead = 22
+
+// zeroBlockSize is the unit of WriteZeros: one aligned buffer of zeros,
+// shared (it is only read).
+const zeroBlockSize = 1 << 20
+
+var zeroBlock = sync.OnceValue(func() []byte {
+	b := make([]byte, zeroBlockSize+directAlign)
+	skip := directAlign - int(uintptr(unsafe.Pointer(&b[0]))%directAlign)
+	return b[skip%directAlign:][:zeroBlockSize]
+})
+
+// directAlign is the buffer and offset alignment WriteZeros keeps for
+// O_DIRECT (a page: enough for any logical block size up to 4 KiB).
+const directAlign = 4096
+
+// WriteZeros writes zeros over [off, off+size) through a second descriptor
+// opened O_DIRECT (see ZeroWriter), then fdatasyncs it so that the blocks'
+// change from unwritten to written is on disk before the writer's own
+// syncs come, and starts reading the range into the page cache
+// (POSIX_FADV_WILLNEED): a write of part of a page that is not cached
+// must read the page first once its block is written (for an unwritten
+// block the kernel just zeroes the page), which would put a synchronous
+// read in front of every fourth kilobyte the writer appends.
+func (f osFile) WriteZeros(off, size int64) error {
+	if off%directAlign != 0 || size%directAlign != 0 || size < 0 {
+		return &fs.PathError{Op: "write zeros", Path: f.File.Name(), Err: syscall.EINVAL}
+	}
+	d, err := os.OpenFile(f.File.Name(), os.O_WRONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		if errors.Is(err, syscall.EINVAL) {
+			err = fmt.Errorf("%w: %w", errors.ErrUnsupported, err)
+		}
+		return &fs.PathError{Op: "open O_DIRECT", Path: f.File.Name(), Err: err}
+	}
+	defer d.Close()
+	zeros := zeroBlock()
+	start, total := off, size
+	for size > 0 {
+		n := min(size, zeroBlockSize)
+		if _, err := d.WriteAt(zeros[:n], off); err != nil {
+			if errors.Is(err, syscall.EINVAL) {
+				err = fmt.Errorf("%w: %w", errors.ErrUnsupported, err)
+			}
+			return &fs.PathError{Op: "write zeros", Path: f.File.Name(), Err: err}
+		}
+		off, size = off+n, size-n
+	}
+	if err := (osFile{d}).Sync(); err != nil {
+		return err
+	}
+	_ = unix.Fadvise(int(f.Fd()), start, total, unix.FADV_WILLNEED) // a hint: nothing to do if refused
+	return nil
+}

@@ -33,3 +33,8 @@ func Unmap(b []byte) error { return nil }
 
 // PopulateRead does nothing where mappings are not used.
 func PopulateRead(b []byte) error { return nil }
+
+// WriteZeros is unsupported where direct I/O is not used.
+func (f osFile) WriteZeros(off, size int64) error {
+	return &fs.PathError{Op: "write zeros", Path: f.File.Name(), Err: errors.ErrUnsupported}
+}

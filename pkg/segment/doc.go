@@ -61,6 +61,33 @@
 // writer that must not wait behind its syncs (a log fsynced per group
 // commit) sets NoMmap.
 //
+// # Zero filling (Log.ZeroFill)
+//
+// A preallocated block is "unwritten": the first write to it must change
+// the file's extent map, and the fdatasync after it writes that metadata
+// too, one more device round trip (on ext4 without a journal, a write of
+// the extent block; with one, a journal commit). A log synced per group
+// commit pays it in every sync. ZeroFill writes zeros ahead of the writer,
+// with direct I/O on a second descriptor (fsutil.ZeroWriter), syncs them
+// and asks the kernel to read the range into the page cache (a write of
+// part of a page whose block is written reads the page first; for an
+// unwritten block the kernel just zeroes it). The writer then overwrites
+// written blocks. Measured on a 2-vCPU VM (ext4, virtio disk) at 20,000
+// small records a second with a sync per group: four device requests per
+// sync (data, two metadata, cache flush) became three for three syncs in
+// four and two for the fourth (the inode's times still change every 4
+// ms).
+//
+// A fill must never land on bytes the writer has written or is writing.
+// The writer stores the end of each write in writeTo before it writes and
+// then loads filling; ZeroFill stores the start of its range in filling
+// and then loads writeTo, and skips the range if the writer is already
+// there. Both are sequentially consistent atomics, so at least one of the
+// two sees the other: either the fill skips, or the writer waits for the
+// fill (on fillMu, which ZeroFill holds throughout) and then writes over
+// the zeros. TestLogZeroFillRacesWriter fills right at the end while a
+// writer appends, and fails without either half of the handshake.
+//
 // # Recovery (Log.Recover)
 //
 //  1. Records are read from a start offset (the caller's checkpoint) to the

@@ -84,6 +84,17 @@ type Log struct {
 	closed   bool
 
 	syncMu sync.Mutex // one Sync at a time
+
+	// Zero filling (zerofill.go): filling is the start of the range
+	// ZeroFill is writing (noFill when none) and writeTo the end the writer
+	// is about to write to. Each stores its own before it loads the
+	// other's, so a fill never covers bytes the writer has written or is
+	// writing; a writer that reaches a fill's range waits on fillMu, which
+	// ZeroFill holds throughout.
+	fillMu  sync.Mutex
+	filling atomic.Int64
+	writeTo atomic.Int64
+
 	end    atomic.Int64
 	synced atomic.Int64
 	werr   atomic.Pointer[error]
@@ -103,6 +114,7 @@ func OpenLog(dir string, opts LogOptions) (*Log, error) {
 		return nil, fmt.Errorf("segment: list %s: %w", dir, err)
 	}
 	l := &Log{dir: dir, opts: opts}
+	l.filling.Store(noFill)
 	bases := listBases(entries)
 	for i, b := range bases {
 		f, err := opts.FS.OpenFile(filepath.Join(dir, FileName(b)), os.O_RDWR, 0)
@@ -383,6 +395,7 @@ func (l *Log) Write(b *Batch) error {
 		if err != nil {
 			return l.poison(err)
 		}
+		l.awaitFill(c.off + int64(len(c.data)))
 		if err := l.writeAt(s, c.data, c.off-s.base); err != nil {
 			return l.poison(fmt.Errorf("segment: write %s at %d: %w", FileName(s.base), c.off-s.base, err))
 		}
@@ -593,6 +606,8 @@ func (l *Log) ReadRecord(off int64, size int, buf []byte) (kind uint8, payload, 
 // reopens its files and clears the poison. Recovery and write-failure
 // handling call it with the last good offset.
 func (l *Log) Reset(off int64) error {
+	l.fillMu.Lock() // no ZeroFill while the segment is cut and reallocated
+	defer l.fillMu.Unlock()
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
 	l.mu.Lock()
@@ -645,6 +660,7 @@ func (l *Log) Reset(off int64) error {
 		return fmt.Errorf("segment: sync dir: %w", err)
 	}
 	l.end.Store(off)
+	l.writeTo.Store(off)
 	if l.synced.Load() > off {
 		l.synced.Store(off)
 	}
