@@ -16,15 +16,15 @@ import (
 type brokerCollector struct {
 	b *Broker
 
-	connections, inFlight                    *prometheus.Desc
-	subjects, groups, consumers              *prometheus.Desc
-	backlog, unacked, atRisk                 *prometheus.Desc
-	broadcastBacklog                         *prometheus.Desc
-	logBytes, logSegments, actionLogBytes    *prometheus.Desc
-	openFiles                                *prometheus.Desc
-	bufferBytes, bufferBytesInUse            *prometheus.Desc
-	syncs, failedAppends                     *prometheus.Desc
-	corruptReads, corruptRanges, checkpoints *prometheus.Desc
+	connections, inFlight                                *prometheus.Desc
+	subjects, groups, consumers                          *prometheus.Desc
+	backlog, unacked, atRisk                             *prometheus.Desc
+	broadcastBacklog                                     *prometheus.Desc
+	logBytes, logSegments, actionLogBytes                *prometheus.Desc
+	openFiles                                            *prometheus.Desc
+	bufferBytes, bufferBytesInUse                        *prometheus.Desc
+	syncs, failedAppends                                 *prometheus.Desc
+	corruptReads, corruptRanges, checkpoints, zeroFilled *prometheus.Desc
 }
 
 func newBrokerCollector(b *Broker) *brokerCollector {
@@ -57,6 +57,7 @@ func newBrokerCollector(b *Broker) *brokerCollector {
 		corruptReads:     d("corrupt_reads_total", "Entries or messages that failed their check when read and were not served, since the store opened."),
 		corruptRanges:    d("corrupt_ranges_total", "Damaged log ranges recovery skipped when the store opened."),
 		checkpoints:      d("checkpoints_total", "Checkpoints written since the store opened."),
+		zeroFilled:       d("message_log_zero_filled_bytes_total", "Bytes of the message log written with zeros ahead of its end since the store opened."),
 	}
 }
 
@@ -64,7 +65,7 @@ func newBrokerCollector(b *Broker) *brokerCollector {
 func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.connections, c.inFlight, c.subjects, c.groups, c.consumers,
 		c.backlog, c.unacked, c.atRisk, c.broadcastBacklog, c.logBytes, c.logSegments, c.actionLogBytes,
-		c.openFiles, c.bufferBytes, c.bufferBytesInUse, c.syncs, c.failedAppends, c.corruptReads, c.corruptRanges, c.checkpoints} {
+		c.openFiles, c.bufferBytes, c.bufferBytesInUse, c.syncs, c.failedAppends, c.corruptReads, c.corruptRanges, c.checkpoints, c.zeroFilled} {
 		ch <- d
 	}
 }
@@ -108,6 +109,7 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.failedAppends, st.FailedAppends)
 	counter(c.corruptReads, st.CorruptReads)
 	counter(c.corruptRanges, st.CorruptRanges)
+	counter(c.zeroFilled, st.ZeroFilled)
 	counter(c.checkpoints, st.Checkpoints)
 }
 

@@ -28,6 +28,11 @@ type Options struct {
 	FlushInterval time.Duration
 	// SegmentSize is the size of a message-log segment (default 1 GiB).
 	SegmentSize int64
+	// ZeroFillAhead is how far ahead of its end the message log is kept
+	// written with zeros under FlushSync, so that its fdatasyncs overwrite
+	// written blocks instead of converting preallocated ones (default 16
+	// MiB; negative turns it off; see doc.go, Zero filling).
+	ZeroFillAhead int64
 	// ActionSegmentSize is the size of an action-log segment (default 64 MiB).
 	ActionSegmentSize int64
 	// ConsumeSegmentEntries is the number of entries per consume-log segment
@@ -94,6 +99,7 @@ var DefaultOptions = Options{
 	Flush:                 FlushSync,              // durable acks, group commit
 	FlushInterval:         200 * time.Millisecond, // async fdatasync period
 	SegmentSize:           1 << 30,                // 1 GiB message-log segments
+	ZeroFillAhead:         16 << 20,               // written zeros ahead of the log's end
 	ActionSegmentSize:     64 << 20,               // 64 MiB action-log segments
 	ConsumeSegmentEntries: 1 << 18,                // 10 MiB consume-log files
 	PullSegmentEntries:    1 << 18,                // 2 MiB pull-log files
@@ -119,6 +125,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.SegmentSize == 0 {
 		o.SegmentSize = d.SegmentSize
+	}
+	if o.ZeroFillAhead == 0 {
+		o.ZeroFillAhead = d.ZeroFillAhead
 	}
 	if o.ActionSegmentSize == 0 {
 		o.ActionSegmentSize = d.ActionSegmentSize

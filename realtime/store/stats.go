@@ -17,6 +17,7 @@ type counters struct {
 	corruptRanges  atomic.Int64
 	badCheckpoints atomic.Int64
 	checkpoints    atomic.Int64
+	zeroFilled     atomic.Int64
 }
 
 // Stats is a snapshot of the store.
@@ -43,6 +44,9 @@ type Stats struct {
 	// read and were not served; CorruptRanges counts damaged ranges skipped
 	// by recovery.
 	CorruptReads, CorruptRanges, Checkpoints int64
+	// ZeroFilled counts the bytes of the message log written with zeros
+	// ahead of its end (zeroFillLoop).
+	ZeroFilled int64
 }
 
 // SubjectStats describes one subject.
@@ -100,6 +104,7 @@ func (s *Store) Stats() Stats {
 		CorruptReads:      s.stats.corruptReads.Load(),
 		CorruptRanges:     s.stats.corruptRanges.Load(),
 		Checkpoints:       s.stats.checkpoints.Load(),
+		ZeroFilled:        s.stats.zeroFilled.Load(),
 	}
 	for _, sg := range s.msgLog.Segments() {
 		st.MessageLogBytes += sg.Size

@@ -138,6 +138,10 @@ func Open(dir string, opts Options, lg *zap.Logger) (*Store, error) {
 	if opts.Flush == FlushSync {
 		s.wg.Add(1)
 		go s.syncLoop()
+		if opts.ZeroFillAhead > 0 {
+			s.bg.Add(1)
+			go s.zeroFillLoop()
+		}
 	} else {
 		s.bg.Add(1)
 		go s.flushLoop()

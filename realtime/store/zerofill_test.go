@@ -1,0 +1,86 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/testutil"
+)
+
+// Under FlushSync the store keeps the message log zero-filled ahead of its
+// end while appends go on, and every appended message survives a reopen.
+func TestZeroFillAheadOfAppends(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.ZeroFillAhead = 4 << 20
+	s := openStore(t, dir, opts)
+	want := map[string][]byte{}
+	add := func(id string, i int) {
+		m := encode(t, "z", id, bytes.Repeat([]byte{byte(i)}, 64<<10))
+		appendAll(t, s, m)
+		want[id] = m
+	}
+	for i := range 20 {
+		add(fmt.Sprint("m", i), i)
+	}
+	testutil.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if n := s.Stats().ZeroFilled; n < 4<<20-64<<10 {
+			return fmt.Errorf("zero-filled %d bytes, want about 4 MiB", n)
+		}
+		return nil
+	})
+	if s.Stats().ZeroFilled == 0 {
+		t.Skip("no zero fill on this file system")
+	}
+	for i := range 20 {
+		add(fmt.Sprint("n", i), i)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, dir, opts)
+	defer s.Close()
+	got := pullAll(t, s, "z", "g")
+	if len(got) != len(want) {
+		t.Fatalf("read back %d messages, want %d", len(got), len(want))
+	}
+	for id, m := range want {
+		if !bytes.Equal(got[id], m) {
+			t.Fatalf("message %s read back differs", id)
+		}
+	}
+}
+
+// The filler fills from the end, at most zeroFillPerRun a run, not twice,
+// and starts over from the end when the log was cut back.
+func TestZeroFiller(t *testing.T) {
+	opts := testOptions()
+	opts.ZeroFillAhead = -1 // the test runs the filler
+	s := openStore(t, t.TempDir(), opts)
+	defer s.Close()
+	appendAll(t, s, encode(t, "s", "a", []byte("x")))
+	end := s.msgLog.End()
+	page := func(off int64) int64 { return off / 4096 * 4096 } // ZeroFill works in 4 KiB
+	z := zeroFiller{ahead: 3 << 20}
+	n, err := z.run(s.msgLog)
+	if errors.Is(err, errors.ErrUnsupported) {
+		t.Skipf("no zero fill here: %v", err)
+	}
+	if want := page(end + zeroFillPerRun); err != nil || z.done != want || n != want-end {
+		t.Fatalf("first run: filled %d to %d, %v; want to %d", n, z.done, err, want)
+	}
+	first := z.done
+	if n, err := z.run(s.msgLog); err != nil || z.done != page(end+3<<20) || n != z.done-first {
+		t.Fatalf("second run: filled %d to %d, %v; want to %d", n, z.done, err, page(end+3<<20))
+	}
+	if n, _ := z.run(s.msgLog); n != 0 {
+		t.Fatalf("a run with nothing new ahead filled %d bytes", n)
+	}
+	z.lastEnd = end + 1<<20 // as if the log had been cut back since
+	if z.run(s.msgLog); z.done != page(end+zeroFillPerRun) {
+		t.Fatalf("after a cut: filled to %d, want %d (from the end again)", z.done, page(end+zeroFillPerRun))
+	}
+}
