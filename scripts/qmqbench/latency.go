@@ -10,10 +10,12 @@ package main
 //	e2e_p50_ms, e2e_p99_ms     send to handler (target p99 ≤ 5 ms)
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"flag"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -31,6 +33,9 @@ func init() {
 type latencyResult struct {
 	P50, P99, Max time.Duration
 	Count         int
+	// AckP50, AckP99: send to the producer's callback (the broker's
+	// stored reply), the part of the trip before any consumer work.
+	AckP50, AckP99 time.Duration
 }
 
 func runLatency(env *Env) error {
@@ -43,7 +48,7 @@ func runLatency(env *Env) error {
 	if err := runWorkerProcs("latency", 0, &res, "-addr", addr, "-rate", "20000", "-duration", "10s"); err != nil {
 		return err
 	}
-	env.Logf("qmq: %d messages, max %v", res.Count, res.Max)
+	env.Logf("qmq: %d messages, max %v; send to ack p50 %v p99 %v", res.Count, res.Max, res.AckP50, res.AckP99)
 	env.Metric("e2e_p50_ms", float64(res.P50)/float64(time.Millisecond), "ms")
 	env.Metric("e2e_p99_ms", float64(res.P99)/float64(time.Millisecond), "ms")
 	return nil
@@ -54,6 +59,7 @@ func latencyWorker(args []string) (any, error) {
 	addr := fs.String("addr", "", "broker address")
 	rate := fs.Int("rate", 20000, "messages per second")
 	d := fs.Duration("duration", 10*time.Second, "how long to send")
+	dump := fs.String("dump", "", "write each message's send time and latency (ns) to this file")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -66,7 +72,8 @@ func latencyWorker(args []string) (any, error) {
 		return nil, err
 	}
 	var mu sync.Mutex
-	var lat []time.Duration
+	var lat, ackLat []time.Duration
+	var samples [][2]int64 // send time, latency: for -dump
 	warm := time.Now().Add(time.Second)
 	total := int(d.Seconds() * float64(*rate))
 	done := make(chan struct{})
@@ -77,6 +84,9 @@ func latencyWorker(args []string) (any, error) {
 		mu.Lock()
 		if sent.After(warm) {
 			lat = append(lat, l)
+			if *dump != "" {
+				samples = append(samples, [2]int64{sent.UnixNano(), int64(l)})
+			}
 		}
 		received++
 		if received == total {
@@ -96,8 +106,16 @@ func latencyWorker(args []string) (any, error) {
 		due := min(int(time.Since(start).Seconds()*float64(*rate))+1, total)
 		for ; sent < due; sent++ {
 			b := append([]byte(nil), body...)
-			binary.BigEndian.PutUint64(b, uint64(time.Now().UnixNano()))
-			if err := p.SendAsync(&producer.Message{Subject: "bench.latency", Body: b}, nil); err != nil {
+			now := time.Now()
+			binary.BigEndian.PutUint64(b, uint64(now.UnixNano()))
+			onAck := func(_ *producer.Message, err error) {
+				if err == nil && now.After(warm) {
+					mu.Lock()
+					ackLat = append(ackLat, time.Since(now))
+					mu.Unlock()
+				}
+			}
+			if err := p.SendAsync(&producer.Message{Subject: "bench.latency", Body: b}, onAck); err != nil {
 				return nil, err
 			}
 		}
@@ -111,9 +129,20 @@ func latencyWorker(args []string) (any, error) {
 	}
 	p.Close(context.Background())
 	c.Close(context.Background())
+	if *dump != "" {
+		var buf bytes.Buffer
+		for _, s := range samples {
+			fmt.Fprintf(&buf, "%d %d\n", s[0], s[1])
+		}
+		if err := os.WriteFile(*dump, buf.Bytes(), 0o644); err != nil {
+			return nil, err
+		}
+	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	if len(lat) == 0 {
+	sort.Slice(ackLat, func(i, j int) bool { return ackLat[i] < ackLat[j] })
+	if len(lat) == 0 || len(ackLat) == 0 {
 		return nil, fmt.Errorf("no latencies recorded")
 	}
-	return latencyResult{P50: lat[len(lat)/2], P99: lat[len(lat)*99/100], Max: lat[len(lat)-1], Count: len(lat)}, nil
+	return latencyResult{P50: lat[len(lat)/2], P99: lat[len(lat)*99/100], Max: lat[len(lat)-1], Count: len(lat),
+		AckP50: ackLat[len(ackLat)/2], AckP99: ackLat[len(ackLat)*99/100]}, nil
 }
