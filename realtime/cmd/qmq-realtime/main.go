@@ -23,7 +23,7 @@ func main() {
 	opts := realtime.NewOptions()
 	fs := flag.NewFlagSet("qmq-realtime", flag.ExitOnError)
 	opts.AddFlags(fs)
-	adaptive := fs.Bool("adaptive-procs", false, "size GOMAXPROCS to the load: one processor while one keeps up, all of them when it is saturated (pkg/procs; ignored when GOMAXPROCS is set)")
+	adaptive := fs.Bool("adaptive-procs", true, "size GOMAXPROCS to the load: one processor while one keeps up, all of them when it is saturated (pkg/procs; ignored when GOMAXPROCS is set)")
 	if err := config.Parse(fs, os.Args[1:], &opts); err != nil {
 		fmt.Fprintln(os.Stderr, "qmq-realtime:", err)
 		os.Exit(2)
