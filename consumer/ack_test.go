@@ -12,26 +12,29 @@ import (
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
-// refusingBroker serves a backlog of messages on one subject and refuses
-// every ack (StatusBusy), counting them.
-type refusingBroker struct {
+// backlogBroker serves a backlog of messages on one subject, counting the
+// pulls and acks, and refuses every ack (StatusBusy) if asked to.
+type backlogBroker struct {
 	*netserver.Server
-	acks atomic.Int64
+	acks, pulls atomic.Int64 // pulls of the subject (not its retry subject)
 
 	mu     sync.Mutex
 	served int // pull seqs handed out
 	total  int
 }
 
-func startRefusingBroker(t *testing.T, subject string, total int) *refusingBroker {
+func startBacklogBroker(t *testing.T, subject string, total int, refuseAcks bool) *backlogBroker {
 	t.Helper()
-	b := &refusingBroker{total: total}
+	b := &backlogBroker{total: total}
 	mux := netserver.NewMux()
 	mux.HandleFunc(protocol.CmdPull, func(r *netserver.Request) {
 		req, err := protocol.DecodePullRequest(r.Body)
 		if err != nil {
 			r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
 			return
+		}
+		if req.Subject == subject {
+			b.pulls.Add(1) // not the retry subject's
 		}
 		var out []protocol.PulledMessage
 		b.mu.Lock()
@@ -54,6 +57,10 @@ func startRefusingBroker(t *testing.T, subject string, total int) *refusingBroke
 	})
 	mux.HandleFunc(protocol.CmdAck, func(r *netserver.Request) {
 		b.acks.Add(1)
+		if !refuseAcks {
+			r.Reply(protocol.StatusOK, nil)
+			return
+		}
 		r.ReplyError(protocol.Errorf(protocol.StatusBusy, "acks refused by the test"))
 	})
 	s, err := netserver.New(netserver.Options{Addr: "127.0.0.1:0"}, mux, nil)
@@ -73,7 +80,7 @@ func startRefusingBroker(t *testing.T, subject string, total int) *refusingBroke
 // breaker for the pulls too).
 func TestAckBackoff(t *testing.T) {
 	const total = 1000
-	b := startRefusingBroker(t, "s", total)
+	b := startBacklogBroker(t, "s", total, true)
 	c, err := New(WithBrokers(b.Addr().String()), WithConsumerID("c1"))
 	if err != nil {
 		t.Fatal(err)
@@ -104,5 +111,42 @@ func TestAckBackoff(t *testing.T) {
 	t.Logf("%d messages handled in %v; %d acks tried (limit %d)", total, took, acks, limit)
 	if acks > limit {
 		t.Fatalf("%d acks tried in %v while the broker refused them", acks, took)
+	}
+}
+
+// TestPullRefill: a subscription at its MaxUnacked bound pulls again once a
+// batch (or half the bound) has room, not as soon as one message finished:
+// with handlers slower than a round trip that asked for one message per
+// pull, a pull per message.
+func TestPullRefill(t *testing.T) {
+	const total, batch = 400, 32
+	b := startBacklogBroker(t, "s", total, false)
+	c, err := New(WithBrokers(b.Addr().String()), WithConsumerID("c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	var handled atomic.Int64
+	if _, err := c.Subscribe("s", "g", func(context.Context, *Message) error {
+		time.Sleep(time.Millisecond)
+		handled.Add(1)
+		return nil
+	}, PullBatch(batch), MaxUnacked(2*batch)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for handled.Load() < total {
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("%d of %d handled", handled.Load(), total)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// A batch a pull, and a few that find the backlog drained (the test
+	// broker holds those 20 ms).
+	pulls := b.pulls.Load()
+	limit := int64(total/batch) + 4
+	t.Logf("%d messages in %v: %d pulls (limit %d), %d acks", total, time.Since(start), pulls, limit, b.acks.Load())
+	if pulls > limit {
+		t.Fatalf("%d pulls for %d messages in batches of %d", pulls, total, batch)
 	}
 }

@@ -42,7 +42,15 @@
 // 5 ms ago (without that wait a consumer sent an ack per pull batch, as many
 // ack requests as pulls). A pull loop stops pulling while too many of its
 // messages are unfinished (MaxUnacked), which bounds memory; acks do not
-// gate it. A failed ack keeps its range for the next, which waits out a
+// gate it. At that bound it pulls again once a batch has room (or half of
+// MaxUnacked, if less), not when one message finishes: with handlers slower
+// than a round trip that asked for one message a pull. A finished message
+// wakes the ack loop only when no timer of the ack loop's will take it or
+// an ack is due at once, and wakes the pull loop only when it has room to
+// pull: on a 2-vCPU VM, where every thread wake-up is a hypervisor exit, a
+// consumer whose handler sleeps 1 ms spent 310 µs of CPU and 12 context
+// switches a message before, 145 µs and 6 after (scaling suite 6.55 → 7.5–8.1).
+// A failed ack keeps its range for the next, which waits out a
 // back-off (50 ms doubling to 1 s): retried once per finished message,
 // acks to a restarting broker opened its circuit breaker for the pulls too.
 //

@@ -28,9 +28,12 @@ type puller struct {
 	finished atomic.Int64 // messages finished (acked or abandoned)
 
 	doneMu   sync.Mutex
-	doneSeqs []uint64      // finished pull seqs, for ackLoop (guarded by doneMu)
+	doneSeqs []uint64 // finished pull seqs, for ackLoop (guarded by doneMu)
+	// ackArmed: ackLoop's delay timer will fire and take doneSeqs, so a
+	// finished message need not wake it (guarded by doneMu; see done).
+	ackArmed bool
 	doneSig  chan struct{} // signals ackLoop that doneSeqs has entries
-	progress chan struct{} // ackLoop → pullLoop: messages finished
+	progress chan struct{} // done → pullLoop: room for a pull (see refill)
 
 	pullCtx    context.Context
 	cancelPull context.CancelFunc
@@ -192,8 +195,9 @@ func (p *puller) pullLoop() {
 			return
 		}
 		if inflight == 0 {
-			// Flow control: wait while too many messages are unfinished.
-			for p.unfinished() >= int64(cfg.maxUnacked) {
+			// Flow control: wait while too many messages are unfinished
+			// for a pull of refill messages.
+			for p.unfinished() > int64(cfg.maxUnacked-p.refill()) {
 				select {
 				case <-p.pullCtx.Done():
 					return
@@ -338,19 +342,50 @@ func (d *delivery) finish(err error) {
 	d.p.s.retry(d, err, func() { d.p.done(d.pullSeq) })
 }
 
+// refill is the room, in messages, that a subscription at its MaxUnacked
+// bound waits for before it pulls again: a batch, or half the bound if
+// that is less. Pulling as soon as one message finished asked for one
+// message a round trip: a consumer whose handler takes a millisecond sent
+// a pull per message, and was woken for every finished one.
+func (p *puller) refill() int {
+	return max(1, min(p.s.cfg.batch, p.s.cfg.maxUnacked/2))
+}
+
+// done records a finished pull seq for ackLoop. It wakes ackLoop only when
+// that has nothing coming (the first seq since it last took them, with no
+// delay timer armed) or enough for an ack at once, and wakes pullLoop only
+// when there is room for its next pull: each wake-up of another goroutine
+// can cost a thread wake-up, and on a virtual machine a hypervisor exit,
+// per message.
 func (p *puller) done(seq uint64) {
-	p.finished.Add(1)
+	unfinished := p.received.Load() - p.finished.Add(1)
 	p.doneMu.Lock()
 	p.doneSeqs = append(p.doneSeqs, seq)
+	n, armed := len(p.doneSeqs), p.ackArmed
 	p.doneMu.Unlock()
-	select {
-	case p.doneSig <- struct{}{}:
-	default:
+	if n == 1 && !armed || n >= p.ackSoon() {
+		select {
+		case p.doneSig <- struct{}{}:
+		default:
+		}
 	}
-	select {
-	case p.progress <- struct{}{}:
-	default:
+	if unfinished <= int64(p.s.cfg.maxUnacked-p.refill()) {
+		select {
+		case p.progress <- struct{}{}:
+		default:
+		}
 	}
+}
+
+// ackSoon is the finished messages that make an ack due at once (ackLoop's
+// ackMin).
+func (p *puller) ackSoon() int { return max(1, p.s.cfg.maxUnacked/2) }
+
+// armAck records whether ackLoop's delay timer is armed (see done).
+func (p *puller) armAck(armed bool) {
+	p.doneMu.Lock()
+	p.ackArmed = armed
+	p.doneMu.Unlock()
 }
 
 // takeDone swaps the finished pull seqs out, handing back spare for reuse.
@@ -385,7 +420,7 @@ func (p *puller) ackLoop() {
 	var next, end uint64
 	finished := map[uint64]struct{}{}
 	started := false
-	ackMin := uint64(max(1, s.cfg.maxUnacked/2))
+	ackMin := uint64(p.ackSoon())
 	var readySince time.Time // when end last moved past next
 	heartbeat := time.NewTicker(s.cfg.heartbeat)
 	defer heartbeat.Stop()
@@ -470,6 +505,7 @@ func (p *puller) ackLoop() {
 		if !delayArmed {
 			delay.Reset(wait)
 			delayArmed = true
+			p.armAck(true)
 		}
 		return true
 	}
@@ -487,6 +523,7 @@ func (p *puller) ackLoop() {
 		if !delayArmed {
 			delay.Reset(ackDelay - waited)
 			delayArmed = true
+			p.armAck(true)
 		}
 	}
 	for {
@@ -498,7 +535,17 @@ func (p *puller) ackLoop() {
 			}
 			maybeSend()
 		case <-delay.C:
+			// Finished messages since the timer was armed did not signal:
+			// take them now, and have the next one signal.
 			delayArmed = false
+			p.doneMu.Lock()
+			out := p.doneSeqs
+			p.doneSeqs, p.ackArmed = spare[:0], false
+			p.doneMu.Unlock()
+			spare = out
+			for _, seq := range spare {
+				absorb(seq)
+			}
 			maybeSend()
 		case <-heartbeat.C:
 			if started && !backingOff() {
