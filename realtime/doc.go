@@ -629,6 +629,8 @@
 // Go heap, so not in the runtime's series:
 // qmq_realtime_consume_log_buffer_bytes and _in_use), the store's syncs,
 // failed appends, corrupt reads, skipped corrupt ranges and checkpoints,
+// the message log's bytes zero-filled ahead of its end
+// (qmq_realtime_message_log_zero_filled_bytes_total),
 // and per consumer group (labels subject
 // and consumer_group) its backlog, its un-acked messages and the part of
 // its backlog the next retention pass would delete

@@ -1,7 +1,7 @@
 // Package procs sizes the Go runtime's processors (GOMAXPROCS) to a
 // server's load: one while one keeps up, all of them once it is saturated.
-// qmq-realtime runs a Governor with --adaptive-procs (off by default: see
-// "Status" below).
+// qmq-realtime runs a Governor unless started with --adaptive-procs=false
+// or GOMAXPROCS set (see "Status" below).
 //
 // With two or more processors the runtime wakes an idle thread to look for
 // work whenever a goroutine becomes ready, so a lightly loaded server that
@@ -17,11 +17,13 @@
 //
 // Every Window the Governor reads the CPU time the process used
 // (getrusage) and the mean time its goroutines waited for a processor
-// (SchedLatency). On one processor, a Window with Up cores used, or with
-// half a core used and goroutines waiting UpLatency on average, switches to
-// Max at once: a saturated processor does not always show a full core of
-// CPU time (the producing broker used 0.85–0.9 on one and lost a quarter of
-// its rate while a CPU-only switch waited), but its goroutines queue. On
+// (SchedLatency). On one processor, UpAfter (2) Windows in a row that each
+// used Up cores, or UpLatencyCores (0.3) with goroutines waiting UpLatency
+// (1 ms) on average, switch to Max: a saturated processor does not always
+// show a full core of CPU time (the producing broker used 0.36–0.56 on one,
+// its goroutines waiting 2.6–4 ms), but its goroutines queue; a broker
+// keeping up with a steady 20,000 msg/s used 0.3–0.5 cores with waits of
+// 0.13–0.48 ms (an earlier 200 µs threshold sent it to two processors). On
 // Max, DownAfter Windows in a row under Down cores switch back to one; Down
 // (1.2) is above one core because the same load costs more CPU on Max (the
 // wake-ups), and a process that comes straight back up waits twice as long
@@ -30,19 +32,24 @@
 //
 // # Status
 //
-// Measured on 2026-12-01 (same VM, alternating suite runs against the
-// broker without it): latency suite p99 6.0, 6.2, 6.9, 9.5 ms against 8.1,
-// 10.6, 13.5 (p50 0.83–1.92 against 1.56–1.97); produce suite 483k msg/s
-// against 448k; the replication suite's wait-slave ratio 0.607 against
-// 0.558. Two full runs of the realtime suites with it on: produce 513k and
-// 481k msg/s, consume 833k and 934k, sync ratio 1.10 and 1.20, e2e p99 6.15
-// and 9.79 ms, subjects 0.80 and 0.85, scaling 7.06 and 6.59, fairness
-// 0.507 and 0.465; the same hour without it: e2e p99 9.79 and 9.84, sync
-// 0.84 and 0.95, fairness 0.529 and 0.555, and in a run right after the
-// second (without it) e2e p99 8.07 ms, sync 1.09, scaling 7.04 and
-// fairness 0.465 again, its small group alone at 612k msg/s: the
-// differences are within these suites' noise on this machine, and the
-// latency gain that looked clear in the latency suite's pairs did not hold
-// in full runs. So it stays off by default; what would settle it is many
-// alternating pairs of each suite, not one run each.
+// On by default in qmq-realtime since 2026-12-02. What decided it: the
+// broker on two processors spent 0.8 of a core at the latency suite's
+// 20,000 msg/s, a fifth of it in the runtime's sysmon thread polling every
+// 20 µs (a blocking fdatasync restarts its fast polling) and much of the
+// rest in threads woken to find nothing to run; on one, 0.35 of a core.
+// With the message log zero-filled ahead (realtime/store doc.go, Zero
+// filling), alternating latency runs gave e2e p99 3.3, 3.4 and 5.3 ms with
+// the governor against 7.8, 20 and 9.0 ms without it, and the first full
+// run of the realtime suites with both (same VM): e2e p50 0.67 ms, p99
+// 3.79 ms, produce 452k msg/s (2.46× nsqd), consume 615k, sync 1.33× nsqd,
+// subjects 0.88. The fairness suite, where the broker uses ~0.55 cores,
+// gave 0.451 and 0.382 with it against 0.496 and 0.420 without in
+// alternating runs: within that suite's noise (0.38–0.55 that hour).
+//
+// Earlier (2026-12-01, the first version, switching up on 200 µs waits and
+// without zero filling), in alternating suite runs against the broker
+// without it: latency suite p99 6.0, 6.2, 6.9, 9.5 ms against 8.1, 10.6,
+// 13.5; produce 483k msg/s against 448k; the replication suite's
+// wait-slave ratio 0.607 against 0.558; in full runs the latency gain did
+// not hold (e2e p99 6.15 and 9.79 ms), and it stayed off by default then.
 package procs

@@ -137,7 +137,7 @@
 //     runs, but 10.7 against 11.9 in the suite itself half an hour later,
 //     and the produce suite lost a third of its rate (311k against 466k
 //     msg/s). Not kept as it is: pkg/procs sizes the processors to the
-//     load instead (qmq-realtime --adaptive-procs, off by default: its
+//     load instead (qmq-realtime --adaptive-procs, on by default: its
 //     doc.go has the figures and why).
 //
 // What the broker can do about that tail is spend fewer wake-ups and less
