@@ -169,6 +169,7 @@ func storeOptions(opts Options, onAppend func(subject string, next int64)) store
 	sopts.Flush = store.FlushPolicy(opts.Flush)
 	sopts.FlushInterval = opts.FlushInterval
 	sopts.SegmentSize = opts.SegmentSize
+	sopts.ZeroFillAhead = opts.ZeroFillAhead
 	sopts.RetentionAge = opts.RetentionAge
 	sopts.RetentionBytes = opts.RetentionBytes
 	sopts.Limits = limits

@@ -83,6 +83,10 @@ type Options struct {
 	RetentionBytes int64         `yaml:"retention_bytes"`
 	// SegmentSize is the size of message-log segments (default 1 GiB).
 	SegmentSize int64 `yaml:"segment_size"`
+	// ZeroFillAhead is how far ahead of its end the message log is kept
+	// written with zeros under the durable flush (default 16 MiB; negative:
+	// off; store.Options.ZeroFillAhead, store doc.go "Zero filling").
+	ZeroFillAhead int64 `yaml:"zero_fill_ahead"`
 
 	// MaxFrameSize bounds a request (default 16 MiB).
 	MaxFrameSize int `yaml:"max_frame_size"`
@@ -152,6 +156,7 @@ func NewOptions() Options {
 		RetryDelay:        5 * time.Second,
 		RetentionAge:      72 * time.Hour,
 		SegmentSize:       1 << 30,
+		ZeroFillAhead:     16 << 20,
 		MaxFrameSize:      16 << 20,
 		Spin:              netserver.DefaultSpin,
 		MaxBody:           4 << 20,
@@ -186,6 +191,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.RetentionAge, "retention-age", o.RetentionAge, "delete message-log segments older than this (negative: keep)")
 	fs.Int64Var(&o.RetentionBytes, "retention-bytes", o.RetentionBytes, "delete the oldest segments past this total size (0: no limit)")
 	fs.Int64Var(&o.SegmentSize, "segment-size", o.SegmentSize, "message-log segment size in bytes")
+	fs.Int64Var(&o.ZeroFillAhead, "zero-fill-ahead", o.ZeroFillAhead, "bytes of the message log kept written with zeros ahead of its end under durable flush, so syncs overwrite written blocks (negative: off)")
 	fs.IntVar(&o.MaxBody, "max-body", o.MaxBody, "largest message body in bytes")
 	fs.DurationVar(&o.Spin, "spin", o.Spin, "how long the event loop polls a lone connection for its next request before sleeping (negative: off; at most 1ms)")
 	fs.StringVar(&o.Role, "role", o.Role, "replication role: master or slave (with --meta and no --master, the role to start in: roles then follow the group's election)")

@@ -64,8 +64,9 @@ func TestZeroFiller(t *testing.T) {
 	appendAll(t, s, encode(t, "s", "a", []byte("x")))
 	end := s.msgLog.End()
 	page := func(off int64) int64 { return off / 4096 * 4096 } // ZeroFill works in 4 KiB
+	now := time.Now()
 	z := zeroFiller{ahead: 3 << 20}
-	n, err := z.run(s.msgLog)
+	n, err := z.run(s.msgLog, now)
 	if errors.Is(err, errors.ErrUnsupported) {
 		t.Skipf("no zero fill here: %v", err)
 	}
@@ -73,14 +74,43 @@ func TestZeroFiller(t *testing.T) {
 		t.Fatalf("first run: filled %d to %d, %v; want to %d", n, z.done, err, want)
 	}
 	first := z.done
-	if n, err := z.run(s.msgLog); err != nil || z.done != page(end+3<<20) || n != z.done-first {
+	if n, err := z.run(s.msgLog, now); err != nil || z.done != page(end+3<<20) || n != z.done-first {
 		t.Fatalf("second run: filled %d to %d, %v; want to %d", n, z.done, err, page(end+3<<20))
 	}
-	if n, _ := z.run(s.msgLog); n != 0 {
+	if n, _ := z.run(s.msgLog, now); n != 0 {
 		t.Fatalf("a run with nothing new ahead filled %d bytes", n)
 	}
 	z.lastEnd = end + 1<<20 // as if the log had been cut back since
-	if z.run(s.msgLog); z.done != page(end+zeroFillPerRun) {
+	if z.run(s.msgLog, now); z.done != page(end+zeroFillPerRun) {
 		t.Fatalf("after a cut: filled to %d, want %d (from the end again)", z.done, page(end+zeroFillPerRun))
+	}
+}
+
+// A log that grows faster than zeroFillMaxRate is not filled; once it slows
+// down, filling resumes from its end.
+func TestZeroFillerSkipsFastLogs(t *testing.T) {
+	opts := testOptions()
+	opts.ZeroFillAhead = -1 // the test runs the filler
+	opts.SegmentSize = 64 << 20
+	s := openStore(t, t.TempDir(), opts)
+	defer s.Close()
+	now := time.Now()
+	z := zeroFiller{ahead: 1 << 20}
+	if _, err := z.run(s.msgLog, now); errors.Is(err, errors.ErrUnsupported) {
+		t.Skipf("no zero fill here: %v", err)
+	}
+	// 40 MiB in the next second: faster than zeroFillMaxRate.
+	for i := range 40 {
+		appendAll(t, s, encode(t, "s", fmt.Sprint("m", i), make([]byte, 1<<20-512)))
+	}
+	now = now.Add(zeroFillRateWindow)
+	if n, err := z.run(s.msgLog, now); err != nil || n != 0 {
+		t.Fatalf("a run after 40 MiB in a second filled %d bytes, %v; want none", n, err)
+	}
+	// A quiet second: filling resumes at the end.
+	now = now.Add(zeroFillRateWindow)
+	end := s.msgLog.End()
+	if n, err := z.run(s.msgLog, now); err != nil || n == 0 || z.done < end {
+		t.Fatalf("after a quiet second: filled %d bytes to %d, %v; want from the end %d", n, z.done, err, end)
 	}
 }
