@@ -24,7 +24,10 @@
 // its goroutines waiting 2.6–4 ms), but its goroutines queue; a broker
 // keeping up with a steady 20,000 msg/s used 0.3–0.5 cores with waits of
 // 0.13–0.48 ms (an earlier 200 µs threshold sent it to two processors). On
-// Max, DownAfter Windows in a row under Down cores switch back to one; Down
+// Max, DownAfter Windows in a row under Down cores, with goroutines waiting
+// under DownLatency (150 µs) on average, switch back to one (on two
+// processors the producing broker used under a core but its goroutines
+// still waited 100–500 µs; the steady load waited 36–95 µs); Down
 // (1.2) is above one core because the same load costs more CPU on Max (the
 // wake-ups), and a process that comes straight back up waits twice as long
 // before its next try. A switch is runtime.GOMAXPROCS, which stops the

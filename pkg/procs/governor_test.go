@@ -84,13 +84,14 @@ func TestGovernor_MaxOneDoesNothing(t *testing.T) {
 
 func TestOptions_Validate(t *testing.T) {
 	for name, o := range map[string]Options{
-		"negative max":      {Max: -1},
-		"tiny window":       {Window: time.Microsecond},
-		"up above 1":        {Up: 1.5},
-		"negative down":     {Down: -1},
-		"negative after":    {DownAfter: -2},
-		"negative up after": {UpAfter: -1},
-		"negative latency":  {UpLatency: -time.Millisecond},
+		"negative max":          {Max: -1},
+		"tiny window":           {Window: time.Microsecond},
+		"up above 1":            {Up: 1.5},
+		"negative down":         {Down: -1},
+		"negative after":        {DownAfter: -2},
+		"negative up after":     {UpAfter: -1},
+		"negative latency":      {UpLatency: -time.Millisecond},
+		"negative down latency": {DownLatency: -time.Millisecond},
 	} {
 		if err := o.Validate(); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("%s: Validate = %v, want ErrInvalidOptions", name, err)
