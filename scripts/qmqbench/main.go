@@ -18,6 +18,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Env is what a suite gets: a scratch directory it owns, the folder where
@@ -104,6 +105,11 @@ func main() {
 		}
 		scratches = append(scratches, scratch)
 		env := &Env{Dir: scratch, PeersBin: *peers, Bin: *bin}
+		if waited, quiet := settleDisks(time.Second, 20*time.Second); !quiet {
+			env.Logf("disks still busy after %v of waiting before %s", waited.Round(time.Millisecond), name)
+		} else if waited > 2*time.Second {
+			env.Logf("waited %v for the disks to go quiet before %s", waited.Round(time.Millisecond), name)
+		}
 		before, measured := readCPUTimes()
 		err = s.run(env)
 		if after, ok := readCPUTimes(); measured && ok {

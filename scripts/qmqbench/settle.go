@@ -1,0 +1,72 @@
+package main
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// settleDisks writes back what earlier suites left dirty (sync(2)) and
+// waits until the machine's disks have done no I/O for quiet, at most max,
+// so that a suite does not measure the writeback or the discards of the
+// one before it. It reports how long it waited and whether the disks went
+// quiet (false where /proc/diskstats cannot be read).
+func settleDisks(quiet, max time.Duration) (time.Duration, bool) {
+	start := time.Now()
+	syscall.Sync()
+	last, ok := diskIOs()
+	if !ok {
+		return time.Since(start), false
+	}
+	still := time.Now()
+	for time.Since(start) < max {
+		time.Sleep(50 * time.Millisecond)
+		n, _ := diskIOs()
+		if n != last {
+			last, still = n, time.Now()
+			continue
+		}
+		if time.Since(still) >= quiet {
+			return time.Since(start), true
+		}
+	}
+	return time.Since(start), false
+}
+
+// diskIOs sums the reads, writes, discards and flushes completed by the
+// whole disks in /proc/diskstats (partitions and virtual devices left out).
+func diskIOs() (uint64, bool) {
+	b, err := os.ReadFile("/proc/diskstats")
+	if err != nil {
+		return 0, false
+	}
+	var sum uint64
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 14 || !wholeDisk(f[2]) {
+			continue
+		}
+		// Fields after the name: reads (0), writes (4), discards (11), flushes (15).
+		for _, i := range []int{3, 7, 14, 18} {
+			if i < len(f) {
+				v, _ := strconv.ParseUint(f[i], 10, 64)
+				sum += v
+			}
+		}
+	}
+	return sum, true
+}
+
+// wholeDisk reports whether a /proc/diskstats device name is a disk
+// rather than a partition, loop, ram or device-mapper device.
+func wholeDisk(name string) bool {
+	for _, p := range []string{"loop", "ram", "dm-", "zram", "sr"} {
+		if strings.HasPrefix(name, p) {
+			return false
+		}
+	}
+	_, err := os.Stat("/sys/block/" + name)
+	return err == nil
+}
