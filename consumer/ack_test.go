@@ -94,12 +94,7 @@ func TestAckBackoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	for handled.Load() < total {
-		if time.Since(start) > 20*time.Second {
-			t.Fatalf("%d of %d handled", handled.Load(), total)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitHandled(t, &handled, total)
 	took := time.Since(start)
 	acks := b.acks.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -135,12 +130,7 @@ func TestPullRefill(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	for handled.Load() < total {
-		if time.Since(start) > 20*time.Second {
-			t.Fatalf("%d of %d handled", handled.Load(), total)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitHandled(t, &handled, total)
 	// A batch a pull, and a few that find the backlog drained (the test
 	// broker holds those 20 ms).
 	pulls := b.pulls.Load()
@@ -148,5 +138,17 @@ func TestPullRefill(t *testing.T) {
 	t.Logf("%d messages in %v: %d pulls (limit %d), %d acks", total, time.Since(start), pulls, limit, b.acks.Load())
 	if pulls > limit {
 		t.Fatalf("%d pulls for %d messages in batches of %d", pulls, total, batch)
+	}
+}
+
+// waitHandled waits (up to 20 s) until n messages were handled.
+func waitHandled(t *testing.T, handled *atomic.Int64, n int64) {
+	t.Helper()
+	start := time.Now()
+	for handled.Load() < n {
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("%d of %d handled", handled.Load(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -388,11 +388,16 @@ func (p *puller) armAck(armed bool) {
 	p.doneMu.Unlock()
 }
 
-// takeDone swaps the finished pull seqs out, handing back spare for reuse.
-func (p *puller) takeDone(spare []uint64) []uint64 {
+// takeDone swaps the finished pull seqs out, handing back spare for reuse;
+// disarm also records that ackLoop's delay timer has fired, so the next
+// finished message signals (see done).
+func (p *puller) takeDone(spare []uint64, disarm bool) []uint64 {
 	p.doneMu.Lock()
 	out := p.doneSeqs
 	p.doneSeqs = spare[:0]
+	if disarm {
+		p.ackArmed = false
+	}
 	p.doneMu.Unlock()
 	return out
 }
@@ -529,7 +534,7 @@ func (p *puller) ackLoop() {
 	for {
 		select {
 		case <-p.doneSig:
-			spare = p.takeDone(spare)
+			spare = p.takeDone(spare, false)
 			for _, seq := range spare {
 				absorb(seq)
 			}
@@ -538,11 +543,7 @@ func (p *puller) ackLoop() {
 			// Finished messages since the timer was armed did not signal:
 			// take them now, and have the next one signal.
 			delayArmed = false
-			p.doneMu.Lock()
-			out := p.doneSeqs
-			p.doneSeqs, p.ackArmed = spare[:0], false
-			p.doneMu.Unlock()
-			spare = out
+			spare = p.takeDone(spare, true)
 			for _, seq := range spare {
 				absorb(seq)
 			}
@@ -554,7 +555,7 @@ func (p *puller) ackLoop() {
 				lastSent = time.Now()
 			}
 		case <-p.stopAcks:
-			spare = p.takeDone(spare)
+			spare = p.takeDone(spare, false)
 			for _, seq := range spare {
 				absorb(seq)
 			}
