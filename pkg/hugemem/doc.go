@@ -18,5 +18,8 @@
 // A Slab exists for buffers that come and go (a subject's consume-log
 // buffer is taken on its first message and given back when it goes idle):
 // a slot given back is handed out again before a new chunk is made, and a
-// chunk whose slots are all free is dropped for the collector.
+// chunk whose slots are all free is dropped for the collector. Once its
+// last chunk is half used, a Slab makes the next one ahead on a goroutine
+// of its own and faults its pages in, so the kernel's zeroing of fresh
+// huge pages stays off the path of whoever fills the chunk.
 package hugemem

@@ -29,6 +29,11 @@ type Slab struct {
 	mu     sync.Mutex
 	chunks []*chunk // in the order they were made; Get fills the earliest first
 	maps   *mappings
+	// spare is a chunk made ahead, its pages already faulted in, for the
+	// next Get that finds every chunk full; preparing: prepareSpare is
+	// making one.
+	spare     *chunk
+	preparing bool
 }
 
 // mappings are the chunks to unmap when the Slab is collected (apart from
@@ -67,24 +72,74 @@ func (s *Slab) SlotSize() int { return s.size }
 
 // Get returns a free slot: length 0, capacity SlotSize. Its bytes are
 // whatever its last user left there (zeros in a fresh or given-back chunk).
+//
+// Once the last chunk with free slots is half used, Get has the next chunk
+// made ahead on a goroutine of its own (prepareSpare), its pages faulted
+// in, so that the caller that fills a chunk does not pay for faulting in
+// the next one: with huge pages that is the kernel zeroing 2 MiB at each
+// first touch, measured at 17% of a broker's CPU while its first 10,000
+// subjects took their buffers. A slab that never fills half a chunk makes
+// no spare.
 func (s *Slab) Get() []byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, c := range s.chunks {
+	for i, c := range s.chunks {
 		if len(c.free) > 0 {
-			return s.take(c)
+			b := s.take(c)
+			if i == len(s.chunks)-1 {
+				s.prepareLocked(c)
+			}
+			return b
 		}
 	}
+	c := s.spare
+	s.spare = nil
+	if c == nil {
+		c = s.newChunkLocked()
+	}
+	s.chunks = append(s.chunks, c)
+	b := s.take(c)
+	s.prepareLocked(c)
+	return b
+}
+
+// newChunkLocked maps a chunk with every slot free; s.mu is held.
+func (s *Slab) newChunkLocked() *chunk {
 	mem, mapped := mapChunk(s.perChunk * s.size)
 	c := &chunk{mem: mem, base: uintptr(unsafe.Pointer(&mem[0])), mapped: mapped, free: make([]int32, s.perChunk), used: make([]bool, s.perChunk)}
 	for i := range c.free {
 		c.free[i] = int32(s.perChunk - 1 - i) // slot 0 on top: fill from the start
 	}
-	s.chunks = append(s.chunks, c)
 	if mapped {
 		s.maps.mems = append(s.maps.mems, mem)
 	}
-	return s.take(c)
+	return c
+}
+
+// prepareLocked starts making a spare chunk when c, the last chunk, is at
+// least half used and no spare is ready or on its way; s.mu is held.
+func (s *Slab) prepareLocked(c *chunk) {
+	if s.spare != nil || s.preparing || 2*len(c.free) > s.perChunk {
+		return
+	}
+	s.preparing = true
+	go s.prepareSpare()
+}
+
+// prepareSpare makes the spare chunk and faults its pages in (a write of a
+// zero to each 4 KiB page: a read would map the shared zero page and leave
+// the fault to the first real write). It runs once per chunk and ends on
+// its own; meanwhile it keeps the slab reachable.
+func (s *Slab) prepareSpare() {
+	s.mu.Lock()
+	c := s.newChunkLocked()
+	s.mu.Unlock()
+	for i := 0; i < len(c.mem); i += 4096 {
+		c.mem[i] = 0
+	}
+	s.mu.Lock()
+	s.spare, s.preparing = c, false
+	s.mu.Unlock()
 }
 
 // take pops a free slot of c; s.mu is held.
@@ -129,8 +184,9 @@ func (s *Slab) Put(b []byte) bool {
 
 // SlabStats describes a slab's memory.
 type SlabStats struct {
-	Chunks     int
-	Bytes      int64 // the chunks' size (not all of it need be resident)
+	Chunks     int   // chunks in use, not counting the spare
+	Spare      bool  // a spare chunk is ready, its pages faulted in
+	Bytes      int64 // the chunks' size, the spare's included (not all of it need be resident)
 	SlotsInUse int
 	BytesInUse int64
 }
@@ -139,7 +195,10 @@ type SlabStats struct {
 func (s *Slab) Stats() SlabStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := SlabStats{Chunks: len(s.chunks), Bytes: int64(len(s.chunks) * s.perChunk * s.size)}
+	st := SlabStats{Chunks: len(s.chunks), Spare: s.spare != nil, Bytes: int64(len(s.chunks) * s.perChunk * s.size)}
+	if s.spare != nil {
+		st.Bytes += int64(s.perChunk * s.size)
+	}
 	for _, c := range s.chunks {
 		st.SlotsInUse += s.perChunk - len(c.free)
 	}

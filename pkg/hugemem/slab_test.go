@@ -3,6 +3,7 @@ package hugemem
 import (
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -28,7 +29,12 @@ func TestSlab_SlotsAreDisjointAndReused(t *testing.T) {
 		seen[addr(b)] = true
 		slots = append(slots, b)
 	}
-	if st := s.Stats(); st.Chunks != 4 || st.SlotsInUse != 200 || st.BytesInUse != 200*size || st.Bytes != 4*64*size {
+	st := s.Stats()
+	spare := int64(0)
+	if st.Spare { // made ahead, late for the fourth chunk
+		spare = 1
+	}
+	if st.Chunks != 4 || st.SlotsInUse != 200 || st.BytesInUse != 200*size || st.Bytes != (4+spare)*64*size {
 		t.Fatalf("Stats = %+v; want 4 chunks of 64 slots, 200 in use", st)
 	}
 	given := slots[70]
@@ -134,5 +140,43 @@ func TestUint64s_AlignedAndZeroed(t *testing.T) {
 		if n*8 >= PageSize && uintptr(unsafe.Pointer(&w[0]))%PageSize != 0 {
 			t.Fatalf("Uint64s(%d) at %p, not on a huge-page boundary", n, &w[0])
 		}
+	}
+}
+
+// Once the last chunk is half used the slab makes the next one ahead, and
+// the Get that finds every chunk full takes it; a slab that never fills
+// half a chunk makes none.
+func TestSlab_MakesTheNextChunkAhead(t *testing.T) {
+	const size = 1000
+	s := NewSlab(size, 64*size)
+	for range 31 {
+		s.Get()
+	}
+	time.Sleep(10 * time.Millisecond) // a spare made now would be a defect
+	if st := s.Stats(); st.Spare {
+		t.Fatalf("spare made with 31 of 64 slots used: %+v", st)
+	}
+	s.Get()
+	waitSpare(t, s)
+	for range 33 { // the first chunk's last 32, and one of the spare
+		s.Get()
+	}
+	if st := s.Stats(); st.Chunks != 2 || st.Spare {
+		t.Fatalf("after the first chunk filled: %+v, want 2 chunks, the spare taken", st)
+	}
+	for range 31 { // half of the second
+		s.Get()
+	}
+	waitSpare(t, s)
+}
+
+func waitSpare(t *testing.T, s *Slab) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !s.Stats().Spare {
+		if time.Now().After(deadline) {
+			t.Fatalf("no spare chunk 5 s after the last chunk was half used: %+v", s.Stats())
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
