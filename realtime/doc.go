@@ -107,6 +107,37 @@
 // as the flood held to the small group's pace and the small group held to
 // the flood's).
 //
+// A held flow pays for its holds (FairShareOptions.HoldCharge, default 64
+// messages a held pull). A held pull is parked in its actor, timed, looked
+// at again every recheck and answered by a pull worker off the event loop:
+// beside the flood each cost the broker about twice what an inline pull of
+// 64 messages does (below), and a flow pulling over its share keeps
+// making that work. Charging it, as quotas count the requests a throttled
+// client keeps sending, holds the flood to less than the small group's
+// deliveries. The charge feeds on itself (a flow held more pays more) but
+// is bounded by the flow's pulls: with batches of 64 and every pull held a
+// flow pays twice for its messages and is held to about half the others'
+// deliveries. A flow that is not over its share is never held and never
+// charged; two floods alike are held and charged alike.
+//
+// Measured on 2026-12-02 (fairness suite, a debug build that charged 64
+// messages for every pull answered off the loop, held or not, against no
+// charge, alternating): the flood took 0.77–0.85 times the small group's
+// deliveries against 0.93–1.10, its process's CPU beside the small group
+// fell from 0.50–0.53 to 0.42–0.50 cores and the small group's rose from
+// 0.58–0.62 to 0.61–0.66; fairness_small_group_ratio 0.502, 0.569, 0.612,
+// 0.626, 0.538, 0.556 (mean 0.567) against 0.524, 0.535, 0.551, 0.491,
+// 0.624, 0.452, 0.631 (mean 0.544), the host's swings between cycles
+// (the small group alone at 1.40–2.05 µs a message) being most of the
+// spread. Charging only held pulls is what shipped: a pull answered by a
+// worker without being held costs little more than an inline one on an
+// otherwise quiet broker (one group of 2 consumers alone, inline pulls on
+// and off: 0.92–1.08 µs of broker CPU a message either way), so the cost
+// worth charging is the hold's. With the hold charge as shipped (suite
+// runs alternating with --fair-share-hold-charge=0): ratios 0.609 and
+// 0.630 against 0.538 and 0.602, the flood's process at 0.44–0.45 cores
+// against 0.52–0.53.
+//
 // What a small group's pulls wait on beside a flood (a debug measurement
 // in the fairness suite, broker with GOMAXPROCS=2): alone, a pull waited
 // ~20 µs between arriving and its actor taking it and ~28 µs more until

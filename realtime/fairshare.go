@@ -44,6 +44,13 @@ type FairShareOptions struct {
 	// broker's, so their waits cannot tell that it is busy; a machine whose
 	// CPUs the broker queues for can.
 	RunQueue float64 `yaml:"run_queue"`
+	// HoldCharge is what holding a pull costs its flow, counted in
+	// messages (default 64; 0: only messages count). A held pull is
+	// parked, timed, looked at again every recheck and answered by a pull
+	// worker off the event loop, which costs the broker about what a batch
+	// of 64 messages does (see "Fair share" in doc.go): a flow that keeps
+	// pulling over its share pays for the work its held pulls make.
+	HoldCharge int `yaml:"hold_charge"`
 }
 
 // NewFairShareOptions returns the defaults.
@@ -54,6 +61,8 @@ func NewFairShareOptions() FairShareOptions {
 		Excess:   1.1,
 		Busy:     50 * time.Microsecond,
 		RunQueue: 0.4,
+
+		HoldCharge: 64,
 	}
 }
 
@@ -64,6 +73,7 @@ func (o *FairShareOptions) AddFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.Excess, "fair-share-excess", o.Excess, "how many times the other consumer groups' mean share one may take before its pulls are held")
 	fs.DurationVar(&o.Busy, "fair-share-busy", o.Busy, "mean wait of the other groups' pulls in the broker above which shares are enforced (0: always)")
 	fs.Float64Var(&o.RunQueue, "fair-share-run-queue", o.RunQueue, "seconds a second the broker's threads wait for a CPU above which shares are enforced too (0: off; Linux)")
+	fs.IntVar(&o.HoldCharge, "fair-share-hold-charge", o.HoldCharge, "messages a held pull costs its consumer group's share (0: only messages count)")
 }
 
 // Validate checks the options.
@@ -79,6 +89,8 @@ func (o *FairShareOptions) Validate() error {
 		return fmt.Errorf("realtime: fair share busy must be between 0 and 1s, got %v", o.Busy)
 	case !(o.RunQueue >= 0 && o.RunQueue <= 1024):
 		return fmt.Errorf("realtime: fair share run queue must be between 0 and 1024, got %v", o.RunQueue)
+	case o.HoldCharge < 0 || o.HoldCharge > 1<<20:
+		return fmt.Errorf("realtime: fair share hold charge must be between 0 and %d, got %d", 1<<20, o.HoldCharge)
 	}
 	return nil
 }
@@ -128,7 +140,7 @@ type fairShare struct {
 
 // tally is what a flow did in one period.
 type tally struct {
-	msgs  int64         // messages delivered
+	msgs  int64         // messages delivered, plus HoldCharge for each pull held
 	pulls int64         // pulls taken by its actor
 	wait  time.Duration // their total wait from arrival to their actor
 }
@@ -224,13 +236,20 @@ func (s *fairShare) record(f *flowShare, n, asked int, now time.Time) {
 
 // arrived counts a pull that waited wait before f's actor took it, and
 // reports whether f is over its share now (see over). When it is and
-// holdUntil is set, the pull is held until then (see holdIfOver).
+// holdUntil is set, the pull is held until then (see holdIfOver) and f is
+// charged HoldCharge for it.
 func (s *fairShare) arrived(f *flowShare, wait time.Duration, now, holdUntil time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.rollLocked(now)
 	s.addLocked(f, tally{pulls: 1, wait: wait})
-	return s.holdLocked(f, now, holdUntil)
+	if !s.holdLocked(f, now, holdUntil) {
+		return false
+	}
+	if !holdUntil.IsZero() {
+		s.addLocked(f, tally{msgs: int64(s.opts.HoldCharge)})
+	}
+	return true
 }
 
 // over reports whether f, contending, took more than Excess times the mean

@@ -210,6 +210,45 @@ func TestFairShare_HeldFlowHoldsNobodyElse(t *testing.T) {
 	}
 }
 
+// Holding a pull costs the broker work (a park, rechecks, a worker's
+// answer): the held flow pays HoldCharge for each, so a flow that keeps
+// pulling over its share stays held longer; with HoldCharge 0 only
+// messages count.
+func TestFairShare_HoldsCostTheHeldFlow(t *testing.T) {
+	for _, charge := range []int{64, 0} {
+		o := NewFairShareOptions()
+		o.HoldCharge = charge
+		if err := o.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		s := newFairShare(o, nil, "g")
+		var big, small flowShare
+		now := s.start.Add(10 * time.Millisecond)
+		for range 12 {
+			pull(s, &big, busyWait, 64, 64, now)
+		}
+		for range 10 {
+			pull(s, &small, busyWait, 64, 64, now)
+		}
+		// big (768 against 640 messages) is over 1.1× small's share: its
+		// next pull is held.
+		until := now.Add(s.recheck())
+		if !s.arrived(&big, busyWait, now, until) {
+			t.Fatalf("charge %d: big not held", charge)
+		}
+		// small takes one batch more (704 against 768 messages, within
+		// 1.1×); charged for its hold (832), big stays over.
+		pull(s, &small, busyWait, 64, 64, now)
+		after := until.Add(time.Microsecond)
+		if got := s.over(&big, after); got != (charge > 0) {
+			t.Fatalf("charge %d: big over its share once small caught up with its messages: %v, want %v", charge, got, charge > 0)
+		}
+		if s.over(&small, after) {
+			t.Fatalf("charge %d: small held", charge)
+		}
+	}
+}
+
 func TestFairShare_SharesFadeWithTheWindow(t *testing.T) {
 	s, t0 := newTestFairShare(t)
 	w := s.opts.Window
@@ -307,6 +346,7 @@ func TestFairShareOptions_Validate(t *testing.T) {
 		{"negative busy", func(o *FairShareOptions) { o.Busy = -time.Microsecond }},
 		{"negative run queue", func(o *FairShareOptions) { o.RunQueue = -0.1 }},
 		{"run queue NaN", func(o *FairShareOptions) { o.RunQueue = math.NaN() }},
+		{"negative hold charge", func(o *FairShareOptions) { o.HoldCharge = -1 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := NewFairShareOptions()
@@ -317,8 +357,8 @@ func TestFairShareOptions_Validate(t *testing.T) {
 		})
 	}
 	o := NewFairShareOptions()
-	o.Hold, o.Busy, o.RunQueue = 0, 0, 0
+	o.Hold, o.Busy, o.RunQueue, o.HoldCharge = 0, 0, 0, 0
 	if err := o.Validate(); err != nil {
-		t.Fatalf("hold 0 (off), busy 0 (always) and run queue 0 (off) refused: %v", err)
+		t.Fatalf("hold 0 (off), busy 0 (always), run queue 0 (off) and hold charge 0 refused: %v", err)
 	}
 }
