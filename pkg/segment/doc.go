@@ -106,6 +106,24 @@
 //     handed to the caller) and reading resumes at the valid record; without
 //     it Recover stops with an error wrapping ErrCorrupt that names the offset.
 //
+// # Deleting segments (Log.DeleteBefore)
+//
+// Segments leave the log at once, under its lock; their files go after,
+// without it. Each file is renamed to its name plus ".trash" (so a crash
+// midway never leaves a short segment in the log: OpenLog removes trash
+// files and keeps only whole names), cut down by TrimStep (32 MiB) every
+// TrimPause (10 ms) and then removed; the directory is synced last.
+// Removing a file frees its blocks, and on a file system mounted with
+// discard (ext4 without a journal issues the discards inside the unlink)
+// that is a long device operation: on a 2-vCPU VM's virtio disk, removing
+// a written 1 GiB file took 370–420 ms. DeleteBefore used to do it holding
+// the log's lock, so every write, sync and read of the log waited that
+// long; cutting the file down in steps also spreads the discards, so the
+// disk serves the writer's syncs in between (a writer syncing 5 KB every
+// millisecond beside the deletion: slowest sync 47–73 ms with 16–32 MiB
+// steps against 103–144 ms with one unlink). A negative TrimStep removes
+// each file at once, still without the lock.
+//
 // # FixedLog entries
 //
 // Entry n lives in the segment whose base b satisfies b ≤ n < b+SegmentEntries,

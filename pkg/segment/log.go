@@ -6,8 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/qmq-go/qmq/pkg/fsutil"
 )
@@ -32,6 +34,12 @@ type LogOptions struct {
 	// (default SegmentSize); Recover treats a header claiming more as
 	// damaged instead of reading that much.
 	MaxRecordSize int64
+	// TrimStep is how much of a deleted segment's file DeleteBefore cuts
+	// off at a time before removing it (default 32 MiB; negative: remove
+	// at once), and TrimPause the pause between cuts (default 10ms). See
+	// "Deleting segments" in doc.go.
+	TrimStep  int64
+	TrimPause time.Duration
 }
 
 // DefaultSegmentSize is the default size of a Log segment.
@@ -52,6 +60,15 @@ func (o *LogOptions) applyDefaults() error {
 	}
 	if o.MaxRecordSize == 0 || o.MaxRecordSize > o.SegmentSize {
 		o.MaxRecordSize = o.SegmentSize
+	}
+	if o.TrimStep == 0 {
+		o.TrimStep = 32 << 20
+	}
+	if o.TrimPause == 0 {
+		o.TrimPause = 10 * time.Millisecond
+	}
+	if o.TrimPause < 0 {
+		return fmt.Errorf("segment: TrimPause must not be negative, got %v", o.TrimPause)
 	}
 	return nil
 }
@@ -115,6 +132,14 @@ func OpenLog(dir string, opts LogOptions) (*Log, error) {
 	}
 	l := &Log{dir: dir, opts: opts}
 	l.filling.Store(noFill)
+	for _, e := range entries {
+		// A segment DeleteBefore was cutting down when the process ended.
+		if name := e.Name(); !e.IsDir() && strings.HasSuffix(name, trashSuffix) {
+			if err := opts.FS.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return nil, fmt.Errorf("segment: remove %s: %w", name, err)
+			}
+		}
+	}
 	bases := listBases(entries)
 	for i, b := range bases {
 		f, err := opts.FS.OpenFile(filepath.Join(dir, FileName(b)), os.O_RDWR, 0)
@@ -676,27 +701,63 @@ func (l *Log) SetEnd(off int64) {
 }
 
 // DeleteBefore removes whole segments that end at or before off, never the
-// last one, and returns how many it removed.
+// last one, and returns how many it removed. They leave the log at once;
+// their files are then renamed, cut down in steps and removed without the
+// log's lock, so appends, syncs and reads go on meanwhile (see "Deleting
+// segments" in doc.go). A file that cannot be removed is reported; the
+// segment has left the log either way (a file left under its own name is
+// a segment again at the next OpenLog, one renamed is removed then).
 func (l *Log) DeleteBefore(off int64) (int, error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
+	var gone []*logSegment
 	for len(l.segs) > 1 && l.segs[0].end() <= off && l.segs[1].base <= l.synced.Load() {
 		s := l.segs[0]
 		unmapLocked(s)
-		s.f.Close()
-		if err := l.opts.FS.Remove(filepath.Join(l.dir, FileName(s.base))); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return n, fmt.Errorf("segment: remove %s: %w", FileName(s.base), err)
-		}
+		gone = append(gone, s)
 		l.segs = l.segs[1:]
-		n++
 	}
-	if n > 0 {
-		if err := l.opts.FS.SyncDir(l.dir); err != nil {
-			return n, err
+	l.mu.Unlock()
+	var errs []error
+	for _, s := range gone {
+		errs = append(errs, l.removeSegment(s))
+	}
+	if len(gone) > 0 {
+		errs = append(errs, l.opts.FS.SyncDir(l.dir))
+	}
+	return len(gone), errors.Join(errs...)
+}
+
+// trashSuffix marks a segment file DeleteBefore renamed to cut it down.
+const trashSuffix = ".trash"
+
+// removeSegment renames a segment that left the log, cuts its file down by
+// TrimStep every TrimPause and removes it.
+func (l *Log) removeSegment(s *logSegment) error {
+	defer s.f.Close()
+	name := FileName(s.base)
+	path := filepath.Join(l.dir, name)
+	if l.opts.TrimStep > 0 {
+		trash := path + trashSuffix
+		if err := l.opts.FS.Rename(path, trash); err != nil {
+			return fmt.Errorf("segment: rename %s: %w", name, err)
+		}
+		path = trash
+		size, err := s.f.Size()
+		if err != nil {
+			return fmt.Errorf("segment: stat %s: %w", name, err)
+		}
+		for size > l.opts.TrimStep {
+			size -= l.opts.TrimStep
+			if err := s.f.Truncate(size); err != nil {
+				return fmt.Errorf("segment: cut %s: %w", name, err)
+			}
+			time.Sleep(l.opts.TrimPause)
 		}
 	}
-	return n, nil
+	if err := l.opts.FS.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("segment: remove %s: %w", name, err)
+	}
+	return nil
 }
 
 // Close closes the log's files without syncing them.
