@@ -105,3 +105,24 @@ func mapped(t *testing.T, a uintptr) bool {
 	}
 	return false
 }
+
+// A chunk of at least a huge page starts on a huge-page boundary and is
+// mapped in whole huge pages, so all of it can be on huge pages (slots of
+// 16,440 bytes fill 4,208 bytes less than 8 MiB).
+func TestSlab_ChunksAreWholeAlignedHugePages(t *testing.T) {
+	s := NewSlab(16440, 0)
+	first := s.Get()
+	if a := addr(first); a%PageSize != 0 {
+		t.Fatalf("first slot of a %d MiB chunk at %#x, not on a %d KiB boundary", DefaultChunkBytes>>20, a, PageSize>>10)
+	}
+	s.mu.Lock()
+	c := s.chunks[0]
+	s.mu.Unlock()
+	if !c.mapped {
+		t.Skip("the kernel refused the mapping")
+	}
+	if len(c.mem) != 510*16440 || cap(c.mem) != DefaultChunkBytes {
+		t.Fatalf("chunk of %d bytes mapped as %d, want %d rounded up to %d", len(c.mem), cap(c.mem), 510*16440, DefaultChunkBytes)
+	}
+	runtime.KeepAlive(s)
+}
