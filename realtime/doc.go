@@ -115,10 +115,12 @@
 // making that work. Charging it, as quotas count the requests a throttled
 // client keeps sending, holds the flood to less than the small group's
 // deliveries. The charge feeds on itself (a flow held more pays more) but
-// is bounded by the flow's pulls: with batches of 64 and every pull held a
-// flow pays twice for its messages and is held to about half the others'
-// deliveries. A flow that is not over its share is never held and never
-// charged; two floods alike are held and charged alike.
+// is bounded by the flow's pulls: with every pull held and b messages a
+// pull, a flow pays (b+64)/b for each message (twice with the fairness
+// suite's batches of 64, so it is held to about half the others'
+// deliveries; a flow pulling a few messages at a time pays more, as its
+// pulls cost the broker more). A flow that is not over its share is never
+// held and never charged; two floods alike are held and charged alike.
 //
 // Measured on 2026-12-02 (fairness suite, a debug build that charged 64
 // messages for every pull answered off the loop, held or not, against no
@@ -162,7 +164,8 @@
 // Measured (TestTiming_FairShareHoldsTheFlood, clients and broker in one
 // process): a group of 16 consumers beside a group of 1 took 0.97–1.07× the
 // small group's messages, against 12–15× with Hold 0, and the small group
-// drained twice as fast. The fairness suite (scripts/bench.sh fairness: the
+// drained twice as fast (0.39–0.41× since the hold charge, with its pulls
+// of 32). The fairness suite (scripts/bench.sh fairness: the
 // broker, the 2-consumer group and the 64-consumer flood as three processes
 // on the shared 2-core machine, alone and flooded phases alternating) at
 // load averages of 7–16 from other work: fairness_small_group_ratio 0.54,

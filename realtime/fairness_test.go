@@ -126,9 +126,12 @@ func TestTiming_SmallGroupBesideALiveFlood(t *testing.T) {
 
 // Fair share (fairshare.go): while a group of 16 consumers and a group of 1
 // drain the same backlog, the broker holds the big group's pulls so that it
-// takes about as many messages as the small one, not sixteen times as many.
-// Busy is 0 so that shares are enforced however idle this machine's broker
-// is; the gate itself is unit-tested.
+// takes no more messages than the small one, not sixteen times as many. It
+// pays for its holds (HoldCharge, 64 messages a held pull), so with pulls
+// of 32 it takes about (32/(32+64))×1.1 ≈ 0.37 of the small group's
+// messages once every pull of it is held (measured 0.39–0.41), and never
+// much less: the charge is bounded. Busy is 0 so that shares are enforced
+// however idle this machine's broker is; the gate itself is unit-tested.
 func TestTiming_FairShareHoldsTheFlood(t *testing.T) {
 	if raceEnabled {
 		t.Skip("timing test: the race detector distorts it (scripts/test.sh runs TestTiming tests in an un-raced pass)")
@@ -138,8 +141,8 @@ func TestTiming_FairShareHoldsTheFlood(t *testing.T) {
 	if held == 0 {
 		t.Fatal("no pull of the flood was held")
 	}
-	if ratio > 2.5 {
-		t.Fatalf("the flood took %.2f× the small group's messages (want about 1.1×, at most 2.5×)", ratio)
+	if ratio > 2.5 || ratio < 0.2 {
+		t.Fatalf("the flood took %.2f× the small group's messages (want about 0.4×, between 0.2× and 2.5×)", ratio)
 	}
 }
 
