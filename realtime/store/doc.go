@@ -130,7 +130,10 @@
 //     Done ahead of the writer instead (Zero filling, below) and with the
 //     broker on one processor at this load (pkg/procs), it is kept.
 //   - Syncing the action log every second instead of every 50 ms: no
-//     change (p99 8.2–9.6 ms against 7.8–12.3).
+//     change (p99 8.2–9.6 ms against 7.8–12.3). Zero filling the action
+//     log ahead too (2026-12-02, with the message log's fill on): e2e p99
+//     6.1, 4.0, 5.6, 7.0, 7.8, 5.9, 5.6 ms against 10.4, 4.8, 6.8, 6.5,
+//     5.5, 10.2, 4.4 in alternating 5 s runs, no better.
 //   - The broker on one Go processor (GOMAXPROCS=1: no idle processor for
 //     the runtime to wake a thread for whenever a goroutine becomes
 //     ready): p99 4.9–5.2 ms against 8.3 in two alternating pairs of 5 s
