@@ -49,28 +49,38 @@ const (
 	StatusUnavailable Status = 17
 	// StatusInternal: an unexpected server error.
 	StatusInternal Status = 18
+	// StatusUnauthenticated: the connection has not proven who it is (no
+	// credential, a wrong one, or an identity the server does not know), and
+	// the server requires it.
+	StatusUnauthenticated Status = 19
+	// StatusForbidden: the connection's identity may not do this (publish to
+	// this subject, consume as this group, an admin command); the message
+	// names what was refused.
+	StatusForbidden Status = 20
 )
 
 var statusNames = map[Status]string{
-	StatusOK:             "ok",
-	StatusUnknownCommand: "unknown command",
-	StatusBadRequest:     "bad request",
-	StatusInvalid:        "invalid",
-	StatusTooLarge:       "too large",
-	StatusDuplicate:      "duplicate",
-	StatusReadonly:       "readonly",
-	StatusNotMaster:      "not master",
-	StatusNotRouted:      "subject not routed here",
-	StatusStoreError:     "store error",
-	StatusBusy:           "busy",
-	StatusRetryLater:     "retry later",
-	StatusUnknownGroup:   "unknown group",
-	StatusStaleEpoch:     "stale epoch",
-	StatusShuttingDown:   "shutting down",
-	StatusNotFound:       "not found",
-	StatusBeyondHorizon:  "beyond horizon",
-	StatusUnavailable:    "unavailable",
-	StatusInternal:       "internal error",
+	StatusOK:              "ok",
+	StatusUnknownCommand:  "unknown command",
+	StatusBadRequest:      "bad request",
+	StatusInvalid:         "invalid",
+	StatusTooLarge:        "too large",
+	StatusDuplicate:       "duplicate",
+	StatusReadonly:        "readonly",
+	StatusNotMaster:       "not master",
+	StatusNotRouted:       "subject not routed here",
+	StatusStoreError:      "store error",
+	StatusBusy:            "busy",
+	StatusRetryLater:      "retry later",
+	StatusUnknownGroup:    "unknown group",
+	StatusStaleEpoch:      "stale epoch",
+	StatusShuttingDown:    "shutting down",
+	StatusNotFound:        "not found",
+	StatusBeyondHorizon:   "beyond horizon",
+	StatusUnavailable:     "unavailable",
+	StatusInternal:        "internal error",
+	StatusUnauthenticated: "unauthenticated",
+	StatusForbidden:       "forbidden",
 }
 
 // String returns the status's name, or its number when unknown.
@@ -122,24 +132,26 @@ func Errorf(s Status, msg string) *Error { return &Error{Status: s, Message: msg
 
 // Sentinels, one per non-OK status; match with errors.Is.
 var (
-	ErrUnknownCommand = &Error{Status: StatusUnknownCommand}
-	ErrBadRequest     = &Error{Status: StatusBadRequest}
-	ErrInvalid        = &Error{Status: StatusInvalid}
-	ErrTooLarge       = &Error{Status: StatusTooLarge}
-	ErrDuplicate      = &Error{Status: StatusDuplicate}
-	ErrReadonly       = &Error{Status: StatusReadonly}
-	ErrNotMaster      = &Error{Status: StatusNotMaster}
-	ErrNotRouted      = &Error{Status: StatusNotRouted}
-	ErrStoreError     = &Error{Status: StatusStoreError}
-	ErrBusy           = &Error{Status: StatusBusy}
-	ErrRetryLater     = &Error{Status: StatusRetryLater}
-	ErrUnknownGroup   = &Error{Status: StatusUnknownGroup}
-	ErrStaleEpoch     = &Error{Status: StatusStaleEpoch}
-	ErrShuttingDown   = &Error{Status: StatusShuttingDown}
-	ErrNotFound       = &Error{Status: StatusNotFound}
-	ErrBeyondHorizon  = &Error{Status: StatusBeyondHorizon}
-	ErrUnavailable    = &Error{Status: StatusUnavailable}
-	ErrInternal       = &Error{Status: StatusInternal}
+	ErrUnknownCommand  = &Error{Status: StatusUnknownCommand}
+	ErrBadRequest      = &Error{Status: StatusBadRequest}
+	ErrInvalid         = &Error{Status: StatusInvalid}
+	ErrTooLarge        = &Error{Status: StatusTooLarge}
+	ErrDuplicate       = &Error{Status: StatusDuplicate}
+	ErrReadonly        = &Error{Status: StatusReadonly}
+	ErrNotMaster       = &Error{Status: StatusNotMaster}
+	ErrNotRouted       = &Error{Status: StatusNotRouted}
+	ErrStoreError      = &Error{Status: StatusStoreError}
+	ErrBusy            = &Error{Status: StatusBusy}
+	ErrRetryLater      = &Error{Status: StatusRetryLater}
+	ErrUnknownGroup    = &Error{Status: StatusUnknownGroup}
+	ErrStaleEpoch      = &Error{Status: StatusStaleEpoch}
+	ErrShuttingDown    = &Error{Status: StatusShuttingDown}
+	ErrNotFound        = &Error{Status: StatusNotFound}
+	ErrBeyondHorizon   = &Error{Status: StatusBeyondHorizon}
+	ErrUnavailable     = &Error{Status: StatusUnavailable}
+	ErrInternal        = &Error{Status: StatusInternal}
+	ErrUnauthenticated = &Error{Status: StatusUnauthenticated}
+	ErrForbidden       = &Error{Status: StatusForbidden}
 )
 
 // StatusError returns nil for StatusOK and an *Error carrying s and msg

@@ -1,0 +1,136 @@
+package auth
+
+import (
+	"crypto/pbkdf2"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// Secret hashing: PBKDF2-SHA256 with a random salt.
+const (
+	// SecretAlgorithm names the hash in SecretHash.Algorithm.
+	SecretAlgorithm = "pbkdf2-sha256"
+	// SecretIterations is the PBKDF2 round count of new hashes.
+	SecretIterations = 50_000
+	// MinSecretLen is the shortest secret HashSecret takes.
+	MinSecretLen  = 16
+	secretSaltLen = 16
+	secretKeyLen  = 32
+)
+
+// SecretHash is a secret as stored: never the secret itself.
+type SecretHash struct {
+	Algorithm  string `json:"algorithm"`
+	Iterations int    `json:"iterations"`
+	Salt       []byte `json:"salt"`
+	Hash       []byte `json:"hash"`
+}
+
+// HashSecret hashes a secret for storage. Secrets shorter than
+// MinSecretLen are refused.
+func HashSecret(secret string) (*SecretHash, error) {
+	if len(secret) < MinSecretLen {
+		return nil, fmt.Errorf("%w: secret of %d characters (at least %d)", ErrInvalid, len(secret), MinSecretLen)
+	}
+	salt := make([]byte, secretSaltLen)
+	if _, err := rand.Read(salt); err != nil {
+		return nil, err
+	}
+	key, err := pbkdf2.Key(sha256.New, secret, salt, SecretIterations, secretKeyLen)
+	if err != nil {
+		return nil, err
+	}
+	return &SecretHash{Algorithm: SecretAlgorithm, Iterations: SecretIterations, Salt: salt, Hash: key}, nil
+}
+
+// Verify reports whether secret is the one h was made from. It takes the
+// full PBKDF2 time (Authority caches the answers).
+func (h *SecretHash) Verify(secret string) bool {
+	if h.validate() != nil {
+		return false
+	}
+	key, err := pbkdf2.Key(sha256.New, secret, h.Salt, h.Iterations, len(h.Hash))
+	return err == nil && subtle.ConstantTimeCompare(key, h.Hash) == 1
+}
+
+func (h *SecretHash) validate() error {
+	switch {
+	case h.Algorithm != SecretAlgorithm:
+		return fmt.Errorf("%w: secret hash algorithm %q (want %s)", ErrInvalid, h.Algorithm, SecretAlgorithm)
+	case h.Iterations < 1000 || h.Iterations > 10_000_000:
+		return fmt.Errorf("%w: secret hash of %d iterations", ErrInvalid, h.Iterations)
+	case len(h.Salt) < 8 || len(h.Hash) < 16 || len(h.Hash) > 64:
+		return fmt.Errorf("%w: secret hash with a %d-byte salt and a %d-byte key", ErrInvalid, len(h.Salt), len(h.Hash))
+	}
+	return nil
+}
+
+// GenerateSecret returns a new random secret: 32 bytes in base64url, 43
+// characters.
+func GenerateSecret() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// Credentials are what a client presents: an identity's name and secret.
+type Credentials struct {
+	Name   string
+	Secret string
+}
+
+// String returns "name:secret": keep it out of logs.
+func (c Credentials) String() string { return c.Name + ":" + c.Secret }
+
+// ParseCredentials reads "name:secret" (surrounding white space, such as
+// a file's final newline, is ignored).
+func ParseCredentials(s string) (Credentials, error) {
+	s = strings.TrimSpace(s)
+	name, secret, ok := strings.Cut(s, ":")
+	if !ok || secret == "" {
+		return Credentials{}, fmt.Errorf("%w: credentials must be written name:secret", ErrInvalid)
+	}
+	if err := ValidateName(name); err != nil {
+		return Credentials{}, fmt.Errorf("credentials: %w", err)
+	}
+	return Credentials{Name: name, Secret: secret}, nil
+}
+
+// ReadCredentialsFile reads "name:secret" from a file. The file must not
+// be readable by others than its owner (mode 0600 or stricter): a secret
+// the whole machine can read is not one.
+func ReadCredentialsFile(path string) (Credentials, error) {
+	s, err := ReadSecretFile(path)
+	if err != nil {
+		return Credentials{}, err
+	}
+	c, err := ParseCredentials(s)
+	if err != nil {
+		return Credentials{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ReadSecretFile reads a secret (a token, a "name:secret" line) from a
+// file that only its owner may read, trimmed of white space.
+func ReadSecretFile(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("%w: %s has mode %#o: a secret file must be readable by its owner only (chmod 600)", ErrInvalid, path, fi.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
