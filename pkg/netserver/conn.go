@@ -2,6 +2,7 @@ package netserver
 
 import (
 	"encoding/binary"
+	"github.com/qmq-go/qmq/pkg/auth"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -52,6 +53,8 @@ type Conn struct {
 	done   chan struct{}
 
 	reasonLogged atomic.Bool // the server logged why it closes the connection
+
+	principal atomic.Pointer[auth.Principal] // who the connection is; nil: auth.Open
 
 	// Event-loop state.
 	held      int

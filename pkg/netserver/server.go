@@ -59,6 +59,9 @@ type Server struct {
 	nextConnID atomic.Uint64 // last connection id handed out
 	closing    atomic.Bool   // Close has begun: refuse connections and requests
 
+	refusedUnauthenticated atomic.Uint64 // Request.Refuse and CountRefusal
+	refusedForbidden       atomic.Uint64
+
 	mu      sync.Mutex
 	started bool
 	closed  bool
@@ -572,9 +575,15 @@ type Stats struct {
 	// InFlight is the number of requests handed to handlers whose replies
 	// are not yet written.
 	InFlight int64
+	// RefusedUnauthenticated and RefusedForbidden count requests (and
+	// messages of sends) refused for their identity (Request.Refuse,
+	// Request.CountRefusal).
+	RefusedUnauthenticated uint64
+	RefusedForbidden       uint64
 }
 
 // Stats returns the server's current load.
 func (s *Server) Stats() Stats {
-	return Stats{Conns: s.conns.Load(), InFlight: s.busy.Load()}
+	return Stats{Conns: s.conns.Load(), InFlight: s.busy.Load(),
+		RefusedUnauthenticated: s.refusedUnauthenticated.Load(), RefusedForbidden: s.refusedForbidden.Load()}
 }
