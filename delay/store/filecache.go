@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/qmq-go/qmq/pkg/fsutil"
 )
 
 // fileCache keeps at most max hour files open, closing the least recently
@@ -44,7 +46,7 @@ func (c *fileCache) acquire(h int64, create bool) (*cachedFile, error) {
 	if create {
 		flag |= os.O_CREATE
 	}
-	f, err := os.OpenFile(filepath.Join(c.dir, hourName(h)), flag, 0o644)
+	f, err := os.OpenFile(filepath.Join(c.dir, hourName(h)), flag, fsutil.FileMode)
 	if err != nil {
 		return nil, err
 	}

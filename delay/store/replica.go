@@ -97,7 +97,7 @@ func OpenReplica(dir string, lg *zap.Logger) (*Replica, error) {
 		lg = zap.NewNop()
 	}
 	for _, d := range []string{dir, filepath.Join(dir, scheduleDir), filepath.Join(dir, dispatchDir)} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := fsutil.MkdirPrivate(fsutil.OS, d); err != nil {
 			return nil, err
 		}
 	}
@@ -299,7 +299,7 @@ func (r *Replica) wipeLocked() error {
 		if err := os.RemoveAll(filepath.Join(r.dir, d)); err != nil {
 			return err
 		}
-		if err := os.MkdirAll(filepath.Join(r.dir, d), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(r.dir, d), fsutil.DirMode); err != nil {
 			return err
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -143,7 +142,7 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 		return nil, fmt.Errorf("delay/store: promote replica %s: %w", dir, err)
 	}
 	for _, d := range []string{dir, filepath.Join(dir, walDir), filepath.Join(dir, scheduleDir), filepath.Join(dir, dispatchDir)} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := fsutil.MkdirPrivate(fsutil.OS, d); err != nil {
 			return nil, err
 		}
 	}

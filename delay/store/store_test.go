@@ -8,6 +8,7 @@ import (
 
 	"github.com/qmq-go/qmq/pkg/clock"
 	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/testutil"
 )
 
 func TestStore_FiresAtExactDueTime(t *testing.T) {
@@ -109,6 +110,7 @@ func restartRebuilds(t *testing.T, opts Options) {
 	h.waitCount(100)
 	h.reopen()
 	h.settle()
+	testutil.RequirePrivateTree(t, dir)
 	if h.count() != 100 {
 		t.Fatalf("after restart %d delivered, want 100 (dispatched ones came back?)", h.count())
 	}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/qmq-go/qmq/pkg/fsutil"
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
@@ -274,7 +275,7 @@ func createSegment(dir string, base, segSize, need int64) (*os.File, int64, erro
 	if need > size {
 		size = need
 	}
-	f, err := os.OpenFile(filepath.Join(dir, segmentName(base)), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(filepath.Join(dir, segmentName(base)), os.O_CREATE|os.O_EXCL|os.O_RDWR, fsutil.FileMode)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -11,7 +11,7 @@ import (
 // fsync it, rename it over path, fsync the directory.
 func WriteFileAtomic(fsys FS, path string, data []byte) error {
 	tmp := path + ".tmp"
-	f, err := fsys.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := fsys.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, FileMode)
 	if err != nil {
 		return fmt.Errorf("fsutil: create %s: %w", tmp, err)
 	}

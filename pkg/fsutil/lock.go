@@ -18,7 +18,7 @@ type DirLock struct{ f *os.File }
 // LockDir takes the exclusive lock of dir without waiting; it returns an error
 // wrapping ErrLocked if someone else holds it. The lock dies with the process.
 func LockDir(dir string) (*DirLock, error) {
-	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, FileMode)
 	if err != nil {
 		return nil, fmt.Errorf("fsutil: lock %s: %w", dir, err)
 	}

@@ -145,7 +145,7 @@ func (l *FixedLog) WriteAt(seq int64, data []byte) error {
 		return err
 	}
 	if !l.created {
-		if err := l.opts.FS.MkdirAll(l.dir, 0o755); err != nil {
+		if err := l.opts.FS.MkdirAll(l.dir, fsutil.DirMode); err != nil {
 			l.mu.Unlock()
 			return fmt.Errorf("segment: create %s: %w", l.dir, err)
 		}

@@ -123,7 +123,7 @@ func OpenLog(dir string, opts LogOptions) (*Log, error) {
 	if err := opts.applyDefaults(); err != nil {
 		return nil, err
 	}
-	if err := opts.FS.MkdirAll(dir, 0o755); err != nil {
+	if err := opts.FS.MkdirAll(dir, fsutil.DirMode); err != nil {
 		return nil, fmt.Errorf("segment: create %s: %w", dir, err)
 	}
 	entries, err := opts.FS.ReadDir(dir)
@@ -542,7 +542,7 @@ func (l *Log) segmentForWrite(off int64) (*logSegment, error) {
 
 func (l *Log) createSegment(base int64) (*logSegment, error) {
 	path := filepath.Join(l.dir, FileName(base))
-	f, err := l.opts.FS.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
+	f, err := l.opts.FS.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_TRUNC, fsutil.FileMode)
 	if err != nil {
 		return nil, fmt.Errorf("segment: create %s: %w", path, err)
 	}

@@ -73,7 +73,7 @@ func (fp *FilePool) Acquire(path string, create bool) (*Handle, error) {
 	if create {
 		flag |= os.O_CREATE
 	}
-	f, err := fp.fs.OpenFile(path, flag, 0o644)
+	f, err := fp.fs.OpenFile(path, flag, fsutil.FileMode)
 	if err != nil {
 		return nil, fmt.Errorf("segment: open %s: %w", path, err)
 	}

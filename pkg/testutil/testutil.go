@@ -7,7 +7,9 @@
 package testutil
 
 import (
+	"io/fs"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -47,3 +49,31 @@ const ChildEnv = "QMQ_TEST_CHILD"
 
 // ChildRole returns the role this process was started with as a child, or "".
 func ChildRole() string { return os.Getenv(ChildEnv) }
+
+// RequirePrivateTree fails the test unless every file and directory under
+// dir (dir included) is accessible by its owner only: no group or other
+// permission bits (data files 0600, directories 0700).
+func RequirePrivateTree(t testing.TB, dir string) {
+	t.Helper()
+	n := 0
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+			t.Errorf("%s has mode %#o: group or others may read it", path, perm)
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 2 {
+		t.Fatalf("%s holds nothing to check", dir)
+	}
+}

@@ -103,7 +103,7 @@ func Open(dir string, opts Options, lg *zap.Logger) (*Store, error) {
 	if lg == nil {
 		lg = zap.NewNop()
 	}
-	if err := opts.FS.MkdirAll(dir, 0o755); err != nil {
+	if err := fsutil.MkdirPrivate(opts.FS, dir); err != nil {
 		return nil, fmt.Errorf("store: create %s: %w", dir, err)
 	}
 	lock, err := fsutil.LockDir(dir)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/testutil"
 )
 
 func TestAppendReadReopen(t *testing.T) {
@@ -68,6 +69,7 @@ func TestAppendReadReopen(t *testing.T) {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
+			testutil.RequirePrivateTree(t, dir)
 			s = openStore(t, dir, opts)
 			defer s.Close()
 			if r := s.OpenReport(); r.MessagesReplayed != 0 {
