@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/qmq-go/qmq/pkg/fsutil"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -31,6 +33,45 @@ type Options struct {
 	// StartTimeout bounds the wait for the member to become ready. Default
 	// 30 s.
 	StartTimeout time.Duration
+	// ClientTLS, when its CertFile is set, serves the client port over TLS
+	// (https), and with ClientCertAuth only to clients whose certificate
+	// TrustedCAFile signed (etcd's own client-certificate auth). Default
+	// plaintext.
+	ClientTLS TLS
+	// PeerTLS, likewise for the raft peer port (members of a larger cluster
+	// talk through it; a single node listens on it anyway).
+	PeerTLS TLS
+}
+
+// TLS names the PEM files of an etcd listener. etcd reads the certificate
+// and key files at every handshake, so replacing them takes effect without
+// a restart.
+type TLS struct {
+	CertFile, KeyFile string
+	// TrustedCAFile verifies client (or peer) certificates.
+	TrustedCAFile string
+	// ClientCertAuth refuses connections without a certificate
+	// TrustedCAFile signed.
+	ClientCertAuth bool
+}
+
+// On reports whether the listener runs TLS.
+func (t TLS) On() bool { return t.CertFile != "" }
+
+func (t TLS) info() transport.TLSInfo {
+	return transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.TrustedCAFile, ClientCertAuth: t.ClientCertAuth}
+}
+
+func (t TLS) validate(name string) error {
+	switch {
+	case !t.On() && (t.KeyFile != "" || t.TrustedCAFile != "" || t.ClientCertAuth):
+		return fmt.Errorf("devetcd: Options.%s: a key, CA or client-certificate auth without a certificate", name)
+	case t.On() && t.KeyFile == "":
+		return fmt.Errorf("devetcd: Options.%s: a certificate without its key", name)
+	case t.ClientCertAuth && t.TrustedCAFile == "":
+		return fmt.Errorf("devetcd: Options.%s: client-certificate auth needs TrustedCAFile", name)
+	}
+	return nil
 }
 
 // ErrNotReady: the member did not become ready within Options.StartTimeout.
@@ -49,7 +90,10 @@ func (o Options) Validate() error {
 			return fmt.Errorf("devetcd: Options.%s %q: %w", name, a, err)
 		}
 	}
-	return nil
+	if err := o.ClientTLS.validate("ClientTLS"); err != nil {
+		return err
+	}
+	return o.PeerTLS.validate("PeerTLS")
 }
 
 // Etcd is a running embedded member.
@@ -76,11 +120,21 @@ func Start(o Options, lg *zap.Logger) (*Etcd, error) {
 		}
 		return v
 	}
+	if err := fsutil.MkdirPrivate(fsutil.OS, o.Dir); err != nil {
+		return nil, fmt.Errorf("devetcd: %w", err)
+	}
 	cfg := embed.NewConfig()
 	cfg.Dir = o.Dir
 	cfg.Name = def(o.Name, "qmq-meta")
-	cu := url.URL{Scheme: "http", Host: def(o.ClientAddr, "127.0.0.1:0")}
-	pu := url.URL{Scheme: "http", Host: def(o.PeerAddr, "127.0.0.1:0")}
+	scheme := func(t TLS) string {
+		if t.On() {
+			return "https"
+		}
+		return "http"
+	}
+	cu := url.URL{Scheme: scheme(o.ClientTLS), Host: def(o.ClientAddr, "127.0.0.1:0")}
+	pu := url.URL{Scheme: scheme(o.PeerTLS), Host: def(o.PeerAddr, "127.0.0.1:0")}
+	cfg.ClientTLSInfo, cfg.PeerTLSInfo = o.ClientTLS.info(), o.PeerTLS.info()
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)

@@ -9,4 +9,11 @@
 // Port 0 works for both URLs (the default): Endpoints reports the real client
 // address once Start returns. The member then advertises :0, so clients must
 // not turn on endpoint auto-sync.
+//
+// TLS: Options.ClientTLS and PeerTLS serve the client and peer ports over
+// TLS with etcd's own client-certificate auth (ClientCertAuth: only
+// clients whose certificate the trusted CA signed are served). etcd reads
+// the files at every handshake, so certificates are replaced without a
+// restart. The data directory is made (or narrowed to) 0700; etcd writes
+// its files 0600.
 package devetcd
