@@ -275,3 +275,28 @@ func TestSplitSystemSubject(t *testing.T) {
 		}
 	}
 }
+
+func TestHashSecretAnyLength(t *testing.T) {
+	h, err := HashSecretAnyLength("t")
+	if err != nil || !h.Verify("t") || h.Verify("u") {
+		t.Fatalf("short bootstrap secret: %v", err)
+	}
+	if _, err := HashSecretAnyLength(""); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("empty secret: %v", err)
+	}
+	if err := CheckSecret(string(make([]byte, MaxSecretLen+1))); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("over-long secret: %v", err)
+	}
+}
+
+func TestAuthority_Replace(t *testing.T) {
+	a := NewAuthority(testPolicy(t, 9))
+	old, _ := NewPolicy(2, nil)
+	if a.Update(old) {
+		t.Fatal("Update took an older policy")
+	}
+	a.Replace(old)
+	if a.Version() != 2 {
+		t.Fatalf("version %d after Replace, want 2", a.Version())
+	}
+}
