@@ -300,3 +300,30 @@ func TestAuthority_Replace(t *testing.T) {
 		t.Fatalf("version %d after Replace, want 2", a.Version())
 	}
 }
+
+func TestWriteSecretFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "token")
+	if err := os.WriteFile(path+".tmp", []byte("stale"), 0o644); err == nil {
+		t.Fatal("the directory should not exist yet")
+	}
+	if err := WriteSecretFile(path, []byte("s3cret-s3cret-s3cret\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path+".tmp", []byte("stale"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteSecretFile(path, []byte("second-second-second\n")); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v, %v", fi.Mode(), err)
+	}
+	di, _ := os.Stat(filepath.Dir(path))
+	if di.Mode().Perm() != 0o700 {
+		t.Fatalf("directory mode %v", di.Mode())
+	}
+	if s, err := ReadSecretFile(path); err != nil || s != "second-second-second" {
+		t.Fatalf("read back %q, %v", s, err)
+	}
+}
