@@ -48,7 +48,7 @@ func TestQmqctl_EveryCommand(t *testing.T) {
 	})
 
 	meta := "--meta=" + s.HTTPAddr().String()
-	tok := "--token=" + testToken
+	tok := tokenFlag(t, testToken)
 	run := func(want int, args ...string) string {
 		t.Helper()
 		var out, errOut bytes.Buffer
@@ -136,8 +136,12 @@ func TestQmqctl_EveryCommand(t *testing.T) {
 		}
 	}
 	has(deadOut, ids...)
-	has(run(0, "dead", "inspect", "orders", "billing", ids[0]), "payload of", "attempts")
-	run(ctl.ExitNotFound, "dead", "inspect", "orders", "billing", "nope")
+	has(run(0, tok, "dead", "inspect", "orders", "billing", ids[0]), "payload of", "attempts")
+	run(ctl.ExitUnauthorized, "dead", "inspect", "orders", "billing", ids[0])
+	if out := run(0, "dead", "list", "orders", "billing"); strings.Contains(out, "payload of") {
+		t.Fatalf("dead list without a credential shows bodies:\n%s", out)
+	}
+	run(ctl.ExitNotFound, tok, "dead", "inspect", "orders", "billing", "nope")
 	run(ctl.ExitUsage, tok, "dead", "redrive", "orders", "billing")
 	has(run(0, tok, "dead", "redrive", "orders", "billing", "--id", ids[0]), "1 affected")
 	has(run(0, tok, "dead", "purge", "orders", "billing", "--all"), "0 dead letters")

@@ -257,5 +257,14 @@ func (c *Client) Switchover(ctx context.Context, group string, timeout time.Dura
 // IsUnauthorized reports whether err is a 401 answer.
 func IsUnauthorized(err error) bool { return errors.Is(err, ErrUnauthorized) }
 
+// IsNotFound reports whether err is a 404 answer.
+func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// IsConflict reports whether err is a 409 answer.
+func IsConflict(err error) bool { return errors.Is(err, ErrConflict) }
+
+// IsBadRequest reports whether err is a 400 answer.
+func IsBadRequest(err error) bool { return errors.Is(err, ErrBadRequest) }
+
 // IsForbidden reports whether err is a 403 answer.
 func IsForbidden(err error) bool { return errors.Is(err, ErrForbidden) }
