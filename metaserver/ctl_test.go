@@ -1,7 +1,6 @@
 package metaserver
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -47,17 +46,8 @@ func TestQmqctl_EveryCommand(t *testing.T) {
 		return len(s.view.consumers) == 1
 	})
 
-	meta := "--meta=" + s.HTTPAddr().String()
 	tok := tokenFlag(t, testToken)
-	run := func(want int, args ...string) string {
-		t.Helper()
-		var out, errOut bytes.Buffer
-		code := ctl.Main(append([]string{meta}, args...), &out, &errOut)
-		if code != want {
-			t.Fatalf("qmqctl %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, want, out.String(), errOut.String())
-		}
-		return out.String() + errOut.String()
-	}
+	run := qmqctlRunner(t, s.HTTPAddr().String())
 	has := func(out string, subs ...string) {
 		t.Helper()
 		for _, sub := range subs {

@@ -259,6 +259,27 @@ func (s *Server) casIdentity(ctx context.Context, e *auth.Entry, modRev int64) (
 	return resp.Succeeded, resp.Header.Revision, nil
 }
 
+// existingIdentity reads an identity from etcd; a missing one is an error
+// (404).
+func (s *Server) existingIdentity(ctx context.Context, name string) (auth.Entry, int64, error) {
+	e, modRev, ok, err := s.getIdentity(ctx, name)
+	if err == nil && !ok {
+		err = identityNotFound(name)
+	}
+	return e, modRev, err
+}
+
+// keepAWriter refuses a change that takes name's admin write away when no
+// other enabled identity has it (checked against the view: two such
+// changes racing on two meta servers can both pass, and a restart gives
+// identity admin its write back).
+func (s *Server) keepAWriter(name string) error {
+	if s.view.otherWriters(name) == 0 {
+		return fmt.Errorf("%w: %s (give another identity admin write first)", errLastAdmin, name)
+	}
+	return nil
+}
+
 // errIdentityRace: an identity kept changing under a read-modify-write.
 var errIdentityRace = fmt.Errorf("%w: the identity changed during the update; try again", errConflict)
 
@@ -268,12 +289,9 @@ var errIdentityRace = fmt.Errorf("%w: the identity changed during the update; tr
 // entry as written and the revision of the write.
 func (s *Server) updateIdentity(ctx context.Context, name string, change func(e *auth.Entry) error) (auth.Entry, int64, error) {
 	for range 5 {
-		e, modRev, ok, err := s.getIdentity(ctx, name)
+		e, modRev, err := s.existingIdentity(ctx, name)
 		if err != nil {
 			return auth.Entry{}, 0, err
-		}
-		if !ok {
-			return auth.Entry{}, 0, identityNotFound(name)
 		}
 		wasWriter := isWriter(&e)
 		if err := change(&e); err != nil {
@@ -282,8 +300,10 @@ func (s *Server) updateIdentity(ctx context.Context, name string, change func(e 
 		if err := e.Validate(); err != nil {
 			return auth.Entry{}, 0, badIdentity(err)
 		}
-		if wasWriter && !isWriter(&e) && s.view.otherWriters(name) == 0 {
-			return auth.Entry{}, 0, fmt.Errorf("%w: %s (give another identity admin write first)", errLastAdmin, name)
+		if wasWriter && !isWriter(&e) {
+			if err := s.keepAWriter(name); err != nil {
+				return auth.Entry{}, 0, err
+			}
 		}
 		e.Updated = time.Now().UTC()
 		wrote, rev, err := s.casIdentity(ctx, &e, modRev)
@@ -301,15 +321,14 @@ func (s *Server) updateIdentity(ctx context.Context, name string, change func(e 
 // write access) and returns it and the revision of the delete.
 func (s *Server) deleteIdentity(ctx context.Context, name string) (auth.Entry, int64, error) {
 	for range 5 {
-		e, modRev, ok, err := s.getIdentity(ctx, name)
+		e, modRev, err := s.existingIdentity(ctx, name)
 		if err != nil {
 			return auth.Entry{}, 0, err
 		}
-		if !ok {
-			return auth.Entry{}, 0, identityNotFound(name)
-		}
-		if isWriter(&e) && s.view.otherWriters(name) == 0 {
-			return auth.Entry{}, 0, fmt.Errorf("%w: %s (give another identity admin write first)", errLastAdmin, name)
+		if isWriter(&e) {
+			if err := s.keepAWriter(name); err != nil {
+				return auth.Entry{}, 0, err
+			}
 		}
 		key := s.keys.identity(name)
 		tctx, cancel := s.store.ctx(ctx)

@@ -22,8 +22,8 @@ func (s *Server) identityRoutes(mux *http.ServeMux, p string) {
 	mux.HandleFunc("POST "+p+"/identities/{name}/enable", s.change(s.setDisabled(false)))
 	mux.HandleFunc("POST "+p+"/identities/{name}/disable", s.change(s.setDisabled(true)))
 	mux.HandleFunc("POST "+p+"/identities/{name}/rotate", s.change(s.rotateSecret))
-	mux.HandleFunc("PUT "+p+"/identities/{name}/grants", s.change(s.putGrants))
-	mux.HandleFunc("POST "+p+"/identities/{name}/grant", s.change(s.postGrant))
+	mux.HandleFunc("PUT "+p+"/identities/{name}/grants", s.change(s.grantsChange(setGrants)))
+	mux.HandleFunc("POST "+p+"/identities/{name}/grant", s.change(s.grantsChange(addGrants)))
 	mux.HandleFunc("POST "+p+"/identities/{name}/revoke", s.change(s.postRevoke))
 }
 
@@ -203,42 +203,39 @@ func (s *Server) rotateSecret(r *http.Request) (any, error) {
 	return secretAnswer(id, secret, shown), nil
 }
 
-func (s *Server) putGrants(r *http.Request) (any, error) {
-	var in api.Grants
-	if err := decodeBody(r, &in); err != nil {
-		return nil, err
+// grantsChange wraps a change of an identity's grants by the API grants
+// in the request body: apply changes cur with g (in as parsed) and the
+// request's own fields.
+func (s *Server) grantsChange(apply func(cur *auth.Grants, g auth.Grants, in api.Grants)) func(r *http.Request) (any, error) {
+	return func(r *http.Request) (any, error) {
+		var in api.Grants
+		if err := decodeBody(r, &in); err != nil {
+			return nil, err
+		}
+		g, err := authGrants(in)
+		if err != nil {
+			return nil, err
+		}
+		return s.identityChange(func(e *auth.Entry, _ *http.Request) error {
+			apply(&e.Grants, g, in)
+			return nil
+		})(r)
 	}
-	g, err := authGrants(in)
-	if err != nil {
-		return nil, err
-	}
-	return s.identityChange(func(e *auth.Entry, _ *http.Request) error {
-		e.Grants = g
-		return nil
-	})(r)
 }
 
-// postGrant adds patterns to an identity's grants; a named admin role
+// setGrants replaces an identity's grants.
+func setGrants(cur *auth.Grants, g auth.Grants, _ api.Grants) { *cur = g }
+
+// addGrants adds patterns to an identity's grants; a named admin role
 // replaces its role, and readBodies sets the body right.
-func (s *Server) postGrant(r *http.Request) (any, error) {
-	var in api.Grants
-	if err := decodeBody(r, &in); err != nil {
-		return nil, err
+func addGrants(cur *auth.Grants, g auth.Grants, in api.Grants) {
+	cur.Publish = union(cur.Publish, g.Publish)
+	cur.Consume = union(cur.Consume, g.Consume)
+	cur.Groups = union(cur.Groups, g.Groups)
+	if in.Admin != "" {
+		cur.Admin = g.Admin
 	}
-	g, err := authGrants(in)
-	if err != nil {
-		return nil, err
-	}
-	return s.identityChange(func(e *auth.Entry, _ *http.Request) error {
-		e.Grants.Publish = union(e.Grants.Publish, g.Publish)
-		e.Grants.Consume = union(e.Grants.Consume, g.Consume)
-		e.Grants.Groups = union(e.Grants.Groups, g.Groups)
-		if in.Admin != "" {
-			e.Grants.Admin = g.Admin
-		}
-		e.Grants.ReadBodies = e.Grants.ReadBodies || g.ReadBodies
-		return nil
-	})(r)
+	cur.ReadBodies = cur.ReadBodies || g.ReadBodies
 }
 
 // postRevoke removes patterns from an identity's grants, and its admin

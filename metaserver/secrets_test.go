@@ -239,17 +239,8 @@ func TestSecrets_HelpShowsNoSecrets(t *testing.T) {
 func TestQmqctl_Identities(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, startEtcd(t), nil)
-	meta := "--meta=" + s.HTTPAddr().String()
 	tok := tokenFlag(t, testToken)
-	run := func(want int, args ...string) string {
-		t.Helper()
-		var out, errOut bytes.Buffer
-		code := ctl.Main(append([]string{meta}, args...), &out, &errOut)
-		if code != want {
-			t.Fatalf("qmqctl %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, want, out.String(), errOut.String())
-		}
-		return out.String() + errOut.String()
-	}
+	run := qmqctlRunner(t, s.HTTPAddr().String())
 	out := run(0, tok, "identity", "add", "billing", "--kind", "app", "--publish", "order.*", "--consume", "order.*", "--consumer-group", "billing")
 	creds := ""
 	for _, l := range strings.Split(out, "\n") {

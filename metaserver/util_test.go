@@ -1,6 +1,7 @@
 package metaserver
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/qmq-go/qmq/metaserver/ctl"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -63,4 +65,19 @@ func tokenFlag(t testing.TB, token string) string {
 		t.Fatal(err)
 	}
 	return "--token-file=" + path
+}
+
+// qmqctlRunner returns a function that runs qmqctl in process against the
+// meta server at meta (HTTP host:port), fails the test unless it exits
+// with want, and returns its output.
+func qmqctlRunner(t *testing.T, meta string) func(want int, args ...string) string {
+	return func(want int, args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		code := ctl.Main(append([]string{"--meta=" + meta}, args...), &out, &errOut)
+		if code != want {
+			t.Fatalf("qmqctl %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, want, out.String(), errOut.String())
+		}
+		return out.String() + errOut.String()
+	}
 }

@@ -1,6 +1,7 @@
 package ctl
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -17,17 +18,26 @@ import (
 // secret comes from --secret-file (mode 0600), and one the server
 // generates is printed once, by the command that made it.
 
+// callAndPrint makes one API call within the command's timeout and prints
+// its answer with table (or as JSON).
+func callAndPrint[T any](g *globals, call func(c *api.Client, ctx context.Context) (T, error), table func(w *tabwriter.Writer, v T)) error {
+	ctx, cancel := g.ctx()
+	defer cancel()
+	v, err := call(g.client(), ctx)
+	if err != nil {
+		return err
+	}
+	return g.print(v, func(w *tabwriter.Writer) { table(w, v) })
+}
+
+// oneIdentity prints one identity as a table.
+func oneIdentity(w *tabwriter.Writer, id api.Identity) { identityTable(w, []api.Identity{id}) }
+
 func whoamiCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use: "whoami", Short: "Show which identity the credential is and what it may do", Args: args(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := g.ctx()
-			defer cancel()
-			w, err := g.client().Whoami(ctx)
-			if err != nil {
-				return err
-			}
-			return g.print(w, func(tw *tabwriter.Writer) {
+			return callAndPrint(g, (*api.Client).Whoami, func(tw *tabwriter.Writer, w api.Whoami) {
 				if w.Authenticated {
 					fmt.Fprintf(tw, "identity\t%s:%s\n", w.Kind, w.Name)
 				} else {
@@ -63,11 +73,11 @@ func identityTable(w *tabwriter.Writer, ids []api.Identity) {
 	}
 }
 
-// printSecret prints a created or rotated identity and, when the server
+// secretTable prints a created or rotated identity and, when the server
 // generated it, its secret: the only time anyone sees it.
-func printSecret(g *globals, out api.IdentitySecret, what string) error {
-	return g.print(out, func(w *tabwriter.Writer) {
-		identityTable(w, []api.Identity{out.Identity})
+func secretTable(what string) func(w *tabwriter.Writer, out api.IdentitySecret) {
+	return func(w *tabwriter.Writer, out api.IdentitySecret) {
+		oneIdentity(w, out.Identity)
 		if out.Secret == "" {
 			fmt.Fprintf(w, "\n%s: the secret is the one from --secret-file\n", what)
 			return
@@ -75,7 +85,7 @@ func printSecret(g *globals, out api.IdentitySecret, what string) error {
 		fmt.Fprintf(w, "\n%s; its secret, shown this once (the server keeps only a hash):\n", what)
 		fmt.Fprintf(w, "secret\t%s\n", out.Secret)
 		fmt.Fprintf(w, "credentials\t%s\t(put them in a file only the client's user can read: chmod 600)\n", out.Credentials)
-	})
+	}
 }
 
 // readSecretFile reads a chosen secret from a file only its owner reads.
@@ -124,25 +134,13 @@ func identityCmd(g *globals) *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Short: "List identities (never their secrets)", Args: args(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := g.ctx()
-			defer cancel()
-			ids, err := g.client().Identities(ctx)
-			if err != nil {
-				return err
-			}
-			return g.print(ids, func(w *tabwriter.Writer) { identityTable(w, ids) })
+			return callAndPrint(g, (*api.Client).Identities, identityTable)
 		},
 	}
 	show := &cobra.Command{
 		Use: "show NAME", Short: "Show one identity", Args: args(1),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			ctx, cancel := g.ctx()
-			defer cancel()
-			id, err := g.client().Identity(ctx, a[0])
-			if err != nil {
-				return err
-			}
-			return g.print(id, func(w *tabwriter.Writer) { identityTable(w, []api.Identity{id}) })
+			return callAndPrint(g, func(c *api.Client, ctx context.Context) (api.Identity, error) { return c.Identity(ctx, a[0]) }, oneIdentity)
 		},
 	}
 	var kind, group, secretFile string
@@ -170,14 +168,11 @@ func identityCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, cancel := g.ctx()
-			defer cancel()
-			out, err := g.client().CreateIdentity(ctx, api.IdentityRequest{Name: a[0], Kind: kind, Group: group, Secret: secret,
-				NoSecret: noSecret, Grants: grants, Disabled: disabled})
-			if err != nil {
-				return err
-			}
-			return printSecret(g, out, "identity "+a[0]+" added")
+			req := api.IdentityRequest{Name: a[0], Kind: kind, Group: group, Secret: secret, NoSecret: noSecret, Grants: grants, Disabled: disabled}
+			return callAndPrint(g, func(c *api.Client, ctx context.Context) (api.IdentitySecret, error) {
+				return c.CreateIdentity(ctx, req)
+			},
+				secretTable("identity "+a[0]+" added"))
 		},
 	}
 	add.Flags().StringVar(&kind, "kind", "", "app (producer/consumer), broker or admin")
@@ -194,26 +189,18 @@ func identityCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, cancel := g.ctx()
-			defer cancel()
-			out, err := g.client().RotateSecret(ctx, a[0], secret)
-			if err != nil {
-				return err
-			}
-			return printSecret(g, out, "identity "+a[0]+" has a new secret; the old one no longer works")
+			return callAndPrint(g, func(c *api.Client, ctx context.Context) (api.IdentitySecret, error) {
+				return c.RotateSecret(ctx, a[0], secret)
+			},
+				secretTable("identity "+a[0]+" has a new secret; the old one no longer works"))
 		},
 	}
 	rotate.Flags().StringVar(&rotateFile, "secret-file", "", "take the new secret from this file (mode 0600) instead of generating one")
 	rm := &cobra.Command{
 		Use: "rm NAME", Aliases: []string{"remove", "delete"}, Short: "Remove an identity", Args: args(1),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			ctx, cancel := g.ctx()
-			defer cancel()
-			id, err := g.client().DeleteIdentity(ctx, a[0])
-			if err != nil {
-				return err
-			}
-			return g.print(id, func(w *tabwriter.Writer) { fmt.Fprintf(w, "identity %s removed\n", id.Name) })
+			return callAndPrint(g, func(c *api.Client, ctx context.Context) (api.Identity, error) { return c.DeleteIdentity(ctx, a[0]) },
+				func(w *tabwriter.Writer, id api.Identity) { fmt.Fprintf(w, "identity %s removed\n", id.Name) })
 		},
 	}
 	c.AddCommand(list, show, add, rotate, rm)
@@ -225,13 +212,9 @@ func identityCmd(g *globals) *cobra.Command {
 		c.AddCommand(&cobra.Command{
 			Use: name + " NAME", Short: strings.ToUpper(name[:1]) + name[1:] + " an identity", Args: args(1),
 			RunE: func(cmd *cobra.Command, a []string) error {
-				ctx, cancel := g.ctx()
-				defer cancel()
-				id, err := g.client().SetIdentityEnabled(ctx, a[0], enabled)
-				if err != nil {
-					return err
-				}
-				return g.print(id, func(w *tabwriter.Writer) { identityTable(w, []api.Identity{id}) })
+				return callAndPrint(g, func(c *api.Client, ctx context.Context) (api.Identity, error) {
+					return c.SetIdentityEnabled(ctx, a[0], enabled)
+				}, oneIdentity)
 			},
 		})
 	}
@@ -255,13 +238,7 @@ func grantCmd(g *globals) *cobra.Command {
 			if len(grants.Publish)+len(grants.Consume)+len(grants.Groups) == 0 && grants.Admin == "" && !grants.ReadBodies {
 				return usageError{errors.New("name something to grant: --publish, --consume, --group, --admin or --read-bodies")}
 			}
-			ctx, cancel := g.ctx()
-			defer cancel()
-			id, err := g.client().Grant(ctx, a[0], grants)
-			if err != nil {
-				return err
-			}
-			return g.print(id, func(w *tabwriter.Writer) { identityTable(w, []api.Identity{id}) })
+			return callAndPrint(g, func(c *api.Client, ctx context.Context) (api.Identity, error) { return c.Grant(ctx, a[0], grants) }, oneIdentity)
 		},
 	}
 	gf.add(c, "group", false)
@@ -280,13 +257,7 @@ func revokeCmd(g *globals) *cobra.Command {
 			if len(r.Publish)+len(r.Consume)+len(r.Groups) == 0 && !r.Admin && !r.ReadBodies {
 				return usageError{errors.New("name something to revoke: --publish, --consume, --group, --admin or --read-bodies")}
 			}
-			ctx, cancel := g.ctx()
-			defer cancel()
-			id, err := g.client().Revoke(ctx, a[0], r)
-			if err != nil {
-				return err
-			}
-			return g.print(id, func(w *tabwriter.Writer) { identityTable(w, []api.Identity{id}) })
+			return callAndPrint(g, func(c *api.Client, ctx context.Context) (api.Identity, error) { return c.Revoke(ctx, a[0], r) }, oneIdentity)
 		},
 	}
 	gf.add(c, "group", true)
