@@ -27,9 +27,7 @@ type Server struct {
 	limits protocol.Limits
 	token  string // identity admin's secret (the admin token)
 	// relayCreds is what the meta server presents to brokers it relays
-	// admin requests to. TODO(transport): pass it as
-	// transport.Options.Credentials once pkg/transport sends CmdAuth on
-	// connect; until then relays go unauthenticated.
+	// admin requests to (see the transport.New call in New).
 	relayCreds auth.Credentials
 	refusals   *refusals
 	conns      connPrincipals // identities of connections that sent CmdAuth here
@@ -105,6 +103,11 @@ func New(opts Options, lg *zap.Logger) (*Server, error) {
 	s.etcd = cli
 	s.view = newView(s.keys, lg)
 	s.store = &store{cli: cli, k: s.keys, v: s.view, timeout: opts.EtcdTimeout, lg: lg}
+	// TODO(transport): set transport.Options.Credentials = s.relayCreds
+	// here once pkg/transport authenticates its connections (CmdAuth on
+	// connect): this transport carries every relay to brokers (relay.go,
+	// switchover.go), which brokers requiring authentication refuse
+	// without it.
 	tr, err := transport.New(transport.Options{RequestTimeout: opts.BrokerTimeout}, lg.Named("relay"))
 	if err != nil {
 		cli.Close()
