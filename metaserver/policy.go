@@ -27,12 +27,17 @@ func (s *Server) servePolicy(r *netserver.Request) {
 		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
 		return
 	}
-	p := s.tcpPrincipal(r)
-	if p == nil || p.IsOpen() || p.Kind != auth.KindBroker && !p.CanAdminRead() {
+	if p := s.tcpPrincipal(r); !mayFetchPolicy(p) {
 		s.refuseTCP(r, p, "fetch the policy (brokers and admins only)")
 		return
 	}
 	go s.answerPolicy(r, req)
+}
+
+// mayFetchPolicy reports whether p may have the policy: an authenticated
+// broker or admin (never auth.Open: the policy holds secret hashes).
+func mayFetchPolicy(p *auth.Principal) bool {
+	return p != nil && !p.IsOpen() && (p.Kind == auth.KindBroker || p.CanAdminRead())
 }
 
 // answerPolicy answers a policy request once the view's policy is newer
@@ -44,6 +49,10 @@ func (s *Server) answerPolicy(r *netserver.Request, req protocol.PolicyRequest) 
 	for {
 		version, encoded, changed := s.view.ids.published()
 		if version > req.Version {
+			if p := s.tcpPrincipal(r); !mayFetchPolicy(p) {
+				s.refuseTCP(r, p, "fetch the policy (brokers and admins only)") // removed or disabled meanwhile
+				return
+			}
 			s.replyPolicy(r, version, encoded)
 			return
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"strings"
 
 	"github.com/qmq-go/qmq/pkg/auth"
 	"go.uber.org/zap"
@@ -15,6 +16,15 @@ import (
 // exist), else a token made for this process. A generated token is never
 // logged: only the file it went to.
 func adminToken(o *Options, lg *zap.Logger) (string, error) {
+	tok, err := readAdminToken(o, lg)
+	if err == nil && strings.ContainsAny(tok, ": \t\n") {
+		// A bare bearer token names identity admin; "x:y" names identity x.
+		err = fmt.Errorf("%w: the admin token must not contain ':' or white space", ErrInvalidOptions)
+	}
+	return tok, err
+}
+
+func readAdminToken(o *Options, lg *zap.Logger) (string, error) {
 	if o.AdminToken != "" {
 		return o.AdminToken, nil
 	}

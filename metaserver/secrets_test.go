@@ -96,7 +96,11 @@ func TestSecrets_GeneratedTokenGoesToAFileNotTheLog(t *testing.T) {
 	if err := os.WriteFile(short, []byte("short\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{loose, short} {
+	colon := filepath.Join(t.TempDir(), "colon")
+	if err := os.WriteFile(colon, []byte("name:looks-like-credentials\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{loose, short, colon} {
 		o := NewOptions()
 		o.EtcdEndpoints, o.AdminTokenFile = ep, p
 		if _, err := New(o, nil); !errors.Is(err, ErrInvalidOptions) {

@@ -179,7 +179,8 @@ func (s *Server) Start() error {
 		return fmt.Errorf("metaserver: http: %w", err)
 	}
 	s.httpLn = ln
-	s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	s.httpSrv.RegisterOnShutdown(s.startClosing) // long admin requests (switchovers) end so Shutdown need not wait
 	s.loops.Add(1)
 	go func() {
