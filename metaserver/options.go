@@ -133,6 +133,23 @@ var errRemovedAdminToken = fmt.Errorf("%w: the admin token is no longer taken fr
 	"(it shows in ps and in files others read): put it in a file only you can read and pass --admin-token-file FILE "+
 	"(admin_token_file in the config file), or set %s", ErrInvalidOptions, EnvAdminToken)
 
+// RefuseSecretArgs fails when args pass the admin token on the command
+// line (--admin-token, removed), with a message that says what to use and
+// does not repeat the token: the binary calls it before parsing flags,
+// whose own error would quote the value.
+func RefuseSecretArgs(args []string) error {
+	for _, a := range args {
+		if a == "--" {
+			return nil
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && name == "admin-token" {
+			return errRemovedAdminToken
+		}
+	}
+	return nil
+}
+
 // removedAdminToken is a config key that was removed: decoding one fails
 // with errRemovedAdminToken.
 type removedAdminToken struct{}

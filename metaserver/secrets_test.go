@@ -175,6 +175,14 @@ func TestSecrets_NotFromTheCommandLineOrConfigFile(t *testing.T) {
 	if err := parse([]string{"--admin-token", "whatever-token-value"}, ""); err == nil || !strings.Contains(err.Error(), "--admin-token-file") {
 		t.Fatalf("--admin-token: %v", err)
 	}
+	for _, args := range [][]string{{"--admin-token", "whatever-token-value"}, {"-admin-token=whatever-token-value"}, {"--addr", "x", "--admin-token=whatever-token-value"}} {
+		if err := RefuseSecretArgs(args); !errors.Is(err, ErrInvalidOptions) || strings.Contains(err.Error(), "whatever-token-value") {
+			t.Fatalf("RefuseSecretArgs(%q): %v", args, err)
+		}
+	}
+	if err := RefuseSecretArgs([]string{"--admin-token-file", "f", "--", "--admin-token"}); err != nil {
+		t.Fatalf("RefuseSecretArgs of allowed arguments: %v", err)
+	}
 	if err := parse(nil, "admin_token: whatever-token-value\n"); err == nil || !strings.Contains(err.Error(), "--admin-token-file") || !strings.Contains(err.Error(), EnvAdminToken) {
 		t.Fatalf("admin_token in the config file: %v", err)
 	}

@@ -34,6 +34,9 @@ func main() {
 }
 
 func run() error {
+	if err := metaserver.RefuseSecretArgs(os.Args[1:]); err != nil {
+		return err
+	}
 	opts := metaserver.NewOptions()
 	fs := flag.NewFlagSet("qmq-metaserver", flag.ExitOnError)
 	opts.AddFlags(fs)
