@@ -66,7 +66,7 @@ type Options struct {
 	AdminTokenFile string `yaml:"admin_token_file"`
 	// RemovedAdminToken refuses the admin_token key the config file once
 	// had, saying what to use instead.
-	RemovedAdminToken removedAdminToken `yaml:"admin_token"`
+	RemovedAdminToken removedAdminToken `yaml:"admin_token,omitempty" json:"-"`
 	// Credentials are what the meta server presents to brokers when it
 	// relays an admin request (an admin identity). Empty: CredentialsFile,
 	// else identity "admin" with the admin token.

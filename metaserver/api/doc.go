@@ -11,7 +11,7 @@
 //
 //   - reads of cluster state: nothing, or an identity with admin read when
 //     the meta server runs with --auth;
-//   - identities and whoami's details: admin read;
+//   - identities: admin read (whoami: anyone);
 //   - message bodies (inspecting a dead letter): read bodies (admin write
 //     has it, admin read with the readBodies grant); a listing without it
 //     shows dead letters with their bodies left out (bodyHidden);

@@ -10,6 +10,11 @@ import (
 	"testing"
 )
 
+func TestMain(m *testing.M) {
+	hashIterations = 1000 // the least validate accepts: the tests check logic, not cost
+	os.Exit(m.Run())
+}
+
 func mustHash(t *testing.T, secret string) *SecretHash {
 	t.Helper()
 	h, err := HashSecret(secret)
