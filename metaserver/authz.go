@@ -287,35 +287,24 @@ func (rf *refusals) add(port, reason, identity, remote, what string) {
 
 // connPrincipals remembers the identity each connection authenticated as
 // with CmdAuth, until it closes: the meta server's own CmdAuth, which
-// serves until pkg/netserver authenticates connections itself.
-type connPrincipals struct {
-	mu sync.Mutex
-	m  map[uint64]*auth.Principal
-}
+// serves until pkg/netserver authenticates connections itself. Every
+// request reads it, so it is a sync.Map (no lock on the lookup path).
+type connPrincipals struct{ m sync.Map } // conn id → *auth.Principal
 
 func (c *connPrincipals) get(id uint64) *auth.Principal {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.m[id]
+	if p, ok := c.m.Load(id); ok {
+		return p.(*auth.Principal)
+	}
+	return nil
 }
 
 // set records p for conn and reports whether conn had none yet.
 func (c *connPrincipals) set(id uint64, p *auth.Principal) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = map[uint64]*auth.Principal{}
-	}
-	_, had := c.m[id]
-	c.m[id] = p
+	_, had := c.m.Swap(id, p)
 	return !had
 }
 
-func (c *connPrincipals) drop(id uint64) {
-	c.mu.Lock()
-	delete(c.m, id)
-	c.mu.Unlock()
-}
+func (c *connPrincipals) drop(id uint64) { c.m.Delete(id) }
 
 // serveAuth serves CmdAuth: it authenticates the connection as the named
 // identity (the slow hash runs off the serve goroutine) and answers who it
