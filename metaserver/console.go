@@ -8,8 +8,8 @@ import (
 
 // The web console is plain HTML, CSS and JavaScript embedded in the binary
 // (no build step). It is a single page that reads the admin API and, with a
-// token typed into it (kept in the browser's localStorage), performs the
-// admin actions.
+// credential typed into its login form (kept in the browser's
+// localStorage), performs the admin actions the credential's identity may.
 //
 //go:embed console
 var consoleFiles embed.FS

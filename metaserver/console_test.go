@@ -240,8 +240,10 @@ func (c *chromium) screenshot(name string) {
 
 // TestConsole_InHeadlessChromium loads every console page against a
 // running meta server with two (fake) brokers, checks what each renders,
-// and performs admin actions through the page: refused without a token,
-// done with it.
+// and performs admin actions through the page: refused without a
+// credential, done with the admin token; then manages identities through
+// the Identities page and logs in as a read-only admin, whose change
+// buttons are disabled and whose changes the server refuses anyway.
 func TestConsole_InHeadlessChromium(t *testing.T) {
 	t.Parallel()
 	if chromiumPath() == "" {
@@ -287,8 +289,9 @@ func TestConsole_InHeadlessChromium(t *testing.T) {
 	}
 	ch.screenshot("consumers")
 	ch.navigate(base + "#dead/orders/billing")
-	ch.waitText("dead", "dl-g1", "dl-g2", "payload of g1", "2 dead letters")
-	ch.screenshot("dead")
+	if text := ch.waitText("dead", "dl-g1", "dl-g2", "hidden (needs read bodies)", "2 dead letters"); strings.Contains(text, "payload of") {
+		t.Fatalf("the dead-letter page shows bodies without a credential:\n%s", text)
+	}
 
 	// Mark g1 readonly through the page: first without a token (refused,
 	// nothing changes), then with it.
@@ -311,7 +314,8 @@ func TestConsole_InHeadlessChromium(t *testing.T) {
 
 	// Re-drive a dead letter through the page.
 	ch.navigate(base + "#dead/orders/billing")
-	ch.waitText("dead", "dl-g1")
+	ch.waitText("dead", "dl-g1", "payload of g1")
+	ch.screenshot("dead")
 	ch.eval("document.querySelector('tr[data-id=dl-g1] button[data-action=redrive]').click()")
 	eventually(t, 10*time.Second, "the dead letter re-driven on g1", func() bool {
 		b1.mu.Lock()
@@ -319,4 +323,79 @@ func TestConsole_InHeadlessChromium(t *testing.T) {
 		return len(b1.redriven) == 1
 	})
 	ch.waitText("dead", "1 dead letters")
+
+	// Identities, as the admin: add a read-only admin and an application,
+	// grant, rotate, disable.
+	ch.navigate(base + "#identities")
+	ch.waitText("identities", "admin", "Add an identity")
+	newCreds := func(what string) string {
+		t.Helper()
+		var creds string
+		eventually(t, 10*time.Second, what, func() bool {
+			creds = ch.eval("(document.getElementById('new-credentials')||{}).textContent||''")
+			return creds != ""
+		})
+		ch.eval("document.getElementById('flash').replaceChildren()")
+		return creds
+	}
+	ch.eval("document.getElementById('id-name').value = 'viewer'; document.getElementById('id-kind').value = 'admin'; document.getElementById('id-admin').value = 'read'")
+	ch.eval("document.querySelector('#identity-form button[type=submit]').click()")
+	viewer := newCreds("the viewer's credentials")
+	if !strings.HasPrefix(viewer, "viewer:") {
+		t.Fatalf("credentials shown: %q", viewer)
+	}
+	ch.waitText("identities", "viewer") // the page drawn again after the change: its form is fresh
+	ch.eval("document.getElementById('id-name').value = 'billing'; document.getElementById('id-kind').value = 'app'; document.getElementById('id-admin').value = 'none'")
+	ch.eval("document.querySelector('#identity-form button[type=submit]').click()")
+	billing := newCreds("billing's credentials")
+	ch.waitText("identities", "viewer", "billing", "read")
+	ch.eval("document.getElementById('grant-identity').value = 'billing'; document.getElementById('grant-publish').value = 'orders, invoice'")
+	ch.eval("document.querySelector('#grant-form button[data-action=grant]').click()")
+	ch.waitText("identities", "orders, invoice")
+	if p, err := s.Authority().Authenticate("billing", strings.TrimPrefix(billing, "billing:")); err != nil || !p.CanPublish("invoice") {
+		t.Fatalf("billing after the console's grant: %v", err)
+	}
+	ch.eval("document.querySelector('tr[data-identity=billing] button[data-action=rotate]').click()")
+	rotated := newCreds("billing's new credentials")
+	if rotated == billing {
+		t.Fatal("rotation showed the old secret")
+	}
+	ch.eval("document.querySelector('tr[data-identity=billing] button[data-action=disable]').click()")
+	eventually(t, 10*time.Second, "billing disabled", func() bool {
+		e, _, _ := s.view.identity("billing")
+		return e.Disabled
+	})
+	ch.screenshot("identities")
+
+	// A read-only admin sees everything, with change buttons disabled; the
+	// server refuses a change it sends anyway.
+	ch.eval("document.getElementById('token').value = '" + viewer + "'")
+	ch.eval("document.querySelector('#token-form button').click()")
+	eventually(t, 10*time.Second, "logged in as viewer", func() bool {
+		return strings.Contains(ch.eval("document.getElementById('token-state').textContent"), "admin:viewer (admin read)")
+	})
+	ch.waitText("identities", "billing", "disabled")
+	eventually(t, 10*time.Second, "every button of the identities page disabled for a read-only admin", func() bool {
+		return ch.eval("String(document.querySelectorAll('#page button').length)") != "0" &&
+			ch.eval("String(document.querySelectorAll('#page button:not([disabled])').length)") == "0"
+	})
+	ch.navigate(base + "#groups")
+	ch.waitText("groups", "g1", "g2")
+	eventually(t, 10*time.Second, "the unmark button disabled for a read-only admin", func() bool {
+		return ch.eval("String((document.querySelector('button[data-action=unmark-readonly][data-group=g1]')||{}).disabled)") == "true"
+	})
+	before := snapshot(t, s)
+	got := ch.eval("fetch('/api/v1/groups/g1/readonly', {method: 'DELETE', headers: {Authorization: 'Bearer " + viewer + "'}}).then(r => String(r.status))")
+	if got != "403" {
+		t.Fatalf("a read-only admin's change: HTTP %s, want 403", got)
+	}
+	if after := snapshot(t, s); after != before || s.group("g1").State != "readonly" {
+		t.Fatal("a refused change changed something")
+	}
+	ch.screenshot("groups-read-only")
+	ch.eval("document.getElementById('token').value = 'viewer:wrong-secret-000000'")
+	ch.eval("document.querySelector('#token-form button').click()")
+	eventually(t, 10*time.Second, "a refused login reported", func() bool {
+		return strings.Contains(ch.eval("document.getElementById('token-state').textContent"), "refused")
+	})
 }

@@ -1,7 +1,6 @@
 package metaserver
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -47,17 +46,8 @@ func TestQmqctl_EveryCommand(t *testing.T) {
 		return len(s.view.consumers) == 1
 	})
 
-	meta := "--meta=" + s.HTTPAddr().String()
-	tok := "--token=" + testToken
-	run := func(want int, args ...string) string {
-		t.Helper()
-		var out, errOut bytes.Buffer
-		code := ctl.Main(append([]string{meta}, args...), &out, &errOut)
-		if code != want {
-			t.Fatalf("qmqctl %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, want, out.String(), errOut.String())
-		}
-		return out.String() + errOut.String()
-	}
+	tok := tokenFlag(t, testToken)
+	run := qmqctlRunner(t, s.HTTPAddr().String())
 	has := func(out string, subs ...string) {
 		t.Helper()
 		for _, sub := range subs {
@@ -136,8 +126,12 @@ func TestQmqctl_EveryCommand(t *testing.T) {
 		}
 	}
 	has(deadOut, ids...)
-	has(run(0, "dead", "inspect", "orders", "billing", ids[0]), "payload of", "attempts")
-	run(ctl.ExitNotFound, "dead", "inspect", "orders", "billing", "nope")
+	has(run(0, tok, "dead", "inspect", "orders", "billing", ids[0]), "payload of", "attempts")
+	run(ctl.ExitUnauthorized, "dead", "inspect", "orders", "billing", ids[0])
+	if out := run(0, "dead", "list", "orders", "billing"); strings.Contains(out, "payload of") {
+		t.Fatalf("dead list without a credential shows bodies:\n%s", out)
+	}
+	run(ctl.ExitNotFound, tok, "dead", "inspect", "orders", "billing", "nope")
 	run(ctl.ExitUsage, tok, "dead", "redrive", "orders", "billing")
 	has(run(0, tok, "dead", "redrive", "orders", "billing", "--id", ids[0]), "1 affected")
 	has(run(0, tok, "dead", "purge", "orders", "billing", "--all"), "0 dead letters")

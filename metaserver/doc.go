@@ -14,6 +14,7 @@
 //	/qmq/consumers/<subject>/<group>/<client id> a consumer's registration, on its lease
 //	/qmq/offline/<subject>/<group>/<client id>   an admin took the consumer offline
 //	/qmq/metaservers/<tcp address>               a running meta server, on its lease
+//	/qmq/identities/<name>                       an identity: pkg/auth.Entry, its secret hashed
 //
 // # The view
 //
@@ -102,11 +103,44 @@
 // kept in etcd (so lookups and heartbeats tell the consumer, which stops
 // pulling) and relayed to the subject's masters.
 //
+// # Identities and permissions
+//
+// Identities (pkg/auth: applications, brokers of a group, admins with a
+// read or write role) live under identities/; the view keeps them and
+// publishes an auth.Policy whose version is the etcd revision of the last
+// identity change (identities.go), which both ports check requests
+// against, so authentication keeps working on the last view while etcd is
+// away. Identity "admin" (admin write) holds the admin token: each meta
+// server writes it at start when it does not (the token is the way back
+// in). The token comes from Options.AdminToken (code), QMQ_ADMIN_TOKEN or
+// Options.AdminTokenFile (mode 0600; generated there and only its path
+// logged when missing); never from the command line, never logged.
+//
+// TCP (authz.go): a connection proves its identity with CmdAuth. A lookup
+// needs any identity, a registration a broker of its group, a consumer
+// heartbeat an identity that may consume the subject as the group, and
+// CmdPolicy a broker or admin. Without Options.RequireAuth (--auth) a
+// connection that named no identity may do all of it but fetch the
+// policy; one that authenticated is held to its identity. Refusals answer
+// StatusUnauthenticated or StatusForbidden and change nothing.
+//
+// HTTP: "Authorization: Bearer name:secret", "Bearer <admin token>" or
+// basic auth. Changes need admin write, message bodies read bodies,
+// identities admin read, cluster reads (and /metrics) admin read under
+// --auth and nothing otherwise; 401 without a (valid) credential, 403
+// without the right, before anything is touched. Refusals on both ports
+// are counted (qmq_meta_refusals_total by port and reason) and logged at
+// most 20 a minute.
+//
+// Brokers keep the policy: they long-poll CmdPolicy (policy.go) through
+// pkg/metaclient.PolicyCache, which persists it, so a broker authenticates
+// its own clients through a meta outage.
+//
 // # Admin
 //
-// The HTTP API is documented in package api. Reads are open; changes need
-// the bearer token (Options.AdminToken, or a random one logged at start) and
-// are refused with 401 before anything is touched. Actions that concern a
+// The HTTP API is documented in package api. Every request is checked as
+// above, and every change is logged with the identity that made it.
+// Actions that concern a
 // broker's data (reset offset, consumer offline/online, broker stats and
 // backlog, dead letters) are relayed over TCP to the master of each group
 // on the subject's route with protocol.CmdConsumerManage, CmdBrokerStats and
@@ -127,5 +161,6 @@
 // relayed admin requests, admin changes by outcome, switchovers by outcome,
 // groups by state, each registered broker's epoch and replication lag
 // (qmq_meta_broker_epoch, qmq_meta_replica_lag_bytes and _seconds, by group
-// and role), the view's revision and whether etcd is up.
+// and role), the view's revision and whether etcd is up, refusals, the
+// policy's version and identity count, and the policies sent to brokers.
 package metaserver

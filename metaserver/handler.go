@@ -16,10 +16,20 @@ import (
 
 var replyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
+// Who may send what (authz.go): a lookup needs an authenticated identity
+// (any), a registration a broker of the group it registers, a consumer
+// heartbeat an identity that may consume the subject as the group. Without
+// Options.RequireAuth a connection that named no identity runs as
+// auth.Open, which may do all of it.
+
 func (s *Server) serveLookup(r *netserver.Request) {
 	req, err := protocol.DecodeLookupRequest(r.Body)
 	if err != nil {
 		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
+		return
+	}
+	if p := s.tcpPrincipal(r); p == nil {
+		s.refuseTCP(r, p, "look up routes")
 		return
 	}
 	s.metrics.lookup(req.ClientType)
@@ -57,6 +67,10 @@ func (s *Server) serveRegister(r *netserver.Request) {
 		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
 		return
 	}
+	if p := s.tcpPrincipal(r); p == nil || !p.IsBrokerOf(req.Group) {
+		s.refuseTCP(r, p, "register as a broker of group "+req.Group)
+		return
+	}
 	s.metrics.registers.Inc()
 	go func() {
 		resp, err := s.registerBroker(context.Background(), req)
@@ -73,6 +87,10 @@ func (s *Server) serveClientHeartbeat(r *netserver.Request) {
 	req, err := protocol.DecodeClientHeartbeatRequest(r.Body)
 	if err != nil {
 		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
+		return
+	}
+	if p := s.tcpPrincipal(r); p == nil || !p.CanConsume(req.Subject, req.Group) {
+		s.refuseTCP(r, p, "consume "+req.Subject+" as group "+req.Group)
 		return
 	}
 	s.metrics.heartbeats.Inc()

@@ -2,7 +2,6 @@ package metaserver
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,14 +19,18 @@ import (
 )
 
 // httpHandler serves the admin API (package api documents it), the
-// console, /metrics, /healthz and /readyz.
+// console, /metrics, /healthz and /readyz. Every API endpoint and /metrics
+// go through guard (authz.go) with the access they need: reads of cluster
+// state accessRead, dead-letter bodies accessBodies, identities
+// accessAdminRead, changes accessWrite.
 func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", s.guard(accessRead, promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.handleReady)
 
 	const p = "/api/v1"
+	mux.HandleFunc("GET "+p+"/whoami", s.respond(accessOpen, s.whoami))
 	mux.HandleFunc("GET "+p+"/status", s.read(func(r *http.Request) (any, error) { return s.status(), nil }))
 	mux.HandleFunc("GET "+p+"/brokers", s.read(func(r *http.Request) (any, error) { return s.brokers(), nil }))
 	mux.HandleFunc("GET "+p+"/groups", s.read(func(r *http.Request) (any, error) { return s.groups(), nil }))
@@ -45,9 +48,10 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("POST "+p+"/consumers/{subject}/{group}/{id}/offline", s.change(s.consumerOnline(false)))
 	mux.HandleFunc("POST "+p+"/consumers/{subject}/{group}/{id}/online", s.change(s.consumerOnline(true)))
 	mux.HandleFunc("GET "+p+"/deadletters/{subject}/{group}", s.read(s.listDeadLetters))
-	mux.HandleFunc("GET "+p+"/deadletters/{subject}/{group}/{id}", s.read(s.inspectDeadLetter))
+	mux.HandleFunc("GET "+p+"/deadletters/{subject}/{group}/{id}", s.respond(accessBodies, s.inspectDeadLetter))
 	mux.HandleFunc("POST "+p+"/deadletters/{subject}/{group}/redrive", s.change(s.deadLetterAction(protocol.DeadLettersRedrive)))
 	mux.HandleFunc("POST "+p+"/deadletters/{subject}/{group}/purge", s.change(s.deadLetterAction(protocol.DeadLettersPurge)))
+	s.identityRoutes(mux, p)
 	mux.Handle("/api/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("no API endpoint %s %s", r.Method, r.URL.Path))
 	}))
@@ -63,45 +67,41 @@ func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte("ok\n"))
 }
 
-// read wraps a read-only endpoint.
-func (s *Server) read(fn func(r *http.Request) (any, error)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+// respond wraps an endpoint that reads: guarded by need, answering fn's
+// value as JSON.
+func (s *Server) respond(need access, fn func(r *http.Request) (any, error)) http.HandlerFunc {
+	return s.guard(need, func(w http.ResponseWriter, r *http.Request) {
 		v, err := fn(r)
 		if err != nil {
 			writeError(w, httpStatus(err), err)
 			return
 		}
 		writeJSON(w, http.StatusOK, v)
-	}
+	})
 }
 
-// change wraps an endpoint that changes something: it answers 401 before
-// calling fn unless the request carries the admin token.
+// read wraps an endpoint that reads cluster state (accessRead).
+func (s *Server) read(fn func(r *http.Request) (any, error)) http.HandlerFunc {
+	return s.respond(accessRead, fn)
+}
+
+// change wraps an endpoint that changes something: fn runs only for an
+// identity with admin write (refusals are answered 401 or 403 before it),
+// and each change is logged with the identity that made it.
 func (s *Server) change(fn func(r *http.Request) (any, error)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if !s.authorized(r) {
-			s.metrics.adminChanges.WithLabelValues("unauthorized").Inc()
-			w.Header().Set("WWW-Authenticate", `Bearer realm="qmq"`)
-			writeError(w, http.StatusUnauthorized, errors.New("admin changes need the header Authorization: Bearer <token>"))
-			return
-		}
+	return s.guard(accessWrite, func(w http.ResponseWriter, r *http.Request) {
+		who := zap.String("identity", identityName(principalOf(r.Context())))
 		v, err := fn(r)
 		if err != nil {
 			s.metrics.adminChanges.WithLabelValues("error").Inc()
-			s.lg.Warn("admin change failed", zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Error(err))
+			s.lg.Warn("admin change failed", zap.String("method", r.Method), zap.String("path", r.URL.Path), who, zap.Error(err))
 			writeError(w, httpStatus(err), err)
 			return
 		}
 		s.metrics.adminChanges.WithLabelValues("ok").Inc()
-		s.lg.Info("admin change", zap.String("method", r.Method), zap.String("path", r.URL.Path))
+		s.lg.Info("admin change", zap.String("method", r.Method), zap.String("path", r.URL.Path), who)
 		writeJSON(w, http.StatusOK, v)
-	}
-}
-
-func (s *Server) authorized(r *http.Request) bool {
-	h := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(s.token)) == 1
+	})
 }
 
 // httpStatus maps an error to its HTTP status.
@@ -111,7 +111,7 @@ func httpStatus(err error) int {
 	}
 	var pe *protocol.Error
 	switch {
-	case errors.Is(err, errLastGroup):
+	case errors.Is(err, errLastGroup), errors.Is(err, errConflict):
 		return http.StatusConflict
 	case errors.Is(err, errAllFailed):
 		return http.StatusBadGateway
@@ -534,7 +534,22 @@ func (s *Server) listDeadLetters(r *http.Request) (any, error) {
 			req.Max = uint32(n)
 		}
 	}
-	return s.deadLetters(r.Context(), req)
+	d, err := s.deadLetters(r.Context(), req)
+	if err != nil {
+		return nil, err
+	}
+	if p := principalOf(r.Context()); p == nil || !p.CanReadBodies() {
+		hideBodies(&d)
+	}
+	return d, nil
+}
+
+// hideBodies blanks the bodies of a listing for a caller without the read
+// bodies right (who still sees ids, sizes and attempts).
+func hideBodies(d *api.DeadLetters) {
+	for i := range d.Letters {
+		d.Letters[i].Body, d.Letters[i].BodyBase64, d.Letters[i].BodyHidden = "", false, true
+	}
 }
 
 func (s *Server) inspectDeadLetter(r *http.Request) (any, error) {

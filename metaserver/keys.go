@@ -15,6 +15,7 @@ import (
 //	consumers/<subject>/<group>/<client id> consumerRecord on the consumer's lease
 //	offline/<subject>/<group>/<client id>   offlineRecord  (admin took it offline)
 //	metaservers/<id>                        metaRecord     on the meta server's lease
+//	identities/<name>                       auth.Entry     (identities.go)
 //
 // Names never contain "/": groups and subjects are [A-Za-z0-9._-], client
 // ids add ":" and "@". Routes are kept under the user subject; lookups of

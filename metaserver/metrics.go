@@ -46,7 +46,7 @@ func newMetrics(s *Server) *metrics {
 		Name: "qmq_meta_relayed_requests_total", Help: "Admin requests relayed to brokers, by command.",
 	}, []string{"command"})
 	m.adminChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "qmq_meta_admin_changes_total", Help: "Admin API changes, by outcome (ok, unauthorized, error).",
+		Name: "qmq_meta_admin_changes_total", Help: "Admin API changes, by outcome (ok, refused: no credential or right, error).",
 	}, []string{"outcome"})
 	m.switchovers = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "qmq_meta_switchovers_total", Help: "Planned switchovers asked of this server, by outcome (ok, refused, unsupported, timeout, error).",

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/qmq-go/qmq/pkg/auth"
 	"github.com/qmq-go/qmq/pkg/logging"
 )
 
@@ -43,9 +44,36 @@ type Options struct {
 	// MinGroups is how many writable groups a new subject's route gets.
 	// Default 2.
 	MinGroups int `yaml:"min_groups"`
-	// AdminToken is the bearer token admin changes require. Empty: New
-	// generates a random one and logs it at warn level.
-	AdminToken string `yaml:"admin_token"`
+	// RequireAuth makes every request prove an identity: TCP commands
+	// (but ping and auth) need an authenticated connection, and reads of
+	// the admin API need an identity with admin read. Without it TCP
+	// commands and admin reads are open; changes (admin write), message
+	// bodies (read bodies), identity listings (admin read) and the policy
+	// (brokers and admins) need an identity whatever this says. Default
+	// false.
+	RequireAuth bool `yaml:"auth"`
+	// AdminToken is the secret of identity "admin" (admin write), given in
+	// code (tests, embedding programs). The binary takes it from
+	// QMQ_ADMIN_TOKEN or AdminTokenFile only: never from the command line
+	// or the config file.
+	AdminToken string `yaml:"-"`
+	// AdminTokenFile holds the admin token (mode 0600 or stricter: a file
+	// others can read is refused; at least 16 characters). When it does
+	// not exist, the server generates a token and writes it there (0600)
+	// and logs the path, never the token. Empty with no AdminToken: the
+	// binary uses <data_dir>/admin-token; a library server makes a token
+	// for the process only (Server.AdminToken).
+	AdminTokenFile string `yaml:"admin_token_file"`
+	// RemovedAdminToken refuses the admin_token key the config file once
+	// had, saying what to use instead.
+	RemovedAdminToken removedAdminToken `yaml:"admin_token,omitempty" json:"-"`
+	// Credentials are what the meta server presents to brokers when it
+	// relays an admin request (an admin identity). Empty: CredentialsFile,
+	// else identity "admin" with the admin token.
+	Credentials auth.Credentials `yaml:"-"`
+	// CredentialsFile holds "name:secret" for Credentials (mode 0600 or
+	// stricter). The binary also reads QMQ_CREDENTIALS.
+	CredentialsFile string `yaml:"credentials_file"`
 	// EtcdTimeout bounds each etcd request. Default 3 s.
 	EtcdTimeout time.Duration `yaml:"etcd_timeout"`
 	// BrokerTimeout bounds each admin request relayed to a broker. Default 5 s.
@@ -81,10 +109,73 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.BrokerTTL, "broker-ttl", o.BrokerTTL, "lease TTL of broker registrations")
 	fs.DurationVar(&o.ClientTTL, "client-ttl", o.ClientTTL, "lease TTL of consumer registrations")
 	fs.IntVar(&o.MinGroups, "min-groups", o.MinGroups, "broker groups a new subject's route gets")
-	fs.StringVar(&o.AdminToken, "admin-token", o.AdminToken, "bearer token for admin changes (default: random, logged)")
+	fs.BoolVar(&o.RequireAuth, "auth", o.RequireAuth, "require an identity for every TCP command and admin read (changes, bodies and identities always need one)")
+	fs.StringVar(&o.AdminTokenFile, "admin-token-file", o.AdminTokenFile, "file holding the admin token, mode 0600; generated there when missing (default <data-dir>/admin-token; env "+EnvAdminToken+" instead)")
+	fs.StringVar(&o.CredentialsFile, "credentials-file", o.CredentialsFile, "file holding name:secret the meta server presents to brokers, mode 0600 (env "+EnvCredentials+"; default identity admin)")
+	fs.Func("admin-token", "removed: a token on the command line shows in ps; use --admin-token-file or "+EnvAdminToken, func(string) error {
+		return errRemovedAdminToken
+	})
 	fs.DurationVar(&o.EtcdTimeout, "etcd-timeout", o.EtcdTimeout, "timeout of each etcd request")
 	fs.DurationVar(&o.BrokerTimeout, "broker-timeout", o.BrokerTimeout, "timeout of each admin request relayed to a broker")
 	o.Log.AddFlags(fs)
+}
+
+// Environment variables the binary reads secrets from.
+const (
+	// EnvAdminToken holds the admin token (instead of AdminTokenFile).
+	EnvAdminToken = "QMQ_ADMIN_TOKEN"
+	// EnvCredentials holds "name:secret" (instead of CredentialsFile).
+	EnvCredentials = "QMQ_CREDENTIALS"
+)
+
+// errRemovedAdminToken says where the admin token comes from now.
+var errRemovedAdminToken = fmt.Errorf("%w: the admin token is no longer taken from the command line or the config file's admin_token "+
+	"(it shows in ps and in files others read): put it in a file only you can read and pass --admin-token-file FILE "+
+	"(admin_token_file in the config file), or set %s", ErrInvalidOptions, EnvAdminToken)
+
+// RefuseSecretArgs fails when args pass the admin token on the command
+// line (--admin-token, removed), with a message that says what to use and
+// does not repeat the token: the binary calls it before parsing flags,
+// whose own error would quote the value.
+func RefuseSecretArgs(args []string) error {
+	for _, a := range args {
+		if a == "--" {
+			return nil
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && name == "admin-token" {
+			return errRemovedAdminToken
+		}
+	}
+	return nil
+}
+
+// removedAdminToken is a config key that was removed: decoding one fails
+// with errRemovedAdminToken.
+type removedAdminToken struct{}
+
+// UnmarshalText refuses the key.
+func (removedAdminToken) UnmarshalText([]byte) error { return errRemovedAdminToken }
+
+// FromEnvironment takes secrets from the environment (getenv is
+// os.Getenv in the binary): EnvAdminToken unless AdminToken is set, and
+// EnvCredentials unless Credentials are. An admin token from the
+// environment must be at least auth.MinSecretLen characters.
+func (o *Options) FromEnvironment(getenv func(string) string) error {
+	if v := strings.TrimSpace(getenv(EnvAdminToken)); v != "" && o.AdminToken == "" {
+		if err := auth.CheckSecret(v); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrInvalidOptions, EnvAdminToken, err)
+		}
+		o.AdminToken = v
+	}
+	if v := getenv(EnvCredentials); v != "" && o.Credentials == (auth.Credentials{}) {
+		c, err := auth.ParseCredentials(v)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrInvalidOptions, EnvCredentials, err)
+		}
+		o.Credentials = c
+	}
+	return nil
 }
 
 // ErrInvalidOptions wraps every Validate failure.

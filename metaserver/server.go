@@ -2,8 +2,6 @@ package metaserver
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -11,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/qmq-go/qmq/pkg/auth"
 	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/transport"
@@ -25,7 +25,14 @@ type Server struct {
 	lg     *zap.Logger
 	keys   keys
 	limits protocol.Limits
-	token  string
+	token  string // identity admin's secret (the admin token)
+	// relayCreds is what the meta server presents to brokers it relays
+	// admin requests to (see the transport.New call in New).
+	relayCreds auth.Credentials
+	refusals   *refusals
+	conns      connPrincipals // identities of connections that sent CmdAuth here
+	// policiesSent counts CmdPolicy answers that carried a policy.
+	policiesSent prometheus.Counter
 
 	etcd      *clientv3.Client
 	view      *view
@@ -76,12 +83,14 @@ func New(opts Options, lg *zap.Logger) (*Server, error) {
 		lg = zap.NewNop()
 	}
 	lg = lg.Named("metaserver")
-	s := &Server{opts: opts, lg: lg, keys: keys{opts.Prefix}, limits: protocol.DefaultLimits, token: opts.AdminToken}
-	if s.token == "" {
-		b := make([]byte, 16)
-		_, _ = rand.Read(b)
-		s.token = hex.EncodeToString(b)
-		lg.Warn("no admin token configured; generated one for this run", zap.String("admin_token", s.token))
+	s := &Server{opts: opts, lg: lg, keys: keys{opts.Prefix}, limits: protocol.DefaultLimits}
+	tok, err := adminToken(&opts, lg)
+	if err != nil {
+		return nil, err
+	}
+	s.token = tok
+	if s.relayCreds, err = relayCredentials(&opts, tok); err != nil {
+		return nil, err
 	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   opts.EtcdEndpoints,
@@ -94,6 +103,11 @@ func New(opts Options, lg *zap.Logger) (*Server, error) {
 	s.etcd = cli
 	s.view = newView(s.keys, lg)
 	s.store = &store{cli: cli, k: s.keys, v: s.view, timeout: opts.EtcdTimeout, lg: lg}
+	// TODO(transport): set transport.Options.Credentials = s.relayCreds
+	// here once pkg/transport authenticates its connections (CmdAuth on
+	// connect): this transport carries every relay to brokers (relay.go,
+	// switchover.go), which brokers requiring authentication refuse
+	// without it.
 	tr, err := transport.New(transport.Options{RequestTimeout: opts.BrokerTimeout}, lg.Named("relay"))
 	if err != nil {
 		cli.Close()
@@ -101,7 +115,11 @@ func New(opts Options, lg *zap.Logger) (*Server, error) {
 	}
 	s.transport, s.caller = tr, tr
 	s.metrics = newMetrics(s)
+	s.refusals = newRefusals(s.metrics.reg, lg.Named("authz"))
+	s.policyMetrics(s.metrics.reg)
 	mux := netserver.NewMux()
+	mux.HandleFunc(protocol.CmdAuth, s.serveAuth)
+	mux.HandleFunc(protocol.CmdPolicy, s.servePolicy)
 	mux.HandleFunc(protocol.CmdLookup, s.serveLookup)
 	mux.HandleFunc(protocol.CmdRegister, s.serveRegister)
 	mux.HandleFunc(protocol.CmdClientHeartbeat, s.serveClientHeartbeat)
@@ -143,6 +161,11 @@ func (s *Server) Start() error {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+	if err := s.bootstrapAdmin(ctx); err != nil {
+		s.stop()
+		s.loops.Wait()
+		return err
+	}
 	if err := s.tcp.Start(); err != nil {
 		s.stop()
 		s.loops.Wait()
@@ -156,7 +179,8 @@ func (s *Server) Start() error {
 		return fmt.Errorf("metaserver: http: %w", err)
 	}
 	s.httpLn = ln
-	s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	s.httpSrv.RegisterOnShutdown(s.startClosing) // long admin requests (switchovers) end so Shutdown need not wait
 	s.loops.Add(1)
 	go func() {
@@ -195,9 +219,34 @@ func (s *Server) HTTPAddr() net.Addr {
 	return s.httpLn.Addr()
 }
 
-// AdminToken returns the bearer token admin changes need (generated when
-// Options.AdminToken was empty).
+// AdminToken returns identity admin's secret: the admin token (Options,
+// the token file, or made at New).
 func (s *Server) AdminToken() string { return s.token }
+
+// Authority returns the server's view of the policy (updated from etcd).
+func (s *Server) Authority() *auth.Authority { return s.authority() }
+
+// bootstrapAdmin makes sure identity admin holds the admin token and waits
+// until the view has it, so the token works as soon as Start returns.
+func (s *Server) bootstrapAdmin(ctx context.Context) error {
+	for {
+		rev, err := s.ensureAdmin(ctx, s.token)
+		if err == nil {
+			if err := s.view.waitRevision(ctx, rev); err != nil {
+				return fmt.Errorf("%w: identity admin written at revision %d, not seen by the watch: %v", ErrEtcdUnreachable, rev, err)
+			}
+			return nil
+		}
+		if !errors.Is(err, errEtcd) || ctx.Err() != nil {
+			return fmt.Errorf("metaserver: identity admin: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("metaserver: identity admin: %w", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
 
 // Close stops serving, unregisters the server and closes its etcd
 // connection. It may be called more than once.

@@ -149,7 +149,7 @@ func TestE2E_SwitchoverOfADelayGroup(t *testing.T) {
 		}
 	}
 	out.Reset()
-	code := ctl.Main([]string{"--meta=" + s.HTTPAddr().String(), "--token=t", "switchover", "dl1", "--wait=30s"}, &out, &errOut)
+	code := ctl.Main([]string{"--meta=" + s.HTTPAddr().String(), tokenFlag(t, "t"), "switchover", "dl1", "--wait=30s"}, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("qmqctl switchover: exit %d\nstdout: %s\nstderr: %s", code, out.String(), errOut.String())
 	}

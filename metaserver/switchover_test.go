@@ -407,18 +407,18 @@ func TestQmqctl_SwitchoverAndReplicationColumns(t *testing.T) {
 		}
 	}
 
-	run(0, "--token="+testToken, "route", "add", "orders", "g1")
+	run(0, tokenFlag(t, testToken), "route", "add", "orders", "g1")
 	has(run(0, "routes", "orders"), "EPOCH", g.master.addr()+"  "+jsonNumber(g.mEpoch)+"\n")
 
 	has(run(ctl.ExitUnauthorized, "switchover", "g1"), "token")
-	has(run(ctl.ExitFailed, "--token="+testToken, "switchover", "lone"), "no slave")
-	has(run(ctl.ExitNotFound, "--token="+testToken, "switchover", "nosuch"), "not registered")
-	has(run(ctl.ExitFailed, "--token="+testToken, "switchover", "g1", "--wait=2s"), "does not support switchover")
-	run(ctl.ExitUsage, "--token="+testToken, "switchover", "g1", "--wait=10ms")
-	run(ctl.ExitUsage, "--token="+testToken, "switchover")
+	has(run(ctl.ExitFailed, tokenFlag(t, testToken), "switchover", "lone"), "no slave")
+	has(run(ctl.ExitNotFound, tokenFlag(t, testToken), "switchover", "nosuch"), "not registered")
+	has(run(ctl.ExitFailed, tokenFlag(t, testToken), "switchover", "g1", "--wait=2s"), "does not support switchover")
+	run(ctl.ExitUsage, tokenFlag(t, testToken), "switchover", "g1", "--wait=10ms")
+	run(ctl.ExitUsage, tokenFlag(t, testToken), "switchover")
 
 	g.handOver()
-	out = run(0, "--token="+testToken, "switchover", "g1", "--wait=6s")
+	out = run(0, tokenFlag(t, testToken), "switchover", "g1", "--wait=6s")
 	has(out, "old master", "g1-m@"+g.master.addr()+" at epoch "+jsonNumber(g.mEpoch), "new master", "g1-s@"+g.slave.addr())
 	eventually(t, 10*time.Second, "the old master back as the slave", func() bool { return s.group("g1").SlaveID == "g1-m" })
 	has(run(0, "groups"), "g1-s@"+g.slave.addr(), "g1-m@"+g.master.addr())

@@ -1,13 +1,17 @@
 package metaserver
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/qmq-go/qmq/metaserver/ctl"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -50,4 +54,30 @@ func truncate(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
+}
+
+// tokenFlag writes token to a file only its owner reads and returns the
+// qmqctl flag naming it.
+func tokenFlag(t testing.TB, token string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return "--token-file=" + path
+}
+
+// qmqctlRunner returns a function that runs qmqctl in process against the
+// meta server at meta (HTTP host:port), fails the test unless it exits
+// with want, and returns its output.
+func qmqctlRunner(t *testing.T, meta string) func(want int, args ...string) string {
+	return func(want int, args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		code := ctl.Main(append([]string{"--meta=" + meta}, args...), &out, &errOut)
+		if code != want {
+			t.Fatalf("qmqctl %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, want, out.String(), errOut.String())
+		}
+		return out.String() + errOut.String()
+	}
 }

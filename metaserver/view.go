@@ -29,6 +29,7 @@ type view struct {
 	consumers map[consumerKey]consumerRecord
 	offline   map[consumerKey]offlineRecord
 	metas     map[string]metaRecord
+	ids       identities    // identities/ keys and the policy made of them (identities.go)
 	changed   chan struct{} // closed and replaced whenever rev moves
 }
 
@@ -58,6 +59,7 @@ type consumerKey struct {
 
 func newView(k keys, lg *zap.Logger) *view {
 	v := &view{k: k, lg: lg, changed: make(chan struct{})}
+	v.ids.init(lg)
 	v.clearLocked()
 	return v
 }
@@ -70,6 +72,7 @@ func (v *view) clearLocked() {
 	v.consumers = map[consumerKey]consumerRecord{}
 	v.offline = map[consumerKey]offlineRecord{}
 	v.metas = map[string]metaRecord{}
+	v.ids.clearLocked()
 }
 
 // kv is one key's value at a revision; value nil means deleted.
@@ -88,6 +91,7 @@ func (v *view) reset(kvs []kv, rev int64) {
 		v.applyLocked(e)
 	}
 	v.loaded = true
+	v.ids.publishLocked(rev)
 	v.advanceLocked(rev)
 }
 
@@ -98,6 +102,7 @@ func (v *view) apply(changes []kv, rev int64) {
 	for _, e := range changes {
 		v.applyLocked(e)
 	}
+	v.ids.publishLocked(0)
 	v.advanceLocked(rev)
 }
 
@@ -203,6 +208,8 @@ func (v *view) applyLocked(e kv) {
 		if decode(&r) {
 			v.offline[ck] = r
 		}
+	case dir == dirIdentities && len(parts) == 1:
+		v.ids.applyLocked(e, parts[0])
 	case dir == dirMetaServers && len(parts) == 1:
 		if del {
 			delete(v.metas, parts[0])

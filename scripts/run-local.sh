@@ -23,10 +23,10 @@ DATA=$(cd "$DATA" && pwd)
 echo "building binaries into bin/ ..."
 go build -o bin/ ./metaserver/cmd/qmq-metaserver ./metaserver/cmd/qmqctl ./realtime/cmd/qmq-realtime ./delay/cmd/qmq-delay
 
-if [ ! -s "$DATA/admin-token" ]; then
-  head -c 18 /dev/urandom | base64 | tr -d '/+=' > "$DATA/admin-token"
-fi
-TOKEN=$(cat "$DATA/admin-token")
+# The meta server generates the admin token into this file (mode 0600) on
+# its first run; a file an older run left world-readable is made private.
+TOKEN_FILE="$DATA/admin-token"
+[ -f "$TOKEN_FILE" ] && chmod 600 "$TOKEN_FILE"
 
 META="127.0.0.1:$BASE"
 META_HTTP="127.0.0.1:$((BASE + 100))"
@@ -62,7 +62,7 @@ wait_ready() { # name, url
 
 last=metaserver
 start metaserver bin/qmq-metaserver --addr "$META" --http-addr "$META_HTTP" --data-dir "$DATA/metaserver" \
-  --etcd-listen "127.0.0.1:$((BASE + 200))" --etcd-peer "127.0.0.1:$((BASE + 201))" --admin-token "$TOKEN" --min-groups 2
+  --etcd-listen "127.0.0.1:$((BASE + 200))" --etcd-peer "127.0.0.1:$((BASE + 201))" --admin-token-file "$TOKEN_FILE" --min-groups 2
 wait_ready metaserver "http://$META_HTTP/readyz"
 
 for i in 1 2; do
@@ -104,7 +104,7 @@ ready: QMQ-Go local cluster (data in $DATA, logs in $DATA/*.log)
   console       http://$META_HTTP/
   realtime      rt1 127.0.0.1:$((BASE + 1)), rt2 127.0.0.1:$((BASE + 2))
   delay         dl1 127.0.0.1:$((BASE + 3))$SLAVES
-  admin token   $TOKEN   (export QMQ_TOKEN=$TOKEN QMQ_META=$META_HTTP)
+  admin token   in $TOKEN_FILE (mode 0600; qmqctl --token-file $TOKEN_FILE, or export QMQ_TOKEN=\$(cat $TOKEN_FILE))
 try it:
   go run ./scripts/example --meta $META       # sends a message and a delayed one, receives both
   bin/qmqctl --meta $META_HTTP status

@@ -17,8 +17,10 @@ import (
 // Errors a Client returns; match with errors.Is. Every failure the server
 // answered is an *HTTPError that matches the sentinel of its status.
 var (
-	// ErrUnauthorized: the token is missing or wrong (HTTP 401).
+	// ErrUnauthorized: the credential is missing or wrong (HTTP 401).
 	ErrUnauthorized = &HTTPError{Status: http.StatusUnauthorized}
+	// ErrForbidden: the credential's identity lacks the right (HTTP 403).
+	ErrForbidden = &HTTPError{Status: http.StatusForbidden}
 	// ErrNotFound: the subject, group or dead letter does not exist (404).
 	ErrNotFound = &HTTPError{Status: http.StatusNotFound}
 	// ErrConflict: the change breaks a rule (409).
@@ -55,7 +57,9 @@ type Client struct {
 }
 
 // NewClient returns a client of the meta server at base ("host:port" or
-// "http://host:port"). token is sent with every request when not empty.
+// "http://host:port"). token, when not empty, is sent with every request as
+// "Authorization: Bearer <token>": "name:secret" for an identity, or the
+// bare admin token (identity admin).
 func NewClient(base, token string, timeout time.Duration) *Client {
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
@@ -252,3 +256,15 @@ func (c *Client) Switchover(ctx context.Context, group string, timeout time.Dura
 
 // IsUnauthorized reports whether err is a 401 answer.
 func IsUnauthorized(err error) bool { return errors.Is(err, ErrUnauthorized) }
+
+// IsNotFound reports whether err is a 404 answer.
+func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// IsConflict reports whether err is a 409 answer.
+func IsConflict(err error) bool { return errors.Is(err, ErrConflict) }
+
+// IsBadRequest reports whether err is a 400 answer.
+func IsBadRequest(err error) bool { return errors.Is(err, ErrBadRequest) }
+
+// IsForbidden reports whether err is a 403 answer.
+func IsForbidden(err error) bool { return errors.Is(err, ErrForbidden) }

@@ -186,8 +186,11 @@ type DeadLetter struct {
 	CreatedAt   time.Time         `json:"createdAt"`
 	Body        string            `json:"body"`                 // UTF-8 text, or base64 when BodyBase64
 	BodyBase64  bool              `json:"bodyBase64,omitempty"` // Body is base64
-	Size        int               `json:"size"`
-	Error       string            `json:"error,omitempty"` // the stored bytes did not parse
+	// BodyHidden: the caller may not read bodies (a listing without the
+	// read bodies right); Body is empty.
+	BodyHidden bool   `json:"bodyHidden,omitempty"`
+	Size       int    `json:"size"`
+	Error      string `json:"error,omitempty"` // the stored bytes did not parse
 }
 
 // DeadLetters is a listing, or the outcome of a re-drive or purge.
@@ -240,7 +243,12 @@ type Switchover struct {
 	TookMillis int64  `json:"tookMillis"`
 }
 
-// Error is the body of every non-2xx answer.
+// Error is the body of every non-2xx answer. A refusal (401, 403) also
+// names the request refused, the right it needs and, for a 403, the
+// identity that lacks it.
 type Error struct {
-	Error string `json:"error"`
+	Error    string `json:"error"`
+	Refused  string `json:"refused,omitempty"`  // "POST /api/v1/groups/g1/readonly"
+	Needs    string `json:"needs,omitempty"`    // "admin write", "admin read", "read bodies"
+	Identity string `json:"identity,omitempty"` // "app:billing" (kind:name)
 }

@@ -1,11 +1,16 @@
 // QMQ-Go web console: a single page over the meta server's admin API
 // (/api/v1). Plain JavaScript, no build step. Pages are chosen by the URL
-// hash; the admin token for changes is kept in localStorage.
+// hash. The credential typed into the login form (name:secret, or the
+// admin token alone) is kept in localStorage and sent as a bearer token;
+// /whoami says who it is and what it may do: change buttons are disabled
+// for an identity that may not change anything (the server refuses such
+// changes anyway).
 "use strict";
 
 const TOKEN_KEY = "qmq.token";
-const pages = { overview, groups, subjects, consumers, dead };
+const pages = { overview, groups, subjects, consumers, dead, identities };
 let refreshTimer = null;
+let me = null; // the /whoami answer for the stored credential
 
 // el builds an element: el("td", {class: "x"}, "text", child, ...).
 function el(tag, attrs, ...children) {
@@ -39,9 +44,25 @@ async function api(method, path, body) {
   const data = await resp.json().catch(() => ({}));
   if (!resp.ok) {
     const msg = (data && data.error) || resp.statusText;
-    throw new Error(resp.status === 401 ? "unauthorized: save the admin token first (" + msg + ")" : msg);
+    const err = new Error(resp.status === 401 ? "unauthorized: log in with a credential first (" + msg + ")" : msg);
+    err.status = resp.status;
+    throw err;
   }
   return data;
+}
+
+// locked reports whether the logged-in identity may not change anything.
+function locked() { return !!(me && me.authenticated && !me.canWrite); }
+
+// changeButton is a button that changes something: disabled for an
+// identity without admin write.
+function changeButton(attrs, label) {
+  const a = Object.assign({}, attrs);
+  if (locked()) {
+    a.disabled = "disabled";
+    a.title = "needs admin write; you are " + me.kind + ":" + me.name + " (" + me.admin + ")";
+  }
+  return el("button", a, label);
 }
 
 function flash(ok, text) {
@@ -131,9 +152,9 @@ async function groups() {
       el("td", { class: "pending" }, g.kind === "delay" ? String(g.load.pending || 0) : "-"),
       el("td", {}, (g.readonly || []).join(", ") || "-"),
       el("td", {}, all
-        ? el("button", { "data-action": "unmark-readonly", "data-group": g.name, onclick: () => act("unmark " + g.name + " readonly", "DELETE", "/groups/" + enc(g.name) + "/readonly") }, "Unmark readonly")
-        : el("button", { "data-action": "mark-readonly", "data-group": g.name, onclick: () => act("mark " + g.name + " readonly", "POST", "/groups/" + enc(g.name) + "/readonly", {}) }, "Mark readonly"),
-        g.master && g.slave ? [" ", el("button", { "data-action": "switchover", "data-group": g.name, title: "Hand the group to its slave", onclick: () => switchover(g) }, "Switch over")] : null));
+        ? changeButton({ "data-action": "unmark-readonly", "data-group": g.name, onclick: () => act("unmark " + g.name + " readonly", "DELETE", "/groups/" + enc(g.name) + "/readonly") }, "Unmark readonly")
+        : changeButton({ "data-action": "mark-readonly", "data-group": g.name, onclick: () => act("mark " + g.name + " readonly", "POST", "/groups/" + enc(g.name) + "/readonly", {}) }, "Mark readonly"),
+        g.master && g.slave ? [" ", changeButton({ "data-action": "switchover", "data-group": g.name, title: "Hand the group to its slave", onclick: () => switchover(g) }, "Switch over")] : null));
   });
   const brows = bs.map(b => el("tr", { "data-broker": b.brokerId },
     el("td", {}, b.group), el("td", { class: "role" }, b.role), el("td", {}, b.kind), stateCell(b.state),
@@ -154,7 +175,7 @@ async function subjects() {
       rows.push(el("tr", { "data-subject": r.subject },
         el("td", {}, r.subject), el("td", {}, r.kind), el("td", {}, g.group), stateCell(g.state), el("td", {}, g.master || "-"),
         el("td", { class: "epoch" }, g.epoch || "-"),
-        el("td", {}, el("button", {
+        el("td", {}, changeButton({
           "data-action": "remove-group", onclick: () => confirm("Remove " + g.group + " from " + r.subject + "?") &&
             act("remove " + g.group + " from " + r.subject, "DELETE", "/routes/" + enc(r.subject) + "/groups/" + enc(g.group)),
         }, "Remove"))));
@@ -163,7 +184,7 @@ async function subjects() {
   const subject = el("input", { id: "add-subject", placeholder: "subject", required: true });
   const group = el("select", { id: "add-group" }, gs.map(g => el("option", { value: g.name }, g.name + " (" + (g.kind || "?") + ", " + g.state + ")")));
   const form = el("form", { class: "inline", id: "add-group-form", onsubmit: e => { e.preventDefault(); act("add " + group.value + " to " + subject.value, "POST", "/routes/" + enc(subject.value) + "/groups", { group: group.value }); } },
-    "Add group", group, "to subject", subject, el("button", { type: "submit" }, "Add"));
+    "Add group", group, "to subject", subject, changeButton({ type: "submit" }, "Add"));
   return [el("h2", {}, "Subjects and routes"), table(["subject", "kind", "group", "state", "master", "epoch", ""], rows), el("h2", {}, "Grow a route"), form];
 }
 
@@ -174,7 +195,7 @@ async function consumers() {
     el("td", {}, cg.perBroker.map(p => p.brokerGroup + ": " + p.backlog).join(", ") || "-"),
     el("td", {}, cg.consumers.length ? cg.consumers.map(c => el("div", {},
       c.clientId + " ", el("span", { class: c.online ? "state-rw" : "state-unavailable" }, c.online ? "online" : "offline"), " ",
-      el("button", {
+      changeButton({
         "data-action": c.online ? "consumer-offline" : "consumer-online",
         onclick: () => act((c.online ? "take " : "bring ") + c.clientId + (c.online ? " offline" : " online"), "POST",
           "/consumers/" + enc(cg.subject) + "/" + enc(cg.group) + "/" + enc(c.clientId) + (c.online ? "/offline" : "/online")),
@@ -183,7 +204,7 @@ async function consumers() {
   const group = el("input", { id: "reset-group", placeholder: "consumer group", required: true });
   const to = el("input", { id: "reset-to", placeholder: "earliest | latest | 2026-01-02T15:04:05Z", required: true, size: 32 });
   const form = el("form", { class: "inline", id: "reset-form", onsubmit: e => { e.preventDefault(); act("reset " + subject.value + "/" + group.value + " to " + to.value, "POST", "/consumers/" + enc(subject.value) + "/" + enc(group.value) + "/reset", { to: to.value }); } },
-    subject, group, to, el("button", { type: "submit" }, "Reset offset"));
+    subject, group, to, changeButton({ type: "submit" }, "Reset offset"));
   const errs = cgs.length && cgs[0].errors ? cgs[0].errors.map(e => el("p", { class: "muted" }, "broker group " + e.brokerGroup + " did not answer: " + e.error)) : [];
   return [el("h2", {}, "Consumer groups"), table(["subject", "group", "backlog", "retrying", "per broker group", "consumers"], rows), ...errs,
     el("h2", {}, "Reset a group's offset"), form];
@@ -203,16 +224,99 @@ async function dead(arg) {
   const d = await api("GET", base + "?max=100");
   const rows = d.letters.map(l => el("tr", { "data-id": l.id },
     el("td", {}, l.brokerGroup), el("td", {}, l.seq), el("td", {}, l.id), el("td", {}, l.attempts), el("td", {}, l.createdAt),
-    el("td", {}, el("pre", {}, l.bodyBase64 ? "base64: " + l.body : l.body)),
+    el("td", {}, l.bodyHidden ? el("span", { class: "muted body-hidden" }, "hidden (needs read bodies)") : el("pre", {}, l.bodyBase64 ? "base64: " + l.body : l.body)),
     el("td", {},
-      el("button", { "data-action": "redrive", onclick: () => act("re-drive " + l.id, "POST", base + "/redrive", { ids: [l.id] }) }, "Re-drive"), " ",
-      el("button", { "data-action": "purge", onclick: () => confirm("Purge " + l.id + "?") && act("purge " + l.id, "POST", base + "/purge", { ids: [l.id] }) }, "Purge"))));
+      changeButton({ "data-action": "redrive", onclick: () => act("re-drive " + l.id, "POST", base + "/redrive", { ids: [l.id] }) }, "Re-drive"), " ",
+      changeButton({ "data-action": "purge", onclick: () => confirm("Purge " + l.id + "?") && act("purge " + l.id, "POST", base + "/purge", { ids: [l.id] }) }, "Purge"))));
   out.push(el("p", { id: "dead-total" }, d.total + " dead letters in " + s0 + "/" + g0),
     table(["broker group", "seq", "id", "attempts", "created", "body", ""], rows),
     el("p", {},
-      el("button", { "data-action": "redrive-all", onclick: () => act("re-drive all", "POST", base + "/redrive", {}) }, "Re-drive all"), " ",
-      el("button", { "data-action": "purge-all", onclick: () => confirm("Purge every dead letter of " + s0 + "/" + g0 + "?") && act("purge all", "POST", base + "/purge", {}) }, "Purge all")));
+      changeButton({ "data-action": "redrive-all", onclick: () => act("re-drive all", "POST", base + "/redrive", {}) }, "Re-drive all"), " ",
+      changeButton({ "data-action": "purge-all", onclick: () => confirm("Purge every dead letter of " + s0 + "/" + g0 + "?") && act("purge all", "POST", base + "/purge", {}) }, "Purge all")));
   return out;
+}
+
+// showSecret shows a secret the server generated, once: it is not kept
+// anywhere by the console.
+function showSecret(what, res) {
+  if (!res) return;
+  const f = document.getElementById("flash");
+  if (!res.secret) {
+    f.replaceChildren(el("p", { class: "ok", id: "flash-ok" }, what + ": done (with the secret you chose)"));
+    return;
+  }
+  f.replaceChildren(el("div", { class: "ok secret", id: "flash-ok" },
+    el("p", {}, what + ": done. The secret is shown this once; the server keeps only its hash. Put the credentials in a file only the client's user can read (chmod 600)."),
+    el("p", {}, "credentials ", el("code", { id: "new-credentials" }, res.credentials))));
+}
+
+// identityAct performs an identity change; a secret in the answer is
+// shown once.
+async function identityAct(what, method, path, body) {
+  try {
+    const res = await api(method, path, body);
+    if (res && res.identity) showSecret(what, res); else flash(true, what + ": done");
+    await render();
+  } catch (err) {
+    flash(false, what + ": " + err.message);
+  }
+}
+
+// patterns splits a comma-separated list of patterns.
+function patterns(v) { return v.split(",").map(x => x.trim()).filter(x => x); }
+
+// identities lists identities with their grants, and adds, rotates,
+// enables, disables, removes them and grants and revokes rights.
+async function identities() {
+  if (!me || !me.canReadIdentities) {
+    return [el("h2", {}, "Identities"), el("p", { id: "identities-locked", class: "muted" }, "Log in as an admin (read or write) to see identities.")];
+  }
+  const ids = await api("GET", "/identities");
+  const rows = ids.map(id => el("tr", { "data-identity": id.name },
+    el("td", {}, id.name), el("td", {}, id.kind), el("td", {}, id.group || "-"),
+    el("td", { class: id.disabled ? "state-unavailable" : "state-rw" }, id.disabled ? "disabled" : "enabled"),
+    el("td", {}, id.hasSecret ? "hashed" : "certificate only"),
+    el("td", { class: "publish" }, (id.grants.publish || []).join(", ") || "-"),
+    el("td", { class: "consume" }, (id.grants.consume || []).join(", ") || "-"),
+    el("td", { class: "groups" }, (id.grants.groups || []).join(", ") || "-"),
+    el("td", { class: "admin" }, id.grants.admin || "none"), el("td", {}, id.grants.readBodies ? "yes" : "-"),
+    el("td", {},
+      changeButton({ "data-action": "rotate", onclick: () => confirm("Give " + id.name + " a new secret? The old one stops working.") &&
+        identityAct("rotate " + id.name, "POST", "/identities/" + enc(id.name) + "/rotate", {}) }, "Rotate secret"), " ",
+      changeButton({ "data-action": id.disabled ? "enable" : "disable", onclick: () => identityAct((id.disabled ? "enable " : "disable ") + id.name, "POST",
+        "/identities/" + enc(id.name) + (id.disabled ? "/enable" : "/disable")) }, id.disabled ? "Enable" : "Disable"), " ",
+      changeButton({ "data-action": "remove", onclick: () => confirm("Remove identity " + id.name + "?") &&
+        identityAct("remove " + id.name, "DELETE", "/identities/" + enc(id.name)) }, "Remove"))));
+
+  const name = el("input", { id: "id-name", placeholder: "name", required: true });
+  const kind = el("select", { id: "id-kind" }, ["app", "broker", "admin"].map(k => el("option", { value: k }, k)));
+  const group = el("input", { id: "id-group", placeholder: "broker group (default: name)" });
+  const role = el("select", { id: "id-admin" }, ["none", "read", "write"].map(r => el("option", { value: r }, "admin " + r)));
+  const addForm = el("form", { class: "inline", id: "identity-form", onsubmit: e => {
+    e.preventDefault();
+    identityAct("add " + name.value, "POST", "/identities", { name: name.value, kind: kind.value, group: kind.value === "broker" ? group.value : "",
+      grants: { admin: kind.value === "admin" ? role.value : "" } });
+  } }, name, kind, group, role, changeButton({ type: "submit" }, "Add identity"));
+
+  const who = el("select", { id: "grant-identity" }, ids.map(id => el("option", { value: id.name }, id.name + " (" + id.kind + ")")));
+  const publish = el("input", { id: "grant-publish", placeholder: "publish: order.*, invoice" });
+  const consume = el("input", { id: "grant-consume", placeholder: "consume: order.*" });
+  const groups = el("input", { id: "grant-groups", placeholder: "consumer groups: billing*" });
+  const grole = el("select", { id: "grant-admin" }, ["", "none", "read", "write"].map(r => el("option", { value: r }, r ? "admin " + r : "admin: unchanged")));
+  const bodies = el("input", { id: "grant-bodies", type: "checkbox" });
+  const grant = () => identityAct("grant " + who.value, "POST", "/identities/" + enc(who.value) + "/grant",
+    { publish: patterns(publish.value), consume: patterns(consume.value), groups: patterns(groups.value), admin: grole.value, readBodies: bodies.checked });
+  const revoke = () => identityAct("revoke " + who.value, "POST", "/identities/" + enc(who.value) + "/revoke",
+    { publish: patterns(publish.value), consume: patterns(consume.value), groups: patterns(groups.value), admin: grole.value !== "", readBodies: bodies.checked });
+  const grantForm = el("form", { class: "inline", id: "grant-form", onsubmit: e => { e.preventDefault(); grant(); } },
+    who, publish, consume, groups, grole, el("label", {}, bodies, " read bodies"),
+    changeButton({ type: "submit", "data-action": "grant" }, "Grant"), changeButton({ type: "button", "data-action": "revoke", onclick: revoke }, "Revoke"));
+  return [el("h2", {}, "Identities"),
+    table(["name", "kind", "group", "state", "secret", "publish", "consume", "consumer groups", "admin", "bodies", ""], rows),
+    el("h2", {}, "Add an identity"), addForm,
+    el("p", { class: "muted" }, "The server generates the secret and shows it once. Apps get rights with Grant; a broker may register as its group."),
+    el("h2", {}, "Grant or revoke rights"), grantForm,
+    el("p", { class: "muted" }, "Patterns: exact names, * for everything, or a prefix ending in * (order.*). Revoke removes the listed patterns; a chosen admin role or read bodies is dropped.")];
 }
 
 let rendering = false;
@@ -231,6 +335,7 @@ async function render() {
   const page = pages[name] || overview;
   document.querySelectorAll("nav a").forEach(a => a.classList.toggle("active", a.dataset.page === name));
   try {
+    await loadMe();
     const content = await page(rest.join("/"));
     document.getElementById("page").replaceChildren(...content);
     document.body.dataset.loaded = name;
@@ -244,16 +349,50 @@ async function render() {
   if (name === "overview" || name === "groups" || !pages[name]) refreshTimer = setTimeout(render, 2000);
 }
 
-function showTokenState() {
-  document.getElementById("token-state").textContent = localStorage.getItem(TOKEN_KEY) ? "token saved" : "read-only (no token)";
+// loadMe asks who the stored credential is; a credential the server
+// refuses is reported in the header (and kept, so a retry can log in).
+async function loadMe() {
+  try {
+    me = await api("GET", "/whoami");
+  } catch (err) {
+    me = { authenticated: false, refused: err.status === 401, admin: "none" };
+  }
+  showTokenState();
 }
 
-document.getElementById("token-form").addEventListener("submit", e => {
+function showTokenState() {
+  const state = document.getElementById("token-state");
+  const stored = !!localStorage.getItem(TOKEN_KEY);
+  document.getElementById("logout").hidden = !stored;
+  if (!me) {
+    state.textContent = stored ? "credential saved" : "not logged in";
+  } else if (me.refused) {
+    state.textContent = "credential refused: log in again";
+  } else if (me.authenticated) {
+    state.textContent = "logged in as " + me.kind + ":" + me.name + " (admin " + me.admin + (me.canReadBodies && me.admin !== "write" ? ", bodies" : "") + ")";
+  } else {
+    state.textContent = "not logged in" + (me.canRead ? " (read-only)" : "");
+  }
+  state.dataset.identity = me && me.authenticated ? me.name : "";
+}
+
+// The login form stores the credential at once (so a click right after
+// uses it), then asks the server who it is.
+document.getElementById("token-form").addEventListener("submit", async e => {
   e.preventDefault();
   const v = document.getElementById("token").value.trim();
   if (v) localStorage.setItem(TOKEN_KEY, v); else localStorage.removeItem(TOKEN_KEY);
   document.getElementById("token").value = "";
-  showTokenState();
+  await loadMe();
+  if (me.refused) flash(false, "log in: the server refused the credential");
+  else if (me.authenticated) flash(true, "logged in as " + me.kind + ":" + me.name);
+  render();
+});
+document.getElementById("logout").addEventListener("click", () => {
+  localStorage.removeItem(TOKEN_KEY);
+  me = null;
+  flash(true, "logged out");
+  render();
 });
 window.addEventListener("hashchange", () => { document.getElementById("flash").replaceChildren(); render(); });
 showTokenState();

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/qmq-go/qmq/metaserver/api"
+	"github.com/qmq-go/qmq/pkg/auth"
 	"github.com/spf13/cobra"
 )
 
@@ -45,7 +46,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, &ue):
 		return ExitUsage
 	case errors.Is(err, api.ErrUnauthorized):
-		fmt.Fprintln(stderr, "qmqctl: pass the meta server's admin token with --token or QMQ_TOKEN")
+		fmt.Fprintln(stderr, "qmqctl: pass a credential (name:secret, or the admin token) in a file only you can read with --token-file FILE, or in "+EnvToken)
+		return ExitUnauthorized
+	case errors.Is(err, api.ErrForbidden):
+		fmt.Fprintln(stderr, "qmqctl: the credential's identity lacks the right (see qmqctl whoami)")
 		return ExitUnauthorized
 	case errors.Is(err, api.ErrNotFound):
 		return ExitNotFound
@@ -59,15 +63,36 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	return ExitFailed
 }
 
+// EnvToken is the environment variable qmqctl reads its credential from
+// when --token-file is not given.
+const EnvToken = "QMQ_TOKEN"
+
 type globals struct {
-	meta    string
-	token   string
-	json    bool
-	timeout time.Duration
-	out     io.Writer
+	meta      string
+	tokenFile string
+	token     string // read by loadToken before a command runs
+	json      bool
+	timeout   time.Duration
+	out       io.Writer
 }
 
 func (g *globals) client() *api.Client { return api.NewClient(g.meta, g.token, g.timeout) }
+
+// loadToken reads the credential: from --token-file (a file only its
+// owner may read), else from QMQ_TOKEN. It is never a flag's value, so it
+// shows neither in ps nor in --help.
+func (g *globals) loadToken() error {
+	if g.tokenFile != "" {
+		tok, err := auth.ReadSecretFile(g.tokenFile)
+		if err != nil {
+			return usageError{fmt.Errorf("--token-file: %w", err)}
+		}
+		g.token = tok
+		return nil
+	}
+	g.token = strings.TrimSpace(os.Getenv(EnvToken))
+	return nil
+}
 
 func (g *globals) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), g.timeout)
@@ -91,21 +116,33 @@ func NewCommand(out io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "qmqctl",
 		Short: "Administer a QMQ-Go cluster through a meta server's admin API",
-		Long: "qmqctl talks to a meta server's HTTP admin API. Reads need no token; changes need\n" +
-			"the admin token (--token or QMQ_TOKEN). Output is a table, or JSON with --json.\n" +
-			"Exit codes: 0 ok, 1 failed, 2 usage, 3 unauthorized, 4 not found.",
+		Long: "qmqctl talks to a meta server's HTTP admin API. Changes need an identity with admin\n" +
+			"write; reads need admin read when the meta server runs with --auth. The credential\n" +
+			"(name:secret, or the admin token alone) comes from a file only you can read\n" +
+			"(--token-file) or from " + EnvToken + ", never from the command line. Output is a table,\n" +
+			"or JSON with --json.\n" +
+			"Exit codes: 0 ok, 1 failed, 2 usage, 3 unauthorized or forbidden, 4 not found.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			if g.token != "" {
+				return usageError{errors.New("--token is gone (a secret on the command line shows in ps): use --token-file FILE or " + EnvToken)}
+			}
+			return g.loadToken()
+		},
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.meta, "meta", envOr("QMQ_META", "127.0.0.1:8080"), "meta server HTTP address (env QMQ_META)")
-	pf.StringVar(&g.token, "token", os.Getenv("QMQ_TOKEN"), "admin token for changes (env QMQ_TOKEN)")
+	pf.StringVar(&g.tokenFile, "token-file", "", "file holding the credential, name:secret or the admin token, mode 0600 (default: env "+EnvToken+")")
+	pf.StringVar(&g.token, "token", "", "removed: use --token-file or "+EnvToken)
+	_ = pf.MarkHidden("token")
 	pf.BoolVar(&g.json, "json", false, "print JSON instead of tables")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "request timeout")
 
 	root.AddCommand(statusCmd(g), brokersCmd(g), groupsCmd(g), routesCmd(g), routeCmd(g), readonlyCmd(g),
-		switchoverCmd(g), consumersCmd(g), offsetCmd(g), consumerCmd(g), deadCmd(g))
+		switchoverCmd(g), consumersCmd(g), offsetCmd(g), consumerCmd(g), deadCmd(g),
+		whoamiCmd(g), identityCmd(g), grantCmd(g), revokeCmd(g))
 	return root
 }
 

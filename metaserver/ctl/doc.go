@@ -3,8 +3,14 @@
 // metaserver/cmd/qmqctl only calls Main.
 //
 // Output is a table for people, or JSON with --json. Exit codes: 0 success,
-// 1 the request failed (server error, unreachable server), 2 bad usage,
-// 3 unauthorized (missing or wrong --token), 4 not found.
+// 1 the request failed (server error, unreachable server, a change the
+// server refuses as breaking a rule), 2 bad usage, 3 unauthorized or
+// forbidden (a missing or wrong credential, or an identity without the
+// right), 4 not found.
+//
+// The credential ("name:secret", or the admin token alone for identity
+// admin) comes from --token-file (a file only its owner may read) or
+// QMQ_TOKEN; never from the command line or a flag's default.
 //
 // Commands:
 //
@@ -17,4 +23,7 @@
 //	offset reset SUBJECT GROUP --to T         earliest, latest or an RFC 3339 time
 //	consumer offline|online SUBJECT GROUP ID  take a consumer out or back
 //	dead list|inspect|redrive|purge ...       dead letters of a consumer group
+//	whoami                                    the credential's identity and rights
+//	identity list|show|add|rm|enable|disable|rotate  identities (add and rotate print a generated secret once)
+//	grant|revoke NAME [--publish P] [--consume P] [--group G] [--admin R] [--read-bodies]
 package ctl

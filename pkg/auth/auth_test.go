@@ -10,6 +10,11 @@ import (
 	"testing"
 )
 
+func TestMain(m *testing.M) {
+	hashIterations = 1000 // the least validate accepts: the tests check logic, not cost
+	os.Exit(m.Run())
+}
+
 func mustHash(t *testing.T, secret string) *SecretHash {
 	t.Helper()
 	h, err := HashSecret(secret)
@@ -273,5 +278,57 @@ func TestSplitSystemSubject(t *testing.T) {
 		if _, _, ok := SplitSystemSubject(in); ok {
 			t.Errorf("%q split", in)
 		}
+	}
+}
+
+func TestHashSecretAnyLength(t *testing.T) {
+	h, err := HashSecretAnyLength("t")
+	if err != nil || !h.Verify("t") || h.Verify("u") {
+		t.Fatalf("short bootstrap secret: %v", err)
+	}
+	if _, err := HashSecretAnyLength(""); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("empty secret: %v", err)
+	}
+	if err := CheckSecret(string(make([]byte, MaxSecretLen+1))); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("over-long secret: %v", err)
+	}
+}
+
+func TestAuthority_Replace(t *testing.T) {
+	a := NewAuthority(testPolicy(t, 9))
+	old, _ := NewPolicy(2, nil)
+	if a.Update(old) {
+		t.Fatal("Update took an older policy")
+	}
+	a.Replace(old)
+	if a.Version() != 2 {
+		t.Fatalf("version %d after Replace, want 2", a.Version())
+	}
+}
+
+func TestWriteSecretFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "token")
+	if err := os.WriteFile(path+".tmp", []byte("stale"), 0o644); err == nil {
+		t.Fatal("the directory should not exist yet")
+	}
+	if err := WriteSecretFile(path, []byte("s3cret-s3cret-s3cret\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path+".tmp", []byte("stale"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteSecretFile(path, []byte("second-second-second\n")); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v, %v", fi.Mode(), err)
+	}
+	di, _ := os.Stat(filepath.Dir(path))
+	if di.Mode().Perm() != 0o700 {
+		t.Fatalf("directory mode %v", di.Mode())
+	}
+	if s, err := ReadSecretFile(path); err != nil || s != "second-second-second" {
+		t.Fatalf("read back %q, %v", s, err)
 	}
 }

@@ -54,6 +54,11 @@
 // of secrets it verified (per identity and policy version), so a client
 // reconnecting pays the slow hash once. Credentials are written
 // "name:secret" (Credentials.String); ParseCredentials reads them.
+// Secrets live in files only their owner may read: ReadSecretFile refuses
+// a file with any group or other permission bit, WriteSecretFile writes
+// 0600 (temp, fsync, rename). HashSecret takes secrets of MinSecretLen
+// characters or more; HashSecretAnyLength exists for a bootstrap secret
+// given in code (tests).
 //
 // # Policies
 //
@@ -61,6 +66,8 @@
 // server builds it from etcd (the version is the etcd revision it was
 // read at) and hands it to brokers, which keep the newest in an Authority
 // (one atomic pointer) and on disk, so an authorized client is never locked
-// out by a meta outage. Open is the Principal of a server that does not
+// out by a meta outage. Authority.Update takes newer versions only;
+// Authority.Replace takes any (a broker that found every meta server on an
+// older version for long: an etcd rebuilt from scratch). Open is the Principal of a server that does not
 // require authentication: it may do everything.
 package auth

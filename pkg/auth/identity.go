@@ -153,8 +153,10 @@ type Entry struct {
 	Grants Grants `json:"grants"`
 	// Disabled refuses the identity (secret and certificate alike).
 	Disabled bool `json:"disabled,omitempty"`
-	// Created is when the identity was made (for people).
+	// Created is when the identity was made, Updated when it last changed
+	// (for people).
 	Created time.Time `json:"created,omitzero"`
+	Updated time.Time `json:"updated,omitzero"`
 }
 
 // Validate reports the first field that breaks a rule.

@@ -1,6 +1,12 @@
 // Command qmq-metaserver runs a meta server. Without --etcd-endpoints it
 // starts an embedded single-node etcd with its data under --data-dir, so one
 // process is a whole control plane on one host.
+//
+// Secrets never come from the command line: the admin token (identity
+// admin) from QMQ_ADMIN_TOKEN or --admin-token-file (default
+// <data-dir>/admin-token, generated there with mode 0600 when missing), the
+// credentials the server presents to brokers from QMQ_CREDENTIALS or
+// --credentials-file.
 package main
 
 import (
@@ -28,6 +34,9 @@ func main() {
 }
 
 func run() error {
+	if err := metaserver.RefuseSecretArgs(os.Args[1:]); err != nil {
+		return err
+	}
 	opts := metaserver.NewOptions()
 	fs := flag.NewFlagSet("qmq-metaserver", flag.ExitOnError)
 	opts.AddFlags(fs)
@@ -35,6 +44,12 @@ func run() error {
 	etcdPeer := fs.String("etcd-peer", "127.0.0.1:2380", "peer address of the embedded etcd")
 	if err := config.Parse(fs, os.Args[1:], &opts); err != nil {
 		return err
+	}
+	if err := opts.FromEnvironment(os.Getenv); err != nil {
+		return err
+	}
+	if opts.AdminToken == "" && opts.AdminTokenFile == "" {
+		opts.AdminTokenFile = metaserver.DefaultAdminTokenFile(opts.DataDir)
 	}
 	if err := opts.Validate(); err != nil {
 		return err
@@ -62,7 +77,11 @@ func run() error {
 	if err := s.Start(); err != nil {
 		return err
 	}
-	fmt.Printf("qmq-metaserver: tcp %s, console http://%s/\n", s.Addr(), s.HTTPAddr())
+	tokenFrom := metaserver.EnvAdminToken
+	if opts.AdminTokenFile != "" && os.Getenv(metaserver.EnvAdminToken) == "" {
+		tokenFrom = opts.AdminTokenFile
+	}
+	fmt.Printf("qmq-metaserver: tcp %s, console http://%s/, admin token from %s\n", s.Addr(), s.HTTPAddr(), tokenFrom)
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
