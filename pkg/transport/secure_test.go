@@ -17,78 +17,49 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/qmq-go/qmq/pkg/auth"
+	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/tlsconfig"
-	"github.com/qmq-go/qmq/pkg/tlsconfig/pki"
+	"github.com/qmq-go/qmq/pkg/tlsconfig/tlstest"
 )
 
-// testCerts is a CA in a temporary directory with a server certificate for
-// 127.0.0.1 and localhost and a client certificate of app:demo.
+// testCerts is a CA with a server certificate for 127.0.0.1 and localhost
+// and a client certificate of app:demo.
 type testCerts struct {
-	dir    string
-	ca     *pki.CA
-	server tlsconfig.Files
+	*tlstest.PKI
 	client tlsconfig.Files
 }
 
 func newTestCerts(t *testing.T) *testCerts {
 	t.Helper()
-	ca, err := pki.NewCA("transport test CA", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc := &testCerts{dir: t.TempDir(), ca: ca}
-	write := func(name string, b []byte, perm os.FileMode) string {
-		path := filepath.Join(tc.dir, name)
-		if err := pki.WriteFile(path, b, perm); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	issue := func(name string, l pki.Leaf) tlsconfig.Files {
-		cert, key, err := ca.Issue(l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tlsconfig.Files{CA: filepath.Join(tc.dir, "ca.pem"), Cert: write(name+".pem", cert, 0o644), Key: write(name+"-key.pem", key, 0o600)}
-	}
-	write("ca.pem", ca.CertPEM, 0o644)
-	tc.server = issue("server", pki.Leaf{Hosts: []string{"127.0.0.1", "localhost"}, Server: true})
-	tc.client = issue("app-demo", pki.Leaf{Identity: auth.IdentityURI(auth.KindApp, "demo"), Client: true})
-	return tc
+	p := tlstest.New(t)
+	return &testCerts{PKI: p, client: p.Client(auth.KindApp, "demo")}
 }
 
-func (tc *testCerts) serverConfig(t *testing.T) *tls.Config {
+// front starts a TLS front (pkg/tlsconfig/tlstest) for a netserver that
+// answers pings; identities as tlstest.StartFront takes them.
+func (tc *testCerts) front(t *testing.T, identities map[string]string) *tlstest.Front {
 	t.Helper()
-	cfg, err := tlsconfig.Server(tc.server, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+	s := startServer(t, "127.0.0.1:0", netserver.NewMux())
+	return tlstest.StartFront(t, s.Addr().String(), tc.ServerConfig(), identities)
 }
 
-func (tc *testCerts) clientConfig(t *testing.T, withCert bool) *tls.Config {
-	t.Helper()
-	f := tlsconfig.Files{CA: tc.client.CA}
+func (tc *testCerts) clientConfig(_ *testing.T, withCert bool) *tls.Config {
 	if withCert {
-		f = tc.client
+		return tc.ClientConfig(tc.client)
 	}
-	cfg, err := tlsconfig.Client(f, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+	return tc.ClientConfig(tlsconfig.Files{})
 }
 
 func TestSecure_TLSRoundTrip(t *testing.T) {
 	tc := newTestCerts(t)
-	s := startFrameServer(t, tc.serverConfig(t), nil)
+	s := tc.front(t, nil)
 	c := newClient(t, Options{TLS: tc.clientConfig(t, false), Spin: 30 * time.Microsecond})
 	ctx := context.Background()
 	// By IP address (verified against the certificate's IP SAN) and by
 	// name.
-	_, port, _ := strings.Cut(s.addr(), ":")
-	for _, addr := range []string{s.addr(), "localhost:" + port} {
+	_, port, _ := strings.Cut(s.Addr, ":")
+	for _, addr := range []string{s.Addr, "localhost:" + port} {
 		got, err := c.Call(ctx, addr, protocol.CmdPing, []byte("hello"))
 		if err != nil || string(got) != "hello" {
 			t.Fatalf("Call %s = %q, %v", addr, got, err)
@@ -104,7 +75,7 @@ func TestSecure_TLSRoundTrip(t *testing.T) {
 			body = big
 		}
 		wg.Add(1)
-		if err := c.Go(s.addr(), protocol.CmdPing, body, 0, func(got []byte, err error) {
+		if err := c.Go(s.Addr, protocol.CmdPing, body, 0, func(got []byte, err error) {
 			defer wg.Done()
 			if err == nil && !bytes.Equal(got, body) {
 				err = errors.New("wrong body")
@@ -121,32 +92,30 @@ func TestSecure_TLSRoundTrip(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if n := s.accepted.Load(); n != 2 {
+	if n := s.Accepted.Load(); n != 2 {
 		t.Fatalf("%d connections for 2 addresses", n)
 	}
 }
 
 func TestSecure_ClientCertificate(t *testing.T) {
 	tc := newTestCerts(t)
-	s := startFrameServer(t, tc.serverConfig(t), map[string]string{}) // no secrets: certificates only
+	s := tc.front(t, map[string]string{}) // no secrets: certificates only
 	c := newClient(t, Options{TLS: tc.clientConfig(t, true)})
-	if _, err := c.Call(context.Background(), s.addr(), protocol.CmdPing, nil); err != nil {
+	if _, err := c.Call(context.Background(), s.Addr, protocol.CmdPing, nil); err != nil {
 		t.Fatal(err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.clientURIs) != 1 || s.clientURIs[0] != "qmq://app/demo" {
-		t.Fatalf("server saw client identities %v", s.clientURIs)
+	if s.ByCertificate.Load() != 1 {
+		t.Fatal("the server did not take the client certificate")
 	}
 }
 
 func TestSecure_WrongCAFailsCleanly(t *testing.T) {
 	tc := newTestCerts(t)
-	s := startFrameServer(t, tc.serverConfig(t), nil)
+	s := tc.front(t, nil)
 	other := newTestCerts(t) // another CA
 	c := newClient(t, Options{TLS: other.clientConfig(t, false), BreakerFailures: 2, RedialBackoffMax: time.Second})
 	ctx := context.Background()
-	_, err := c.Call(ctx, s.addr(), protocol.CmdPing, nil)
+	_, err := c.Call(ctx, s.Addr, protocol.CmdPing, nil)
 	var ve *tls.CertificateVerificationError
 	if !errors.Is(err, ErrDial) || !NotSent(err) || !errors.As(err, &ve) {
 		t.Fatalf("Call to a server of another CA = %v", err)
@@ -154,36 +123,36 @@ func TestSecure_WrongCAFailsCleanly(t *testing.T) {
 	// Calls meanwhile fail fast, the breaker opens, and its error still
 	// says why.
 	for range 10 {
-		_, err = c.Call(ctx, s.addr(), protocol.CmdPing, nil)
+		_, err = c.Call(ctx, s.Addr, protocol.CmdPing, nil)
 	}
 	if !errors.Is(err, ErrBreakerOpen) || !errors.As(err, &ve) {
 		t.Fatalf("Call with the breaker open = %v", err)
 	}
-	if n := s.accepted.Load(); n != 1 {
+	if n := s.Accepted.Load(); n != 1 {
 		t.Fatalf("%d dials within the back-off, want 1", n)
 	}
 }
 
 func TestSecure_PlaintextAndTLSMismatch(t *testing.T) {
 	tc := newTestCerts(t)
-	tlsServer := startFrameServer(t, tc.serverConfig(t), nil)
-	plainServer := startFrameServer(t, nil, nil)
+	tlsServer := tc.front(t, nil)
+	plainServer := startServer(t, "127.0.0.1:0", netserver.NewMux())
 	ctx := context.Background()
 	// A plaintext client on a TLS port: the connection fails, nothing hangs.
 	plain := newClient(t, Options{RequestTimeout: 5 * time.Second})
 	start := time.Now()
-	if _, err := plain.Call(ctx, tlsServer.addr(), protocol.CmdPing, nil); !errors.Is(err, ErrConnClosed) {
+	if _, err := plain.Call(ctx, tlsServer.Addr, protocol.CmdPing, nil); !errors.Is(err, ErrConnClosed) {
 		t.Fatalf("plaintext Call to a TLS port = %v", err)
 	}
 	// With credentials the first frame is the auth request; the answer is
 	// not a frame either.
 	withCreds := newClient(t, Options{Credentials: &auth.Credentials{Name: "demo", Secret: "s3cret-value"}})
-	if _, err := withCreds.Call(ctx, tlsServer.addr(), protocol.CmdPing, nil); !errors.Is(err, ErrDial) {
+	if _, err := withCreds.Call(ctx, tlsServer.Addr, protocol.CmdPing, nil); !errors.Is(err, ErrDial) {
 		t.Fatalf("plaintext Call with credentials to a TLS port = %v", err)
 	}
 	// A TLS client on a plaintext port: the handshake fails.
 	secure := newClient(t, Options{TLS: tc.clientConfig(t, false)})
-	if _, err := secure.Call(ctx, plainServer.addr(), protocol.CmdPing, nil); !errors.Is(err, ErrDial) ||
+	if _, err := secure.Call(ctx, plainServer.Addr().String(), protocol.CmdPing, nil); !errors.Is(err, ErrDial) ||
 		!strings.Contains(err.Error(), "tls") {
 		t.Fatalf("TLS Call to a plaintext port = %v", err)
 	}
@@ -194,9 +163,9 @@ func TestSecure_PlaintextAndTLSMismatch(t *testing.T) {
 
 func TestSecure_Credentials(t *testing.T) {
 	tc := newTestCerts(t)
-	s := startFrameServer(t, tc.serverConfig(t), map[string]string{"demo": "s3cret-value"})
+	s := tc.front(t, map[string]string{"demo": "s3cret-value"})
 	c := newClient(t, Options{TLS: tc.clientConfig(t, false), Credentials: &auth.Credentials{Name: "demo", Secret: "s3cret-value"}})
-	addr := s.addr()
+	addr := s.Addr
 	for range 3 {
 		if _, err := c.Call(context.Background(), addr, protocol.CmdPing, []byte("x")); err != nil {
 			t.Fatal(err)
@@ -210,17 +179,15 @@ func TestSecure_Credentials(t *testing.T) {
 	if _, err := c.Call(context.Background(), addr, protocol.CmdPing, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := s.firstCommands(); len(got) != 2 || got[0] != protocol.CmdAuth || got[1] != protocol.CmdAuth {
-		t.Fatalf("first commands of the connections: %v", got)
-	}
-	if n := s.authAttempts.Load(); n != 2 {
-		t.Fatalf("%d auth requests for 2 connections", n)
+	// The front refuses a connection whose first request is not CmdAuth.
+	if n, refused := s.BySecret.Load(), s.Refused.Load(); n != 2 || refused != 0 {
+		t.Fatalf("%d connections authenticated first (%d refused), want 2", n, refused)
 	}
 }
 
 func TestSecure_CredentialsRefused(t *testing.T) {
 	tc := newTestCerts(t)
-	s := startFrameServer(t, tc.serverConfig(t), map[string]string{"demo": "right-secret"})
+	s := tc.front(t, map[string]string{"demo": "right-secret"})
 	core, logs := observer.New(zap.DebugLevel)
 	const secret = "wrong-secret-XYZ"
 	c, err := New(Options{TLS: tc.clientConfig(t, false), Credentials: &auth.Credentials{Name: "demo", Secret: secret},
@@ -229,7 +196,7 @@ func TestSecure_CredentialsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	addr := s.addr()
+	addr := s.Addr
 	_, err = c.Call(context.Background(), addr, protocol.CmdPing, nil)
 	if !errors.Is(err, protocol.ErrUnauthenticated) || !errors.Is(err, ErrDial) || !NotSent(err) {
 		t.Fatalf("Call with a wrong secret = %v", err)
@@ -248,7 +215,7 @@ func TestSecure_CredentialsRefused(t *testing.T) {
 	if st := c.BreakerState(addr); st != gobreaker.StateClosed {
 		t.Fatalf("breaker %v: a refusal is the server's answer, not its failure", st)
 	}
-	if n := s.authAttempts.Load(); n != 1 {
+	if n := s.Refused.Load(); n != 1 {
 		t.Fatalf("%d auth attempts within the back-off, want 1", n)
 	}
 	for _, e := range logs.All() {
@@ -273,9 +240,11 @@ func TestSecure_CredentialsRefused(t *testing.T) {
 func TestSecure_UnknownCommandAuth(t *testing.T) {
 	// A server that does not serve CmdAuth (an older one): the dial fails
 	// with its status, not a hang.
-	s := startFrameServer(t, nil, nil)
+	mux := netserver.NewMux()
+	mux.HandleFunc(protocol.CmdAuth, func(r *netserver.Request) { r.Reply(protocol.StatusUnknownCommand, nil) })
+	s := startServer(t, "127.0.0.1:0", mux)
 	c := newClient(t, Options{Credentials: &auth.Credentials{Name: "demo", Secret: "x"}})
-	_, err := c.Call(context.Background(), s.addr(), protocol.CmdPing, nil)
+	_, err := c.Call(context.Background(), s.Addr().String(), protocol.CmdPing, nil)
 	if !errors.Is(err, protocol.ErrUnknownCommand) || !errors.Is(err, ErrDial) {
 		t.Fatalf("Call = %v", err)
 	}
