@@ -36,8 +36,8 @@
 // certificate and pool. Connections already open keep theirs. A file that
 // cannot be read or parsed (half written, a key that does not match its
 // certificate) leaves the old material in use; OnReloadError's function is
-// told, once per distinct change, and the files are read again when they
-// change again. Replace files by writing a temporary file and renaming it
+// told, once per error, and the files are read again when they change
+// again. Replace files by writing a temporary file and renaming it
 // over the old one, so no handshake sees half a file; write the key before
 // the certificate when both change.
 //

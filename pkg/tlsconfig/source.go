@@ -17,8 +17,8 @@ const checkInterval = time.Second
 type Option func(*source)
 
 // OnReloadError sets a function told when changed files could not be used
-// (the old certificate and pool stay in use): once per distinct change of
-// the files, from a handshake's goroutine, so it must be quick. Servers log
+// (the old certificate and pool stay in use): once per error, not on every
+// check, from a handshake's goroutine, so it must be quick. Servers log
 // and count it. Default: nothing is told.
 func OnReloadError(fn func(error)) Option { return func(s *source) { s.onError = fn } }
 
@@ -96,7 +96,10 @@ func (s *source) get() *material {
 	case err != nil:
 		s.report(err)
 		return m
-	case st == m.stamps || st == s.failed:
+	case st == m.stamps: // the files in use (back after a failed change, perhaps)
+		s.failed, s.reported = stamps{}, ""
+		return m
+	case st == s.failed:
 		return m
 	}
 	nm, err := s.load(st)
