@@ -49,7 +49,18 @@ func New(opts ...Option) (*Consumer, error) {
 		c.id = defaultConsumerID()
 	}
 	if c.transport == nil {
-		t, err := transport.New(cfg.transportOpts, lg)
+		topts := cfg.transportOpts
+		if topts.TLS == nil {
+			topts.TLS = cfg.tls
+		}
+		if topts.Credentials == nil && cfg.credentials != nil {
+			creds, err := cfg.credentials()
+			if err != nil {
+				return nil, fmt.Errorf("consumer: credentials: %w", err)
+			}
+			topts.Credentials = creds
+		}
+		t, err := transport.New(topts, lg)
 		if err != nil {
 			return nil, fmt.Errorf("consumer: %w", err)
 		}

@@ -85,6 +85,16 @@
 // garbage collector and allocation took a third of a busy consumer's CPU
 // and selects a tenth.
 //
+// # Security
+//
+// Against a cluster that runs TLS, WithTLS gives the consumer's connections
+// (pulls, acks and the retries it sends) a client config
+// (pkg/tlsconfig.Client, from the cluster's CA file and, when the
+// application proves its identity by certificate, its certificate). An
+// identity proven by secret is given with WithCredentials,
+// WithCredentialsFile or WithCredentialsFromEnv ($QMQ_CREDENTIALS,
+// "name:secret"). The meta client (pkg/metaclient) takes the same options.
+//
 // # Goroutines
 //
 // Per subscription: one routeLoop (refreshes the broker groups), per broker

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"os"
 	"time"
 
 	"github.com/qmq-go/qmq/consumer"
+	"github.com/qmq-go/qmq/pkg/metaclient"
+	"github.com/qmq-go/qmq/pkg/tlsconfig"
 	"github.com/qmq-go/qmq/producer"
 	"github.com/qmq-go/qmq/realtime"
 )
@@ -104,4 +107,37 @@ func ExamplePuller_Pull() {
 	}
 	fmt.Println("pulled", seen)
 	// Output: pulled 3
+}
+
+// A consumer proving its identity with a client certificate (made by
+// scripts/certs -client app:billing) instead of a secret; its servers are
+// verified against the cluster's CA. Both files are re-read when they
+// change, so certificates are renewed without a restart.
+func Example_secure() {
+	tlsCfg, err := tlsconfig.Client(tlsconfig.Files{
+		CA:   "data/tls/ca.pem",
+		Cert: "data/tls/app-billing.pem",
+		Key:  "data/tls/app-billing-key.pem", // mode 0600
+	}, "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	meta, err := metaclient.New([]string{"127.0.0.1:20880"}, "billing-1", metaclient.WithTLS(tlsCfg))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer meta.Close()
+	c, err := consumer.New(consumer.WithResolver(meta), consumer.WithConsumerID("billing-1"), consumer.WithTLS(tlsCfg))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	_, err = c.Subscribe("order.paid", "billing", func(ctx context.Context, m *consumer.Message) error {
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Or by secret: consumer.WithCredentials(auth.Credentials{Name: "billing", Secret: secret}),
+	// WithCredentialsFile(path) or WithCredentialsFromEnv() ($QMQ_CREDENTIALS).
 }

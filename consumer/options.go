@@ -1,9 +1,12 @@
 package consumer
 
 import (
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/qmq-go/qmq/pkg/auth"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/route"
 	"github.com/qmq-go/qmq/pkg/transport"
@@ -17,6 +20,8 @@ type config struct {
 	resolver      route.Resolver
 	transport     *transport.Client
 	transportOpts transport.Options
+	tls           *tls.Config
+	credentials   func() (*auth.Credentials, error) // read when New runs
 	logger        *zap.Logger
 	consumerID    string
 	routeRefresh  time.Duration
@@ -42,6 +47,10 @@ func (c *config) validate() error {
 	if c.routeRefresh <= 0 {
 		return fmt.Errorf("consumer: route refresh must be positive, got %v", c.routeRefresh)
 	}
+	if c.transport != nil && (c.tls != nil || c.credentials != nil) {
+		return errors.New("consumer: WithTLS and WithCredentials configure the consumer's own transport; " +
+			"give a shared one (WithTransport) its TLS config and credentials in its transport.Options")
+	}
 	return nil
 }
 
@@ -59,6 +68,38 @@ func WithTransport(t *transport.Client) Option { return func(c *config) { c.tran
 
 // WithTransportOptions configures the consumer's own transport client.
 func WithTransportOptions(o transport.Options) Option { return func(c *config) { c.transportOpts = o } }
+
+// WithTLS makes every connection of the consumer (pulls, acks, and the
+// retries it sends) TLS, configured by cfg: pkg/tlsconfig.Client builds one
+// from the cluster's CA file (and a client certificate, when the consumer
+// proves its identity with one) and follows the files when they change. It
+// sets transport.Options.TLS unless WithTransportOptions sets it.
+func WithTLS(cfg *tls.Config) Option { return func(c *config) { c.tls = cfg } }
+
+// WithCredentials proves who the consumer is: every new connection
+// presents the identity's name and secret before its first request; a
+// refusal fails the pulls with an error that matches
+// protocol.ErrUnauthenticated and names the identity. Use it with WithTLS:
+// the secret crosses the network in the request. It sets
+// transport.Options.Credentials unless WithTransportOptions sets them.
+func WithCredentials(creds auth.Credentials) Option {
+	return func(c *config) { c.credentials = func() (*auth.Credentials, error) { return &creds, nil } }
+}
+
+// WithCredentialsFile is WithCredentials with "name:secret" read from a file
+// when New runs; only the file's owner may read it (mode 0600).
+func WithCredentialsFile(path string) Option {
+	return func(c *config) {
+		c.credentials = func() (*auth.Credentials, error) { return transport.CredentialsFromFile(path) }
+	}
+}
+
+// WithCredentialsFromEnv is WithCredentials with "name:secret" read from the
+// environment variable QMQ_CREDENTIALS when New runs; when it is unset the
+// consumer presents no credentials.
+func WithCredentialsFromEnv() Option {
+	return func(c *config) { c.credentials = transport.CredentialsFromEnv }
+}
 
 // WithLogger sets the logger (default none).
 func WithLogger(lg *zap.Logger) Option { return func(c *config) { c.logger = lg } }

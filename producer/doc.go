@@ -28,6 +28,19 @@
 // cached route for all subjects, so messages spread over thousands of
 // subjects share one round-robin position instead of a map entry each.
 //
+// # Security
+//
+// Against a cluster that runs TLS, WithTLS gives the producer's connections
+// a client config (pkg/tlsconfig.Client builds it from the cluster's CA
+// file, and a client certificate when the application proves its identity
+// with one). An identity proven by secret is given with WithCredentials,
+// WithCredentialsFile or WithCredentialsFromEnv ($QMQ_CREDENTIALS,
+// "name:secret"): each new connection presents it before its first
+// request. A refused identity fails the message at once with an error that
+// matches protocol.ErrUnauthenticated; a subject the identity may not
+// publish to fails with protocol.ErrForbidden. The meta client
+// (pkg/metaclient) takes the same options.
+//
 // # Batching and back-pressure
 //
 // One goroutine (sendLoop) owns the batches: it appends each queued message

@@ -3,9 +3,12 @@ package producer_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"os"
 	"time"
 
+	"github.com/qmq-go/qmq/pkg/metaclient"
+	"github.com/qmq-go/qmq/pkg/tlsconfig"
 	"github.com/qmq-go/qmq/producer"
 	"github.com/qmq-go/qmq/realtime"
 )
@@ -77,4 +80,29 @@ func ExampleProducer_SendAsync() {
 	p.Close(context.Background()) // flushes anything still queued
 	fmt.Println("failed:", failed)
 	// Output: failed: 0
+}
+
+// A producer of a cluster that runs TLS and requires an identity: the CA
+// file verifies the servers, and the application's credentials come from
+// the environment (QMQ_CREDENTIALS=orders:<secret>; WithCredentialsFile
+// reads them from a file only its owner may read). The meta client, which
+// finds the brokers, uses the same TLS config and identity.
+func Example_secure() {
+	tlsCfg, err := tlsconfig.Client(tlsconfig.Files{CA: "data/tls/ca.pem"}, "")
+	if err != nil {
+		log.Fatal(err) // the CA file is missing or holds no certificate
+	}
+	meta, err := metaclient.New([]string{"127.0.0.1:20880"}, "orders-service",
+		metaclient.WithTLS(tlsCfg), metaclient.WithCredentialsFromEnv())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer meta.Close()
+	p, err := producer.New(producer.WithResolver(meta), producer.WithTLS(tlsCfg), producer.WithCredentialsFromEnv())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	// A refused identity fails the send at once: errors.Is(err, protocol.ErrUnauthenticated).
+	_ = p.Send(context.Background(), &producer.Message{Subject: "order.created", Body: []byte("order 42")})
 }

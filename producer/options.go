@@ -1,9 +1,11 @@
 package producer
 
 import (
+	"crypto/tls"
 	"fmt"
 	"time"
 
+	"github.com/qmq-go/qmq/pkg/auth"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/route"
 	"github.com/qmq-go/qmq/pkg/transport"
@@ -17,6 +19,8 @@ type config struct {
 	resolver      route.Resolver
 	transport     *transport.Client
 	transportOpts transport.Options
+	tls           *tls.Config
+	credentials   func() (*auth.Credentials, error) // read when New runs
 	logger        *zap.Logger
 	limits        protocol.Limits
 	batchMessages int
@@ -66,6 +70,9 @@ func (c *config) validate() error {
 		return fmt.Errorf("producer: send spin must not be negative, got %v", c.spin)
 	case c.linger < 0:
 		return fmt.Errorf("producer: linger must not be negative, got %v", c.linger)
+	case c.transport != nil && (c.tls != nil || c.credentials != nil):
+		return fmt.Errorf("producer: WithTLS and WithCredentials configure the producer's own transport; " +
+			"give a shared one (WithTransport) its TLS config and credentials in its transport.Options")
 	}
 	return c.limits.Validate()
 }
@@ -87,6 +94,38 @@ func WithTransport(t *transport.Client) Option { return func(c *config) { c.tran
 // WithTransportOptions configures the producer's own transport client.
 func WithTransportOptions(o transport.Options) Option {
 	return func(c *config) { c.transportOpts = o }
+}
+
+// WithTLS makes every connection of the producer TLS, configured by cfg:
+// pkg/tlsconfig.Client builds one from the cluster's CA file (and a client
+// certificate, when the producer proves its identity with one) and follows
+// the files when they change. It sets transport.Options.TLS of the
+// producer's own transport client unless WithTransportOptions sets it.
+func WithTLS(cfg *tls.Config) Option { return func(c *config) { c.tls = cfg } }
+
+// WithCredentials proves who the producer is: every new connection
+// presents the identity's name and secret before its first request, and a
+// refusal fails the send with an error that matches
+// protocol.ErrUnauthenticated and names the identity. Use it with WithTLS:
+// the secret crosses the network in the request. It sets
+// transport.Options.Credentials unless WithTransportOptions sets them.
+func WithCredentials(creds auth.Credentials) Option {
+	return func(c *config) { c.credentials = func() (*auth.Credentials, error) { return &creds, nil } }
+}
+
+// WithCredentialsFile is WithCredentials with "name:secret" read from a file
+// when New runs; only the file's owner may read it (mode 0600).
+func WithCredentialsFile(path string) Option {
+	return func(c *config) {
+		c.credentials = func() (*auth.Credentials, error) { return transport.CredentialsFromFile(path) }
+	}
+}
+
+// WithCredentialsFromEnv is WithCredentials with "name:secret" read from the
+// environment variable QMQ_CREDENTIALS when New runs; when it is unset the
+// producer presents no credentials.
+func WithCredentialsFromEnv() Option {
+	return func(c *config) { c.credentials = transport.CredentialsFromEnv }
 }
 
 // WithSendSpin sets how long a synchronous Send with nothing else in

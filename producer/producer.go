@@ -93,6 +93,16 @@ func New(opts ...Option) (*Producer, error) {
 		if topts.Spin == 0 {
 			topts.Spin = cfg.spin
 		}
+		if topts.TLS == nil {
+			topts.TLS = cfg.tls
+		}
+		if topts.Credentials == nil && cfg.credentials != nil {
+			creds, err := cfg.credentials()
+			if err != nil {
+				return nil, fmt.Errorf("producer: credentials: %w", err)
+			}
+			topts.Credentials = creds
+		}
 		t, err := transport.New(topts, lg)
 		if err != nil {
 			return nil, fmt.Errorf("producer: %w", err)

@@ -101,7 +101,7 @@ func New(addrs []string, clientID string, opts ...Option) (*Client, error) {
 	c := newClient(opts)
 	c.addrs, c.clientID = append([]string(nil), addrs...), clientID
 	if c.cfg.caller == nil {
-		tr, err := transport.New(transport.Options{RequestTimeout: c.cfg.requestTimeout}, c.cfg.lg.Named("transport"))
+		tr, err := c.cfg.newTransport()
 		if err != nil {
 			return nil, err
 		}

@@ -2,9 +2,13 @@ package metaclient
 
 import (
 	"context"
+	"crypto/tls"
+	"fmt"
 	"time"
 
+	"github.com/qmq-go/qmq/pkg/auth"
 	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/transport"
 	"go.uber.org/zap"
 )
 
@@ -28,6 +32,8 @@ type config struct {
 	requestTimeout  time.Duration
 	minEarlyRefresh time.Duration
 	heartbeat       time.Duration
+	tls             *tls.Config
+	credentials     func() (*auth.Credentials, error) // read when the transport is made
 }
 
 // Option configures a Client or a Registration.
@@ -55,6 +61,49 @@ func WithMinEarlyRefresh(d time.Duration) Option { return func(o *config) { o.mi
 // a third of the lease TTL the meta server grants; never more than half of
 // it, so one lost heartbeat cannot cost the lease).
 func WithHeartbeatInterval(d time.Duration) Option { return func(o *config) { o.heartbeat = d } }
+
+// WithTLS makes the connections to the meta servers TLS, configured by cfg
+// (pkg/tlsconfig.Client builds one from the cluster's CA file and, for a
+// broker proving its group by certificate, its certificate). It has no
+// effect with WithCaller.
+func WithTLS(cfg *tls.Config) Option { return func(o *config) { o.tls = cfg } }
+
+// WithCredentials proves who this client is to the meta servers (an
+// application looking up routes, or a broker of a group registering): every
+// new connection presents the identity's name and secret first. Use it
+// with WithTLS. It has no effect with WithCaller.
+func WithCredentials(creds auth.Credentials) Option {
+	return func(o *config) { o.credentials = func() (*auth.Credentials, error) { return &creds, nil } }
+}
+
+// WithCredentialsFile is WithCredentials with "name:secret" read from a
+// file that only its owner may read (mode 0600), when New or Register runs.
+func WithCredentialsFile(path string) Option {
+	return func(o *config) {
+		o.credentials = func() (*auth.Credentials, error) { return transport.CredentialsFromFile(path) }
+	}
+}
+
+// WithCredentialsFromEnv is WithCredentials with "name:secret" read from the
+// environment variable QMQ_CREDENTIALS when New or Register runs; when it
+// is unset no credentials are presented.
+func WithCredentialsFromEnv() Option {
+	return func(o *config) { o.credentials = transport.CredentialsFromEnv }
+}
+
+// newTransport makes the transport of a Client or Registration that was
+// given no Caller.
+func (c *config) newTransport() (*transport.Client, error) {
+	opts := transport.Options{RequestTimeout: c.requestTimeout, TLS: c.tls}
+	if c.credentials != nil {
+		creds, err := c.credentials()
+		if err != nil {
+			return nil, fmt.Errorf("metaclient: credentials: %w", err)
+		}
+		opts.Credentials = creds
+	}
+	return transport.New(opts, c.lg.Named("transport"))
+}
 
 func newConfig(opts []Option) config {
 	c := config{

@@ -65,7 +65,7 @@ func Register(ctx context.Context, addrs []string, b Broker, opts ...Option) (*R
 	r := &Registration{cfg: newConfig(opts), addrs: append([]string(nil), addrs...), broker: b,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	if r.cfg.caller == nil {
-		tr, err := transport.New(transport.Options{RequestTimeout: r.cfg.requestTimeout}, r.cfg.lg.Named("transport"))
+		tr, err := r.cfg.newTransport()
 		if err != nil {
 			return nil, err
 		}

@@ -43,6 +43,9 @@ type call struct {
 	following bool
 	followAt  int // index in the connection's followers while following
 	readerGen uint64
+	// reads is the connection's read count when the call was queued
+	// (probe.go).
+	reads uint64
 }
 
 type result struct {
@@ -78,7 +81,8 @@ func (cl *call) recycle() {
 type conn struct {
 	client *Client
 	addr   string
-	nc     net.Conn
+	nc     net.Conn // requests and responses: sock, or a TLS connection over it
+	sock   net.Conn // the TCP connection
 	lg     *zap.Logger
 
 	closedFlag atomic.Bool
@@ -86,6 +90,8 @@ type conn struct {
 	// intoCalls counts pending calls with a GoInto buffer (changed under
 	// mu), so the reader looks them up only when there are some.
 	intoCalls atomic.Int32
+	// reads counts the socket's reads that returned bytes (probe.go).
+	reads atomic.Uint64
 
 	mu      sync.Mutex
 	nextID  uint64
@@ -100,6 +106,10 @@ type conn struct {
 	corked        bool  // readLoop is completing a batch; it writes wbuf at the end
 	closeErr      error // why the connection closed
 	wake          chan struct{}
+	// A probe of a connection whose request timed out unanswered
+	// (probe.go): in flight, and the read count when it was sent.
+	probing    bool
+	probeReads uint64
 
 	// The reading role (reader.go).
 	reader    *call   // who reads: nil (nobody), loopReader, or a leading Call
@@ -117,21 +127,24 @@ type conn struct {
 	spinCaught bool
 }
 
-func newConn(client *Client, addr string, nc net.Conn) *conn {
+func newConn(client *Client, addr string, nc, sock net.Conn) *conn {
 	c := &conn{
 		client:   client,
 		addr:     addr,
 		nc:       nc,
+		sock:     sock,
 		lg:       client.lg.With(zap.String("addr", addr)),
 		done:     make(chan struct{}),
 		pending:  make(map[uint64]*call),
 		wake:     make(chan struct{}, 1),
 		readWake: make(chan struct{}, 1),
-		br:       bufio.NewReaderSize(nc, readBufferSize),
 		rs:       readerState{batch: make([]response, 0, maxReadBatch)},
 	}
+	c.br = bufio.NewReaderSize(readCounter{nc: nc, reads: &c.reads}, readBufferSize)
 	if d := client.opts.Spin; d > 0 {
-		if sc, ok := nc.(syscall.Conn); ok {
+		// Under TLS the socket is polled as well: bytes on it are a record
+		// to decrypt, and a lone request's answer is one record.
+		if sc, ok := sock.(syscall.Conn); ok {
 			if raw, err := sc.SyscallConn(); err == nil {
 				c.raw = raw
 				c.spinFn = func(fd uintptr) { c.spinCaught = busypoll.Poll(int(fd), d) }
@@ -159,6 +172,7 @@ func (c *conn) send(cl *call, cmd protocol.Command, flags protocol.Flags, body [
 	id := c.nextID
 	if cl != nil {
 		cl.id = id
+		cl.reads = c.reads.Load()
 		c.pending[id] = cl
 		if cl.into != nil {
 			c.intoCalls.Add(1)
@@ -326,6 +340,7 @@ func (c *conn) expire(now time.Duration) {
 			if c.reader == cl {
 				c.interruptLocked() // a leader blocked in the read
 			}
+			c.timedOutLocked(cl)
 		}
 	}
 	c.mu.Unlock()
@@ -361,7 +376,9 @@ func (c *conn) close(cause error) {
 	c.wbuf, c.wspare = nil, nil
 	c.mu.Unlock()
 	close(c.done)
-	_ = c.nc.Close()
+	// The socket itself: a TLS connection's Close would first send an alert,
+	// which can wait 5 s on a peer that stopped reading.
+	_ = c.sock.Close()
 	if len(pending) > 0 {
 		c.lg.Debug("connection closed with requests in flight", zap.Int("pending", len(pending)), zap.Error(cause))
 	}

@@ -13,6 +13,12 @@
 //	if c.BreakerState(addr) == gobreaker.StateOpen { /* pick another group */ }
 //	c.Close()
 //
+// With TLS and an identity (see "Security"):
+//
+//	tlsCfg, err := tlsconfig.Client(tlsconfig.Files{CA: "ca.pem"}, "")
+//	creds, err := transport.CredentialsFromEnv() // QMQ_CREDENTIALS=name:secret
+//	c, err := transport.New(transport.Options{TLS: tlsCfg, Credentials: creds}, lg)
+//
 // # Errors
 //
 // A response with a non-OK status is returned as a *protocol.Error carrying
@@ -65,11 +71,8 @@
 // interrupted (a read deadline in the past) when its context ends or its
 // deadline passes, and a frame it leaves half read is finished by the next
 // reader. A connection nobody reads is given to readLoop by the sweep, so a
-// server closing an idle connection is noticed within two sweeps. (It does not
-// yield to the callers it woke before reading again: that made a consumer
-// process with many connections unfair to its small groups, for no gain a
-// benchmark could show.) Responses may
-// come in any order. When the connection drops (read or write error, a
+// server closing an idle connection is noticed within two sweeps. Responses
+// may come in any order. When the connection drops (read or write error, a
 // write that takes longer than WriteTimeout because the server stopped
 // reading, or a malformed frame from the server) every pending request
 // fails at once with ErrConnClosed, and the next request redials. A failed dial makes requests
@@ -85,15 +88,8 @@
 // broker spins the same way for the client's next request (netserver,
 // "Spin"). A connection whose answers keep coming later than Spin stops
 // spinning after busypoll.GiveUp misses and probes once every
-// busypoll.Probe reads. Measured on the sync suite (a producer's Send one
-// at a time, async flush, against nsqd PUB one at a time, 3 alternating
-// pairs of runs): 0.96, 0.94, 1.03 without it, 1.59, 1.50, 1.53 with the
-// producer's default 30 µs. On a VM whose system calls and context switches
-// each cost a hypervisor exit (2026-12-01) the suite's ratio moved between
-// 0.71 and 1.20 within one hour, with the same broker; a round trip there
-// cost the broker and the producer ~9 system calls and ~1 context switch
-// each (perf stat), bench_writer ~5 and ~1.5. Spinning 100 or 200 µs on
-// both sides instead of 30 changed nothing (alternating runs).
+// busypoll.Probe reads. Under TLS the TCP socket is polled the same way.
+// Measurements: NOTES.md.
 //
 // Deadlines: Call watches its context, so its deadline is exact. Every
 // pending request also carries a deadline (the context's, or RequestTimeout,
@@ -107,6 +103,39 @@
 // must not wait for any caller of the client; it may call Go again, which is
 // how a producer keeps many batches in flight without a goroutine per
 // request.
+//
+// # Security
+//
+// With Options.TLS every connection is a TLS client connection: the
+// handshake follows the TCP dial, both within DialTimeout, and a config
+// without ServerName checks each server's certificate for the host of its
+// address (an IP address too). With Options.Credentials a new connection
+// sends CmdAuth before any request and is handed to callers only after
+// the server's StatusOK; the secret is in that frame only, never in an
+// error or a log line. A failed handshake or a refused authentication
+// ("refusal") fails the dial with ErrDial wrapping the cause — a refused
+// identity matches protocol.ErrUnauthenticated and its message names the
+// identity — is logged once at warn, and makes the address wait
+// RedialBackoffMax before the next dial (calls meanwhile fail at once with
+// the same error), since dialling again at once would only be refused
+// again. A plaintext client on a TLS port fails its first request or its
+// authentication; a TLS client on a plaintext port fails its handshake.
+// Closing a connection closes its socket without TLS's closing alert,
+// which could wait on a peer that stopped reading.
+//
+// # Unresponsive connections
+//
+// A connection whose requests time out is replaced, not kept. Every read
+// of the socket that returns bytes is counted; when a request's deadline
+// passes and nothing at all was read from its connection since the request
+// was queued, the connection is sent a CmdPing with ProbeTimeout (default
+// 1 s). Anything read before that deadline shows the server alive and the
+// connection is kept: a long poll held by a live server, or a slow handler,
+// costs a ping. Silence closes the connection (its pending requests fail
+// with ErrConnClosed) and the next request dials afresh, instead of waiting
+// for the kernel's backed-off retransmissions after a silent cut heals.
+// The probe is written by the connection's writer goroutine, never by the
+// goroutine that saw the timeout.
 //
 // # Circuit breakers
 //
@@ -123,10 +152,11 @@
 // connection (the dial, or the connection kept, worked), not when its
 // answer comes: the answer to a long poll (a consumer's pull at the tail of
 // its subject) comes after seconds, and until then the breaker refused
-// every other request to the address. Measured: a consumer whose broker
-// restarted got nothing for ~3 s after the broker was back, its
-// retry-subject pull holding the breaker half-open. A probe whose answer
-// then fails is recorded as a failure, as any request's is.
+// every other request to the address (NOTES.md). A probe whose answer
+// then fails is recorded as a failure, as any request's is. A refused
+// connection (below, "Security") is the server's answer, not its failure:
+// an authentication refusal never opens the breaker, and an open breaker's
+// error wraps the last dial error, so a certificate problem stays visible.
 //
 // To keep two mutex round trips and two clock reads off every request, a
 // request to a healthy address (breaker closed, last recorded outcome a

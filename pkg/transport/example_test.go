@@ -2,11 +2,13 @@ package transport_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/tlsconfig"
 	"github.com/qmq-go/qmq/pkg/transport"
 )
 
@@ -50,4 +52,31 @@ func ExampleClient_Go() {
 	wg.Wait()
 	fmt.Println(bytes, "bytes echoed")
 	// Output: 900 bytes echoed
+}
+
+// A client of a cluster that requires TLS and an identity: the CA file
+// verifies the servers (and is re-read when it changes), and the identity's
+// credentials come from $QMQ_CREDENTIALS ("name:secret") — or from a file
+// with transport.CredentialsFromFile.
+func ExampleOptions_secure() {
+	tlsCfg, err := tlsconfig.Client(tlsconfig.Files{CA: "data/tls/ca.pem"}, "")
+	if err != nil {
+		fmt.Println("TLS:", err)
+		return
+	}
+	creds, err := transport.CredentialsFromEnv()
+	if err != nil {
+		fmt.Println("credentials:", err)
+		return
+	}
+	client, err := transport.New(transport.Options{TLS: tlsCfg, Credentials: creds}, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Close()
+	_, err = client.Call(context.Background(), "127.0.0.1:20881", protocol.CmdPing, nil)
+	if errors.Is(err, protocol.ErrUnauthenticated) {
+		fmt.Println("the server does not know these credentials:", err)
+	}
 }

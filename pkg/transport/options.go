@@ -1,9 +1,11 @@
 package transport
 
 import (
+	"crypto/tls"
 	"fmt"
 	"time"
 
+	"github.com/qmq-go/qmq/pkg/auth"
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
@@ -19,6 +21,12 @@ type Options struct {
 	// server that stops reading for this long has its connection closed
 	// (its pending requests fail with ErrConnClosed). Default 10 s.
 	WriteTimeout time.Duration
+	// ProbeTimeout: when a request times out and nothing at all was read
+	// from its connection since it was sent, the connection is sent a ping,
+	// and closed (the next request dials afresh) unless something is read
+	// from it within ProbeTimeout (doc.go, "Unresponsive connections").
+	// Default 1 s; negative: never probe, a timeout keeps the connection.
+	ProbeTimeout time.Duration
 	// MaxFrameSize bounds a response body and a request body in bytes; a
 	// larger response closes the connection. Default
 	// protocol.DefaultMaxFrameSize (16 MiB).
@@ -40,6 +48,19 @@ type Options struct {
 	// a connection whose answers keep coming later stops spinning). Default
 	// 0: off.
 	Spin time.Duration
+
+	// TLS makes every connection TLS, configured by this client config
+	// (pkg/tlsconfig.Client builds one from PEM files and follows their
+	// changes). A config without ServerName verifies each server under the
+	// host of its address. nil: plaintext.
+	TLS *tls.Config
+	// Credentials, when set, prove who the client is on every new
+	// connection: the connection sends them (protocol.CmdAuth) before any
+	// request and is used only once the server accepts them; a refusal
+	// fails the dial with an error that matches protocol.ErrUnauthenticated
+	// and names the identity. Send them over TLS: the secret travels in the
+	// frame. nil: none (a TLS client certificate may prove the identity).
+	Credentials *auth.Credentials
 
 	// BreakerFailures is how many consecutive transport failures (dial
 	// errors, timeouts, dropped connections) open an address's breaker.
@@ -64,6 +85,7 @@ const (
 	DefaultRedialBackoffMin   = 50 * time.Millisecond
 	DefaultRedialBackoffMax   = 2 * time.Second
 	DefaultIdleTimeout        = 5 * time.Minute
+	DefaultProbeTimeout       = time.Second
 	DefaultBreakerFailures    = 5
 	DefaultBreakerOpenTimeout = time.Second
 	DefaultBreakerProbes      = 1
@@ -82,6 +104,7 @@ func (o Options) withDefaults() Options {
 	set(&o.RedialBackoffMin, DefaultRedialBackoffMin)
 	set(&o.RedialBackoffMax, DefaultRedialBackoffMax)
 	set(&o.IdleTimeout, DefaultIdleTimeout)
+	set(&o.ProbeTimeout, DefaultProbeTimeout)
 	set(&o.BreakerOpenTimeout, DefaultBreakerOpenTimeout)
 	set(&o.BreakerInterval, DefaultBreakerInterval)
 	if o.MaxFrameSize == 0 {
@@ -118,6 +141,16 @@ func (o Options) Validate() error {
 	}
 	if o.MaxFrameSize < 0 {
 		return fmt.Errorf("%w: MaxFrameSize %d is negative", ErrInvalidOptions, o.MaxFrameSize)
+	}
+	if c := o.Credentials; c != nil {
+		if err := auth.ValidateName(c.Name); err != nil {
+			return fmt.Errorf("%w: Credentials: %w", ErrInvalidOptions, err)
+		}
+		if c.Secret == "" || len(c.Secret) > protocol.MaxAuthSecret {
+			// Never the secret itself in a message.
+			return fmt.Errorf("%w: Credentials of %q: the secret must be 1 to %d bytes, not %d",
+				ErrInvalidOptions, c.Name, protocol.MaxAuthSecret, len(c.Secret))
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -28,6 +29,7 @@ var errPeerRemoved = errors.New("transport: peer removed")
 type peer struct {
 	client   *Client
 	addr     string
+	tls      *tls.Config // Options.TLS for this address (tlsFor), or nil
 	breaker  *gobreaker.TwoStepCircuitBreaker[struct{}]
 	lastUsed atomic.Int64 // client clock, nanoseconds
 
@@ -56,6 +58,9 @@ type peer struct {
 
 func newPeer(client *Client, addr string) *peer {
 	p := &peer{client: client, addr: addr}
+	if client.opts.TLS != nil {
+		p.tls = tlsFor(client.opts.TLS, addr)
+	}
 	p.healthy.Store(true)
 	p.fastDone = p.recordFast
 	o := client.opts
@@ -104,6 +109,12 @@ func (p *peer) allow() (done func(error), probe bool, err error) {
 	}
 	bdone, err := p.breaker.Allow()
 	if err != nil {
+		p.mu.Lock()
+		last := p.dialErr
+		p.mu.Unlock()
+		if last != nil { // say why, or the cause (a certificate, say) hides behind the breaker
+			return nil, false, fmt.Errorf("%w: %s: %w (last dial: %w)", ErrBreakerOpen, p.addr, err, last)
+		}
 		return nil, false, fmt.Errorf("%w: %s: %w", ErrBreakerOpen, p.addr, err)
 	}
 	return func(err error) {
@@ -179,16 +190,20 @@ func (p *peer) getConn(ctx context.Context) (*conn, error) {
 	close(ch)
 	if err != nil {
 		if ctx.Err() == nil { // a cancelled caller says nothing about the address
-			p.dialErr = err
-			if p.backoff == 0 {
+			if isRefused(err) && (p.dialErr == nil || p.dialErr.Error() != err.Error()) {
+				p.client.lg.Warn("server refused the connection", zap.String("addr", p.addr), zap.Error(err))
+			}
+			switch {
+			case isRefused(err): // it would be refused again: see secure.go
+				p.backoff = p.client.opts.RedialBackoffMax
+			case p.backoff == 0:
 				p.backoff = p.client.opts.RedialBackoffMin
-			} else {
+			default:
 				p.backoff = min(2*p.backoff, p.client.opts.RedialBackoffMax)
 			}
 			p.nextDial = time.Now().Add(p.backoff)
-		} else {
-			p.dialErr = err
 		}
+		p.dialErr = err
 		return nil, fmt.Errorf("%w: %s: %w", ErrDial, p.addr, err)
 	}
 	if p.client.isClosed() {
@@ -209,12 +224,17 @@ func (p *peer) dial(ctx context.Context) (*conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.client.opts.DialTimeout)
 	defer cancel()
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", p.addr)
+	raw, err := d.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
 		return nil, err
 	}
+	nc, err := p.secure(ctx, raw)
+	if err != nil {
+		_ = raw.Close()
+		return nil, err
+	}
 	p.client.lg.Debug("connected", zap.String("addr", p.addr))
-	return newConn(p.client, p.addr, nc), nil
+	return newConn(p.client, p.addr, nc, raw), nil
 }
 
 // closeConn closes the peer's connection, failing its pending calls.

@@ -192,6 +192,9 @@ func (c *conn) wait(ctx context.Context, cl *call) result {
 			if leading {
 				c.passReaderLocked()
 			}
+			if removed && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				c.timedOutLocked(cl)
+			}
 			c.mu.Unlock()
 			if !removed {
 				done = nil // completed meanwhile: its result is on the way
@@ -230,6 +233,9 @@ func (c *conn) lead(ctx context.Context, cl *call) result {
 		if err := ctx.Err(); err != nil {
 			c.mu.Lock()
 			removed := c.unpendLocked(cl.id) != nil
+			if removed && errors.Is(err, context.DeadlineExceeded) {
+				c.timedOutLocked(cl)
+			}
 			c.mu.Unlock()
 			if !removed {
 				return c.led(<-cl.ch) // completed meanwhile by someone else

@@ -63,9 +63,12 @@ func TestReader_LoneCallsReadTheirOwnResponses(t *testing.T) {
 		t.Fatalf("a finished Call still holds the reading role")
 	}
 	// The sweep may hand the idle connection to readLoop at most once in
-	// a while; each Call otherwise took the role itself.
-	if gen-gen0 < n {
-		t.Fatalf("the role changed hands %d times for %d lone Calls, want at least %d", gen-gen0, n, n)
+	// a while (a hand-over counts as the Call that then follows readLoop);
+	// each Call otherwise took the role itself. A hand-over between the
+	// first Call and gen0's reading (a 20 ms pause on a loaded machine) is
+	// not counted, hence n-1.
+	if gen-gen0 < n-1 {
+		t.Fatalf("the role changed hands %d times for %d lone Calls, want at least %d", gen-gen0, n, n-1)
 	}
 }
 
