@@ -1,0 +1,304 @@
+package netserver
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+)
+
+// acceptRetryMax bounds the pause after a failed accept (out of
+// descriptors, say) before the next try.
+const acceptRetryMax = time.Second
+
+// tlsConn is the TLS side of a connection served without gnet: the TCP
+// socket, the TLS session over it, and its writer goroutine's signals.
+type tlsConn struct {
+	raw        net.Conn
+	tc         *tls.Conn
+	wake       chan struct{} // capacity 1: replies wait in the reply buffer
+	quit       chan struct{} // closed when the reader is done: the writer returns
+	writerDone chan struct{} // closed when the writer has returned
+}
+
+// wakeWriter tells the writer goroutine the reply buffer has replies.
+func (t *tlsConn) wakeWriter() {
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
+}
+
+// closeSocket closes the TCP socket, which ends the reader's and the
+// writer's calls. It does not send TLS's close_notify: that is a write,
+// which could block on a client that does not read. Any goroutine may call
+// it, more than once.
+func (t *tlsConn) closeSocket() { _ = t.raw.Close() }
+
+// startTLS listens with net.Listen and starts accepting.
+func (s *Server) startTLS() error {
+	ln, err := net.Listen("tcp", s.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("netserver: listen on %s: %w", s.opts.Addr, err)
+	}
+	s.mu.Lock()
+	s.ln, s.addr = ln, ln.Addr()
+	s.mu.Unlock()
+	s.tlsConns.Add(1)
+	go s.acceptLoop()
+	s.startSweep()
+	s.lg.Info("listening", zap.Stringer("addr", ln.Addr()), zap.Bool("tls", true), zap.Bool("requireAuth", s.opts.RequireAuth))
+	return nil
+}
+
+// closeTLS is Close for the TLS path: stop accepting, wait for the
+// requests in flight (or ctx), then close every connection and wait for
+// their goroutines. Handshakes in progress end at once.
+func (s *Server) closeTLS(ctx context.Context) error {
+	s.mu.Lock()
+	ln := s.ln
+	s.mu.Unlock()
+	if ln == nil {
+		return nil // it never listened
+	}
+	_ = ln.Close()
+	err := s.drain(ctx)
+	s.tlsCancel()
+	s.live.each(func(c *Conn) { c.tls.closeSocket() })
+	s.tlsConns.Wait()
+	return err
+}
+
+// acceptLoop accepts TLS connections until the listener closes, each
+// served by its own tlsConnLoop.
+func (s *Server) acceptLoop() {
+	defer s.tlsConns.Done()
+	var pause time.Duration
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			if s.closing.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			pause = min(max(2*pause, 5*time.Millisecond), acceptRetryMax)
+			s.lg.Warn("accept failed; trying again", zap.Error(err), zap.Duration("after", pause))
+			select {
+			case <-time.After(pause):
+			case <-s.tlsCtx.Done():
+				return
+			}
+			continue
+		}
+		pause = 0
+		s.tlsConns.Add(1)
+		go s.tlsConnLoop(nc)
+	}
+}
+
+// tlsConnLoop serves one TLS connection: the handshake, then its reader
+// (this goroutine, the connection's loop) and its writer (tlsWriteLoop),
+// and forgets it once both are done.
+func (s *Server) tlsConnLoop(nc net.Conn) {
+	defer s.tlsConns.Done()
+	t := &tlsConn{raw: nc, wake: make(chan struct{}, 1), quit: make(chan struct{}), writerDone: make(chan struct{})}
+	c := newConnState(s, nc.RemoteAddr().String())
+	c.tls = t
+	if !s.opened(c) || !c.handshake() {
+		t.closeSocket()
+		c.forget(false, nil)
+		return
+	}
+	go c.tlsWriteLoop()
+	err := c.tlsReadLoop()
+	t.closeSocket()
+	close(t.quit)
+	<-t.writerDone
+	c.forget(c.framing.Load(), err)
+}
+
+// handshake sets keep-alive and runs the TLS handshake, within
+// HandshakeTimeout, and takes the identity of a verified client
+// certificate. It reports false (the reason logged) when the connection
+// must be closed. Failed handshakes are logged at most noisyLogRate a
+// second.
+func (c *Conn) handshake() bool {
+	s, t := c.srv, c.tls
+	if tc, ok := t.raw.(*net.TCPConn); ok {
+		d := s.opts.TCPKeepAlive
+		_ = tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: d > 0, Idle: max(d, time.Second),
+			Interval: max(d/5, time.Second), Count: 5})
+	}
+	t.tc = tls.Server(t.raw, s.opts.TLS)
+	_ = t.raw.SetDeadline(time.Now().Add(s.opts.HandshakeTimeout))
+	if err := t.tc.HandshakeContext(s.tlsCtx); err != nil {
+		c.reasonLogged.Store(true)
+		s.handshakeFailures.Add(1)
+		if ok, dropped := s.handshakeLog.allow(); ok {
+			fields := []zap.Field{zap.Uint64("conn", c.id), zap.String("remote", c.remote), zap.Error(err)}
+			if dropped > 0 {
+				fields = append(fields, zap.Int("unloggedBefore", dropped))
+			}
+			s.lg.Warn("TLS handshake failed", fields...)
+		}
+		return false
+	}
+	_ = t.raw.SetDeadline(time.Time{})
+	return c.certificateIdentity(t.tc.ConnectionState())
+}
+
+// tlsReadLoop is a TLS connection's loop: it reads, serves what it read
+// (serveFrames, as gnet's OnTraffic does) and writes the replies made on
+// the loop, until the connection closes. It returns the read's error, or
+// nil when the server closes the connection (the reason logged).
+//
+// A read returns at most one TLS record (16 KiB of plaintext). A frame
+// larger than the read buffer is read straight into chunks (partial.go).
+func (c *Conn) tlsReadLoop() error {
+	t := c.tls
+	buf := make([]byte, c.srv.opts.ReadBufferSize)
+	filled := 0
+	for {
+		if c.large != nil {
+			dst, ok := c.space()
+			if !ok {
+				c.refusePartial(c.large.requestID())
+				c.endRead()
+				return nil
+			}
+			n, err := t.tc.Read(dst)
+			c.received.Add(int64(n))
+			c.large.filled += n
+			if c.large.remaining() == 0 {
+				_, ok := c.serveFrames(c.takeLarge(), time.Now(), true)
+				c.endRead()
+				if !ok {
+					return nil
+				}
+			}
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		n, err := t.tc.Read(buf[filled:])
+		if n > 0 {
+			c.received.Add(int64(n))
+			filled += n
+			consumed, ok := c.serveFrames(buf[:filled], time.Now(), false)
+			if ok {
+				filled, ok = c.keepTLSPartial(buf, consumed, filled)
+			}
+			c.endRead()
+			if !ok {
+				return nil
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// keepTLSPartial keeps what follows the whole frames in buf[:filled]: a
+// small incomplete frame moves to the front of buf, a large one into
+// chunks. It returns the bytes now at the front of buf, and false when the
+// connection must be closed.
+func (c *Conn) keepTLSPartial(buf []byte, consumed, filled int) (int, bool) {
+	rest := buf[consumed:filled]
+	var requestID uint64
+	if len(rest) >= protocol.HeaderSize { // its header was checked by serveFrames
+		requestID = binary.BigEndian.Uint64(rest[6:14])
+		if protocol.HeaderSize+int(binary.BigEndian.Uint32(rest[14:18])) > len(buf) {
+			if !c.startLarge(rest) {
+				c.refusePartial(requestID)
+				return 0, false
+			}
+			return 0, true
+		}
+	}
+	n := copy(buf, rest)
+	if !c.holdSmall(n) {
+		c.refusePartial(requestID)
+		return 0, false
+	}
+	return n, true
+}
+
+// endRead writes the replies made on the loop during a read, then runs the
+// work inline handlers left for after that write. The write may block (a
+// client that does not read stops being read: its requests wait in its
+// socket).
+func (c *Conn) endRead() {
+	if len(c.loopOut) > 0 {
+		if _, err := c.tls.tc.Write(c.loopOut); err != nil {
+			c.tls.closeSocket()
+		}
+		c.resetLoopOut()
+	}
+	if len(c.afterWrite) > 0 {
+		c.runAfterWrites()
+	}
+}
+
+// tlsWriteLoop writes the replies made off the loop (the reply buffer;
+// many replies, one write), woken by queueFlush, until the reader is done.
+func (c *Conn) tlsWriteLoop() {
+	t := c.tls
+	defer close(t.writerDone)
+	for {
+		select {
+		case <-t.wake:
+		case <-t.quit:
+			return
+		}
+		if !c.flushTLS() {
+			return
+		}
+	}
+}
+
+// flushTLS is flush for a TLS connection, on its writer goroutine: it
+// writes the whole reply buffer with one write, and only then releases the
+// written requests from the busy count (Close waits for replies to be on
+// the socket). It reports false once the connection is closed.
+func (c *Conn) flushTLS() bool {
+	c.outMu.Lock()
+	if c.closed {
+		c.outMu.Unlock()
+		return false
+	}
+	buf, written := c.out, c.unwritten
+	c.out, c.outSpare, c.unwritten = c.outSpare[:0], nil, 0
+	c.flushQueued = false
+	closeAfter := c.closeAfter
+	c.outMu.Unlock()
+	var err error
+	if len(buf) > 0 {
+		_, err = c.tls.tc.Write(buf)
+	}
+	c.held.Add(-int64(written))
+	c.srv.busy.Add(-int64(written))
+	if cap(buf) <= maxSpareReplyBuffer {
+		c.outMu.Lock()
+		if c.outSpare == nil {
+			c.outSpare = buf[:0]
+		}
+		c.outMu.Unlock()
+	}
+	switch {
+	case err != nil:
+		c.tls.closeSocket()
+		return false
+	case closeAfter != "":
+		c.closeWithReason(closeAfter)
+		return false
+	}
+	return true
+}
