@@ -99,9 +99,9 @@ func (c *Conn) serveAuth(h protocol.Header, body []byte) {
 func (c *Conn) authenticate(requestID uint64, body []byte) {
 	s := c.srv
 	defer s.authing.Done()
-	defer c.authBusy.Store(false)
 	select {
 	case <-c.done:
+		c.authBusy.Store(false)
 		return // closed meanwhile; closing released the request
 	default:
 	}
@@ -119,18 +119,22 @@ func (c *Conn) authenticate(requestID uint64, body []byte) {
 		s.refusedUnauthenticated.Add(1)
 		c.logRefusal(protocol.CmdAuth, protocol.StatusUnauthenticated, "authentication failed",
 			zap.String("name", q.Name), zap.Error(err))
+		strikes := c.authFailures.Add(1)
+		c.authBusy.Store(false) // before the answer: the client may send the next at once
 		c.reply(requestID, status, [][]byte{[]byte(msg)}, nil)
-		if c.authFailures.Add(1) >= maxAuthFailures {
+		if strikes >= maxAuthFailures {
 			c.closeAfterReplies("failed CmdAuth 3 times")
 		}
 		return
 	}
 	if s.opts.RequireAuth && !s.identities.take(c, p, s.opts.MaxConnsPerIdentity) {
+		c.authBusy.Store(false)
 		c.reply(requestID, protocol.StatusBusy, [][]byte{[]byte("netserver: identity " + p.String() +
 			" has too many connections (MaxConnsPerIdentity)")}, nil)
 		c.closeAfterReplies("over MaxConnsPerIdentity")
 		return
 	}
+	c.authBusy.Store(false)
 	c.reply(requestID, protocol.StatusOK, [][]byte{authResponse(p)}, nil)
 }
 

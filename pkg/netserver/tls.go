@@ -154,8 +154,8 @@ func (c *Conn) handshake() bool {
 }
 
 // tlsReadLoop is a TLS connection's loop: it reads, serves what it read
-// (serveFrames, as gnet's OnTraffic does) and writes the replies made on
-// the loop, until the connection closes. It returns the read's error, or
+// (serveFrames, as gnet's OnTraffic does) and hands the replies made on
+// the loop to the writer, until the connection closes. It returns the read's error, or
 // nil when the server closes the connection (the reason logged).
 //
 // A read returns at most one TLS record (16 KiB of plaintext). A frame
@@ -231,24 +231,56 @@ func (c *Conn) keepTLSPartial(buf []byte, consumed, filled int) (int, bool) {
 	return n, true
 }
 
-// endRead writes the replies made on the loop during a read, then runs the
-// work inline handlers left for after that write. The write may block (a
-// client that does not read stops being read: its requests wait in its
-// socket).
+// endRead hands the replies made on the loop during a read to the writer
+// goroutine, then runs the work inline handlers left for after that
+// (AfterWrite). The reader never writes to the socket itself, so it never
+// blocks on a client that does not read: like gnet's loop it keeps
+// reading, and the unsent replies, the loop's included, are bounded by
+// MaxOutboundBytes.
 func (c *Conn) endRead() {
 	if len(c.loopOut) > 0 {
-		if _, err := c.tls.tc.Write(c.loopOut); err != nil {
-			c.tls.closeSocket()
-		}
-		c.resetLoopOut()
+		c.handLoopOut()
 	}
 	if len(c.afterWrite) > 0 {
 		c.runAfterWrites()
 	}
 }
 
-// tlsWriteLoop writes the replies made off the loop (the reply buffer;
-// many replies, one write), woken by queueFlush, until the reader is done.
+// handLoopOut moves the loop buffer into the reply buffer (a swap when the
+// reply buffer is empty) and wakes the writer, or closes the connection
+// when its unsent replies pass MaxOutboundBytes.
+func (c *Conn) handLoopOut() {
+	c.outMu.Lock()
+	if c.closed {
+		c.outMu.Unlock()
+		c.resetLoopOut()
+		return
+	}
+	if len(c.out) == 0 {
+		c.out, c.loopOut = c.loopOut, c.out[:0]
+	} else {
+		c.out = append(c.out, c.loopOut...)
+		c.resetLoopOut()
+	}
+	n := len(c.out)
+	over := n > c.srv.opts.MaxOutboundBytes
+	queue := !over && !c.flushQueued
+	if queue {
+		c.flushQueued = true
+	}
+	c.outMu.Unlock()
+	switch {
+	case over:
+		c.closeWithReason("unsent replies over MaxOutboundBytes (the client does not read)",
+			zap.Int("unsent", n), zap.Int("limit", c.srv.opts.MaxOutboundBytes))
+	case queue:
+		c.tls.wakeWriter()
+	}
+}
+
+// tlsWriteLoop writes the reply buffer (many replies, one write), woken by
+// queueFlush and endRead, until the reader is done. It is the only
+// goroutine that writes to the socket.
 func (c *Conn) tlsWriteLoop() {
 	t := c.tls
 	defer close(t.writerDone)
