@@ -81,15 +81,22 @@ type Conn struct {
 	rateFrom      time.Time // start of the MinReadRate window (zero: no frame in progress)
 	rateBytes     int64     // received at rateFrom
 	sweepClosed   bool      // the sweep closed the connection
+	// lingerSince is when a refused gnet connection began lingering
+	// (unix nanoseconds; 0: it is not), for the sweep.
+	lingerSince atomic.Int64
 
 	// Loop state.
-	smallHeld int64         // what the small incomplete frame counts in partialBytes
-	large     *largeFrame   // a large frame in progress
-	buffered  int           // bytes gnet kept after the last read (gnet only)
-	loopConns *atomic.Int32 // open connections of the connection's loop (Spin)
-	fd        int           // the socket, for Spin
-	inline    Request       // the request passed to inline handlers
-	loopOut   []byte        // replies made on the loop, written at the end of OnTraffic
+	smallHeld int64       // what the small incomplete frame counts in partialBytes
+	large     *largeFrame // a large frame in progress
+	buffered  int         // bytes gnet kept after the last read (gnet only)
+	// lingerAfter: the loop refused the connection, which lingers before
+	// it closes (linger.go); discarding: it lingers (gnet only).
+	lingerAfter bool
+	discarding  bool
+	loopConns   *atomic.Int32 // open connections of the connection's loop (Spin)
+	fd          int           // the socket, for Spin
+	inline      Request       // the request passed to inline handlers
+	loopOut     []byte        // replies made on the loop, written at the end of OnTraffic
 	// afterWrite is work inline handlers left for after that write
 	// (Request.AfterWrite), run in order once it is made.
 	afterWrite []AfterWriter

@@ -128,6 +128,17 @@ func (c *Conn) space() ([]byte, bool) {
 	return chunk[at:min(partialChunkSize, at+f.remaining())], true
 }
 
+// largeRoom returns the free part of the last chunk of c's large frame, no
+// longer than the bytes still to come (empty: a new chunk is needed).
+func (c *Conn) largeRoom() []byte {
+	f := c.large
+	if f.filled == len(f.chunks)*partialChunkSize {
+		return nil
+	}
+	at := f.filled % partialChunkSize
+	return f.chunks[len(f.chunks)-1][at:min(partialChunkSize, at+f.remaining())]
+}
+
 // fillLarge copies b, the next bytes of c's large frame (no more than it
 // still needs), into its chunks. It reports false when the connection must
 // be refused.
@@ -210,10 +221,12 @@ func (c *Conn) holdSmall(n int) bool {
 }
 
 // refusePartial answers the frame that would pass MaxPartialBytes with
-// StatusBusy (on the loop's buffer, written before the connection closes)
-// and logs why the connection closes; the caller closes it.
+// StatusBusy (on the loop's buffer) and logs why the connection closes;
+// the caller closes it, lingering (see linger.go) so that the answer
+// reaches a client still sending the frame.
 func (c *Conn) refusePartial(requestID uint64) {
 	c.srv.closedPartial.Add(1)
+	c.lingerAfter = true
 	c.loopOut = protocol.AppendResponse(c.loopOut, protocol.StatusBusy, requestID,
 		[]byte("netserver: the server holds too many partial frames (MaxPartialBytes); try again later"))
 	c.closeReason("partial frames over MaxPartialBytes", zap.Int64("limit", c.srv.opts.MaxPartialBytes))

@@ -430,6 +430,10 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 	if !ok {
 		return gnet.Close
 	}
+	if c.discarding {
+		_, _ = gc.Discard(-1)
+		return gnet.None
+	}
 	c.received.Add(int64(gc.InboundBuffered() - c.buffered))
 	ok = c.readGnet(gc, time.Now())
 	c.buffered = gc.InboundBuffered()
@@ -450,6 +454,9 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 		c.runAfterWrites()
 	}
 	if !ok {
+		if c.lingerAfter && c.lingerGnet(gc) {
+			return gnet.None
+		}
 		return gnet.Close
 	}
 	// Every request read was answered here and the connection is its loop's

@@ -78,11 +78,18 @@ func TestOptions_Validate(t *testing.T) {
 		{"negative outbound", Options{MaxOutboundBytes: -1}},
 		{"negative in flight", Options{MaxInFlight: -1}},
 		{"negative loops", Options{EventLoops: -1}},
+		{"negative handshake timeout", Options{HandshakeTimeout: -1}},
+		{"auth required without an authority", Options{RequireAuth: true}},
+		{"partial bytes under the frame size", Options{MaxFrameSize: 4 << 20, MaxPartialBytes: 1 << 20}},
+		{"tiny read rate window", Options{ReadRateWindow: time.Millisecond}},
+		{"negative conns per identity", Options{MaxConnsPerIdentity: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := tc.opts.Validate(); !errors.Is(err, ErrInvalidOptions) {
+			err := tc.opts.Validate()
+			if !errors.Is(err, ErrInvalidOptions) {
 				t.Fatalf("Validate() = %v", err)
 			}
+			t.Log(err)
 			if _, err := New(tc.opts, NewMux(), nil); !errors.Is(err, ErrInvalidOptions) {
 				t.Fatalf("New() = %v", err)
 			}

@@ -15,7 +15,7 @@ const (
 
 // sweepInterval returns how often the sweep looks at the connections.
 func (s *Server) sweepInterval() time.Duration {
-	d := maxSweepInterval
+	d := min(maxSweepInterval, refuseLinger/4)
 	if s.opts.IdleTimeout > 0 {
 		d = min(d, s.opts.IdleTimeout/4)
 	}
@@ -25,34 +25,36 @@ func (s *Server) sweepInterval() time.Duration {
 	return max(d, minSweepInterval)
 }
 
-// sweepLoop closes idle connections (IdleTimeout) and those whose frame in
-// progress arrives too slowly (MinReadRate), looking at every connection
-// once per sweepInterval. The loops and readers only count bytes and
-// requests (Conn.received, held, framing), so the limits cost nothing per
-// request. It returns when Close closes sweepQuit.
+// sweepLoop closes idle connections (IdleTimeout), those whose frame in
+// progress arrives too slowly (MinReadRate) and refused gnet connections
+// done lingering, looking at every connection once per sweepInterval. The
+// loops and readers only count bytes and requests (Conn.received, held,
+// framing), so the limits cost nothing per request. It returns when Close
+// closes sweepQuit.
 func (s *Server) sweepLoop() {
 	defer close(s.sweepDone)
-	if s.opts.IdleTimeout < 0 && s.opts.MinReadRate < 0 {
-		<-s.sweepQuit
-		return
-	}
 	t := time.NewTicker(s.sweepInterval())
 	defer t.Stop()
-	var idle, slow []*Conn
+	var idle, slow, lingered []*Conn
 	for {
 		select {
 		case <-s.sweepQuit:
 			return
 		case now := <-t.C:
-			idle, slow = idle[:0], slow[:0]
+			idle, slow, lingered = idle[:0], slow[:0], lingered[:0]
 			s.live.each(func(c *Conn) {
 				switch c.sweep(now) {
 				case sweepIdle:
 					idle = append(idle, c)
 				case sweepSlow:
 					slow = append(slow, c)
+				case sweepLingered:
+					lingered = append(lingered, c)
 				}
 			})
+			for _, c := range lingered {
+				c.close() // its reason was logged when it was refused
+			}
 			for _, c := range idle {
 				s.closedIdle.Add(1)
 				c.closeWithReason("idle for IdleTimeout", zap.Duration("limit", s.opts.IdleTimeout))
@@ -64,6 +66,7 @@ func (s *Server) sweepLoop() {
 			}
 			clear(idle)
 			clear(slow)
+			clear(lingered)
 		}
 	}
 }
@@ -87,6 +90,7 @@ const (
 	sweepKeep sweepVerdict = iota
 	sweepIdle
 	sweepSlow
+	sweepLingered
 )
 
 // sweep looks at the connection for the sweep goroutine: it is idle when
@@ -103,6 +107,12 @@ func (c *Conn) sweep(now time.Time) sweepVerdict {
 }
 
 func (c *Conn) sweepLook(now time.Time) sweepVerdict {
+	if since := c.lingerSince.Load(); since != 0 {
+		if now.Sub(time.Unix(0, since)) >= refuseLinger {
+			return sweepLingered
+		}
+		return sweepKeep
+	}
 	o := &c.srv.opts
 	received, framing, busy := c.received.Load(), c.framing.Load(), c.held.Load() > 0
 	if received != c.sweepReceived || busy || c.sweepActive.IsZero() {

@@ -117,9 +117,18 @@ func (s *Server) tlsConnLoop(nc net.Conn) {
 	}
 	go c.tlsWriteLoop()
 	err := c.tlsReadLoop()
-	t.closeSocket()
+	linger := err == nil && c.lingerAfter
+	if linger {
+		_ = t.raw.SetDeadline(time.Now().Add(refuseLinger)) // ends a write blocked on the client too
+	} else {
+		t.closeSocket()
+	}
 	close(t.quit)
 	<-t.writerDone
+	if linger {
+		c.lingerTLS()
+	}
+	t.closeSocket()
 	c.forget(c.framing.Load(), err)
 }
 
@@ -159,22 +168,31 @@ func (c *Conn) handshake() bool {
 // nil when the server closes the connection (the reason logged).
 //
 // A read returns at most one TLS record (16 KiB of plaintext). A frame
-// larger than the read buffer is read straight into chunks (partial.go).
+// larger than the read buffer is read straight into its chunks
+// (partial.go), but for the first read of each chunk, which goes through
+// the read buffer so that a chunk is taken only for bytes that came.
 func (c *Conn) tlsReadLoop() error {
 	t := c.tls
 	buf := make([]byte, c.srv.opts.ReadBufferSize)
 	filled := 0
 	for {
 		if c.large != nil {
-			dst, ok := c.space()
-			if !ok {
-				c.refusePartial(c.large.requestID())
-				c.endRead()
-				return nil
+			// Into the last chunk's free part; a new chunk is taken (and
+			// counted) only once bytes for it have come, read into buf.
+			var n int
+			var err error
+			if room := c.largeRoom(); len(room) > 0 {
+				n, err = t.tc.Read(room)
+				c.large.filled += n
+			} else {
+				n, err = t.tc.Read(buf[:min(len(buf), c.large.remaining())])
+				if !c.fillLarge(buf[:n]) {
+					c.refusePartial(c.large.requestID())
+					c.endRead()
+					return nil
+				}
 			}
-			n, err := t.tc.Read(dst)
 			c.received.Add(int64(n))
-			c.large.filled += n
 			if c.large.remaining() == 0 {
 				_, ok := c.serveFrames(c.takeLarge(), time.Now(), true)
 				c.endRead()
