@@ -80,6 +80,7 @@ type Conn struct {
 	sweepActive   time.Time // when the sweep last saw bytes or requests in flight
 	rateFrom      time.Time // start of the MinReadRate window (zero: no frame in progress)
 	rateBytes     int64     // received at rateFrom
+	rateSeen      int64     // bytes received in the window that was too slow
 	sweepClosed   bool      // the sweep closed the connection
 	// lingerSince is when a refused gnet connection began lingering
 	// (unix nanoseconds; 0: it is not), for the sweep.

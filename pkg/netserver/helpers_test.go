@@ -58,6 +58,11 @@ func startServer(t testing.TB, opts Options, h Handler, before ...func(*Server))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = s.Close(ctx)
+		if t.Failed() { // what the server said, to tell why
+			for _, e := range logs.FilterLevelExact(zapcore.WarnLevel).All() {
+				t.Logf("server warned %q %v", e.Message, e.ContextMap())
+			}
+		}
 	})
 	return &testServer{Server: s, logs: logs}
 }

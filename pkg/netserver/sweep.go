@@ -33,17 +33,24 @@ func (s *Server) sweepInterval() time.Duration {
 // closes sweepQuit.
 func (s *Server) sweepLoop() {
 	defer close(s.sweepDone)
-	t := time.NewTicker(s.sweepInterval())
+	interval := s.sweepInterval()
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	var idle, slow, lingered []*Conn
+	last := time.Now()
 	for {
 		select {
 		case <-s.sweepQuit:
 			return
 		case now := <-t.C:
+			// A tick this late means the whole process stalled (the
+			// machine is overloaded): the loops may not have read either,
+			// so read rates start over instead of blaming the clients.
+			stalled := now.Sub(last) > 2*interval
+			last = now
 			idle, slow, lingered = idle[:0], slow[:0], lingered[:0]
 			s.live.each(func(c *Conn) {
-				switch c.sweep(now) {
+				switch c.sweep(now, stalled) {
 				case sweepIdle:
 					idle = append(idle, c)
 				case sweepSlow:
@@ -62,7 +69,8 @@ func (s *Server) sweepLoop() {
 			for _, c := range slow {
 				s.closedSlow.Add(1)
 				c.closeWithReason("frame arriving slower than MinReadRate",
-					zap.Int("bytesPerSecond", s.opts.MinReadRate), zap.Duration("window", s.opts.ReadRateWindow))
+					zap.Int("bytesPerSecond", s.opts.MinReadRate), zap.Duration("window", s.opts.ReadRateWindow),
+					zap.Int64("received", c.rateSeen), zap.Duration("in", now.Sub(c.rateFrom)))
 			}
 			clear(idle)
 			clear(slow)
@@ -96,10 +104,15 @@ const (
 // sweep looks at the connection for the sweep goroutine: it is idle when
 // it has had no frame in progress, no request in flight and no bytes for
 // IdleTimeout, and slow when a frame has been in progress for a whole
-// ReadRateWindow during which fewer than MinReadRate bytes a second came.
-func (c *Conn) sweep(now time.Time) sweepVerdict {
+// ReadRateWindow during which fewer than MinReadRate bytes a second came
+// (stalled: the process stalled since the last look; the window starts
+// over).
+func (c *Conn) sweep(now time.Time, stalled bool) sweepVerdict {
 	if c.sweepClosed {
 		return sweepKeep // closing already
+	}
+	if stalled {
+		c.rateFrom = time.Time{}
 	}
 	v := c.sweepLook(now)
 	c.sweepClosed = v != sweepKeep
@@ -127,6 +140,7 @@ func (c *Conn) sweepLook(now time.Time) sweepVerdict {
 		default:
 			if d := now.Sub(c.rateFrom); d >= o.ReadRateWindow {
 				if float64(received-c.rateBytes) < float64(o.MinReadRate)*d.Seconds() {
+					c.rateSeen = received - c.rateBytes
 					return sweepSlow
 				}
 				c.rateFrom, c.rateBytes = now, received
