@@ -63,3 +63,33 @@ func benchPipelined(b *testing.B, size int, offLoop bool) {
 		}
 	}
 }
+
+// BenchmarkServer_RequestAtATime sends one ping and waits for its echo,
+// over plaintext and over TLS.
+func BenchmarkServer_RequestAtATime(b *testing.B) {
+	for _, overTLS := range []bool{false, true} {
+		name := "plain"
+		if overTLS {
+			name = "tls"
+		}
+		b.Run(name, func(b *testing.B) {
+			var before []func(*Server)
+			if overTLS {
+				before = append(before, withTLS(b))
+			}
+			s := startServer(b, Options{}, NewMux(), before...)
+			c := dial(b, s)
+			frame := protocol.AppendRequest(nil, protocol.CmdPing, 1, make([]byte, 64))
+			reply := make([]byte, len(frame))
+			b.ResetTimer()
+			for range b.N {
+				if _, err := c.Write(frame); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(c.br, reply); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

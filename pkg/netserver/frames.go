@@ -17,17 +17,17 @@ import (
 // serve goroutine (consecutive frames with one copy). owned says buf is the
 // server's own copy (a large frame taken onto the heap), which the batch
 // may keep instead of copying. It returns the bytes the whole frames take,
-// and false when the connection must be closed (the reason is logged). It
-// runs on the connection's loop: gnet's event loop, or a TLS connection's
-// reader.
-func (c *Conn) serveFrames(buf []byte, now time.Time, owned bool) (int, bool) {
+// how many frames that is, and false when the connection must be closed
+// (the reason is logged). It runs on the connection's loop: gnet's event
+// loop, or a TLS connection's reader.
+func (c *Conn) serveFrames(buf []byte, now time.Time, owned bool) (int, int, bool) {
 	s := c.srv
 	consumed, count := 0, 0
 	for len(buf)-consumed >= protocol.HeaderSize {
 		hb := buf[consumed:]
 		if !wellFormed(hb, s.opts.MaxFrameSize) {
 			c.malformed(hb)
-			return consumed, false
+			return consumed, count, false
 		}
 		n := int(binary.BigEndian.Uint32(hb[14:18]))
 		if len(hb) < protocol.HeaderSize+n {
@@ -37,7 +37,7 @@ func (c *Conn) serveFrames(buf []byte, now time.Time, owned bool) (int, bool) {
 		count++
 	}
 	if count == 0 {
-		return 0, true
+		return 0, 0, true
 	}
 
 	var (
@@ -106,7 +106,7 @@ func (c *Conn) serveFrames(buf []byte, now time.Time, owned bool) (int, bool) {
 		s.busy.Add(int64(raw.count))
 		c.enqueue(raw)
 	}
-	return consumed, true
+	return consumed, count, true
 }
 
 // malformed logs why a frame whose header wellFormed refused closes the

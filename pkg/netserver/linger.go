@@ -48,6 +48,9 @@ func (c *Conn) lingerTLS() {
 	c.holdSmall(0)
 	c.flushTLS()
 	_ = t.tc.CloseWrite()
+	if t.sock != nil {
+		_ = t.sock.flushPending()
+	}
 	if tc, ok := t.raw.(*net.TCPConn); ok {
 		_ = tc.CloseWrite()
 	}

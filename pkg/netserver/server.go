@@ -490,7 +490,7 @@ func (c *Conn) readGnet(gc gnet.Conn, now time.Time) bool {
 		if c.large.remaining() > 0 {
 			return true
 		}
-		if _, ok := c.serveFrames(c.takeLarge(), now, true); !ok {
+		if _, _, ok := c.serveFrames(c.takeLarge(), now, true); !ok {
 			return false
 		}
 		if gc.InboundBuffered() == 0 {
@@ -519,7 +519,7 @@ func (c *Conn) readGnet(gc gnet.Conn, now time.Time) bool {
 		c.closeReason("reading buffered bytes", zap.Error(err))
 		return false
 	}
-	consumed, ok := c.serveFrames(buf, now, false)
+	consumed, _, ok := c.serveFrames(buf, now, false)
 	_, _ = gc.Discard(consumed)
 	if !ok {
 		return false

@@ -18,12 +18,17 @@ import (
 // descriptors, say) before the next try.
 const acceptRetryMax = time.Second
 
+// directWriteFrames is the most requests a read may carry for the reader
+// to write their replies itself (see endRead).
+const directWriteFrames = 4
+
 // tlsConn is the TLS side of a connection served without gnet: the TCP
 // socket, the TLS session over it, and its writer goroutine's signals.
 type tlsConn struct {
 	raw        net.Conn
+	sock       *tlsSocket // raw, writing without blocking (nil: raw is not a socket)
 	tc         *tls.Conn
-	wake       chan struct{} // capacity 1: replies wait in the reply buffer
+	wake       chan struct{} // capacity 1: replies wait in the reply buffer, or the socket has pending bytes
 	quit       chan struct{} // closed when the reader is done: the writer returns
 	writerDone chan struct{} // closed when the writer has returned
 }
@@ -110,6 +115,11 @@ func (s *Server) tlsConnLoop(nc net.Conn) {
 	t := &tlsConn{raw: nc, wake: make(chan struct{}, 1), quit: make(chan struct{}), writerDone: make(chan struct{})}
 	c := newConnState(s, nc.RemoteAddr().String())
 	c.tls = t
+	var under net.Conn = nc
+	if sock, err := newTLSSocket(nc, t.wakeWriter); err == nil {
+		t.sock, under = sock, sock
+	}
+	t.tc = tls.Server(under, s.opts.TLS)
 	if !s.opened(c) || !c.handshake() {
 		t.closeSocket()
 		c.forget(false, nil)
@@ -144,7 +154,6 @@ func (c *Conn) handshake() bool {
 		_ = tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: d > 0, Idle: max(d, time.Second),
 			Interval: max(d/5, time.Second), Count: 5})
 	}
-	t.tc = tls.Server(t.raw, s.opts.TLS)
 	_ = t.raw.SetDeadline(time.Now().Add(s.opts.HandshakeTimeout))
 	if err := t.tc.HandshakeContext(s.tlsCtx); err != nil {
 		c.reasonLogged.Store(true)
@@ -188,14 +197,14 @@ func (c *Conn) tlsReadLoop() error {
 				n, err = t.tc.Read(buf[:min(len(buf), c.large.remaining())])
 				if !c.fillLarge(buf[:n]) {
 					c.refusePartial(c.large.requestID())
-					c.endRead()
+					c.endRead(0)
 					return nil
 				}
 			}
 			c.received.Add(int64(n))
 			if c.large.remaining() == 0 {
-				_, ok := c.serveFrames(c.takeLarge(), time.Now(), true)
-				c.endRead()
+				_, _, ok := c.serveFrames(c.takeLarge(), time.Now(), true)
+				c.endRead(1)
 				if !ok {
 					return nil
 				}
@@ -209,11 +218,11 @@ func (c *Conn) tlsReadLoop() error {
 		if n > 0 {
 			c.received.Add(int64(n))
 			filled += n
-			consumed, ok := c.serveFrames(buf[:filled], time.Now(), false)
+			consumed, frames, ok := c.serveFrames(buf[:filled], time.Now(), false)
 			if ok {
 				filled, ok = c.keepTLSPartial(buf, consumed, filled)
 			}
-			c.endRead()
+			c.endRead(frames)
 			if !ok {
 				return nil
 			}
@@ -249,18 +258,49 @@ func (c *Conn) keepTLSPartial(buf []byte, consumed, filled int) (int, bool) {
 	return n, true
 }
 
-// endRead hands the replies made on the loop during a read to the writer
-// goroutine, then runs the work inline handlers left for after that
-// (AfterWrite). The reader never writes to the socket itself, so it never
-// blocks on a client that does not read: like gnet's loop it keeps
-// reading, and the unsent replies, the loop's included, are bounded by
+// endRead sends the replies made on the loop during a read that carried
+// frames requests, then runs the work inline handlers left for after that
+// (AfterWrite). A read of a few requests, with nothing waiting for the
+// writer goroutine, is answered by the reader itself: a request-at-a-time
+// client gets its answer without a hand-off between goroutines (which
+// wakes a second thread, often on another CPU). Otherwise the replies go
+// to the writer, which writes them with those of other reads and of
+// handlers, in parallel with the reader. Either way the reader never
+// blocks on a client that does not read: its socket's writes never wait
+// (tlsSocket), and the unsent replies, the loop's included, are bounded by
 // MaxOutboundBytes.
-func (c *Conn) endRead() {
+func (c *Conn) endRead(frames int) {
 	if len(c.loopOut) > 0 {
-		c.handLoopOut()
+		if frames <= directWriteFrames && c.tls.sock != nil && c.writerIdle() {
+			c.writeLoopOut()
+		} else {
+			c.handLoopOut()
+		}
 	}
 	if len(c.afterWrite) > 0 {
 		c.runAfterWrites()
+	}
+}
+
+// writerIdle reports whether nothing waits for the writer goroutine.
+func (c *Conn) writerIdle() bool {
+	c.outMu.Lock()
+	idle := len(c.out) == 0 && !c.flushQueued
+	c.outMu.Unlock()
+	return idle
+}
+
+// writeLoopOut writes the loop buffer from the reader (without blocking:
+// what the socket does not take waits in tlsSocket for the writer).
+func (c *Conn) writeLoopOut() {
+	_, err := c.tls.tc.Write(c.loopOut)
+	c.resetLoopOut()
+	switch n := c.tls.sock.unsent(); {
+	case err != nil:
+		c.tls.closeSocket()
+	case n > c.srv.opts.MaxOutboundBytes:
+		c.closeWithReason("unsent replies over MaxOutboundBytes (the client does not read)",
+			zap.Int("unsent", n), zap.Int("limit", c.srv.opts.MaxOutboundBytes))
 	}
 }
 
@@ -281,6 +321,9 @@ func (c *Conn) handLoopOut() {
 		c.resetLoopOut()
 	}
 	n := len(c.out)
+	if c.tls.sock != nil {
+		n += c.tls.sock.unsent()
+	}
 	over := n > c.srv.opts.MaxOutboundBytes
 	queue := !over && !c.flushQueued
 	if queue {
@@ -315,9 +358,11 @@ func (c *Conn) tlsWriteLoop() {
 }
 
 // flushTLS is flush for a TLS connection, on its writer goroutine: it
-// writes the whole reply buffer with one write, and only then releases the
-// written requests from the busy count (Close waits for replies to be on
-// the socket). It reports false once the connection is closed.
+// writes the whole reply buffer with one write, then waits until the
+// socket has taken every pending byte (the reader's too), and only then
+// releases the written requests from the busy count (Close waits for
+// replies to be on the socket). It reports false once the connection is
+// closed.
 func (c *Conn) flushTLS() bool {
 	c.outMu.Lock()
 	if c.closed {
@@ -332,6 +377,9 @@ func (c *Conn) flushTLS() bool {
 	var err error
 	if len(buf) > 0 {
 		_, err = c.tls.tc.Write(buf)
+	}
+	if err == nil && c.tls.sock != nil {
+		err = c.tls.sock.flushPending()
 	}
 	c.held.Add(-int64(written))
 	c.srv.busy.Add(-int64(written))
