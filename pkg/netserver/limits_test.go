@@ -287,3 +287,20 @@ func TestOptions_InsecureListener(t *testing.T) {
 		})
 	}
 }
+
+// A client that stops reading with a large answer on its way is idle once
+// the answer is handed to the socket: IdleTimeout closes it (the answer
+// does not keep it busy forever).
+func TestLimits_IdleWhileTheClientDoesNotRead(t *testing.T) {
+	bothPaths(t, func(t *testing.T) {
+		const idle = 300 * time.Millisecond
+		mux := NewMux()
+		mux.HandleFunc(protocol.CmdPull, func(r *Request) { r.Reply(protocol.StatusOK, make([]byte, 8<<20)) })
+		s := startServer(t, Options{IdleTimeout: idle, MaxFrameSize: 16 << 20}, mux)
+		c := dial(t, s)
+		c.send(t, protocol.AppendRequest(nil, protocol.CmdPull, 1, nil))
+		waitFor(t, 10*time.Second, "the stalled connection closed as idle", func() bool { return s.Stats().ClosedIdle == 1 })
+		waitFor(t, 5*time.Second, "the connection forgotten", func() bool { return s.Stats().Conns == 0 })
+		ping(t, s)
+	})
+}

@@ -358,11 +358,11 @@ func (c *Conn) tlsWriteLoop() {
 }
 
 // flushTLS is flush for a TLS connection, on its writer goroutine: it
-// writes the whole reply buffer with one write, then waits until the
-// socket has taken every pending byte (the reader's too), and only then
-// releases the written requests from the busy count (Close waits for
-// replies to be on the socket). It reports false once the connection is
-// closed.
+// writes the whole reply buffer with one write, releases the written
+// requests from the busy count (as gnet's flush does once gnet has the
+// bytes: a client that stops reading then counts as idle, not busy), then
+// waits until the socket has taken every pending byte, the reader's too.
+// It reports false once the connection is closed.
 func (c *Conn) flushTLS() bool {
 	c.outMu.Lock()
 	if c.closed {
@@ -378,11 +378,11 @@ func (c *Conn) flushTLS() bool {
 	if len(buf) > 0 {
 		_, err = c.tls.tc.Write(buf)
 	}
+	c.held.Add(-int64(written))
+	c.srv.busy.Add(-int64(written))
 	if err == nil && c.tls.sock != nil {
 		err = c.tls.sock.flushPending()
 	}
-	c.held.Add(-int64(written))
-	c.srv.busy.Add(-int64(written))
 	if cap(buf) <= maxSpareReplyBuffer {
 		c.outMu.Lock()
 		if c.outSpare == nil {
