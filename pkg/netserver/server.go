@@ -520,19 +520,24 @@ func (c *Conn) readGnet(gc gnet.Conn, now time.Time) bool {
 		return false
 	}
 	consumed, _, ok := c.serveFrames(buf, now, false)
+	// What follows the whole frames: read before Discard, which may give
+	// buf (a copy gnet made from its pool) back.
+	rest, total, requestID := len(buf)-consumed, 0, uint64(0)
+	if ok && rest >= protocol.HeaderSize { // its header was checked by serveFrames
+		hb := buf[consumed:]
+		total, requestID = protocol.HeaderSize+int(binary.BigEndian.Uint32(hb[14:18])), binary.BigEndian.Uint64(hb[6:14])
+	}
 	_, _ = gc.Discard(consumed)
-	if !ok {
+	switch {
+	case !ok:
+		return false
+	case total > 0:
+		return c.keepPartial(gc, total, requestID)
+	case !c.holdSmall(rest):
+		c.refusePartial(0)
 		return false
 	}
-	rest := buf[consumed:]
-	if len(rest) < protocol.HeaderSize {
-		if !c.holdSmall(len(rest)) {
-			c.refusePartial(0)
-			return false
-		}
-		return true
-	}
-	return c.keepPartial(gc, protocol.HeaderSize+int(binary.BigEndian.Uint32(rest[14:18])), binary.BigEndian.Uint64(rest[6:14]))
+	return true
 }
 
 // keepPartial keeps the incomplete frame of total bytes that starts what
