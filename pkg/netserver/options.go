@@ -109,8 +109,9 @@ type Options struct {
 	// 20s; at least 10ms.
 	ReadRateWindow time.Duration
 	// MaxConnsPerIdentity bounds the open connections of one
-	// authenticated identity; one more is answered StatusBusy and closed.
-	// Default 1000.
+	// authenticated identity (with RequireAuth): one more is answered
+	// StatusBusy and closed (its CmdAuth), or closed after its handshake
+	// (its client certificate). Default 1000.
 	MaxConnsPerIdentity int
 }
 
