@@ -125,6 +125,9 @@ func (s *Server) tlsConnLoop(nc net.Conn) {
 		c.forget(false, nil)
 		return
 	}
+	if t.sock != nil {
+		t.sock.async = true
+	}
 	go c.tlsWriteLoop()
 	err := c.tlsReadLoop()
 	linger := err == nil && c.lingerAfter

@@ -21,6 +21,11 @@ type tlsSocket struct {
 	net.Conn // reads, deadlines, Close, blocking writes of the pending bytes
 	rc       syscall.RawConn
 	wake     func() // tells the writer goroutine pending has bytes
+	// async is set once the handshake is done and the writer goroutine
+	// runs; until then writes block (the handshake's own messages must
+	// reach the client before it answers, and nobody else would write
+	// what the socket did not take). Set before the writer starts.
+	async bool
 
 	mu       sync.Mutex
 	pending  []byte // bytes the socket has not taken, to write before any other
@@ -46,7 +51,11 @@ func newTLSSocket(nc net.Conn, wake func()) (*tlsSocket, error) {
 
 // Write takes all of p: written to the socket as far as it takes it now,
 // the rest kept for flushPending. It fails only after a write failed.
+// During the handshake it writes as net.Conn does.
 func (s *tlsSocket) Write(p []byte) (int, error) {
+	if !s.async {
+		return s.Conn.Write(p)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
