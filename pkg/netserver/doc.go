@@ -147,9 +147,11 @@
 // neither goroutine waits on a client that does not read, and
 // MaxOutboundBytes counts the unsent bytes as on gnet. Everything else is
 // the same API: Reply, ReplyAppend, inline handlers, Detach, AfterWrite,
-// Done, the limits, the drain on Close. ReplyRetained copies (crypto/tls
-// copies every byte into its records anyway) and Spin does not apply (Go's
-// scheduler spins before it parks a thread).
+// Done, the limits, the drain on Close. Differences: AfterWrite runs once
+// the reader has written the read's replies or handed them to the writer;
+// ReplyRetained copies (crypto/tls copies every byte into its records
+// anyway); Spin does not apply (Go's scheduler spins before it parks a
+// thread).
 //
 // The handshake runs on the connection's goroutine within
 // HandshakeTimeout, so a slow one holds up nobody; the config is used as
