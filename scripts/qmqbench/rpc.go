@@ -86,7 +86,7 @@ const (
 	rpcRoundLength     = 600 * time.Millisecond
 	rpcSyncRounds      = 3
 	rpcSyncRoundLength = 400 * time.Millisecond
-	rpcTLSRounds       = 6
+	rpcTLSRounds       = 10
 )
 
 // rpcServersEnv makes this binary run the suite's servers instead of a
