@@ -71,7 +71,7 @@ type Conn struct {
 	// principal; 0 makes the loop refresh it on the next request.
 	authVersion atomic.Uint64
 
-	held     atomic.Int64
+	held     atomic.Int64 // see Accounting above
 	received atomic.Int64 // bytes read so far (the sweep's measure of progress)
 	framing  atomic.Bool  // part of a frame is held (a frame is in progress)
 
