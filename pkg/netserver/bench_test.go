@@ -3,7 +3,6 @@ package netserver
 import (
 	"bufio"
 	"io"
-	"net"
 	"strconv"
 	"testing"
 
@@ -12,15 +11,20 @@ import (
 
 // BenchmarkServer_Pipelined writes batches of 128 ping requests on one
 // connection and reads the 128 replies, through the inline ping and through
-// an off-loop handler, for several body sizes.
-func BenchmarkServer_Pipelined(b *testing.B) {
+// an off-loop handler, for several body sizes; BenchmarkServer_PipelinedTLS
+// does the same over TLS.
+func BenchmarkServer_Pipelined(b *testing.B) { benchPipelinedSizes(b, false) }
+
+func BenchmarkServer_PipelinedTLS(b *testing.B) { benchPipelinedSizes(b, true) }
+
+func benchPipelinedSizes(b *testing.B, overTLS bool) {
 	for _, size := range []int{64, 1024, 16 << 10} {
 		for _, offLoop := range []bool{false, true} {
 			name := "inline"
 			if offLoop {
 				name = "handler"
 			}
-			b.Run(name+"/"+byteSize(size), func(b *testing.B) { benchPipelined(b, size, offLoop) })
+			b.Run(name+"/"+byteSize(size), func(b *testing.B) { benchPipelined(b, size, offLoop, overTLS) })
 		}
 	}
 }
@@ -32,17 +36,17 @@ func byteSize(n int) string {
 	return strconv.Itoa(n) + "B"
 }
 
-func benchPipelined(b *testing.B, size int, offLoop bool) {
+func benchPipelined(b *testing.B, size int, offLoop, overTLS bool) {
 	mux := NewMux()
 	if offLoop {
 		mux.HandleFunc(protocol.CmdPing, Ping)
 	}
-	s := startServer(b, Options{}, mux)
-	nc, err := net.Dial("tcp", s.Addr().String())
-	if err != nil {
-		b.Fatal(err)
+	var before []func(*Server)
+	if overTLS {
+		before = append(before, withTLS(b))
 	}
-	defer nc.Close()
+	s := startServer(b, Options{}, mux, before...)
+	nc := dial(b, s).Conn
 	const window = 128
 	var batch []byte
 	body := make([]byte, size)
@@ -61,5 +65,35 @@ func benchPipelined(b *testing.B, size int, offLoop bool) {
 		if _, err := io.ReadFull(br, reply); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkServer_RequestAtATime sends one ping and waits for its echo,
+// over plaintext and over TLS.
+func BenchmarkServer_RequestAtATime(b *testing.B) {
+	for _, overTLS := range []bool{false, true} {
+		name := "plain"
+		if overTLS {
+			name = "tls"
+		}
+		b.Run(name, func(b *testing.B) {
+			var before []func(*Server)
+			if overTLS {
+				before = append(before, withTLS(b))
+			}
+			s := startServer(b, Options{}, NewMux(), before...)
+			c := dial(b, s)
+			frame := protocol.AppendRequest(nil, protocol.CmdPing, 1, make([]byte, 64))
+			reply := make([]byte, len(frame))
+			b.ResetTimer()
+			for range b.N {
+				if _, err := c.Write(frame); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(c.br, reply); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -2,7 +2,6 @@ package netserver
 
 import (
 	"encoding/binary"
-	"github.com/qmq-go/qmq/pkg/auth"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -11,6 +10,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 	"go.uber.org/zap"
 
+	"github.com/qmq-go/qmq/pkg/auth"
 	"github.com/qmq-go/qmq/pkg/busypoll"
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
@@ -38,30 +38,66 @@ type retainedBody struct {
 // Conn is the server side of one client connection. Its exported methods
 // are safe for concurrent use.
 //
+// A connection's loop is the goroutine that reads it: its gnet event loop,
+// or, with TLS, its reader goroutine (tls.go). Both run the same framing
+// (serveFrames) and keep the same loop state.
+//
 // Accounting: held counts the connection's requests that were handed to the
-// handler and whose replies are not yet written (a one-way request counts
-// until its Serve returned). It changes only on the event loop: OnTraffic
-// adds each batch, flush subtracts the replies it wrote, OnClose subtracts
-// the rest. The server's busy count is the sum of held over open
-// connections, so a graceful Close waits on it. Replies add to unwritten
-// under outMu; flush takes that number with the bytes.
+// handler (or to CmdAuth's goroutine) and whose replies are not yet written
+// (a one-way request counts until its Serve returned): the loop adds each
+// batch, flush subtracts the replies it wrote (on the loop with gnet, on
+// the writer goroutine with TLS), closing subtracts the rest. The server's
+// busy count is the sum of held over open connections, so a graceful Close
+// waits on it. Replies add to unwritten under outMu; flush takes that
+// number with the bytes.
 type Conn struct {
 	id     uint64
 	remote string
-	gc     gnet.Conn // off the loop only AsyncWritev and Close are used
+	gc     gnet.Conn // gnet only; off the loop only AsyncWritev and Close are used
+	tls    *tlsConn  // TLS only
 	srv    *Server
 	done   chan struct{}
 
 	reasonLogged atomic.Bool // the server logged why it closes the connection
 
-	principal atomic.Pointer[auth.Principal] // who the connection is; nil: auth.Open
+	// principal is who the connection is (nil: auth.Open without
+	// RequireAuth, nobody with it). identity is the key it is counted
+	// under in the server's identityConns, guarded by their mutex.
+	principal    atomic.Pointer[auth.Principal]
+	identity     string
+	authFailures atomic.Int32 // failed CmdAuth requests
+	authBusy     atomic.Bool  // a CmdAuth is being checked
+	// authVersion is Auth.Version() when the loop last refreshed the
+	// principal; 0 makes the loop refresh it on the next request.
+	authVersion atomic.Uint64
 
-	// Event-loop state.
-	held      int
-	loopConns *atomic.Int32 // open connections of the connection's loop (Spin)
-	fd        int           // the socket, for Spin
-	inline    Request       // the request passed to inline handlers
-	loopOut   []byte        // replies made on the loop, written at the end of OnTraffic
+	held     atomic.Int64 // see Accounting above
+	received atomic.Int64 // bytes read so far (the sweep's measure of progress)
+	framing  atomic.Bool  // part of a frame is held (a frame is in progress)
+
+	// Sweep state (sweep.go), touched only by the sweep goroutine.
+	sweepReceived int64     // received when the sweep last looked
+	sweepActive   time.Time // when the sweep last saw bytes or requests in flight
+	rateFrom      time.Time // start of the MinReadRate window (zero: no frame in progress)
+	rateBytes     int64     // received at rateFrom
+	rateSeen      int64     // bytes received in the window that was too slow
+	sweepClosed   bool      // the sweep closed the connection
+	// lingerSince is when a refused gnet connection began lingering
+	// (unix nanoseconds; 0: it is not), for the sweep.
+	lingerSince atomic.Int64
+
+	// Loop state.
+	smallHeld int64       // what the small incomplete frame counts in partialBytes
+	large     *largeFrame // a large frame in progress
+	buffered  int         // bytes gnet kept after the last read (gnet only)
+	// lingerAfter: the loop refused the connection, which lingers before
+	// it closes (linger.go); discarding: it lingers (gnet only).
+	lingerAfter bool
+	discarding  bool
+	loopConns   *atomic.Int32 // open connections of the connection's loop (Spin)
+	fd          int           // the socket, for Spin
+	inline      Request       // the request passed to inline handlers
+	loopOut     []byte        // replies made on the loop, written at the end of OnTraffic
 	// afterWrite is work inline handlers left for after that write
 	// (Request.AfterWrite), run in order once it is made.
 	afterWrite []AfterWriter
@@ -83,6 +119,7 @@ type Conn struct {
 	flushQueued bool // a flush task is queued on the event loop
 	corks       int  // batches running (serveLoop); the last to end flushes
 	closed      bool
+	closeAfter  string // close once the replies queued so far are written, for this reason
 	// ReplyRetained's bodies between out's bytes, the bytes they add, and
 	// the callbacks to run once the flush wrote them (their spares).
 	retained      []retainedBody
@@ -92,17 +129,24 @@ type Conn struct {
 	spareReleases []func()
 }
 
+// newConn returns the state of a connection gnet accepted.
 func newConn(s *Server, gc gnet.Conn) *Conn {
+	c := newConnState(s, gc.RemoteAddr().String())
+	c.gc = gc
+	c.flushFn = c.flush
+	c.fd = gc.Fd()
+	return c
+}
+
+// newConnState returns what a connection has on either path.
+func newConnState(s *Server, remote string) *Conn {
 	c := &Conn{
 		id:     s.nextConnID.Add(1),
-		remote: gc.RemoteAddr().String(),
-		gc:     gc,
+		remote: remote,
 		srv:    s,
 		done:   make(chan struct{}),
 	}
-	c.flushFn = c.flush
 	c.inline.onLoop = true
-	c.fd = gc.Fd()
 	return c
 }
 
@@ -245,7 +289,8 @@ func (c *Conn) replyOnLoop(requestID uint64, status protocol.Status, body [][]by
 // flush is queued, unless the serve goroutine will queue one at the end of
 // its batch. With release set (ReplyRetained) body slices of
 // minRetainedBody bytes or more are kept, not copied, and release runs once
-// the flush wrote them (or the reply is dropped).
+// the flush wrote them (or the reply is dropped). A TLS connection copies
+// them (its writes go through crypto/tls, which copies anyway).
 func (c *Conn) reply(requestID uint64, status protocol.Status, body [][]byte, release func()) {
 	status, body, n := c.replyBody(requestID, status, body)
 	c.outMu.Lock()
@@ -259,7 +304,7 @@ func (c *Conn) reply(requestID uint64, status protocol.Status, body [][]byte, re
 	c.out = appendResponseHeader(c.out, status, requestID, n)
 	kept := false
 	for _, b := range body {
-		if release != nil && len(b) >= minRetainedBody && len(c.retained) < maxRetainedBodies {
+		if release != nil && c.tls == nil && len(b) >= minRetainedBody && len(c.retained) < maxRetainedBodies {
 			c.retained = append(c.retained, retainedBody{at: len(c.out), body: b})
 			c.retainedBytes += len(b)
 			kept = true
@@ -314,9 +359,14 @@ func appendResponseHeader(dst []byte, status protocol.Status, requestID uint64, 
 	return binary.BigEndian.AppendUint32(dst, uint32(n))
 }
 
-// queueFlush asks the event loop to write the reply buffer. It is called
-// outside outMu with flushQueued just set.
+// queueFlush asks the event loop (with TLS, the writer goroutine) to
+// write the reply buffer. It is called outside outMu with flushQueued just
+// set.
 func (c *Conn) queueFlush() {
+	if c.tls != nil {
+		c.tls.wakeWriter()
+		return
+	}
 	if err := c.gc.AsyncWritev(nil, c.flushFn); err != nil {
 		// The engine is stopping; its close of the connection drops the rest.
 		c.outMu.Lock()
@@ -341,8 +391,9 @@ func (c *Conn) flush(gc gnet.Conn, err error) error {
 	c.retained, c.retainedBytes, c.spareRetained = c.spareRetained[:0], 0, nil
 	c.releases, c.spareReleases = c.spareReleases[:0], nil
 	c.flushQueued = false
+	closeAfter := c.closeAfter
 	c.outMu.Unlock()
-	c.held -= written
+	c.held.Add(-int64(written))
 	c.srv.busy.Add(-int64(written))
 	if len(retained) > 0 {
 		// One writev of the buffer's stretches and the kept bodies between
@@ -375,6 +426,9 @@ func (c *Conn) flush(gc gnet.Conn, err error) error {
 		_, _ = gc.Write(buf)
 	}
 	if len(buf) == 0 {
+		if closeAfter != "" {
+			c.closeWithReason(closeAfter)
+		}
 		return nil
 	}
 	if cap(buf) <= maxSpareReplyBuffer {
@@ -387,22 +441,60 @@ func (c *Conn) flush(gc gnet.Conn, err error) error {
 	if n := gc.OutboundBuffered(); n > c.srv.opts.MaxOutboundBytes {
 		c.closeWithReason("unsent replies over MaxOutboundBytes (the client does not read)",
 			zap.Int("unsent", n), zap.Int("limit", c.srv.opts.MaxOutboundBytes))
+	} else if closeAfter != "" {
+		c.closeWithReason(closeAfter)
 	}
 	return nil
 }
 
-// closeReason logs why the server closes the connection.
+// closeReason logs why the server closes the connection (at most
+// closeLogBurst lines at once and closeLogRate a second per server; the
+// next line let through says how many were left out).
 func (c *Conn) closeReason(reason string, fields ...zap.Field) {
 	c.reasonLogged.Store(true)
-	c.srv.lg.Warn("closing connection", append([]zap.Field{
-		zap.Uint64("conn", c.id), zap.String("remote", c.remote), zap.String("reason", reason)}, fields...)...)
+	ok, dropped := c.srv.closeLog.allow()
+	if !ok {
+		return
+	}
+	fields = append([]zap.Field{zap.Uint64("conn", c.id), zap.String("remote", c.remote), zap.String("reason", reason)}, fields...)
+	if dropped > 0 {
+		fields = append(fields, zap.Int("unloggedBefore", dropped))
+	}
+	c.srv.lg.Warn("closing connection", fields...)
 }
 
 // closeWithReason logs why the server closes the connection and closes it;
 // it may be called from any goroutine.
 func (c *Conn) closeWithReason(reason string, fields ...zap.Field) {
 	c.closeReason(reason, fields...)
+	c.close()
+}
+
+// close closes the connection without logging; any goroutine may call it.
+func (c *Conn) close() {
+	if c.tls != nil {
+		c.tls.closeSocket()
+		return
+	}
 	_ = c.gc.Close()
+}
+
+// closeAfterReplies closes the connection, for reason, once the replies
+// queued so far are written (the answer to a third failed CmdAuth). It
+// may be called from any goroutine.
+func (c *Conn) closeAfterReplies(reason string) {
+	c.outMu.Lock()
+	if c.closed {
+		c.outMu.Unlock()
+		return
+	}
+	c.closeAfter = reason
+	queue := !c.flushQueued
+	c.flushQueued = true
+	c.outMu.Unlock()
+	if queue {
+		c.queueFlush()
+	}
 }
 
 // markClosed runs in OnClose, on the event loop: later replies are
@@ -422,7 +514,6 @@ func (c *Conn) markClosed() {
 	for _, release := range releases {
 		release() // replies never written
 	}
-	c.srv.busy.Add(-int64(c.held))
-	c.held = 0
+	c.srv.busy.Add(-c.held.Swap(0))
 	close(c.done)
 }

@@ -1,6 +1,9 @@
 // Package netserver is the TCP server every QMQ-Go server runs on: a gnet v2
 // event loop that frames pkg/protocol requests, hands them to a Handler off
-// the loop, and writes the handler's replies, coalesced.
+// the loop, and writes the handler's replies, coalesced. With TLS it serves
+// each connection on goroutines of its own instead of gnet, with the same
+// API and framing (see TLS). It authenticates connections (Authentication)
+// and bounds what a client can make it hold (Limits).
 //
 // # Use
 //
@@ -27,9 +30,11 @@
 // OnTraffic runs once per socket read and splits every whole frame out of
 // the inbound buffer (a frame left behind would wait for the client's next
 // bytes). Until the first frame is whole it looks at that frame's header
-// only, so a large frame arriving over many reads is not copied again on
-// each read. The read's frames are checked on the loop and copied out of
-// gnet's buffer into one block (consecutive frames with one copy); the
+// only, so a frame arriving over many reads is not copied again on each
+// read; one larger than ReadBufferSize is moved out of gnet's buffer into
+// chunks as it comes (see Limits). The read's frames are checked on the
+// loop and copied out of gnet's buffer into one block (consecutive frames
+// with one copy); the
 // block goes to the connection's serve goroutine, which builds the Request
 // values (each Body points into the block and its capacity ends at its
 // length; a handler that keeps one request keeps that read's block alive),
@@ -90,17 +95,119 @@
 //
 // A frame with a bad magic, an unknown version or flags, or a body over
 // MaxFrameSize closes the connection, as does a response frame sent by a
-// client; an unknown command is the handler's to answer (Mux answers
-// StatusUnknownCommand and the connection stays open). A connection whose
-// unsent replies pass MaxOutboundBytes (a client that does not read) is
-// closed, and so is a connection over MaxConns as soon as it is accepted.
-// A request beyond MaxInFlight unanswered requests on its connection is
-// answered StatusBusy on the loop. Every close the server decides is logged
-// at warn level as "closing connection" with the connection id, remote
-// address and a reason; a client that leaves in the middle of a frame is
-// logged the same way. The event loop never blocks, so other connections
-// are unaffected. A handler that panics is logged with its stack and its
-// request answered StatusInternal; the server keeps running.
+// client (a TLS ClientHello on a plaintext port is named as such in the
+// log: "TLS handshake on a plaintext port"); an unknown command is the
+// handler's to answer (Mux answers StatusUnknownCommand and the connection
+// stays open). Every close the server decides is logged at warn level as
+// "closing connection" with the connection id, remote address and a
+// reason (at most 50 lines at once and 20 a second; the next line says
+// how many were left out); a client that leaves in the middle of a frame
+// is logged the same way. The event loop never blocks, so other
+// connections are unaffected. A handler that panics is logged with its
+// stack and its request answered StatusInternal; the server keeps running.
+//
+//	setting              default   past it
+//	MaxConns             10000     a new connection is closed as soon as it is accepted
+//	MaxConnsPerIdentity  1000      one more connection of an identity: StatusBusy, closed
+//	MaxInFlight          4096      a request on a connection is answered StatusBusy on the loop
+//	MaxOutboundBytes     64 MiB    unsent replies (a client that does not read): closed
+//	MaxFrameSize         16 MiB    closed (malformed frame)
+//	MaxPartialBytes      256 MiB   the connection that would grow it: StatusBusy, closed
+//	IdleTimeout          10 min    no request in progress or in flight, no bytes: closed
+//	MinReadRate          4 KiB/s   a frame in progress slower over ReadRateWindow (20 s): closed
+//	HandshakeTimeout     10 s      a TLS handshake not done: closed
+//
+// MaxPartialBytes bounds the memory of frames that have not fully arrived,
+// over all connections (partial.go): a small one waits in the read buffer;
+// a large one (over ReadBufferSize) is moved at once into chunks mapped
+// outside the Go heap, counted chunk by chunk as its bytes come, copied
+// onto the heap once whole, and its chunks are unmapped (beyond a small
+// reserve) as soon as it is served or its connection closes, so the memory
+// returns to the system at once. A connection refused while still sending
+// lingers a second, its answer written and its side shut down, discarding
+// what comes, so that a reset does not overtake the answer (linger.go).
+// IdleTimeout, MinReadRate and lingering are enforced by one sweep
+// goroutine, every quarter of the shortest of them (5 to 250 ms): the
+// loops only count bytes and requests, nothing per request. A sweep that
+// comes late (the process stalled) starts the read-rate windows over.
+//
+// # TLS
+//
+// With Options.TLS the server listens through crypto/tls and each
+// connection has two goroutines. Its reader is the connection's loop: it
+// reads (a TLS read returns one record, at most 16 KiB), frames with the
+// same code as OnTraffic (serveFrames), serves inline handlers, hands
+// batches to the serve workers, and hands on the replies made on the loop;
+// a frame larger than ReadBufferSize is read straight into its chunks.
+// Its writer writes the reply buffer: all replies waiting, one TLS write.
+// A read of a few requests with nothing waiting for the writer is answered
+// by the reader itself, so a request-at-a-time client gets its answer
+// without a hand-off between goroutines; the socket's writes never block
+// (tlsSocket: what the socket does not take waits for the writer), so
+// neither goroutine waits on a client that does not read, and
+// MaxOutboundBytes counts the unsent bytes as on gnet. Everything else is
+// the same API: Reply, ReplyAppend, inline handlers, Detach, AfterWrite,
+// Done, the limits, the drain on Close. Differences: AfterWrite runs once
+// the reader has written the read's replies or handed them to the writer;
+// ReplyRetained copies (crypto/tls copies every byte into its records
+// anyway); Spin does not apply (Go's scheduler spins before it parks a
+// thread).
+//
+// The handshake runs on the connection's goroutine within
+// HandshakeTimeout, so a slow one holds up nobody; the config is used as
+// it is at each handshake, so GetCertificate or GetConfigForClient reload
+// certificates. A failed handshake (a plaintext client, an unknown CA, an
+// expired certificate) closes the connection, is counted in
+// Stats.HandshakeFailures and logged at most 2 lines a second after a
+// burst of 5. The server closes a TLS connection without close_notify
+// (that is a write, which could block).
+//
+// Why not gnet with kernel TLS after a crypto/tls handshake: gnet has no
+// TLS and its author plans none; kTLS needs the session's keys, IVs and
+// record sequence numbers, which crypto/tls does not expose (only a debug
+// key log, and a TLS 1.3 server has already sent session tickets under the
+// traffic keys when the handshake returns); kTLS delivers a record that is
+// not application data (an alert such as close_notify, a KeyUpdate or a
+// ticket) only to recvmsg with a control message and fails a plain read
+// with EIO, and gnet reads with read(2) and has no hook for control
+// messages, so such records would break connections or need a TLS state
+// machine outside crypto/tls; key updates need a recent kernel; and the
+// tls module, its ciphers and its offload vary by host. crypto/tls is
+// built for a goroutine per connection, which is what Go's netpoller
+// serves well; plaintext keeps gnet, unchanged.
+//
+// # Authentication
+//
+// Options.Auth (an *auth.Authority) checks credentials; without
+// RequireAuth every connection is auth.Open, and CmdAuth is answered (with
+// the identity it names, or auth.Open's without Auth) but changes nothing.
+// With RequireAuth a connection has no identity until a verified TLS
+// client certificate names one (a qmq:// URI SAN, at the handshake) or
+// CmdAuth succeeds. Until then every request but CmdPing and CmdAuth is
+// answered StatusUnauthenticated on the loop and never reaches the
+// handler. netserver serves CmdAuth itself, off the loop (a secret's hash
+// is slow), one at a time per connection: protocol.AuthResponse, or
+// StatusUnauthenticated whether the name or the secret was wrong; the
+// third failure closes the connection once answered. Handlers check
+// Conn.Principal() and refuse with Request.Refuse (StatusForbidden).
+// Once per read, with RequireAuth, the loop compares Auth.Version() with
+// the version it last saw; when it moved, the connection's principal is
+// refreshed before the read's requests are served: new grants apply from
+// the next request, and a removed or disabled identity is dropped (its
+// requests are refused until CmdAuth succeeds again). Refusals are counted
+// in Stats and logged at most 2 lines a second after a burst of 5, with
+// the identity, remote address, command and reason; secrets never are.
+//
+// # Exposure
+//
+// A server refuses to listen on a non-loopback address (any host but
+// 127.0.0.0/8, ::1 and localhost, an empty host included) without both TLS
+// and RequireAuth, unless Options.Insecure: New fails with an error
+// wrapping ErrInsecureListener that names the address and what is
+// missing. pkg/exposure holds the rule for the other listeners (the
+// operations and admin HTTP servers). CmdAuth carries a secret, so a
+// server that requires authentication takes it in the clear only where
+// the rule lets it run without TLS: on loopback, or insecure.
 //
 // # Shutdown
 //
@@ -144,31 +251,17 @@
 // answered read when the next request does not come; a connection whose
 // last 8 spins all missed (a client far away, or one that sends rarely)
 // stops spinning and tries again once every 64 answered reads, so it costs
-// a few spins, not one per request.
-//
-// Measured (interleaved rounds of the sync suite's workload, 12 rounds of
-// 1 s each for each server, fresh nsqd, load average ~1): ours against
-// nsqd 1.055 without the spin, 1.108 with it (spin/none 1.05); the same
-// polling put into gnet's own loop instead (an experiment on a local copy)
-// gave 1.08 over none. Pinning the broker to one CPU and the clients to the
-// other (taskset, an experiment) had given ours/nsqd 1.080 against 0.978
-// unpinned: what separated the two servers was where and how the server
-// waited, not the work of a request.
+// a few spins, not one per request. (Measurements: NOTES.md.)
 //
 // # Design notes
 //
 //   - One event loop per four CPUs by default (Options.EventLoops). The loop
 //     only frames bytes and writes replies; handlers run on other
-//     goroutines. On the 2-core machine the rpc bench ran slower with two
-//     loops than with one.
-//   - The cost of the off-loop path is its two hand-offs, not the copying:
-//     on the shared 2-core machine a batch of 128 pings spent about 20 µs
-//     waiting to be scheduled between goroutines (the handler path reached
-//     about 0.75 of the plain net server's pipelined rate, the inline ping
-//     about 1.0; see scripts/qmqbench/rpc.go). A handler whose work is
-//     itself a non-blocking hand-off (decode, then push into a queue with a
-//     select/default, replying later) may register with HandleInline and
-//     skip both.
+//     goroutines (on the 2-core machine two loops were slower than one).
+//   - The cost of the off-loop path is its two hand-offs, not the copying
+//     (NOTES.md). A handler whose work is itself a non-blocking hand-off
+//     (decode, then push into a queue with a select/default, replying
+//     later) may register with HandleInline and skip both.
 //   - Keep-alive (Options.TCPKeepAlive) is set on each connection in OnOpen,
 //     not with gnet.WithTCPKeepAlive: with that option gnet v2.9.7 sets it on
 //     the listener's descriptor even after a failed bind has closed it, so
@@ -193,13 +286,8 @@
 //   - Each time a gnet v2.9.7 loop runs out of events it polls once more
 //     and calls runtime.Gosched before it blocks; with an idle P that wakes
 //     a second OS thread (a futex, and an IPI to an idle vCPU) which finds
-//     nothing to do. With one request in flight that is once per request:
-//     against nsqd, a local copy of gnet without the call (an experiment,
-//     never used) ran the sync suite's workload 8% faster, and GOMAXPROCS=1
-//     (no idle P) 4.5% faster. No gnet option avoids it (WithLockOSThread
-//     is slower still: every Gosched then hands the loop between threads).
-//     Measured again later (20 and 12 interleaved rounds), the copy without
-//     the call ran at 0.975 and 0.94 of the unchanged loop: the second
-//     thread's spin also keeps a vCPU awake. Spin (above) takes the wake-up
-//     out of the way instead.
+//     nothing to do, once per request with one request in flight. No gnet
+//     option avoids it, and a local copy of gnet without the call did not
+//     stay faster (NOTES.md); Spin (above) takes the wake-up out of the way
+//     instead.
 package netserver

@@ -1,6 +1,10 @@
 package netserver
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/qmq-go/qmq/pkg/exposure"
+)
 
 var (
 	// ErrInvalidOptions: an Options field cannot work; the message names it.
@@ -11,4 +15,9 @@ var (
 	ErrAlreadyStarted = errors.New("netserver: already started")
 	// ErrServerClosed: Start was called after Close.
 	ErrServerClosed = errors.New("netserver: server closed")
+	// ErrInsecureListener: Options.Addr is not a loopback address and the
+	// server has no TLS or does not require authentication, and Insecure
+	// is not set; the message names the address and what is missing. It
+	// is exposure.ErrInsecureListener, which other listeners share.
+	ErrInsecureListener = exposure.ErrInsecureListener
 )

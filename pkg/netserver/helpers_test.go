@@ -3,6 +3,7 @@ package netserver
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -44,6 +45,9 @@ func startServer(t testing.TB, opts Options, h Handler, before ...func(*Server))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if tlsMode {
+		before = append([]func(*Server){withTLS(t)}, before...)
+	}
 	for _, f := range before {
 		f(s)
 	}
@@ -54,6 +58,11 @@ func startServer(t testing.TB, opts Options, h Handler, before ...func(*Server))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = s.Close(ctx)
+		if t.Failed() { // what the server said, to tell why
+			for _, e := range logs.FilterLevelExact(zapcore.WarnLevel).All() {
+				t.Logf("server warned %q %v", e.Message, e.ContextMap())
+			}
+		}
 	})
 	return &testServer{Server: s, logs: logs}
 }
@@ -89,14 +98,71 @@ type rawConn struct {
 	br *bufio.Reader
 }
 
+// dial connects to s: over TLS (clientTLS, no client certificate) when s
+// serves TLS.
 func dial(t testing.TB, s *testServer) *rawConn {
 	t.Helper()
+	if s.opts.TLS != nil {
+		return dialTLS(t, s, clientTLS(t))
+	}
 	nc, err := net.DialTimeout("tcp", s.Addr().String(), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
 	return &rawConn{Conn: nc, br: bufio.NewReader(nc)}
+}
+
+// tryDial connects to s as dial does, returning the error; the caller
+// closes the connection.
+func tryDial(s *testServer) (*rawConn, error) {
+	if s.opts.TLS != nil {
+		return tryDialTLS(s, &tls.Config{RootCAs: pkiCA.pool})
+	}
+	nc, err := net.DialTimeout("tcp", s.Addr().String(), 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return &rawConn{Conn: nc, br: bufio.NewReader(nc)}, nil
+}
+
+// dialTLS connects to s with cfg and completes the handshake.
+func dialTLS(t testing.TB, s *testServer, cfg *tls.Config) *rawConn {
+	t.Helper()
+	c, err := tryDialTLS(s, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func tryDialTLS(s *testServer, cfg *tls.Config) (*rawConn, error) {
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	tc, err := tls.DialWithDialer(d, "tcp", s.Addr().String(), cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &rawConn{Conn: tc, br: bufio.NewReader(tc)}, nil
+}
+
+// tcp returns the TCP connection under c.
+func (c *rawConn) tcp() *net.TCPConn {
+	if tc, ok := c.Conn.(*tls.Conn); ok {
+		return tc.NetConn().(*net.TCPConn)
+	}
+	return c.Conn.(*net.TCPConn)
+}
+
+// closeWrite ends the client's side of the stream (TLS: close_notify).
+func (c *rawConn) closeWrite() error {
+	switch nc := c.Conn.(type) {
+	case *tls.Conn:
+		return nc.CloseWrite()
+	case *net.TCPConn:
+		return nc.CloseWrite()
+	}
+	return nil
 }
 
 func (c *rawConn) send(t testing.TB, b []byte) {
@@ -143,7 +209,9 @@ func (c *rawConn) waitClosed(t testing.TB) {
 	if errors.As(err, &ne) && ne.Timeout() {
 		t.Fatal("the server did not close the connection")
 	}
-	if err != nil && !errors.Is(err, net.ErrClosed) && !isReset(err) {
+	// (Over TLS a connection closed in the middle of a record, its unsent
+	// replies dropped, ends with io.ErrUnexpectedEOF.)
+	if err != nil && !errors.Is(err, net.ErrClosed) && !isReset(err) && !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("read: %v", err)
 	}
 }

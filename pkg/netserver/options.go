@@ -1,13 +1,34 @@
 package netserver
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"runtime"
 	"time"
 
+	"github.com/qmq-go/qmq/pkg/auth"
+	"github.com/qmq-go/qmq/pkg/exposure"
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
+
+// Authenticator is what a server checks connections against;
+// *auth.Authority is one. Its methods are called concurrently.
+type Authenticator interface {
+	// Authenticate checks a CmdAuth credential (slow: a server calls it
+	// off the event loop).
+	Authenticate(name, secret string) (*auth.Principal, error)
+	// Certificate names the identity of a verified TLS client certificate.
+	Certificate(cert *x509.Certificate) (*auth.Principal, error)
+	// Refresh returns what p is under the current policy, or an error when
+	// its identity was removed or disabled.
+	Refresh(p *auth.Principal) (*auth.Principal, error)
+	// Version is the current policy's version; a change makes every
+	// connection refresh its principal on its next request. It must be
+	// cheap (an atomic load).
+	Version() uint64
+}
 
 // Options configure a Server. A zero field takes the default written next to
 // it; Validate rejects values that cannot work.
@@ -45,6 +66,53 @@ type Options struct {
 	// it read, before going back to wait in the kernel (see "Spin" in
 	// doc.go). Negative turns it off. Default 30µs; at most 1ms.
 	Spin time.Duration
+
+	// TLS, when set, makes the server speak TLS: it listens through
+	// crypto/tls and serves each connection on goroutines of its own
+	// instead of gnet (see "TLS" in doc.go). The config is used for every
+	// handshake as it is then, so certificates are reloaded by the
+	// config's GetCertificate or GetConfigForClient. Client certificates
+	// name identities when ClientAuth verifies them
+	// (tls.VerifyClientCertIfGiven or RequireAndVerifyClientCert with
+	// ClientCAs). Default nil: plaintext.
+	TLS *tls.Config
+	// HandshakeTimeout bounds a TLS handshake. Default 10s.
+	HandshakeTimeout time.Duration
+	// Auth checks credentials (CmdAuth) and client certificates, and
+	// refreshes identities when its policy changes. Default nil: CmdAuth
+	// is answered with the open identity.
+	Auth Authenticator
+	// RequireAuth refuses every request but CmdPing and CmdAuth with
+	// StatusUnauthenticated until the connection has an identity (see
+	// "Authentication" in doc.go). It needs Auth. Default false: every
+	// connection runs as auth.Open.
+	RequireAuth bool
+	// Insecure lets the server listen on a non-loopback address without
+	// TLS and RequireAuth (see "Exposure" in doc.go). Default false.
+	Insecure bool
+	// MaxPartialBytes bounds the bytes the server holds in incomplete
+	// frames over all its connections; a connection that would take it
+	// past the bound is answered StatusBusy and closed. It must be at
+	// least MaxFrameSize. Default 256 MiB.
+	MaxPartialBytes int64
+	// IdleTimeout closes a connection that has had no request in
+	// progress, nothing in flight and no bytes for this long. Negative
+	// turns it off. Default 10 minutes (clients close idle connections
+	// after 5).
+	IdleTimeout time.Duration
+	// MinReadRate is the slowest a frame in progress may arrive, in bytes
+	// per second, measured over ReadRateWindow; a slower connection (a
+	// slowloris, or a header and then nothing) is closed. Negative turns
+	// it off. Default 4096.
+	MinReadRate int
+	// ReadRateWindow is the span MinReadRate is measured over. Default
+	// 20s; at least 10ms.
+	ReadRateWindow time.Duration
+	// MaxConnsPerIdentity bounds the open connections of one
+	// authenticated identity (with RequireAuth): one more is answered
+	// StatusBusy and closed (its CmdAuth), or closed after its handshake
+	// (its client certificate). Default 1000.
+	MaxConnsPerIdentity int
 }
 
 // Defaults used for zero Options fields.
@@ -57,6 +125,14 @@ const (
 	DefaultTCPKeepAlive     = time.Minute
 	DefaultSpin             = 30 * time.Microsecond
 	MaxSpin                 = time.Millisecond // the longest Spin Validate accepts
+
+	DefaultHandshakeTimeout    = 10 * time.Second
+	DefaultMaxPartialBytes     = 256 << 20
+	DefaultIdleTimeout         = 10 * time.Minute
+	DefaultMinReadRate         = 4096
+	DefaultReadRateWindow      = 20 * time.Second
+	MinReadRateWindow          = 10 * time.Millisecond // the shortest ReadRateWindow Validate accepts
+	DefaultMaxConnsPerIdentity = 1000
 )
 
 // withDefaults returns o with every zero field set to its default.
@@ -88,6 +164,24 @@ func (o Options) withDefaults() Options {
 	if o.Spin == 0 {
 		o.Spin = DefaultSpin
 	}
+	if o.HandshakeTimeout == 0 {
+		o.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if o.MaxPartialBytes == 0 {
+		o.MaxPartialBytes = DefaultMaxPartialBytes
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.MinReadRate == 0 {
+		o.MinReadRate = DefaultMinReadRate
+	}
+	if o.ReadRateWindow == 0 {
+		o.ReadRateWindow = DefaultReadRateWindow
+	}
+	if o.MaxConnsPerIdentity == 0 {
+		o.MaxConnsPerIdentity = DefaultMaxConnsPerIdentity
+	}
 	return o
 }
 
@@ -113,6 +207,20 @@ func (o Options) Validate() error {
 		return fmt.Errorf("%w: ReadBufferSize %d is negative", ErrInvalidOptions, o.ReadBufferSize)
 	case o.Spin > MaxSpin:
 		return fmt.Errorf("%w: Spin %v is over %v (the loop serves nothing else meanwhile)", ErrInvalidOptions, o.Spin, MaxSpin)
+	case o.HandshakeTimeout < 0:
+		return fmt.Errorf("%w: HandshakeTimeout %v is negative", ErrInvalidOptions, o.HandshakeTimeout)
+	case o.RequireAuth && o.Auth == nil:
+		return fmt.Errorf("%w: RequireAuth without Auth (nothing to check identities against)", ErrInvalidOptions)
+	case o.MaxPartialBytes < int64(o.MaxFrameSize):
+		return fmt.Errorf("%w: MaxPartialBytes %d is under MaxFrameSize %d (a frame of the largest size could never arrive)",
+			ErrInvalidOptions, o.MaxPartialBytes, o.MaxFrameSize)
+	case o.ReadRateWindow < MinReadRateWindow:
+		return fmt.Errorf("%w: ReadRateWindow %v is under %v", ErrInvalidOptions, o.ReadRateWindow, MinReadRateWindow)
+	case o.MaxConnsPerIdentity < 0:
+		return fmt.Errorf("%w: MaxConnsPerIdentity %d is negative", ErrInvalidOptions, o.MaxConnsPerIdentity)
+	}
+	if err := exposure.Check(o.Addr, o.TLS != nil, o.RequireAuth, o.Insecure); err != nil {
+		return fmt.Errorf("netserver: %w", err)
 	}
 	return nil
 }

@@ -108,8 +108,8 @@ func (r *Request) AfterWrite(w AfterWriter) {
 // Detach lets an inline handler answer later: it returns a Request that
 // owns a copy of the body, may be answered from any goroutine, and counts as
 // in flight like a request served off the loop (Close waits for it); the
-// inline request itself counts as answered by it. Call it on the event loop,
-// before Serve returns. Off the loop it returns r.
+// inline request itself counts as answered by it. Call it on the
+// connection's loop, before Serve returns. Off the loop it returns r.
 func (r *Request) Detach() *Request {
 	if !r.onLoop {
 		return r
@@ -120,7 +120,7 @@ func (r *Request) Detach() *Request {
 	if d.Header.IsOneWay() {
 		d.replied.Store(true)
 	} else {
-		c.held++ // the event loop owns held: Detach runs on it
+		c.held.Add(1)
 		c.srv.busy.Add(1)
 	}
 	return d

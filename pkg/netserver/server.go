@@ -30,8 +30,9 @@ const gnetStopTimeout = 5 * time.Second
 // shut down (it stops within microseconds; Engine.Stop is the fallback).
 const listenerStopTimeout = 2 * time.Second
 
-// Server is a gnet server that frames requests, hands them to a Handler off
-// the event loop and writes the handler's replies.
+// Server frames requests, hands them to a Handler off its event loops and
+// writes the handler's replies: over gnet, or over crypto/tls with
+// goroutines per connection when Options.TLS is set.
 type Server struct {
 	opts    Options
 	handler Handler
@@ -48,6 +49,7 @@ type Server struct {
 	workers     chan *Conn     // unbuffered: hands a connection to a parked serve worker
 	workersQuit chan struct{}  // closed by Close: parked serve workers exit
 	workerIdle  time.Duration  // a parked serve worker exits after this (serveWorkerIdle)
+	authing     sync.WaitGroup // CmdAuth goroutines (Conn.authenticate)
 
 	workersStarted atomic.Int64 // serve workers started so far (tests)
 	spins          atomic.Int64 // spins after answering on the loop (tests)
@@ -58,9 +60,33 @@ type Server struct {
 	loopConns  loopConns     // open connections per event loop
 	nextConnID atomic.Uint64 // last connection id handed out
 	closing    atomic.Bool   // Close has begun: refuse connections and requests
+	live       liveConns     // open connections, for the sweep and Close
+	identities identityConns // open connections per identity
+
+	partialBytes atomic.Int64 // bytes held in incomplete frames (partial.go)
+	chunks       chunkPool    // memory for large incomplete frames
 
 	refusedUnauthenticated atomic.Uint64 // Request.Refuse and CountRefusal
 	refusedForbidden       atomic.Uint64
+	closedPartial          atomic.Uint64
+	closedIdle             atomic.Uint64
+	closedSlow             atomic.Uint64
+	handshakeFailures      atomic.Uint64
+
+	closeLog     logLimit // "closing connection"
+	refusalLog   logLimit // refused requests
+	handshakeLog logLimit // failed TLS handshakes
+
+	sweepQuit chan struct{} // closed by Close: sweepLoop returns
+	sweepDone chan struct{} // closed when sweepLoop has returned
+	sweeping  atomic.Bool   // sweepLoop was started
+
+	// TLS (Options.TLS): the listener, a context ended by Close (it ends
+	// handshakes), and the connections' goroutines.
+	ln        net.Listener
+	tlsCtx    context.Context
+	tlsCancel context.CancelFunc
+	tlsConns  sync.WaitGroup
 
 	mu      sync.Mutex
 	started bool
@@ -96,7 +122,13 @@ func New(opts Options, h Handler, lg *zap.Logger) (*Server, error) {
 		workers:     make(chan *Conn),
 		workersQuit: make(chan struct{}),
 		workerIdle:  serveWorkerIdle,
+		sweepQuit:   make(chan struct{}),
+		sweepDone:   make(chan struct{}),
 	}
+	s.closeLog.init(closeLogRate, closeLogBurst)
+	s.refusalLog.init(noisyLogRate, noisyLogBurst)
+	s.handshakeLog.init(noisyLogRate, noisyLogBurst)
+	s.tlsCtx, s.tlsCancel = context.WithCancel(context.Background())
 	s.inline, _ = h.(InlineHandler)
 	s.gnetLog = newGnetLogger(lg.Named("gnet"))
 	s.events.srv = s
@@ -117,6 +149,9 @@ func (s *Server) Start() error {
 	}
 	s.started = true
 	s.mu.Unlock()
+	if s.opts.TLS != nil {
+		return s.startTLS()
+	}
 
 	gopts := []gnet.Option{
 		gnet.WithNumEventLoop(s.opts.EventLoops),
@@ -137,7 +172,8 @@ func (s *Server) Start() error {
 	// value, without calling OnBoot: wait for either (tech.md §1.3 pitfall 7).
 	select {
 	case <-s.booted:
-		s.lg.Info("listening", zap.Stringer("addr", s.Addr()))
+		s.lg.Info("listening", zap.Stringer("addr", s.Addr()), zap.Bool("requireAuth", s.opts.RequireAuth))
+		s.startSweep()
 		return nil
 	case <-s.stopped:
 		err := s.runErr
@@ -183,21 +219,29 @@ func (s *Server) Close(ctx context.Context) error {
 	s.closing.Store(true)
 
 	var drainErr error
-	select {
-	case <-s.booted:
-		drainErr = s.drain(ctx)
-		s.stopEngine(ctx)
-	case <-s.stopped:
+	if s.opts.TLS != nil {
+		drainErr = s.closeTLS(ctx)
+	} else {
+		select {
+		case <-s.booted:
+			drainErr = s.drain(ctx)
+			s.stopEngine(ctx)
+		case <-s.stopped:
+		}
+		<-s.stopped
+		s.mu.Lock()
+		if s.lnFD >= 0 { // gnet stopped by itself
+			syscall.Close(s.lnFD)
+			s.lnFD = -1
+		}
+		s.mu.Unlock()
 	}
-	<-s.stopped
-	s.mu.Lock()
-	if s.lnFD >= 0 { // gnet stopped by itself
-		syscall.Close(s.lnFD)
-		s.lnFD = -1
-	}
-	s.mu.Unlock()
-	close(s.workersQuit) // gnet has stopped: no batch comes any more
+	s.tlsCancel()
+	s.stopSweep()
+	close(s.workersQuit) // every connection is closed: no batch comes any more
 	s.serving.Wait()
+	s.authing.Wait()
+	s.chunks.close()
 	if addr := s.Addr(); addr != nil {
 		s.lg.Info("closed", zap.Stringer("addr", addr))
 	} else {
@@ -317,15 +361,9 @@ func (e *events) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	s := e.srv
 	c := newConn(s, gc)
 	gc.SetContext(c)
-	n := s.conns.Add(1)
 	c.loopConns = s.loopConns.of(gc.EventLoop())
 	c.loopConns.Add(1)
-	switch {
-	case s.closing.Load():
-		c.closeReason("server is closing")
-		return nil, gnet.Close
-	case n > int64(s.opts.MaxConns):
-		c.closeReason("over MaxConns", zap.Int("limit", s.opts.MaxConns))
+	if !s.opened(c) {
 		return nil, gnet.Close
 	}
 	if d := s.opts.TCPKeepAlive; d > 0 {
@@ -338,155 +376,92 @@ func (e *events) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	return nil, gnet.None
 }
 
+// opened counts a new connection and reports whether it may stay (it may
+// not while the server closes, nor over MaxConns; the reason is logged).
+func (s *Server) opened(c *Conn) bool {
+	n := s.conns.Add(1)
+	s.live.add(c)
+	switch {
+	case s.closing.Load():
+		c.closeReason("server is closing")
+		return false
+	case n > int64(s.opts.MaxConns):
+		c.closeReason("over MaxConns", zap.Int("limit", s.opts.MaxConns))
+		return false
+	}
+	return true
+}
+
 func (e *events) OnClose(gc gnet.Conn, err error) gnet.Action {
 	c, ok := gc.Context().(*Conn)
 	if !ok {
 		return gnet.None
 	}
-	e.srv.conns.Add(-1)
 	c.loopConns.Add(-1)
-	if n := gc.InboundBuffered(); n > 0 && err != nil && !c.reasonLogged.Load() {
-		c.closeReason("closed by the client in the middle of a frame", zap.Int("buffered", n), zap.Error(err))
-	} else if err != nil {
-		e.srv.lg.Debug("connection closed", zap.Uint64("conn", c.id), zap.String("remote", c.remote), zap.Error(err))
-	}
-	c.markClosed()
+	c.forget(gc.InboundBuffered() > 0 || c.large != nil, err)
 	return gnet.None
 }
 
-// OnTraffic frames every complete request in the inbound buffer (gnet calls
-// it once per socket read, so it must not leave whole frames behind),
-// serves inline commands, copies the other frames into one block and hands
-// it to the connection's serve goroutine. Replies made on the loop (inline
-// handlers, requests refused as busy or shutting down) are collected in the
-// connection's loop buffer and written with one write at the end.
+// forget forgets a closed connection, on its loop: partial is whether it
+// held part of a frame, err why it closed (nil: the server closed it).
+func (c *Conn) forget(partial bool, err error) {
+	s := c.srv
+	s.conns.Add(-1)
+	s.live.remove(c)
+	if partial && err != nil && !c.reasonLogged.Load() {
+		c.closeReason("closed by the client in the middle of a frame", zap.Error(err))
+	} else if err != nil {
+		s.lg.Debug("connection closed", zap.Uint64("conn", c.id), zap.String("remote", c.remote), zap.Error(err))
+	}
+	c.dropLarge()
+	c.holdSmall(0)
+	s.identities.release(c)
+	c.markClosed()
+}
+
+// OnTraffic serves what one socket read brought (gnet calls it once per
+// read, so it must not leave whole frames behind): the rest of a large
+// frame in progress, then every whole frame (see serveFrames), keeping an
+// incomplete last frame. Replies made on the loop (inline handlers,
+// requests refused at once) are written with one write at the end.
 func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 	s := e.srv
 	c, ok := gc.Context().(*Conn)
 	if !ok {
 		return gnet.Close
 	}
-	// Look at the first frame alone until it is whole, so a large frame
-	// arriving in many reads is not copied out of gnet's ring buffer again
-	// on every read.
-	hb, err := gc.Peek(protocol.HeaderSize)
-	if err != nil {
-		return gnet.None // a partial header: wait for more bytes
+	if c.discarding {
+		_, _ = gc.Discard(-1)
+		return gnet.None
 	}
-	h, err := protocol.ParseHeader(hb, s.opts.MaxFrameSize)
-	if err != nil {
-		c.closeReason("malformed frame", zap.Error(err))
-		return gnet.Close
-	}
-	if gc.InboundBuffered() < protocol.HeaderSize+int(h.BodyLen) {
-		return gnet.None // a partial body: wait for more bytes
-	}
-
-	// Find every whole frame in everything buffered, checking each header.
-	buf, err := gc.Peek(-1)
-	if err != nil {
-		c.closeReason("reading buffered bytes", zap.Error(err))
-		return gnet.Close
-	}
-	consumed, count, bodyBytes := 0, 0, 0
-	for len(buf)-consumed >= protocol.HeaderSize {
-		hb := buf[consumed:]
-		if !wellFormed(hb, s.opts.MaxFrameSize) {
-			if _, err := protocol.ParseHeader(hb, s.opts.MaxFrameSize); err != nil {
-				c.closeReason("malformed frame", zap.Error(err))
-			} else {
-				c.closeReason("client sent a response frame", zap.Uint64("request", binary.BigEndian.Uint64(hb[6:14])))
-			}
-			return gnet.Close
-		}
-		n := int(binary.BigEndian.Uint32(hb[14:18]))
-		if len(hb) < protocol.HeaderSize+n {
-			break // wait for the rest
-		}
-		consumed += protocol.HeaderSize + n
-		bodyBytes += n
-		count++
-	}
-
-	// Serve inline commands now; copy the other requests' frames out of
-	// gnet's buffer into one block for the serve goroutine (consecutive
-	// frames with one copy).
-	var (
-		raw      rawBatch
-		runStart = -1 // start of the current run of frames to copy
-		now      = time.Now()
-		closing  = s.closing.Load()
-	)
-	endRun := func(at int) {
-		if runStart >= 0 {
-			if raw.frames == nil {
-				raw.frames = make([]byte, 0, consumed-runStart)
-			}
-			raw.frames = append(raw.frames, buf[runStart:at]...)
-			runStart = -1
-		}
-	}
-	for off := 0; off < consumed; {
-		at := off
-		h := decodeHeader(buf[off:])
-		body := buf[off+protocol.HeaderSize : off+protocol.HeaderSize+int(h.BodyLen)]
-		off += protocol.HeaderSize + int(h.BodyLen)
-		switch {
-		case closing:
-			endRun(at)
-			if !h.IsOneWay() {
-				c.loopOut = protocol.AppendResponse(c.loopOut, protocol.StatusShuttingDown, h.RequestID, nil)
-			}
-			continue
-		case c.held+raw.count >= s.opts.MaxInFlight:
-			endRun(at)
-			if !h.IsOneWay() {
-				c.loopOut = protocol.AppendResponse(c.loopOut, protocol.StatusBusy, h.RequestID,
-					[]byte("netserver: too many requests in flight on this connection"))
-			}
-			continue
-		}
-		if s.inline != nil && s.inline.Inline(h.Command()) {
-			endRun(at)
-			e.serveInline(c, h, body, now)
-			continue
-		}
-		if runStart < 0 {
-			runStart = at
-		}
-		raw.count++
-	}
-	endRun(consumed)
-	_, _ = gc.Discard(consumed)
-	if raw.count > 0 {
-		raw.arrived = now
-		c.held += raw.count
-		s.busy.Add(int64(raw.count))
-		c.enqueue(raw)
-	}
+	c.received.Add(int64(gc.InboundBuffered() - c.buffered))
+	ok = c.readGnet(gc, time.Now())
+	c.buffered = gc.InboundBuffered()
 	answered := len(c.loopOut) > 0
 	if answered {
 		_, _ = gc.Write(c.loopOut) // gnet copies what the socket does not take
-		if cap(c.loopOut) > maxSpareReplyBuffer {
-			c.loopOut = nil
-		} else {
-			c.loopOut = c.loopOut[:0]
-		}
+		c.resetLoopOut()
 		if len(c.afterWrite) > 0 {
-			e.afterWrite(c)
+			c.runAfterWrites()
 		}
-		if n := gc.OutboundBuffered(); n > s.opts.MaxOutboundBytes {
+		if n := gc.OutboundBuffered(); ok && n > s.opts.MaxOutboundBytes {
 			c.closeReason("unsent replies over MaxOutboundBytes (the client does not read)",
 				zap.Int("unsent", n), zap.Int("limit", s.opts.MaxOutboundBytes))
 			return gnet.Close
 		}
 	}
 	if len(c.afterWrite) > 0 { // left by handlers that made no reply (one-way requests)
-		e.afterWrite(c)
+		c.runAfterWrites()
+	}
+	if !ok {
+		if c.lingerAfter && c.lingerGnet(gc) {
+			return gnet.None
+		}
+		return gnet.Close
 	}
 	// Every request read was answered here and the connection is its loop's
 	// only one: wait a moment for its next request (see "Spin" in doc.go).
-	if answered && raw.count == 0 && c.held == 0 && s.opts.Spin > 0 && !closing &&
+	if answered && c.held.Load() == 0 && s.opts.Spin > 0 && !s.closing.Load() &&
 		c.loopConns.Load() == 1 && gc.OutboundBuffered() == 0 && c.spin.Should() {
 		s.spins.Add(1)
 		// When bytes come during the spin, gnet's next look at its poller
@@ -500,14 +475,89 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 	return gnet.None
 }
 
-// afterWrite runs the work inline handlers left for after the loop's write
-// (Request.AfterWrite), in order.
-func (e *events) afterWrite(c *Conn) {
-	for i, w := range c.afterWrite {
-		c.afterWrite[i] = nil
-		e.srv.runAfterWrite(w)
+// readGnet serves what gnet has buffered for c. Until the first frame is
+// whole it looks at that frame's header only, so a small frame arriving
+// over several reads is not copied out of gnet's buffer again on each
+// read; a large one is moved into chunks (see partial.go). It reports
+// false when the connection must be closed.
+func (c *Conn) readGnet(gc gnet.Conn, now time.Time) bool {
+	if c.large != nil {
+		b, _ := gc.Next(min(gc.InboundBuffered(), c.large.remaining()))
+		if !c.fillLarge(b) {
+			c.refusePartial(c.large.requestID())
+			return false
+		}
+		if c.large.remaining() > 0 {
+			return true
+		}
+		if _, _, ok := c.serveFrames(c.takeLarge(), now, true); !ok {
+			return false
+		}
+		if gc.InboundBuffered() == 0 {
+			return true
+		}
 	}
-	c.afterWrite = c.afterWrite[:0]
+	hb, err := gc.Peek(protocol.HeaderSize)
+	if err != nil {
+		if !c.holdSmall(gc.InboundBuffered()) { // a partial header
+			c.refusePartial(0)
+			return false
+		}
+		return true
+	}
+	h, err := protocol.ParseHeader(hb, c.srv.opts.MaxFrameSize)
+	if err != nil {
+		c.malformed(hb)
+		return false
+	}
+	if n, total := gc.InboundBuffered(), protocol.HeaderSize+int(h.BodyLen); n < total {
+		return c.keepPartial(gc, total, h.RequestID)
+	}
+
+	buf, err := gc.Peek(-1)
+	if err != nil {
+		c.closeReason("reading buffered bytes", zap.Error(err))
+		return false
+	}
+	consumed, _, ok := c.serveFrames(buf, now, false)
+	// What follows the whole frames: read before Discard, which may give
+	// buf (a copy gnet made from its pool) back.
+	rest, total, requestID := len(buf)-consumed, 0, uint64(0)
+	if ok && rest >= protocol.HeaderSize { // its header was checked by serveFrames
+		hb := buf[consumed:]
+		total, requestID = protocol.HeaderSize+int(binary.BigEndian.Uint32(hb[14:18])), binary.BigEndian.Uint64(hb[6:14])
+	}
+	_, _ = gc.Discard(consumed)
+	switch {
+	case !ok:
+		return false
+	case total > 0:
+		return c.keepPartial(gc, total, requestID)
+	case !c.holdSmall(rest):
+		c.refusePartial(0)
+		return false
+	}
+	return true
+}
+
+// keepPartial keeps the incomplete frame of total bytes that starts what
+// gnet has buffered (its header checked): a small one where it is, a large
+// one moved into chunks. It reports false when the connection must be
+// closed.
+func (c *Conn) keepPartial(gc gnet.Conn, total int, requestID uint64) bool {
+	if total > c.srv.opts.ReadBufferSize {
+		b, _ := gc.Next(-1)
+		if !c.startLarge(b) {
+			c.refusePartial(requestID)
+			return false
+		}
+		return true
+	}
+	if !c.holdSmall(gc.InboundBuffered()) {
+		c.refusePartial(requestID)
+		return false
+	}
+	return true
 }
 
 // runAfterWrite calls w.AfterWrite, logging a panic instead of taking the
@@ -519,40 +569,6 @@ func (s *Server) runAfterWrite(w AfterWriter) {
 		}
 	}()
 	w.AfterWrite()
-}
-
-// serveInline serves one request on the event loop with the connection's
-// reusable inline Request, whose body points into gnet's buffer.
-func (e *events) serveInline(c *Conn, h protocol.Header, body []byte, now time.Time) {
-	r := &c.inline
-	r.Header, r.Body, r.Arrived, r.Conn = h, body, now, c
-	r.replied.Store(false)
-	e.srv.serve(r)
-	if !r.replied.Load() && !r.Header.IsOneWay() {
-		e.srv.lg.Error("inline handler returned without replying", zap.Stringer("command", r.Command()))
-		r.ReplyError(protocol.Errorf(protocol.StatusInternal, "no reply"))
-	}
-	r.Body = nil
-}
-
-// wellFormed reports whether b starts with the header of a request that
-// ParseHeader would accept: the fast path of the framing loop, which calls
-// ParseHeader only to name what is wrong.
-func wellFormed(b []byte, maxBody int) bool {
-	return binary.BigEndian.Uint16(b[0:2]) == protocol.Magic && b[2] == protocol.Version &&
-		protocol.Flags(b[3])&^protocol.FlagOneWay == 0 &&
-		int64(binary.BigEndian.Uint32(b[14:18])) <= int64(maxBody)
-}
-
-// decodeHeader decodes a header that wellFormed accepted.
-func decodeHeader(b []byte) protocol.Header {
-	return protocol.Header{
-		Version:   b[2],
-		Flags:     protocol.Flags(b[3]),
-		Code:      binary.BigEndian.Uint16(b[4:6]),
-		RequestID: binary.BigEndian.Uint64(b[6:14]),
-		BodyLen:   binary.BigEndian.Uint32(b[14:18]),
-	}
 }
 
 // serve calls the handler; a panic is logged and answered with
@@ -575,15 +591,28 @@ type Stats struct {
 	// InFlight is the number of requests handed to handlers whose replies
 	// are not yet written.
 	InFlight int64
+	// PartialBytes is the memory held in incomplete frames, counted as
+	// MaxPartialBytes counts it.
+	PartialBytes int64
 	// RefusedUnauthenticated and RefusedForbidden count requests (and
-	// messages of sends) refused for their identity (Request.Refuse,
-	// Request.CountRefusal).
+	// messages of sends) refused for their identity: before
+	// authentication, a failed CmdAuth, Request.Refuse and
+	// Request.CountRefusal.
 	RefusedUnauthenticated uint64
 	RefusedForbidden       uint64
+	// ClosedPartial, ClosedIdle and ClosedSlow count connections closed
+	// for MaxPartialBytes, IdleTimeout and MinReadRate.
+	ClosedPartial uint64
+	ClosedIdle    uint64
+	ClosedSlow    uint64
+	// HandshakeFailures counts TLS handshakes that failed or timed out.
+	HandshakeFailures uint64
 }
 
 // Stats returns the server's current load.
 func (s *Server) Stats() Stats {
-	return Stats{Conns: s.conns.Load(), InFlight: s.busy.Load(),
-		RefusedUnauthenticated: s.refusedUnauthenticated.Load(), RefusedForbidden: s.refusedForbidden.Load()}
+	return Stats{Conns: s.conns.Load(), InFlight: s.busy.Load(), PartialBytes: s.partialBytes.Load(),
+		RefusedUnauthenticated: s.refusedUnauthenticated.Load(), RefusedForbidden: s.refusedForbidden.Load(),
+		ClosedPartial: s.closedPartial.Load(), ClosedIdle: s.closedIdle.Load(), ClosedSlow: s.closedSlow.Load(),
+		HandshakeFailures: s.handshakeFailures.Load()}
 }

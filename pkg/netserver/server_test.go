@@ -78,11 +78,18 @@ func TestOptions_Validate(t *testing.T) {
 		{"negative outbound", Options{MaxOutboundBytes: -1}},
 		{"negative in flight", Options{MaxInFlight: -1}},
 		{"negative loops", Options{EventLoops: -1}},
+		{"negative handshake timeout", Options{HandshakeTimeout: -1}},
+		{"auth required without an authority", Options{RequireAuth: true}},
+		{"partial bytes under the frame size", Options{MaxFrameSize: 4 << 20, MaxPartialBytes: 1 << 20}},
+		{"tiny read rate window", Options{ReadRateWindow: time.Millisecond}},
+		{"negative conns per identity", Options{MaxConnsPerIdentity: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := tc.opts.Validate(); !errors.Is(err, ErrInvalidOptions) {
+			err := tc.opts.Validate()
+			if !errors.Is(err, ErrInvalidOptions) {
 				t.Fatalf("Validate() = %v", err)
 			}
+			t.Log(err)
 			if _, err := New(tc.opts, NewMux(), nil); !errors.Is(err, ErrInvalidOptions) {
 				t.Fatalf("New() = %v", err)
 			}
@@ -121,7 +128,7 @@ func TestServer_Framing_SplitAtEveryByte(t *testing.T) {
 	s := startServer(t, Options{}, NewMux())
 	stream, _ := pingFrames(4)
 	c := dial(t, s)
-	c.Conn.(*net.TCPConn).SetNoDelay(true)
+	c.tcp().SetNoDelay(true)
 	for split := 1; split < len(stream); split++ {
 		_, want := pingFrames(4)
 		c.send(t, stream[:split])
@@ -135,7 +142,7 @@ func TestServer_Framing_ByteByByte(t *testing.T) {
 	s := startServer(t, Options{}, NewMux())
 	stream, want := pingFrames(3)
 	c := dial(t, s)
-	c.Conn.(*net.TCPConn).SetNoDelay(true)
+	c.tcp().SetNoDelay(true)
 	for i := range stream {
 		c.send(t, stream[i:i+1])
 	}
@@ -188,7 +195,7 @@ func badInputCase(t *testing.T, input []byte, reason string) {
 	other.readFrame(t)
 
 	bad := dial(t, s)
-	bad.send(t, input)
+	_, _ = bad.Write(input) // the server may close before it has read all of it
 	bad.waitClosed(t)
 	s.waitLog(t, reason)
 
@@ -244,7 +251,7 @@ func TestServer_BadInput_TruncatedFrameThenClose(t *testing.T) {
 	bad := dial(t, s)
 	bad.send(t, frame[:50]) // a whole header and half the body
 	time.Sleep(5 * time.Millisecond)
-	_ = bad.Conn.(*net.TCPConn).CloseWrite()
+	_ = bad.closeWrite()
 	bad.waitClosed(t)
 	s.waitLog(t, "in the middle of a frame")
 	other.send(t, protocol.AppendRequest(nil, protocol.CmdPing, 2, nil))
@@ -302,8 +309,11 @@ func TestServer_MaxConns(t *testing.T) {
 	b.send(t, protocol.AppendRequest(nil, protocol.CmdPing, 1, nil))
 	a.readFrame(t)
 	b.readFrame(t)
-	third := dial(t, s)
-	third.waitClosed(t)
+	// Over TLS the server closes it before the handshake.
+	if third, err := tryDial(s); err == nil {
+		third.waitClosed(t)
+		third.Close()
+	}
 	s.waitLog(t, "over MaxConns")
 	a.send(t, protocol.AppendRequest(nil, protocol.CmdPing, 2, nil))
 	a.readFrame(t)
@@ -311,10 +321,13 @@ func TestServer_MaxConns(t *testing.T) {
 	// A slot frees when a connection closes.
 	b.Close()
 	waitFor(t, 5*time.Second, "a free connection slot", func() bool {
-		c := dial(t, s)
+		c, err := tryDial(s)
+		if err != nil {
+			return false
+		}
 		defer c.Close()
 		c.send(t, protocol.AppendRequest(nil, protocol.CmdPing, 3, nil))
-		_, err := c.tryReadFrame(time.Second)
+		_, err = c.tryReadFrame(time.Second)
 		return err == nil
 	})
 }

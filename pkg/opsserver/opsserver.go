@@ -5,10 +5,21 @@
 // /loglevel (GET to read, PUT {"level":"debug"} to change), and pprof under
 // /debug/pprof/. Owners may mount more handlers (the meta server mounts its
 // admin API and console) with Handle before Start.
+//
+// Exposure: like every QMQ-Go listener (pkg/exposure), a server on a
+// non-loopback address needs TLS (Options.TLS) and an authorization hook
+// (Options.Authorize), or Options.Insecure; Start refuses otherwise with
+// an error wrapping exposure.ErrInsecureListener. Authorize guards the
+// endpoints that change the server or reveal its insides: PUT /loglevel
+// (write) and /debug/pprof/ (read); /metrics, /healthz, /readyz and GET
+// /loglevel stay open (a scraper or a load balancer has no credential).
+// An Authorize error answers 403 when it wraps protocol.ErrForbidden, 401
+// otherwise.
 package opsserver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -21,6 +32,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+
+	"github.com/qmq-go/qmq/pkg/exposure"
+	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
 // Options configure the server.
@@ -35,6 +49,19 @@ type Options struct {
 	Ready func() error
 	// Level, when set, is exposed at /loglevel.
 	Level *zap.AtomicLevel
+	// TLS, when set, serves HTTPS with this config (used for every
+	// handshake, so its GetCertificate or GetConfigForClient reloads
+	// certificates).
+	TLS *tls.Config
+	// Authorize, when set, is asked before PUT /loglevel (write true) and
+	// /debug/pprof/ (write false): it checks the request's credential (a
+	// bearer token, a verified client certificate in r.TLS) and returns
+	// an error to refuse. Nil leaves them open, which Start allows on
+	// loopback addresses only (or with Insecure).
+	Authorize func(r *http.Request, write bool) error
+	// Insecure lets the server listen on a non-loopback address without
+	// TLS and Authorize.
+	Insecure bool
 }
 
 // Server is the operations HTTP server.
@@ -65,14 +92,35 @@ func New(opts Options, lg *zap.Logger) *Server {
 	})
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	if opts.Level != nil {
-		s.mux.Handle("/loglevel", opts.Level)
+		s.mux.Handle("GET /loglevel", opts.Level)
+		s.mux.Handle("/loglevel", s.authorized(true, opts.Level))
 	}
-	s.mux.HandleFunc("/debug/pprof/", pprof.Index)
-	s.mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	s.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	s.mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	s.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	s.mux.Handle("/debug/pprof/", s.authorized(false, http.HandlerFunc(pprof.Index)))
+	s.mux.Handle("/debug/pprof/cmdline", s.authorized(false, http.HandlerFunc(pprof.Cmdline)))
+	s.mux.Handle("/debug/pprof/profile", s.authorized(false, http.HandlerFunc(pprof.Profile)))
+	s.mux.Handle("/debug/pprof/symbol", s.authorized(false, http.HandlerFunc(pprof.Symbol)))
+	s.mux.Handle("/debug/pprof/trace", s.authorized(false, http.HandlerFunc(pprof.Trace)))
 	return s
+}
+
+// authorized asks Options.Authorize before h (when it is set).
+func (s *Server) authorized(write bool, h http.Handler) http.Handler {
+	if s.opts.Authorize == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := s.opts.Authorize(r, write); err != nil {
+			code := http.StatusUnauthorized
+			if errors.Is(err, protocol.ErrForbidden) {
+				code = http.StatusForbidden
+			}
+			s.lg.Warn("refused request", zap.String("path", r.URL.Path), zap.String("method", r.Method),
+				zap.String("remote", r.RemoteAddr), zap.Error(err))
+			http.Error(w, http.StatusText(code), code)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // NewRegistry returns a registry with the Go runtime and process collectors.
@@ -98,11 +146,19 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	w.Write([]byte("ready\n"))
 }
 
-// Start listens and serves in the background.
+// Start listens and serves in the background. It refuses a non-loopback
+// address without TLS and Authorize unless Options.Insecure (an error
+// wrapping exposure.ErrInsecureListener).
 func (s *Server) Start() error {
+	if err := exposure.Check(s.opts.Addr, s.opts.TLS != nil, s.opts.Authorize != nil, s.opts.Insecure); err != nil {
+		return fmt.Errorf("opsserver: %w", err)
+	}
 	ln, err := net.Listen("tcp", s.opts.Addr)
 	if err != nil {
 		return fmt.Errorf("opsserver: listen %s: %w", s.opts.Addr, err)
+	}
+	if s.opts.TLS != nil {
+		ln = tls.NewListener(ln, s.opts.TLS)
 	}
 	s.ln = ln
 	s.srv = &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}

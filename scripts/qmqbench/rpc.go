@@ -37,13 +37,33 @@ package main
 //	rpc_sync_req_per_s                   netserver (ping on the loop), 1 connection, 1 request in flight (Call)
 //	rpc_handler_sync_req_per_s           the same through the off-loop handler
 //	rpc_net_sync_req_per_s               the baseline, 1 connection, 1 request in flight
+//
+// TLS against plaintext, through the same netserver servers with and
+// without Options.TLS, driven by a small client of this file (rawClient:
+// one writer and one reader goroutine per connection, writes coalesced)
+// over net.Conn or crypto/tls alike, since pkg/transport speaks plaintext
+// only; each ratio is the median over rounds of TLS / plaintext:
+//
+//	rpc_tls_pipelined_req_per_s          ping on the loop over TLS, 4 connections x 128 in flight
+//	rpc_tls_vs_plain_pipelined_ratio     that / the same over plaintext
+//	rpc_tls_handler_pipelined_req_per_s  ping as an off-loop handler over TLS, same workload
+//	rpc_tls_vs_plain_handler_ratio       that / the same over plaintext
+//	rpc_tls_sync_req_per_s               ping on the loop over TLS, 1 connection, 1 request in flight
+//	rpc_tls_vs_plain_sync_ratio          that / the same over plaintext
 
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -66,6 +86,7 @@ const (
 	rpcRoundLength     = 600 * time.Millisecond
 	rpcSyncRounds      = 3
 	rpcSyncRoundLength = 400 * time.Millisecond
+	rpcTLSRounds       = 10
 )
 
 // rpcServersEnv makes this binary run the suite's servers instead of a
@@ -79,56 +100,95 @@ func init() {
 	}
 }
 
-// rpcServersMain runs in the child process: it starts the three servers,
-// prints their addresses on one line, and serves until its stdin closes.
+// rpcServersMain runs in the child process: it starts the servers (the
+// three of the plaintext comparison, then the inline and handler ones over
+// TLS), prints their addresses on one line, and serves until its stdin
+// closes.
 func rpcServersMain() int {
-	inline, err := startPingServer(netserver.NewMux())
+	cert, err := selfSignedCert()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rpc servers:", err)
 		return 1
 	}
+	tlsConf := &tls.Config{Certificates: []tls.Certificate{cert}}
 	offLoop := netserver.NewMux()
 	offLoop.HandleFunc(protocol.CmdPing, netserver.Ping)
-	handler, err := startPingServer(offLoop)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "rpc servers:", err)
-		return 1
+	var servers []*netserver.Server
+	var addrs []string
+	for _, s := range []struct {
+		h   netserver.Handler
+		tls *tls.Config
+	}{{netserver.NewMux(), nil}, {offLoop, nil}, {netserver.NewMux(), tlsConf}, {offLoop, tlsConf}} {
+		srv, err := startPingServer(s.h, s.tls)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "rpc servers:", err)
+			return 1
+		}
+		servers = append(servers, srv)
+		addrs = append(addrs, srv.Addr().String())
 	}
 	base, err := startNetEcho("127.0.0.1:0")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rpc servers:", err)
 		return 1
 	}
-	fmt.Printf("%s %s %s\n", inline.Addr(), handler.Addr(), base.Addr())
+	fmt.Printf("%s %s %s %s %s\n", addrs[0], addrs[1], base.Addr(), addrs[2], addrs[3])
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = inline.Close(ctx)
-	_ = handler.Close(ctx)
+	for _, srv := range servers {
+		_ = srv.Close(ctx)
+	}
 	_ = base.Close()
 	return 0
+}
+
+// selfSignedCert makes a certificate for 127.0.0.1 signed by itself: the
+// benchmark's clients do not verify it (InsecureSkipVerify), the
+// handshake and the record encryption are what it measures.
+func selfSignedCert() (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "qmqbench"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
 
 // startRPCServers starts the child process and returns the servers'
 // addresses and a function that stops it.
 func startRPCServers() (addrs []string, stop func() error, err error) {
+	addrs, _, stop, err = startChild(rpcServersEnv, 5)
+	return addrs, stop, err
+}
+
+// startChild starts this binary with env set to 1, reads the n addresses
+// its first line prints, and returns them with the process and a function
+// that stops it (closing its stdin).
+func startChild(env string, n int) (addrs []string, proc *os.Process, stop func() error, err error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), rpcServersEnv+"=1")
+	cmd.Env = append(os.Environ(), env+"=1")
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	stop = func() error {
 		stdin.Close()
@@ -138,14 +198,14 @@ func startRPCServers() (addrs []string, stop func() error, err error) {
 	if err != nil {
 		_ = cmd.Process.Kill()
 		_ = stop()
-		return nil, nil, fmt.Errorf("rpc servers did not start: %w", err)
+		return nil, nil, nil, fmt.Errorf("servers (%s) did not start: %w", env, err)
 	}
 	addrs = strings.Fields(line)
-	if len(addrs) != 3 {
+	if len(addrs) != n {
 		_ = stop()
-		return nil, nil, fmt.Errorf("rpc servers printed %q", line)
+		return nil, nil, nil, fmt.Errorf("servers (%s) printed %q", env, line)
 	}
-	return addrs, stop, nil
+	return addrs, cmd.Process, stop, nil
 }
 
 func runRPC(env *Env) error {
@@ -200,6 +260,60 @@ func runRPC(env *Env) error {
 	env.Metric("rpc_sync_req_per_s", ours.sync.perSecond(), "req/s")
 	env.Metric("rpc_handler_sync_req_per_s", offLoop.sync.perSecond(), "req/s")
 	env.Metric("rpc_net_sync_req_per_s", base.sync.perSecond(), "req/s")
+	return runRPCTLS(env, addrs)
+}
+
+// runRPCTLS measures the TLS servers against the plaintext ones with
+// rawClient, alternating them round by round.
+func runRPCTLS(env *Env, addrs []string) error {
+	plainConf, tlsConf := (*tls.Config)(nil), &tls.Config{InsecureSkipVerify: true}
+	type side struct {
+		name   string
+		addr   string
+		tls    *tls.Config
+		rate   rpcRate
+		rounds []float64
+	}
+	pairs := [][2]*side{
+		{{name: "inline plain", addr: addrs[0], tls: plainConf}, {name: "inline tls", addr: addrs[3], tls: tlsConf}},
+		{{name: "handler plain", addr: addrs[1], tls: plainConf}, {name: "handler tls", addr: addrs[4], tls: tlsConf}},
+	}
+	for round := range rpcTLSRounds {
+		for _, pair := range pairs {
+			for i := range pair {
+				sd := pair[(round+i)%2]
+				n, d, err := rawPipelined(sd.addr, sd.tls, rpcConns, rpcWindow, rpcPayload, rpcRoundLength)
+				if err != nil {
+					return fmt.Errorf("%s round %d: %w", sd.name, round, err)
+				}
+				sd.rate.add(n, d)
+				sd.rounds = append(sd.rounds, float64(n)/d.Seconds())
+				env.Logf("round %d %-13s %.0f req/s", round, sd.name, float64(n)/d.Seconds())
+			}
+		}
+	}
+	syncPair := [2]*side{{name: "sync plain", addr: addrs[0], tls: plainConf}, {name: "sync tls", addr: addrs[3], tls: tlsConf}}
+	for round := range 2 * rpcSyncRounds {
+		for i := range syncPair {
+			sd := syncPair[(round+i)%2]
+			n, d, err := rawSynchronous(sd.addr, sd.tls, rpcPayload, rpcSyncRoundLength)
+			if err != nil {
+				return fmt.Errorf("%s round %d: %w", sd.name, round, err)
+			}
+			sd.rate.add(n, d)
+			sd.rounds = append(sd.rounds, float64(n)/d.Seconds())
+			env.Logf("round %d %-13s %.0f req/s", round, sd.name, float64(n)/d.Seconds())
+		}
+	}
+	inline, handler := pairs[0], pairs[1]
+	env.Logf("plaintext through rawClient: inline %.0f, handler %.0f, sync %.0f req/s",
+		inline[0].rate.perSecond(), handler[0].rate.perSecond(), syncPair[0].rate.perSecond())
+	env.Metric("rpc_tls_pipelined_req_per_s", inline[1].rate.perSecond(), "req/s")
+	env.Metric("rpc_tls_vs_plain_pipelined_ratio", medianRatio(inline[1].rounds, inline[0].rounds), "x")
+	env.Metric("rpc_tls_handler_pipelined_req_per_s", handler[1].rate.perSecond(), "req/s")
+	env.Metric("rpc_tls_vs_plain_handler_ratio", medianRatio(handler[1].rounds, handler[0].rounds), "x")
+	env.Metric("rpc_tls_sync_req_per_s", syncPair[1].rate.perSecond(), "req/s")
+	env.Metric("rpc_tls_vs_plain_sync_ratio", medianRatio(syncPair[1].rounds, syncPair[0].rounds), "x")
 	return nil
 }
 
@@ -218,8 +332,8 @@ func medianRatio(a, b []float64) float64 {
 	return (r[len(r)/2-1] + r[len(r)/2]) / 2
 }
 
-func startPingServer(h netserver.Handler) (*netserver.Server, error) {
-	srv, err := netserver.New(netserver.Options{Addr: "127.0.0.1:0"}, h, nil)
+func startPingServer(h netserver.Handler, tlsConf *tls.Config) (*netserver.Server, error) {
+	srv, err := netserver.New(netserver.Options{Addr: "127.0.0.1:0", TLS: tlsConf}, h, nil)
 	if err != nil {
 		return nil, err
 	}

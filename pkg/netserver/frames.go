@@ -1,0 +1,178 @@
+package netserver
+
+import (
+	"encoding/binary"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+)
+
+// serveFrames serves every whole frame at the front of buf, checking each
+// header (the incomplete frame at the end included): requests refused at
+// once (shutting down, unauthenticated, too many in flight) and inline
+// commands are answered into the loop buffer, CmdAuth goes to its own
+// goroutine, and the other frames are copied out into one block for the
+// serve goroutine (consecutive frames with one copy). owned says buf is the
+// server's own copy (a large frame taken onto the heap), which the batch
+// may keep instead of copying. It returns the bytes the whole frames take,
+// how many frames that is, and false when the connection must be closed
+// (the reason is logged). It runs on the connection's loop: gnet's event
+// loop, or a TLS connection's reader.
+func (c *Conn) serveFrames(buf []byte, now time.Time, owned bool) (int, int, bool) {
+	s := c.srv
+	consumed, count := 0, 0
+	for len(buf)-consumed >= protocol.HeaderSize {
+		hb := buf[consumed:]
+		if !wellFormed(hb, s.opts.MaxFrameSize) {
+			c.malformed(hb)
+			return consumed, count, false
+		}
+		n := int(binary.BigEndian.Uint32(hb[14:18]))
+		if len(hb) < protocol.HeaderSize+n {
+			break // wait for the rest
+		}
+		consumed += protocol.HeaderSize + n
+		count++
+	}
+	if count == 0 {
+		return 0, 0, true
+	}
+
+	var (
+		raw      rawBatch
+		runStart = -1 // start of the current run of frames to copy
+		closing  = s.closing.Load()
+		authed   = c.authenticated()
+	)
+	endRun := func(at int) {
+		if runStart < 0 {
+			return
+		}
+		switch {
+		case owned && raw.frames == nil:
+			raw.frames = buf[runStart:at:at]
+		case raw.frames == nil:
+			raw.frames = make([]byte, 0, consumed-runStart)
+			fallthrough
+		default:
+			raw.frames = append(raw.frames, buf[runStart:at]...)
+		}
+		runStart = -1
+	}
+	for off := 0; off < consumed; {
+		at := off
+		h := decodeHeader(buf[off:])
+		body := buf[off+protocol.HeaderSize : off+protocol.HeaderSize+int(h.BodyLen)]
+		off += protocol.HeaderSize + int(h.BodyLen)
+		switch {
+		case closing:
+			endRun(at)
+			if !h.IsOneWay() {
+				c.loopOut = protocol.AppendResponse(c.loopOut, protocol.StatusShuttingDown, h.RequestID, nil)
+			}
+			continue
+		case !authed && h.Code != uint16(protocol.CmdPing) && h.Code != uint16(protocol.CmdAuth):
+			endRun(at)
+			c.refuseUnauthenticated(h)
+			continue
+		case c.held.Load()+int64(raw.count) >= int64(s.opts.MaxInFlight):
+			endRun(at)
+			if !h.IsOneWay() {
+				c.loopOut = protocol.AppendResponse(c.loopOut, protocol.StatusBusy, h.RequestID,
+					[]byte("netserver: too many requests in flight on this connection"))
+			}
+			continue
+		case h.Code == uint16(protocol.CmdAuth):
+			endRun(at)
+			c.serveAuth(h, body)
+			continue
+		}
+		if s.inline != nil && s.inline.Inline(h.Command()) {
+			endRun(at)
+			c.serveInline(h, body, now)
+			continue
+		}
+		if runStart < 0 {
+			runStart = at
+		}
+		raw.count++
+	}
+	endRun(consumed)
+	if raw.count > 0 {
+		raw.arrived = now
+		c.held.Add(int64(raw.count))
+		s.busy.Add(int64(raw.count))
+		c.enqueue(raw)
+	}
+	return consumed, count, true
+}
+
+// malformed logs why a frame whose header wellFormed refused closes the
+// connection.
+func (c *Conn) malformed(hb []byte) {
+	if hb[0] == 0x16 && hb[1] == 0x03 { // a TLS record: handshake, version 3.x
+		c.closeReason("TLS handshake on a plaintext port")
+		return
+	}
+	if _, err := protocol.ParseHeader(hb, c.srv.opts.MaxFrameSize); err != nil {
+		c.closeReason("malformed frame", zap.Error(err))
+		return
+	}
+	c.closeReason("client sent a response frame", zap.Uint64("request", binary.BigEndian.Uint64(hb[6:14])))
+}
+
+// serveInline serves one request on the connection's loop with its
+// reusable inline Request, whose body points into the read buffer.
+func (c *Conn) serveInline(h protocol.Header, body []byte, now time.Time) {
+	r := &c.inline
+	r.Header, r.Body, r.Arrived, r.Conn = h, body, now, c
+	r.replied.Store(false)
+	c.srv.serve(r)
+	if !r.replied.Load() && !r.Header.IsOneWay() {
+		c.srv.lg.Error("inline handler returned without replying", zap.Stringer("command", r.Command()))
+		r.ReplyError(protocol.Errorf(protocol.StatusInternal, "no reply"))
+	}
+	r.Body = nil
+}
+
+// runAfterWrites runs the work inline handlers left for after the loop's
+// write (Request.AfterWrite), in order.
+func (c *Conn) runAfterWrites() {
+	for i, w := range c.afterWrite {
+		c.afterWrite[i] = nil
+		c.srv.runAfterWrite(w)
+	}
+	c.afterWrite = c.afterWrite[:0]
+}
+
+// resetLoopOut empties the loop buffer after its write, dropping it when it
+// grew large.
+func (c *Conn) resetLoopOut() {
+	if cap(c.loopOut) > maxSpareReplyBuffer {
+		c.loopOut = nil
+	} else {
+		c.loopOut = c.loopOut[:0]
+	}
+}
+
+// wellFormed reports whether b starts with the header of a request that
+// ParseHeader would accept: the fast path of the framing loop, which calls
+// ParseHeader only to name what is wrong.
+func wellFormed(b []byte, maxBody int) bool {
+	return binary.BigEndian.Uint16(b[0:2]) == protocol.Magic && b[2] == protocol.Version &&
+		protocol.Flags(b[3])&^protocol.FlagOneWay == 0 &&
+		int64(binary.BigEndian.Uint32(b[14:18])) <= int64(maxBody)
+}
+
+// decodeHeader decodes a header that wellFormed accepted.
+func decodeHeader(b []byte) protocol.Header {
+	return protocol.Header{
+		Version:   b[2],
+		Flags:     protocol.Flags(b[3]),
+		Code:      binary.BigEndian.Uint16(b[4:6]),
+		RequestID: binary.BigEndian.Uint64(b[6:14]),
+		BodyLen:   binary.BigEndian.Uint32(b[14:18]),
+	}
+}
