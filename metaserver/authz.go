@@ -285,82 +285,24 @@ func (rf *refusals) add(port, reason, identity, remote, what string) {
 
 // --- TCP ---
 
-// connPrincipals remembers the identity each connection authenticated as
-// with CmdAuth, until it closes: the meta server's own CmdAuth, which
-// serves until pkg/netserver authenticates connections itself. Every
-// request reads it, so it is a sync.Map (no lock on the lookup path).
-type connPrincipals struct{ m sync.Map } // conn id → *auth.Principal
-
-func (c *connPrincipals) get(id uint64) *auth.Principal {
-	if p, ok := c.m.Load(id); ok {
-		return p.(*auth.Principal)
-	}
-	return nil
-}
-
-// set records p for conn and reports whether conn had none yet.
-func (c *connPrincipals) set(id uint64, p *auth.Principal) bool {
-	_, had := c.m.Swap(id, p)
-	return !had
-}
-
-func (c *connPrincipals) drop(id uint64) { c.m.Delete(id) }
-
-// serveAuth serves CmdAuth: it authenticates the connection as the named
-// identity (the slow hash runs off the serve goroutine) and answers who it
-// took the connection for, or StatusUnauthenticated alike for an unknown
-// name, a wrong secret and a disabled identity. A failed attempt leaves the
-// connection's identity as it was.
-func (s *Server) serveAuth(r *netserver.Request) {
-	req, err := protocol.DecodeAuthRequest(r.Body)
-	if err != nil {
-		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
-		return
-	}
-	go func() {
-		p, err := s.authority().Authenticate(req.Name, req.Secret)
-		if err != nil {
-			s.refusals.add("tcp", reasonBadCredential, "", r.Conn.RemoteAddr(), protocol.CmdAuth.String())
-			r.Refuse(protocol.StatusUnauthenticated, "unknown identity or wrong secret")
-			return
-		}
-		if s.conns.set(r.Conn.ID(), p) {
-			go func() {
-				<-r.Conn.Done()
-				s.conns.drop(r.Conn.ID())
-			}()
-		}
-		r.Reply(protocol.StatusOK, protocol.AppendAuthResponse(nil, &protocol.AuthResponse{Name: p.Name, Kind: uint8(p.Kind), Group: p.Group}))
-	}()
-}
-
 // tcpPrincipal returns the identity a request runs as: the connection's
-// (brought up to the current policy), auth.Open when the server does not
-// require authentication and the connection named none, nil when it does
-// and the connection has not authenticated (or its identity was removed
-// or disabled since).
+// (pkg/netserver authenticates it by TLS client certificate or CmdAuth),
+// brought up to the current policy for a request answered long after it
+// came (a policy long poll); nil when the identity was removed or disabled
+// since. auth.Open is a connection that named no identity on a meta server
+// without --auth.
 func (s *Server) tcpPrincipal(r *netserver.Request) *auth.Principal {
-	p, ours := r.Conn.Principal(), false
+	p := r.Conn.Principal()
 	if p.IsOpen() {
-		p = s.conns.get(r.Conn.ID())
-		ours = p != nil
-	}
-	if p == nil {
 		if s.opts.RequireAuth {
 			return nil
 		}
-		return auth.Open
+		return p
 	}
 	if p.Version != s.authority().Version() {
 		np, err := s.authority().Refresh(p)
 		if err != nil {
-			if ours {
-				s.conns.drop(r.Conn.ID())
-			}
 			return nil
-		}
-		if ours && np != p {
-			s.conns.set(r.Conn.ID(), np)
 		}
 		p = np
 	}

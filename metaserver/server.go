@@ -30,7 +30,6 @@ type Server struct {
 	// admin requests to (see the transport.New call in New).
 	relayCreds auth.Credentials
 	refusals   *refusals
-	conns      connPrincipals // identities of connections that sent CmdAuth here
 	// policiesSent counts CmdPolicy answers that carried a policy.
 	policiesSent prometheus.Counter
 
@@ -103,12 +102,9 @@ func New(opts Options, lg *zap.Logger) (*Server, error) {
 	s.etcd = cli
 	s.view = newView(s.keys, lg)
 	s.store = &store{cli: cli, k: s.keys, v: s.view, timeout: opts.EtcdTimeout, lg: lg}
-	// TODO(transport): set transport.Options.Credentials = s.relayCreds
-	// here once pkg/transport authenticates its connections (CmdAuth on
-	// connect): this transport carries every relay to brokers (relay.go,
-	// switchover.go), which brokers requiring authentication refuse
-	// without it.
-	tr, err := transport.New(transport.Options{RequestTimeout: opts.BrokerTimeout}, lg.Named("relay"))
+	// This transport carries every relay to brokers (relay.go,
+	// switchover.go); it authenticates each connection as relayCreds.
+	tr, err := transport.New(transport.Options{RequestTimeout: opts.BrokerTimeout, Credentials: &s.relayCreds}, lg.Named("relay"))
 	if err != nil {
 		cli.Close()
 		return nil, err
@@ -118,12 +114,11 @@ func New(opts Options, lg *zap.Logger) (*Server, error) {
 	s.refusals = newRefusals(s.metrics.reg, lg.Named("authz"))
 	s.policyMetrics(s.metrics.reg)
 	mux := netserver.NewMux()
-	mux.HandleFunc(protocol.CmdAuth, s.serveAuth)
 	mux.HandleFunc(protocol.CmdPolicy, s.servePolicy)
 	mux.HandleFunc(protocol.CmdLookup, s.serveLookup)
 	mux.HandleFunc(protocol.CmdRegister, s.serveRegister)
 	mux.HandleFunc(protocol.CmdClientHeartbeat, s.serveClientHeartbeat)
-	s.tcp, err = netserver.New(netserver.Options{Addr: opts.Addr}, mux, lg.Named("tcp"))
+	s.tcp, err = netserver.New(netserver.Options{Addr: opts.Addr, Auth: s.authority(), RequireAuth: opts.RequireAuth}, mux, lg.Named("tcp"))
 	if err != nil {
 		tr.Close()
 		cli.Close()

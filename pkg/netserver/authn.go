@@ -18,21 +18,19 @@ var msgUnauthenticated = []byte("netserver: authenticate first (CmdAuth, or a TL
 
 // authenticated reports whether the connection may send requests other
 // than CmdPing and CmdAuth, on its loop, once per read: always without
-// RequireAuth; with it, when the connection has an identity. When Auth's
-// policy version moved since the last look, the identity is refreshed
-// first (an identity removed or disabled is dropped).
+// RequireAuth; with it, when the connection has an identity. A connection
+// that has an identity (with or without RequireAuth) has it refreshed
+// first when Auth's policy version moved since the last look (an identity
+// removed or disabled is dropped).
 func (c *Conn) authenticated() bool {
 	s := c.srv
-	if !s.opts.RequireAuth {
-		return true
-	}
 	p := c.principal.Load()
 	if p == nil {
-		return false
+		return !s.opts.RequireAuth
 	}
 	if v := s.opts.Auth.Version(); v != c.authVersion.Load() {
 		c.authVersion.Store(v)
-		return c.refresh(p)
+		return c.refresh(p) || !s.opts.RequireAuth
 	}
 	return true
 }
@@ -91,11 +89,13 @@ func (c *Conn) serveAuth(h protocol.Header, body []byte) {
 	go c.authenticate(h.RequestID, bytes.Clone(body))
 }
 
-// authenticate checks a CmdAuth credential and answers it. With
-// RequireAuth a success makes the identity the connection's principal;
-// without, the connection stays auth.Open and learns who it would be. A
-// failure leaves the principal as it was, and the third closes the
-// connection once its answer is written.
+// authenticate checks a CmdAuth credential and answers it. A success makes
+// the identity the connection's principal, with or without RequireAuth: a
+// client that names itself is held to its identity's grants (a server
+// that does not require authentication still knows who a broker or an
+// admin is, and serves what only they may have). A failure leaves the
+// principal as it was, and the third closes the connection once its
+// answer is written.
 func (c *Conn) authenticate(requestID uint64, body []byte) {
 	s := c.srv
 	defer s.authing.Done()
@@ -127,7 +127,7 @@ func (c *Conn) authenticate(requestID uint64, body []byte) {
 		}
 		return
 	}
-	if s.opts.RequireAuth && !s.identities.take(c, p, s.opts.MaxConnsPerIdentity) {
+	if !s.identities.take(c, p, s.opts.MaxConnsPerIdentity) {
 		c.authBusy.Store(false)
 		c.reply(requestID, protocol.StatusBusy, [][]byte{[]byte("netserver: identity " + p.String() +
 			" has too many connections (MaxConnsPerIdentity)")}, nil)
@@ -144,14 +144,14 @@ func authResponse(p *auth.Principal) []byte {
 }
 
 // certificateIdentity takes the identity a verified TLS client certificate
-// names as the connection's principal (with RequireAuth; without, every
-// connection is auth.Open). A certificate that names no identity leaves
+// names as the connection's principal (when the server has Auth). A
+// certificate that names no identity leaves
 // the connection unauthenticated (it may still send CmdAuth). It reports
 // false when the identity has MaxConnsPerIdentity connections already:
 // the connection must be closed (the reason is logged).
 func (c *Conn) certificateIdentity(cs tls.ConnectionState) bool {
 	s := c.srv
-	if !s.opts.RequireAuth || len(cs.VerifiedChains) == 0 || len(cs.PeerCertificates) == 0 {
+	if s.opts.Auth == nil || len(cs.VerifiedChains) == 0 || len(cs.PeerCertificates) == 0 {
 		return true
 	}
 	p, err := s.opts.Auth.Certificate(cs.PeerCertificates[0])

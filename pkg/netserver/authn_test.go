@@ -245,11 +245,24 @@ func TestAuth_NotRequired(t *testing.T) {
 			t.Fatalf("principal before CmdAuth %q, want open", f.Body)
 		}
 		// CmdAuth is checked and answered (a client configured with
-		// credentials learns they are wrong), but rights stay open.
+		// credentials learns they are wrong); a wrong one changes nothing,
+		// a right one holds the connection to its identity's grants.
 		c.login(t, 2, "billing", "wrong-secret-00000", protocol.StatusUnauthenticated)
-		c.login(t, 3, "billing", billingSecret, protocol.StatusOK)
-		if f := c.request(t, protocol.CmdSend, 4, nil); string(f.Body) != "open" {
-			t.Fatalf("principal after CmdAuth %q, want open", f.Body)
+		if f := c.request(t, protocol.CmdSend, 3, nil); string(f.Body) != "open" {
+			t.Fatalf("principal after a failed CmdAuth %q, want open", f.Body)
+		}
+		c.login(t, 4, "billing", billingSecret, protocol.StatusOK)
+		if f := c.request(t, protocol.CmdSend, 5, []byte("order.created")); string(f.Body) != "app:billing" {
+			t.Fatalf("principal after CmdAuth %q, want app:billing", f.Body)
+		}
+		if f := c.request(t, protocol.CmdSend, 6, []byte("user.x")); f.Header.Status() != protocol.StatusForbidden {
+			t.Fatalf("a send outside billing's grants answered %v", f.Header.Status())
+		}
+		// Disabled: the identity is dropped and the connection is open
+		// again (the server does not require authentication).
+		a.Update(testEntries(t, 2, billingGrants, true))
+		if f := c.request(t, protocol.CmdSend, 7, nil); string(f.Body) != "open" {
+			t.Fatalf("principal after the identity was disabled %q, want open", f.Body)
 		}
 	})
 	t.Run("without an authority", func(t *testing.T) {

@@ -178,19 +178,19 @@
 //
 // # Authentication
 //
-// Options.Auth (an *auth.Authority) checks credentials; without
-// RequireAuth every connection is auth.Open, and CmdAuth is answered (with
-// the identity it names, or auth.Open's without Auth) but changes nothing.
-// With RequireAuth a connection has no identity until a verified TLS
-// client certificate names one (a qmq:// URI SAN, at the handshake) or
-// CmdAuth succeeds. Until then every request but CmdPing and CmdAuth is
-// answered StatusUnauthenticated on the loop and never reaches the
-// handler. netserver serves CmdAuth itself, off the loop (a secret's hash
+// Options.Auth (an *auth.Authority) checks credentials. A connection gets
+// an identity from a verified TLS client certificate (a qmq:// URI SAN, at
+// the handshake) or a successful CmdAuth, and is then held to that
+// identity's grants; without Auth, CmdAuth is answered with auth.Open's
+// identity and changes nothing. Without RequireAuth a connection that
+// named no identity is auth.Open. With RequireAuth every request of a
+// connection without an identity but CmdPing and CmdAuth is answered
+// StatusUnauthenticated on the loop and never reaches the handler. netserver serves CmdAuth itself, off the loop (a secret's hash
 // is slow), one at a time per connection: protocol.AuthResponse, or
 // StatusUnauthenticated whether the name or the secret was wrong; the
 // third failure closes the connection once answered. Handlers check
 // Conn.Principal() and refuse with Request.Refuse (StatusForbidden).
-// Once per read, with RequireAuth, the loop compares Auth.Version() with
+// Once per read, for a connection with an identity, the loop compares Auth.Version() with
 // the version it last saw; when it moved, the connection's principal is
 // refreshed before the read's requests are served: new grants apply from
 // the next request, and a removed or disabled identity is dropped (its
