@@ -26,7 +26,7 @@ func newMetrics(reg prometheus.Registerer, table string) (*metrics, error) {
 	labels := prometheus.Labels{"table": table}
 	m := &metrics{
 		sent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "qmq_outbox_messages_sent_total",
-			Help: "Messages the broker acknowledged, by path (commit: right after the transaction; watchdog: left behind).",
+			Help:        "Messages the broker acknowledged, by path (commit: right after the transaction; watchdog: left behind).",
 			ConstLabels: labels}, []string{"path"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "qmq_outbox_send_failures_total",
 			Help: "Sends that failed (the row stays for the watchdog), by path.", ConstLabels: labels}, []string{"path"}),
