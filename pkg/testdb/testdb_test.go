@@ -13,7 +13,7 @@ import (
 func TestServers(t *testing.T) {
 	for _, c := range []struct {
 		kind, driver, query string
-		start             func(Options) (*Server, error)
+		start               func(Options) (*Server, error)
 	}{
 		{"postgres", "pgx", "SELECT current_setting('fsync')", StartPostgres},
 		{"mariadb", "mysql", "SELECT @@innodb_flush_log_at_trx_commit", StartMariaDB},
