@@ -21,7 +21,7 @@ func (o *Outbox) deleteLoop() {
 	tries := 0
 	for {
 		o.mu.Lock()
-		ids := o.toDelete[:min(len(o.toDelete), maxIDsPerStatement)]
+		ids := append([]string(nil), o.toDelete[:min(len(o.toDelete), maxIDsPerStatement)]...)
 		o.mu.Unlock()
 		if len(ids) == 0 {
 			select {
@@ -45,7 +45,8 @@ func (o *Outbox) deleteLoop() {
 		}
 		tries = 0
 		o.mu.Lock()
-		// ids is a prefix of toDelete, which only grows at its end meanwhile.
+		// ids are a copy of toDelete's head, which only grows at its end
+		// meanwhile.
 		o.toDelete = append(o.toDelete[:0], o.toDelete[len(ids):]...)
 		for _, id := range ids {
 			delete(o.inflight, id)

@@ -647,3 +647,59 @@ func TestClose(t *testing.T) {
 		t.Fatalf("row of a transaction committed after Close: %d", n)
 	}
 }
+
+// Many transactions commit at once: every message arrives once, every row
+// is deleted, and Close finds nothing left in flight.
+func TestConcurrentCommits(t *testing.T) {
+	forEachDB(t, func(t *testing.T, e *dbEnv) {
+		ctx := context.Background()
+		b := startBroker(t, t.TempDir(), "127.0.0.1:0")
+		addr := b.Addr().String()
+		col := collect(t, addr, "order.paid")
+		o := newOutbox(t, e, nil, newProducer(t, addr, ""), WithDelay(time.Minute))
+		const clients, each = 8, 40
+		var (
+			mu  sync.Mutex
+			ids []string
+			wg  sync.WaitGroup
+		)
+		for c := range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range each {
+					if err := o.Transact(ctx, nil, func(tx *Tx) error {
+						msg, err := order(ctx, e, tx, fmt.Sprintf("m-%d-%d", c, i), "order.paid")
+						if err == nil {
+							mu.Lock()
+							ids = append(ids, msg.ID)
+							mu.Unlock()
+						}
+						return err
+					}); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		closeCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		if err := o.Close(closeCtx); err != nil {
+			t.Fatal(err)
+		}
+		if n := o.inflightCount(); n != 0 {
+			t.Fatalf("%d messages still in flight after Close", n)
+		}
+		if n := e.count(t, e.table, ""); n != 0 {
+			t.Fatalf("%d rows left after Close", n)
+		}
+		col.waitAll(t, 20*time.Second, ids...)
+		for _, id := range ids {
+			if n := col.deliveries(id); n != 1 {
+				t.Fatalf("message %s delivered %d times", id, n)
+			}
+		}
+	})
+}
