@@ -131,3 +131,21 @@ func TestErrorText(t *testing.T) {
 		t.Fatal("short message changed")
 	}
 }
+
+func TestInListPadsToPowersOfTwo(t *testing.T) {
+	for n, want := range map[int]int{1: 1, 2: 2, 3: 4, 5: 8, 100: 128, 500: 512} {
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = string(rune('a' + i%26))
+		}
+		got := inList(ids)
+		if len(got) != want {
+			t.Fatalf("%d ids: %d arguments, want %d", n, len(got), want)
+		}
+		for i, a := range got {
+			if i < n && a != ids[i] || i >= n && a != ids[n-1] {
+				t.Fatalf("%d ids: argument %d is %v", n, i, a)
+			}
+		}
+	}
+}

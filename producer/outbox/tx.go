@@ -199,7 +199,8 @@ func (o *Outbox) existing(ctx context.Context, ids []string) (map[string]bool, e
 	found := make(map[string]bool, len(ids))
 	for start := 0; start < len(ids); start += maxIDsPerStatement {
 		chunk := ids[start:min(len(ids), start+maxIDsPerStatement)]
-		rows, err := o.db.QueryContext(ctx, o.stmt.exists(len(chunk)), anys(chunk)...)
+		args := inList(chunk)
+		rows, err := o.db.QueryContext(ctx, o.stmt.exists(len(args)), args...)
 		if err != nil {
 			return nil, fmt.Errorf("outbox: read committed rows: %w", err)
 		}
@@ -219,13 +220,21 @@ func (o *Outbox) existing(ctx context.Context, ids []string) (map[string]bool, e
 }
 
 // maxIDsPerStatement bounds the ids of one IN list (SQLite allows 32,766
-// parameters, MySQL 65,535, PostgreSQL 65,535).
-const maxIDsPerStatement = 500
+// parameters, MySQL 65,535, PostgreSQL 65,535). A power of two: see inList.
+const maxIDsPerStatement = 512
 
-func anys(ids []string) []any {
-	a := make([]any, len(ids))
-	for i, id := range ids {
-		a[i] = id
+// inList returns ids as statement arguments, padded to a power of two by
+// repeating the last id: the IN lists of the outbox's statements then take
+// one of ten lengths, so a driver that prepares and caches each statement
+// (pgx does) keeps ten, not one per batch size.
+func inList(ids []string) []any {
+	n := 1
+	for n < len(ids) {
+		n *= 2
+	}
+	a := make([]any, n)
+	for i := range a {
+		a[i] = ids[min(i, len(ids)-1)]
 	}
 	return a
 }

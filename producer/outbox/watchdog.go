@@ -132,21 +132,22 @@ func (o *Outbox) claimMySQL(ctx context.Context, token string, now, cutoff, leas
 	if err != nil {
 		return nil, 0, fmt.Errorf("outbox: claim rows: %w", err)
 	}
-	var candidates []any
+	var ids []string
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
 			rows.Close()
 			return nil, 0, fmt.Errorf("outbox: claim rows: %w", err)
 		}
-		candidates = append(candidates, id)
+		ids = append(ids, id)
 	}
 	if err := rows.Close(); err != nil {
 		return nil, 0, fmt.Errorf("outbox: claim rows: %w", err)
 	}
-	if len(candidates) == 0 {
+	if len(ids) == 0 {
 		return nil, 0, tx.Commit()
 	}
+	candidates := inList(ids)
 	args := append([]any{token, lease, now, cutoff}, candidates...)
 	if _, err := tx.ExecContext(ctx, o.stmt.claimUpdate(len(candidates)), args...); err != nil {
 		return nil, 0, fmt.Errorf("outbox: claim rows: %w", err)
@@ -162,7 +163,7 @@ func (o *Outbox) claimMySQL(ctx context.Context, token string, now, cutoff, leas
 	if err := tx.Commit(); err != nil {
 		return nil, 0, fmt.Errorf("outbox: claim rows: %w", err)
 	}
-	return claimed, len(candidates), nil
+	return claimed, len(ids), nil
 }
 
 func readClaimed(rows *sql.Rows) ([]claimedRow, error) {
@@ -259,7 +260,8 @@ func (o *Outbox) record(ctx context.Context, ex execer, token string, acked, ret
 	}
 	for start := 0; start < len(acked); start += maxIDsPerStatement {
 		chunk := ids(acked[start:min(len(acked), start+maxIDsPerStatement)])
-		if _, err := ex.ExecContext(ctx, o.stmt.deleteClaimed(len(chunk)), withToken(anys(chunk)...)...); err != nil {
+		args := inList(chunk)
+		if _, err := ex.ExecContext(ctx, o.stmt.deleteClaimed(len(args)), withToken(args...)...); err != nil {
 			return fmt.Errorf("outbox: delete sent rows: %w", err)
 		}
 	}
