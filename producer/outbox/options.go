@@ -23,6 +23,7 @@ type config struct {
 	retryMax      time.Duration
 	statsInterval time.Duration
 	watchdog      bool
+	syncSend      bool
 	logger        *zap.Logger
 	registerer    prometheus.Registerer
 	limits        protocol.Limits
@@ -111,6 +112,15 @@ func WithStatsInterval(d time.Duration) Option { return func(c *config) { c.stat
 // WithoutWatchdog turns the watchdog off in this instance: it only writes
 // and sends after commit. At least one instance on the table must run one.
 func WithoutWatchdog() Option { return func(c *config) { c.watchdog = false } }
+
+// WithSyncSend makes Tx.Commit (and Transact, and Tx.Committed) wait after
+// the commit until the broker has stored the transaction's messages, or
+// their sends failed, or the send timeout passed, before it returns; by
+// default they return once the messages are handed to the producer. Either
+// way a committed message is safe: one whose send fails is the watchdog's.
+// A transaction of one message is sent with the producer's Send from the
+// committing goroutine.
+func WithSyncSend() Option { return func(c *config) { c.syncSend = true } }
 
 // WithLogger sets the logger (default none).
 func WithLogger(lg *zap.Logger) Option { return func(c *config) { c.logger = lg } }

@@ -24,6 +24,13 @@ type Sender interface {
 	SendAsync(msg *producer.Message, callback func(*producer.Message, error)) error
 }
 
+// syncSender is a Sender that can also send one message and wait for the
+// broker in the caller's goroutine (*producer.Producer's Send): WithSyncSend
+// uses it for a transaction of one message.
+type syncSender interface {
+	Send(ctx context.Context, msg *producer.Message) error
+}
+
 // Outbox writes messages into a table of the caller's database inside the
 // caller's transactions and sends them once the transactions commit. It is
 // safe for concurrent use.
@@ -126,23 +133,38 @@ func CreateSchema(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) er
 }
 
 // hand gives msg to the sender. w, when not nil, is a watchdog scan
-// waiting for the outcome. It reports false when the message is already on
-// its way from this instance (nothing is sent then).
-func (o *Outbox) hand(msg *producer.Message, path string, w *scanWait) bool {
+// waiting for the outcome; after, when not nil, is called once the outcome
+// is recorded. It reports false when the message is already on its way from
+// this instance (nothing is sent then, and after is not called).
+func (o *Outbox) hand(msg *producer.Message, path string, w *scanWait, after func(error)) bool {
 	id := msg.ID
-	o.mu.Lock()
-	if _, busy := o.inflight[id]; busy {
-		o.mu.Unlock()
+	if !o.claimInflight(id) {
 		return false
 	}
-	o.inflight[id] = struct{}{}
-	o.mu.Unlock()
 	if w != nil {
 		w.expect()
 	}
-	if err := o.sender.SendAsync(msg, func(_ *producer.Message, err error) { o.outcome(id, path, w, err) }); err != nil {
-		o.outcome(id, path, w, fmt.Errorf("outbox: queue message: %w", err))
+	done := func(_ *producer.Message, err error) {
+		o.outcome(id, path, w, err)
+		if after != nil {
+			after(err)
+		}
 	}
+	if err := o.sender.SendAsync(msg, done); err != nil {
+		done(msg, fmt.Errorf("outbox: queue message: %w", err))
+	}
+	return true
+}
+
+// claimInflight marks id as on its way from this instance; it reports false
+// if it already was.
+func (o *Outbox) claimInflight(id string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, busy := o.inflight[id]; busy {
+		return false
+	}
+	o.inflight[id] = struct{}{}
 	return true
 }
 

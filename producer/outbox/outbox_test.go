@@ -703,3 +703,40 @@ func TestConcurrentCommits(t *testing.T) {
 		}
 	})
 }
+
+// With WithSyncSend, Commit returns after the broker's answer: the sent
+// counter already counts the transaction's messages.
+func TestSyncSend(t *testing.T) {
+	forEachDB(t, func(t *testing.T, e *dbEnv) {
+		ctx := context.Background()
+		b := startBroker(t, t.TempDir(), "127.0.0.1:0")
+		addr := b.Addr().String()
+		col := collect(t, addr, "order.paid")
+		p := newProducer(t, addr, "")
+		// One message: the producer's Send. Three: SendAsync, awaited
+		// (the tracker has no Send).
+		for _, c := range []struct {
+			sender Sender
+			n      int
+		}{{p, 1}, {newTracker(p).as("t"), 3}} {
+			o := newOutbox(t, e, e.open(t), c.sender, WithDelay(time.Minute), WithSyncSend())
+			var ids []string
+			if err := o.Transact(ctx, nil, func(tx *Tx) error {
+				for i := range c.n {
+					msg, err := order(ctx, e, tx, fmt.Sprintf("s-%d-%d", c.n, i), "order.paid")
+					if err != nil {
+						return err
+					}
+					ids = append(ids, msg.ID)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if v := value(o.metrics.sent.WithLabelValues(pathCommit)); v != float64(c.n) {
+				t.Fatalf("%d messages: %v acknowledged when Commit returned", c.n, v)
+			}
+			col.waitAll(t, 10*time.Second, ids...)
+		}
+	})
+}

@@ -103,11 +103,11 @@ func (t *Tx) Send(ctx context.Context, msg *producer.Message) error {
 }
 
 // Commit commits the transaction and then hands its messages to the
-// producer, without waiting for the broker: once Commit returns nil the
-// messages are stored in the database and will reach the broker, from this
-// process at once or from a watchdog after a crash. If the commit fails,
-// nothing is sent (a commit whose outcome is unknown leaves any rows that
-// did commit to the watchdog).
+// producer, without waiting for the broker (unless WithSyncSend): once
+// Commit returns nil the messages are stored in the database and will reach
+// the broker, from this process at once or from a watchdog after a crash. If
+// the commit fails, nothing is sent (a commit whose outcome is unknown leaves
+// any rows that did commit to the watchdog).
 func (t *Tx) Commit() error {
 	pending, ids, err := t.finish()
 	if err != nil {
@@ -179,18 +179,47 @@ func (t *Tx) finish() ([][]byte, []string, error) {
 }
 
 // handOver gives committed messages to the sender, unless the outbox is
-// closed (the watchdog sends them then).
-func (o *Outbox) handOver(msgs [][]byte) {
-	if len(msgs) == 0 || o.isClosed() {
+// closed (the watchdog sends them then). With WithSyncSend it returns once
+// every message has its outcome.
+func (o *Outbox) handOver(raws [][]byte) {
+	if len(raws) == 0 || o.isClosed() {
 		return
 	}
-	for _, raw := range msgs {
+	msgs := make([]*producer.Message, 0, len(raws))
+	for _, raw := range raws {
 		msg, err := protocol.DecodeMessage(raw) // a copy the caller cannot change
 		if err != nil {
 			o.lg.Error("message encoded by Send does not decode; the watchdog will mark it failed", zap.Error(err))
 			continue
 		}
-		o.hand(msg, pathCommit, nil)
+		msgs = append(msgs, msg)
+	}
+	if !o.cfg.syncSend {
+		for _, msg := range msgs {
+			o.hand(msg, pathCommit, nil, nil)
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.cfg.sendTimeout)
+	defer cancel()
+	if s, ok := o.sender.(syncSender); ok && len(msgs) == 1 {
+		if o.claimInflight(msgs[0].ID) {
+			o.outcome(msgs[0].ID, pathCommit, nil, s.Send(ctx, msgs[0]))
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for _, msg := range msgs {
+		wg.Add(1)
+		if !o.hand(msg, pathCommit, nil, func(error) { wg.Done() }) {
+			wg.Done()
+		}
+	}
+	waited := make(chan struct{})
+	go func() { wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-ctx.Done():
 	}
 }
 

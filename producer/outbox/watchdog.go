@@ -204,7 +204,7 @@ func (o *Outbox) sendAndRecord(ctx context.Context, ex execer, claimed []claimed
 			failErr[r.id] = fmt.Errorf("outbox: stored message: %w", err)
 			continue
 		}
-		if o.hand(msg, pathWatchdog, w) {
+		if o.hand(msg, pathWatchdog, w, nil) {
 			handed = append(handed, r)
 		} // else on its way from this instance already: leave the row alone
 	}

@@ -15,9 +15,9 @@ package main
 //	                            message is acknowledged and its row deleted.
 //	outbox_send_vs_plain_ratio  outbox / plain (target ≥ 0.8), the median of
 //	                            outboxRounds rounds of outboxRun per side
-//	outbox_wait_tx_per_s        like-for-like: each client also waits for its
-//	                            message's ack after the commit, as the plain
-//	                            client waits for Send
+//	outbox_wait_tx_per_s        like-for-like: outbox.WithSyncSend, so Commit
+//	                            also waits for the broker's durable ack, as
+//	                            the plain client waits for Send
 //	outbox_wait_vs_plain_ratio  outbox (waiting) / plain
 //
 // Then the crash part: application processes (8 clients, one transaction in
@@ -41,6 +41,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,7 +58,7 @@ import (
 const (
 	outboxClients    = 8
 	outboxRun        = 3 * time.Second
-	outboxRounds     = 5
+	outboxRounds     = 7
 	outboxKills      = 20
 	outboxCrashDelay = 2 * time.Second
 	outboxSubject    = "bench.outbox"
@@ -86,6 +88,7 @@ func runOutbox(env *Env) error {
 	// median of the rounds' ratios, a rate the total over all rounds.
 	modes := []string{"plain", "outbox", "wait"}
 	var sum [3]rateResult
+	var pgCPU, brokerCPU [3]time.Duration
 	ratios := [2][]float64{}
 	for round := range outboxRounds {
 		var rates [3]float64
@@ -93,10 +96,13 @@ func runOutbox(env *Env) error {
 			i := (round + k) % len(modes)
 			mode := modes[i]
 			var res rateResult
+			pg0, rt0 := treeCPU(pg.PID()), processCPU(rt.cmd.Process.Pid)
 			if err := runWorker("outbox-tx", &res, "-mode", mode, "-dsn", dsn, "-addr", addr,
 				"-duration", outboxRun.String(), "-table", fmt.Sprintf("tx_%s_%d", mode, round)); err != nil {
 				return err
 			}
+			pgCPU[i] += treeCPU(pg.PID()) - pg0
+			brokerCPU[i] += processCPU(rt.cmd.Process.Pid) - rt0
 			if res.Failed > 0 {
 				return fmt.Errorf("%s: %d transactions failed", mode, res.Failed)
 			}
@@ -109,6 +115,11 @@ func runOutbox(env *Env) error {
 		ratios[1] = append(ratios[1], rates[2]/rates[0])
 	}
 	env.Logf("outbox/plain by round: %.2f; waiting outbox/plain: %.2f", ratios[0], ratios[1])
+	for i, mode := range modes {
+		n := float64(sum[i].Messages)
+		env.Logf("%s: CPU per transaction: PostgreSQL %.3f ms, broker %.3f ms", mode,
+			float64(pgCPU[i].Microseconds())/n/1000, float64(brokerCPU[i].Microseconds())/n/1000)
+	}
 	env.Metric("outbox_plain_tx_per_s", sum[0].rate(), "tx/s")
 	env.Metric("outbox_tx_per_s", sum[1].rate(), "tx/s")
 	env.Metric("outbox_send_vs_plain_ratio", median(ratios[0]), "x")
@@ -121,7 +132,7 @@ func runOutbox(env *Env) error {
 //
 //	plain   BEGIN; INSERT; COMMIT; producer.Send
 //	outbox  outbox.Transact(INSERT; tx.Send)
-//	wait    outbox, then wait for the message's ack
+//	wait    outbox with WithSyncSend: Commit waits for the broker
 //
 // The outbox modes count their time until the outbox is closed: every
 // message acknowledged and its row deleted.
@@ -156,10 +167,13 @@ func outboxTxWorker(args []string) (any, error) {
 		return nil, err
 	}
 	defer p.Close(ctx)
-	waiter := &ackWaiter{next: p, waiting: map[string]chan error{}}
 	var ob *outbox.Outbox
 	if *mode != "plain" {
-		if ob, err = outbox.New(db, outbox.Postgres, waiter, outbox.WithTable(outboxTable)); err != nil {
+		opts := []outbox.Option{outbox.WithTable(outboxTable)}
+		if *mode == "wait" {
+			opts = append(opts, outbox.WithSyncSend())
+		}
+		if ob, err = outbox.New(db, outbox.Postgres, p, opts...); err != nil {
 			return nil, err
 		}
 	}
@@ -184,23 +198,12 @@ func outboxTxWorker(args []string) (any, error) {
 			}
 			return p.Send(ctx, msg)
 		default:
-			var ack chan error
-			err := ob.Transact(ctx, nil, func(tx *outbox.Tx) error {
+			return ob.Transact(ctx, nil, func(tx *outbox.Tx) error {
 				if _, err := tx.ExecContext(ctx, insert, id, 42); err != nil {
 					return err
 				}
-				if err := tx.Send(ctx, msg); err != nil {
-					return err
-				}
-				if *mode == "wait" {
-					ack = waiter.expect(msg.ID)
-				}
-				return nil
+				return tx.Send(ctx, msg)
 			})
-			if err != nil || ack == nil {
-				return err
-			}
-			return <-ack
 		}
 	}
 	start := time.Now()
@@ -236,35 +239,6 @@ func outboxTxWorker(args []string) (any, error) {
 		}
 	}
 	return rateResult{Messages: done.Load(), Failed: failed.Load(), Elapsed: time.Since(start)}, nil
-}
-
-// ackWaiter passes messages on to a producer and lets a client wait for the
-// ack of one it expects.
-type ackWaiter struct {
-	next    outbox.Sender
-	mu      sync.Mutex
-	waiting map[string]chan error
-}
-
-func (w *ackWaiter) expect(id string) chan error {
-	ch := make(chan error, 1)
-	w.mu.Lock()
-	w.waiting[id] = ch
-	w.mu.Unlock()
-	return ch
-}
-
-func (w *ackWaiter) SendAsync(msg *producer.Message, cb func(*producer.Message, error)) error {
-	return w.next.SendAsync(msg, func(m *producer.Message, err error) {
-		cb(m, err)
-		w.mu.Lock()
-		ch := w.waiting[m.ID]
-		delete(w.waiting, m.ID)
-		w.mu.Unlock()
-		if ch != nil {
-			ch <- err
-		}
-	})
 }
 
 // errDeclined rolls an application transaction back.
@@ -501,4 +475,29 @@ func median(v []float64) float64 {
 		return v[len(v)/2]
 	}
 	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// treeCPU is the CPU time of process pid, of its children that have ended
+// (cutime and cstime) and of those still running (PostgreSQL's backends and
+// helpers), from /proc.
+func treeCPU(pid int) time.Duration {
+	total := processCPU(pid)
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i >= 0 {
+			if f := strings.Fields(s[i+1:]); len(f) > 14 {
+				cu, _ := strconv.ParseInt(f[13], 10, 64)
+				cs, _ := strconv.ParseInt(f[14], 10, 64)
+				total += time.Duration(cu+cs) * 10 * time.Millisecond
+			}
+		}
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)); err == nil {
+		for _, c := range strings.Fields(string(b)) {
+			if child, err := strconv.Atoi(c); err == nil {
+				total += processCPU(child)
+			}
+		}
+	}
+	return total
 }
