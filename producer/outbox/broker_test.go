@@ -94,6 +94,14 @@ func newOutbox(t testing.TB, e *dbEnv, db *sql.DB, s Sender, opts ...Option) *Ou
 	return o
 }
 
+// rig starts a broker and returns its address, a collector of subject's
+// deliveries and a producer to it.
+func rig(t testing.TB, subject string) (string, *collector, *producer.Producer) {
+	t.Helper()
+	addr := startBroker(t, t.TempDir(), "127.0.0.1:0").Addr().String()
+	return addr, collect(t, addr, subject), newProducer(t, addr, "")
+}
+
 // received is one delivery a collector saw.
 type received struct {
 	msg *consumer.Message

@@ -74,7 +74,8 @@
 // CreateSchema runs the DDL below (DDL returns it; WithTable renames the
 // table, default qmq_outbox). message is the encoded message
 // (pkg/protocol, CRC included); times are Unix milliseconds of the
-// application's clock.
+// application's clock, so instances sharing a table need clocks in step to
+// well within the delay.
 //
 // PostgreSQL:
 //

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -103,14 +104,10 @@ func openDB(t *testing.T, name string) *dbEnv {
 	e := &dbEnv{name: name, table: fmt.Sprintf("ob_%d", n), business: fmt.Sprintf("biz_%d", n)}
 	switch name {
 	case "postgres":
-		if servers.pgErr != nil {
-			t.Skipf("PostgreSQL not available: %v", servers.pgErr)
-		}
+		requireServer(t, "PostgreSQL", servers.pgErr)
 		e.dialect, e.driver, e.dsn = Postgres, "pgx", servers.pg.DSN("postgres")
 	case "mariadb":
-		if servers.mariaErr != nil {
-			t.Skipf("MariaDB not available: %v", servers.mariaErr)
-		}
+		requireServer(t, "MariaDB", servers.mariaErr)
 		e.dialect, e.driver, e.dsn = MySQL, "mysql", servers.maria.DSN(mariaDatabase)
 	case "sqlite":
 		e.dialect, e.driver, e.dsn = SQLite, "sqlite", sqliteDSN(filepath.Join(t.TempDir(), "app.db"))
@@ -126,6 +123,18 @@ func openDB(t *testing.T, name string) *dbEnv {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// requireServer skips the test when the server's binaries are missing and
+// fails it when the server is installed but did not start.
+func requireServer(t *testing.T, name string, err error) {
+	t.Helper()
+	switch {
+	case errors.Is(err, testdb.ErrNotInstalled):
+		t.Skipf("%s not installed: %v", name, err)
+	case err != nil:
+		t.Fatalf("%s did not start: %v", name, err)
+	}
 }
 
 // sqliteDSN opens path in WAL mode, waits up to 10 s for a lock and begins

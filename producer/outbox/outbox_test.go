@@ -62,12 +62,10 @@ func marker(t *testing.T, e *dbEnv, o *Outbox, col *collector, subject string) {
 func TestCommitDeliversOnce(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *dbEnv) {
 		ctx := context.Background()
-		b := startBroker(t, t.TempDir(), "127.0.0.1:0")
-		addr := b.Addr().String()
-		col := collect(t, addr, "order.paid")
+		_, col, p := rig(t, "order.paid")
 		reg := prometheus.NewRegistry()
 		// A minute's delay: only the send after commit can deliver in time.
-		o := newOutbox(t, e, nil, newProducer(t, addr, ""), WithDelay(time.Minute), WithRegisterer(reg))
+		o := newOutbox(t, e, nil, p, WithDelay(time.Minute), WithRegisterer(reg))
 
 		var msg *producer.Message
 		if err := o.Transact(ctx, nil, func(tx *Tx) error {
@@ -118,10 +116,8 @@ func TestCommitDeliversOnce(t *testing.T) {
 func TestRollbackNeverSends(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *dbEnv) {
 		ctx := context.Background()
-		b := startBroker(t, t.TempDir(), "127.0.0.1:0")
-		addr := b.Addr().String()
-		col := collect(t, addr, "order.paid")
-		o := newOutbox(t, e, nil, newProducer(t, addr, ""), WithDelay(50*time.Millisecond), WithScanInterval(20*time.Millisecond))
+		_, col, p := rig(t, "order.paid")
+		o := newOutbox(t, e, nil, p, WithDelay(50*time.Millisecond), WithScanInterval(20*time.Millisecond))
 		var ids []string
 
 		// fn fails: Transact rolls back.
@@ -191,10 +187,7 @@ func TestRollbackNeverSends(t *testing.T) {
 func TestCommittedElsewhere(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *dbEnv) {
 		ctx := context.Background()
-		b := startBroker(t, t.TempDir(), "127.0.0.1:0")
-		addr := b.Addr().String()
-		col := collect(t, addr, "order.paid")
-		p := newProducer(t, addr, "")
+		_, col, p := rig(t, "order.paid")
 		o := newOutbox(t, e, nil, p, WithDelay(time.Minute))
 
 		// Committed by the framework, then Committed: sent at once.
@@ -273,10 +266,7 @@ func TestCommittedElsewhere(t *testing.T) {
 func TestDatabaseErrorInSend(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *dbEnv) {
 		ctx := context.Background()
-		b := startBroker(t, t.TempDir(), "127.0.0.1:0")
-		addr := b.Addr().String()
-		col := collect(t, addr, "order.paid")
-		p := newProducer(t, addr, "")
+		_, col, p := rig(t, "order.paid")
 		o := newOutbox(t, e, nil, p, WithDelay(50*time.Millisecond), WithScanInterval(20*time.Millisecond))
 		var ids []string
 
@@ -463,10 +453,7 @@ func (s trackedSender) SendAsync(msg *producer.Message, cb func(*producer.Messag
 func TestTwoWatchdogsNeverSendOneRowAtOnce(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *dbEnv) {
 		ctx := context.Background()
-		b := startBroker(t, t.TempDir(), "127.0.0.1:0")
-		addr := b.Addr().String()
-		col := collect(t, addr, "order.paid")
-		p := newProducer(t, addr, "")
+		_, col, p := rig(t, "order.paid")
 
 		// Rows left behind: committed without handing the messages over.
 		writer := newOutbox(t, e, nil, p, WithoutWatchdog())
@@ -559,10 +546,7 @@ func TestDelayedMessagesThroughOutbox(t *testing.T) {
 func TestBadRowMarkedFailed(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *dbEnv) {
 		ctx := context.Background()
-		b := startBroker(t, t.TempDir(), "127.0.0.1:0")
-		addr := b.Addr().String()
-		col := collect(t, addr, "order.paid")
-		p := newProducer(t, addr, "")
+		_, col, p := rig(t, "order.paid")
 		writer := newOutbox(t, e, nil, p, WithoutWatchdog())
 		tx, err := writer.Begin(ctx, nil)
 		if err != nil {
@@ -598,10 +582,7 @@ func TestBadRowMarkedFailed(t *testing.T) {
 func TestClose(t *testing.T) {
 	e := openDB(t, "sqlite")
 	ctx := context.Background()
-	b := startBroker(t, t.TempDir(), "127.0.0.1:0")
-	addr := b.Addr().String()
-	col := collect(t, addr, "order.paid")
-	p := newProducer(t, addr, "")
+	_, col, p := rig(t, "order.paid")
 	o := newOutbox(t, e, nil, p, WithDelay(time.Minute))
 	var sent *producer.Message
 	if err := o.Transact(ctx, nil, func(tx *Tx) error {
@@ -653,10 +634,8 @@ func TestClose(t *testing.T) {
 func TestConcurrentCommits(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *dbEnv) {
 		ctx := context.Background()
-		b := startBroker(t, t.TempDir(), "127.0.0.1:0")
-		addr := b.Addr().String()
-		col := collect(t, addr, "order.paid")
-		o := newOutbox(t, e, nil, newProducer(t, addr, ""), WithDelay(time.Minute))
+		_, col, p := rig(t, "order.paid")
+		o := newOutbox(t, e, nil, p, WithDelay(time.Minute))
 		const clients, each = 8, 40
 		var (
 			mu  sync.Mutex
@@ -709,10 +688,7 @@ func TestConcurrentCommits(t *testing.T) {
 func TestSyncSend(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *dbEnv) {
 		ctx := context.Background()
-		b := startBroker(t, t.TempDir(), "127.0.0.1:0")
-		addr := b.Addr().String()
-		col := collect(t, addr, "order.paid")
-		p := newProducer(t, addr, "")
+		_, col, p := rig(t, "order.paid")
 		// One message: the producer's Send. Three: SendAsync, awaited
 		// (the tracker has no Send).
 		for _, c := range []struct {

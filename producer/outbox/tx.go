@@ -47,7 +47,7 @@ func (o *Outbox) Wrap(tx *sql.Tx) *Tx { return &Tx{Tx: tx, o: o} }
 // commits and the messages fn sent go to the producer; when fn returns an
 // error or panics, the transaction rolls back and nothing is sent. It
 // returns fn's error, or the commit's.
-func (o *Outbox) Transact(ctx context.Context, opts *sql.TxOptions, fn func(tx *Tx) error) (err error) {
+func (o *Outbox) Transact(ctx context.Context, opts *sql.TxOptions, fn func(tx *Tx) error) error {
 	tx, err := o.Begin(ctx, opts)
 	if err != nil {
 		return err
@@ -139,17 +139,9 @@ func (t *Tx) Rollback() error {
 // the watchdog sends the messages after the commit. It returns an error
 // only when that read fails (the watchdog then sends them).
 func (t *Tx) Committed(ctx context.Context) error {
-	t.mu.Lock()
-	if t.done {
-		t.mu.Unlock()
-		return ErrTxDone
-	}
-	t.done = true
-	pending, ids := t.pending, t.ids
-	t.pending, t.ids = nil, nil
-	t.mu.Unlock()
-	if len(ids) == 0 {
-		return nil
+	pending, ids, err := t.finish()
+	if err != nil || len(ids) == 0 {
+		return err
 	}
 	found, err := t.o.existing(ctx, ids)
 	if err != nil {
