@@ -13,9 +13,10 @@
 // Tx.Send encodes the message and inserts it into the outbox table inside
 // the caller's transaction. When the transaction commits the messages go to
 // the producer at once (SendAsync; WithSyncSend makes Commit wait for the
-// broker too); once the broker acknowledges one, its row is deleted. A rolled-back transaction leaves no row, so its messages are
-// never sent. A message keeps the id Send gave it from the insert to the
-// broker, so a copy sent again is dropped by the broker's dedupe window.
+// broker too); once the broker acknowledges one, its row is deleted. A
+// rolled-back transaction leaves no row, so its messages are never sent. A
+// message keeps the id Send gave it from the insert to the broker, so a copy
+// sent again is dropped by the broker's dedupe window.
 //
 // # Committing
 //
