@@ -16,7 +16,9 @@
 // broker too); once the broker acknowledges one, its row is deleted. A
 // rolled-back transaction leaves no row, so its messages are never sent. A
 // message keeps the id Send gave it from the insert to the broker, so a copy
-// sent again is dropped by the broker's dedupe window.
+// sent again is dropped by the broker's dedupe window; one that is not
+// delayed goes to the broker as the very bytes of its row
+// (producer.SendEncoded).
 //
 // # Committing
 //

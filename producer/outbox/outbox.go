@@ -24,6 +24,13 @@ type Sender interface {
 	SendAsync(msg *producer.Message, callback func(*producer.Message, error)) error
 }
 
+// encodedSender is a Sender that can also send a message as encoded bytes,
+// keeping them (*producer.Producer's SendEncoded, which sends to a realtime
+// group whatever the message's deliver-at time).
+type encodedSender interface {
+	SendEncoded(raw []byte, callback func(error)) error
+}
+
 // syncSender is a Sender that can also send one message and wait for the
 // broker in the caller's goroutine (*producer.Producer's Send): WithSyncSend
 // uses it for a transaction of one message.
@@ -132,26 +139,37 @@ func CreateSchema(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) er
 	return nil
 }
 
-// hand gives msg to the sender. w, when not nil, is a watchdog scan
-// waiting for the outcome; after, when not nil, is called once the outcome
-// is recorded. It reports false when the message is already on its way from
-// this instance (nothing is sent then, and after is not called).
-func (o *Outbox) hand(msg *producer.Message, path string, w *scanWait, after func(error)) bool {
-	id := msg.ID
+// hand gives the message v (parsed from its row's bytes) to the sender. w,
+// when not nil, is a watchdog scan waiting for the outcome; after, when not
+// nil, is called once the outcome is recorded. It reports false when the
+// message is already on its way from this instance (nothing is sent then,
+// and after is not called).
+//
+// A message due now goes as the very bytes of its row (SendEncoded) when
+// the sender takes encoded messages, as *producer.Producer does; a delayed
+// one is decoded and sent with SendAsync, which routes it to a delay group.
+func (o *Outbox) hand(v *protocol.View, path string, w *scanWait, after func(error)) bool {
+	id := string(v.ID)
 	if !o.claimInflight(id) {
 		return false
 	}
 	if w != nil {
 		w.expect()
 	}
-	done := func(_ *producer.Message, err error) {
+	done := func(err error) {
 		o.outcome(id, path, w, err)
 		if after != nil {
 			after(err)
 		}
 	}
-	if err := o.sender.SendAsync(msg, done); err != nil {
-		done(msg, fmt.Errorf("outbox: queue message: %w", err))
+	var err error
+	if enc, ok := o.sender.(encodedSender); ok && v.DeliverAtMillis <= o.cfg.now().UnixMilli() {
+		err = enc.SendEncoded(v.Raw, done)
+	} else {
+		err = o.sender.SendAsync(v.Message(), func(_ *producer.Message, err error) { done(err) })
+	}
+	if err != nil {
+		done(fmt.Errorf("outbox: queue message: %w", err))
 	}
 	return true
 }

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/testutil"
 	"github.com/qmq-go/qmq/producer"
 )
@@ -715,4 +717,66 @@ func TestSyncSend(t *testing.T) {
 			col.waitAll(t, 10*time.Second, ids...)
 		}
 	})
+}
+
+// recorder passes messages on to a producer and records how each went.
+type recorder struct {
+	p       *producer.Producer
+	mu      sync.Mutex
+	encoded map[string][]byte // SendEncoded: id → bytes
+	decoded map[string]bool   // SendAsync: ids
+}
+
+func (r *recorder) SendAsync(msg *producer.Message, cb func(*producer.Message, error)) error {
+	r.mu.Lock()
+	r.decoded[msg.ID] = true
+	r.mu.Unlock()
+	return r.p.SendAsync(msg, cb)
+}
+
+func (r *recorder) SendEncoded(raw []byte, cb func(error)) error {
+	v, err := protocol.ParseMessage(raw)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.encoded[string(v.ID)] = append([]byte(nil), raw...)
+	r.mu.Unlock()
+	return r.p.SendEncoded(raw, cb)
+}
+
+// A message due now reaches the producer as the bytes Send wrote into its
+// row; a delayed one as a message, so that the producer routes it to a
+// delay group.
+func TestDueMessagesGoAsTheirBytes(t *testing.T) {
+	e := openDB(t, "sqlite")
+	ctx := context.Background()
+	addr := startBroker(t, t.TempDir(), "127.0.0.1:0").Addr().String()
+	d := startDelay(t, t.TempDir(), addr)
+	col := collect(t, addr, "order.paid")
+	rec := &recorder{p: newProducer(t, addr, d.Addr().String()), encoded: map[string][]byte{}, decoded: map[string]bool{}}
+	o := newOutbox(t, e, nil, rec, WithDelay(time.Minute))
+	due := &producer.Message{Subject: "order.paid", Tags: []string{"t"}, Body: []byte("now")}
+	later := &producer.Message{Subject: "order.paid", Body: []byte("later"), DeliverAt: time.Now().Add(time.Second)}
+	if err := o.Transact(ctx, nil, func(tx *Tx) error {
+		if err := tx.Send(ctx, due); err != nil {
+			return err
+		}
+		return tx.Send(ctx, later)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	col.waitAll(t, 20*time.Second, due.ID, later.ID)
+	want, err := protocol.AppendMessage(nil, due, protocol.DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if !bytes.Equal(rec.encoded[due.ID], want) || rec.decoded[due.ID] {
+		t.Fatalf("due message: encoded %x (want %x), decoded %v", rec.encoded[due.ID], want, rec.decoded[due.ID])
+	}
+	if !rec.decoded[later.ID] || rec.encoded[later.ID] != nil {
+		t.Fatal("delayed message was not sent as a message")
+	}
 }

@@ -170,40 +170,41 @@ func (t *Tx) finish() ([][]byte, []string, error) {
 	return p, ids, nil
 }
 
-// handOver gives committed messages to the sender, unless the outbox is
-// closed (the watchdog sends them then). With WithSyncSend it returns once
-// every message has its outcome.
+// handOver gives committed messages (their encodings, which Tx.Send made
+// and no caller can change) to the sender, unless the outbox is closed (the
+// watchdog sends them then). With WithSyncSend it returns once every message
+// has its outcome.
 func (o *Outbox) handOver(raws [][]byte) {
 	if len(raws) == 0 || o.isClosed() {
 		return
 	}
-	msgs := make([]*producer.Message, 0, len(raws))
+	msgs := make([]protocol.View, 0, len(raws))
 	for _, raw := range raws {
-		msg, err := protocol.DecodeMessage(raw) // a copy the caller cannot change
+		v, err := protocol.ParseMessage(raw)
 		if err != nil {
-			o.lg.Error("message encoded by Send does not decode; the watchdog will mark it failed", zap.Error(err))
+			o.lg.Error("message encoded by Send does not parse; the watchdog will mark it failed", zap.Error(err))
 			continue
 		}
-		msgs = append(msgs, msg)
+		msgs = append(msgs, v)
 	}
 	if !o.cfg.syncSend {
-		for _, msg := range msgs {
-			o.hand(msg, pathCommit, nil, nil)
+		for i := range msgs {
+			o.hand(&msgs[i], pathCommit, nil, nil)
 		}
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.cfg.sendTimeout)
 	defer cancel()
 	if s, ok := o.sender.(syncSender); ok && len(msgs) == 1 {
-		if o.claimInflight(msgs[0].ID) {
-			o.outcome(msgs[0].ID, pathCommit, nil, s.Send(ctx, msgs[0]))
+		if id := string(msgs[0].ID); o.claimInflight(id) {
+			o.outcome(id, pathCommit, nil, s.Send(ctx, msgs[0].Message()))
 		}
 		return
 	}
 	var wg sync.WaitGroup
-	for _, msg := range msgs {
+	for i := range msgs {
 		wg.Add(1)
-		if !o.hand(msg, pathCommit, nil, func(error) { wg.Done() }) {
+		if !o.hand(&msgs[i], pathCommit, nil, func(error) { wg.Done() }) {
 			wg.Done()
 		}
 	}

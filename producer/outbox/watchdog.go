@@ -195,16 +195,16 @@ func (o *Outbox) sendAndRecord(ctx context.Context, ex execer, claimed []claimed
 	var handed, failed []claimedRow
 	failErr := map[string]error{}
 	for _, r := range claimed {
-		msg, err := protocol.DecodeMessage(r.raw)
-		if err == nil && msg.ID != r.id {
-			err = fmt.Errorf("row %q holds message %q", r.id, msg.ID)
+		v, err := protocol.ParseMessage(r.raw)
+		if err == nil && string(v.ID) != r.id {
+			err = fmt.Errorf("row %q holds message %q", r.id, v.ID)
 		}
 		if err != nil {
 			failed = append(failed, r)
 			failErr[r.id] = fmt.Errorf("outbox: stored message: %w", err)
 			continue
 		}
-		if o.hand(msg, pathWatchdog, w, nil) {
+		if o.hand(&v, pathWatchdog, w, nil) {
 			handed = append(handed, r)
 		} // else on its way from this instance already: leave the row alone
 	}
