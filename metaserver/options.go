@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/qmq-go/qmq/pkg/auth"
+	"github.com/qmq-go/qmq/pkg/exposure"
 	"github.com/qmq-go/qmq/pkg/logging"
+	"github.com/qmq-go/qmq/pkg/tlsconfig"
 )
 
 // Options configure a meta server. NewOptions holds every default; a zero
@@ -74,6 +76,23 @@ type Options struct {
 	// CredentialsFile holds "name:secret" for Credentials (mode 0600 or
 	// stricter). The binary also reads QMQ_CREDENTIALS.
 	CredentialsFile string `yaml:"credentials_file"`
+	// TLS names the meta server's certificate, key and CA (PEM files,
+	// re-read when they change). With Cert and Key both listeners (TCP and
+	// HTTP) serve TLS only; with CA the TCP port also takes client
+	// certificates that CA signed as identities, and the relays to brokers
+	// go over TLS verified against CA, presenting Cert (a certificate with
+	// client use, as scripts/certs -node makes). The binary's embedded etcd
+	// serves with the same files. Default: plaintext.
+	TLS tlsconfig.Files `yaml:"tls"`
+	// EtcdTLS names the files the meta server's etcd client uses (CA to
+	// verify etcd, Cert and Key for etcd's client-certificate auth). The
+	// binary's embedded etcd, when TLS is set and EtcdTLS is not, uses TLS's.
+	// Default: plaintext.
+	EtcdTLS tlsconfig.Files `yaml:"etcd_tls"`
+	// Insecure lets a listener on a non-loopback address run without TLS
+	// and RequireAuth (see pkg/exposure). Default false: such a server
+	// refuses to start.
+	Insecure bool `yaml:"insecure"`
 	// EtcdTimeout bounds each etcd request. Default 3 s.
 	EtcdTimeout time.Duration `yaml:"etcd_timeout"`
 	// BrokerTimeout bounds each admin request relayed to a broker. Default 5 s.
@@ -115,6 +134,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Func("admin-token", "removed: a token on the command line shows in ps; use --admin-token-file or "+EnvAdminToken, func(string) error {
 		return errRemovedAdminToken
 	})
+	o.TLS.AddFlags(fs, "tls-", "the meta server's")
+	o.EtcdTLS.AddFlags(fs, "etcd-tls-", "the meta server's etcd client")
+	fs.BoolVar(&o.Insecure, "insecure", o.Insecure, "listen on a non-loopback address without TLS and --auth (anyone who reaches the port may use it)")
 	fs.DurationVar(&o.EtcdTimeout, "etcd-timeout", o.EtcdTimeout, "timeout of each etcd request")
 	fs.DurationVar(&o.BrokerTimeout, "broker-timeout", o.BrokerTimeout, "timeout of each admin request relayed to a broker")
 	o.Log.AddFlags(fs)
@@ -203,6 +225,18 @@ func (o *Options) Validate() error {
 		return bad("etcd_timeout %v must be positive", o.EtcdTimeout)
 	case o.BrokerTimeout <= 0:
 		return bad("broker_timeout %v must be positive", o.BrokerTimeout)
+	}
+	if err := o.TLS.Validate(); err != nil {
+		return bad("tls: %v", err)
+	}
+	if err := o.EtcdTLS.Validate(); err != nil {
+		return bad("etcd_tls: %v", err)
+	}
+	tlsOn := o.TLS.Cert != ""
+	for _, a := range []string{o.Addr, o.HTTPAddr} {
+		if err := exposure.Check(a, tlsOn, o.RequireAuth, o.Insecure); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+		}
 	}
 	return o.Log.Validate()
 }

@@ -2,6 +2,7 @@ package metaserver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -42,6 +43,7 @@ type Server struct {
 
 	tcp       *netserver.Server
 	httpLn    net.Listener
+	httpTLS   *tls.Config // the HTTP listener's (nil: plaintext)
 	httpSrv   *http.Server
 	id        string
 	started   time.Time
@@ -91,9 +93,14 @@ func New(opts Options, lg *zap.Logger) (*Server, error) {
 	if s.relayCreds, err = relayCredentials(&opts, tok); err != nil {
 		return nil, err
 	}
+	tlsCfg, err := s.tlsConfigs()
+	if err != nil {
+		return nil, err
+	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   opts.EtcdEndpoints,
 		DialTimeout: opts.EtcdTimeout,
+		TLS:         tlsCfg.etcd,
 		Logger:      lg.Named("etcdc").WithOptions(zap.IncreaseLevel(zap.WarnLevel)),
 	})
 	if err != nil {
@@ -104,7 +111,7 @@ func New(opts Options, lg *zap.Logger) (*Server, error) {
 	s.store = &store{cli: cli, k: s.keys, v: s.view, timeout: opts.EtcdTimeout, lg: lg}
 	// This transport carries every relay to brokers (relay.go,
 	// switchover.go); it authenticates each connection as relayCreds.
-	tr, err := transport.New(transport.Options{RequestTimeout: opts.BrokerTimeout, Credentials: &s.relayCreds}, lg.Named("relay"))
+	tr, err := transport.New(transport.Options{RequestTimeout: opts.BrokerTimeout, Credentials: &s.relayCreds, TLS: tlsCfg.relay}, lg.Named("relay"))
 	if err != nil {
 		cli.Close()
 		return nil, err
@@ -118,7 +125,8 @@ func New(opts Options, lg *zap.Logger) (*Server, error) {
 	mux.HandleFunc(protocol.CmdLookup, s.serveLookup)
 	mux.HandleFunc(protocol.CmdRegister, s.serveRegister)
 	mux.HandleFunc(protocol.CmdClientHeartbeat, s.serveClientHeartbeat)
-	s.tcp, err = netserver.New(netserver.Options{Addr: opts.Addr, Auth: s.authority(), RequireAuth: opts.RequireAuth}, mux, lg.Named("tcp"))
+	s.tcp, err = netserver.New(netserver.Options{Addr: opts.Addr, Auth: s.authority(), RequireAuth: opts.RequireAuth,
+		TLS: tlsCfg.server, Insecure: opts.Insecure}, mux, lg.Named("tcp"))
 	if err != nil {
 		tr.Close()
 		cli.Close()
@@ -172,6 +180,9 @@ func (s *Server) Start() error {
 		s.stop()
 		s.loops.Wait()
 		return fmt.Errorf("metaserver: http: %w", err)
+	}
+	if s.httpTLS != nil {
+		ln = tls.NewListener(ln, s.httpTLS)
 	}
 	s.httpLn = ln
 	s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,

@@ -73,6 +73,7 @@ type CertOptions struct {
 	NotBefore time.Time // default an hour ago
 	NotAfter  time.Time // default a day ahead
 	Client    bool      // for client authentication (default: server)
+	Both      bool      // for server and client authentication (a node's)
 }
 
 // Issue signs a certificate and writes NAME.pem and NAME-key.pem.
@@ -97,7 +98,10 @@ func (ca *CA) Issue(t testing.TB, o CertOptions) Issued {
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
-	if o.Client {
+	switch {
+	case o.Both:
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	case o.Client:
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	}
 	for _, h := range o.Hosts {

@@ -6,7 +6,9 @@
 // admin) from QMQ_ADMIN_TOKEN or --admin-token-file (default
 // <data-dir>/admin-token, generated there with mode 0600 when missing), the
 // credentials the server presents to brokers from QMQ_CREDENTIALS or
-// --credentials-file.
+// --credentials-file. With --tls-cert and --tls-key every listener serves
+// TLS only: TCP, HTTP and the embedded etcd's client and peer ports (etcd
+// with client-certificate auth when --tls-ca is given).
 package main
 
 import (
@@ -22,6 +24,7 @@ import (
 	"github.com/qmq-go/qmq/metaserver"
 	"github.com/qmq-go/qmq/pkg/config"
 	"github.com/qmq-go/qmq/pkg/devetcd"
+	"github.com/qmq-go/qmq/pkg/exposure"
 	"github.com/qmq-go/qmq/pkg/logging"
 	"go.uber.org/zap"
 )
@@ -61,8 +64,23 @@ func run() error {
 	defer func() { _ = lg.Sync() }()
 
 	if len(opts.EtcdEndpoints) == 0 {
+		for _, a := range []string{*etcdClient, *etcdPeer} {
+			if err := exposure.Check(a, opts.TLS.Cert != "", opts.TLS.CA != "", opts.Insecure); err != nil {
+				return fmt.Errorf("embedded etcd: %w", err)
+			}
+		}
 		dir := filepath.Join(opts.DataDir, "etcd")
-		e, err := devetcd.Start(devetcd.Options{Dir: dir, ClientAddr: *etcdClient, PeerAddr: *etcdPeer}, lg)
+		eo := devetcd.Options{Dir: dir, ClientAddr: *etcdClient, PeerAddr: *etcdPeer}
+		if f := opts.TLS; f.Cert != "" {
+			// The embedded etcd serves with the meta server's files, and
+			// only to clients whose certificate the CA signed.
+			t := devetcd.TLS{CertFile: f.Cert, KeyFile: f.Key, TrustedCAFile: f.CA, ClientCertAuth: f.CA != ""}
+			eo.ClientTLS, eo.PeerTLS = t, t
+			if opts.EtcdTLS.IsZero() {
+				opts.EtcdTLS = f
+			}
+		}
+		e, err := devetcd.Start(eo, lg)
 		if err != nil {
 			return err
 		}
