@@ -3,6 +3,7 @@ package metaclient
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -91,6 +92,7 @@ type policyConfig struct {
 	caller        Caller
 	lg            *zap.Logger
 	creds         auth.Credentials
+	tls           *tls.Config
 	wait          time.Duration
 	retry         time.Duration
 	rollbackAfter time.Duration
@@ -107,12 +109,17 @@ func WithPolicyCaller(c Caller) PolicyOption { return func(o *policyConfig) { o.
 func WithPolicyLogger(lg *zap.Logger) PolicyOption { return func(o *policyConfig) { o.lg = lg } }
 
 // WithPolicyCredentials authenticates as c (a broker or admin identity:
-// only they may fetch the policy) with protocol.CmdAuth before each
-// request, on whatever connection the transport uses at that moment.
-// Leave it out when the transport authenticates its connections itself.
+// only they may fetch the policy): the cache's own transport authenticates
+// every connection with them; through WithPolicyCaller, protocol.CmdAuth
+// goes before each request on whatever connection the caller uses. Leave
+// it out when that caller authenticates its connections itself.
 func WithPolicyCredentials(c auth.Credentials) PolicyOption {
 	return func(o *policyConfig) { o.creds = c }
 }
+
+// WithPolicyTLS makes the cache's own transport talk TLS with cfg (not
+// used with WithPolicyCaller).
+func WithPolicyTLS(cfg *tls.Config) PolicyOption { return func(o *policyConfig) { o.tls = cfg } }
 
 // WithPolicyWait sets how long a meta server may hold a request before
 // answering that nothing changed (default 30 s; the meta server caps it).
@@ -155,7 +162,12 @@ func NewPolicyCache(addrs []string, path string, opts ...PolicyOption) (*PolicyC
 		cfg.lg.Warn("ignoring the policy cache file; waiting for a meta server", zap.String("file", path), zap.Error(err))
 	}
 	if c.cfg.caller == nil {
-		tr, err := transport.New(transport.Options{RequestTimeout: cfg.wait + DefaultRequestTimeout}, cfg.lg.Named("transport"))
+		to := transport.Options{RequestTimeout: cfg.wait + DefaultRequestTimeout, TLS: cfg.tls}
+		if cfg.creds != (auth.Credentials{}) {
+			creds := cfg.creds
+			to.Credentials = &creds
+		}
+		tr, err := transport.New(to, cfg.lg.Named("transport"))
 		if err != nil {
 			return nil, err
 		}
@@ -245,7 +257,7 @@ func (c *PolicyCache) pollLoop() {
 // poll asks one meta server once (a long poll) and installs what it
 // answers.
 func (c *PolicyCache) poll(addr string) error {
-	if c.cfg.creds != (auth.Credentials{}) {
+	if c.cfg.creds != (auth.Credentials{}) && c.own == nil {
 		body, err := protocol.AppendAuthRequest(nil, &protocol.AuthRequest{Name: c.cfg.creds.Name, Secret: c.cfg.creds.Secret})
 		if err != nil {
 			return err
