@@ -2,7 +2,7 @@ package metaserver
 
 import (
 	"context"
-	"encoding/base64"
+	"crypto/x509"
 	"errors"
 	"net/http"
 	"strings"
@@ -83,46 +83,13 @@ func (s *Server) allows(p *auth.Principal, a access) bool {
 // errBadCredential: the request's credential does not authenticate.
 var errBadCredential = errors.New("the credential does not authenticate (unknown identity, wrong secret, or a disabled identity)")
 
-// parseAuthorization reads an Authorization header: "Bearer name:secret",
-// "Bearer secret" (identity admin) or "Basic base64(name:secret)". ok is
-// false when the header is empty.
-func parseAuthorization(h string) (name, secret string, ok bool, err error) {
-	h = strings.TrimSpace(h)
-	if h == "" {
-		return "", "", false, nil
-	}
-	scheme, value, _ := strings.Cut(h, " ")
-	value = strings.TrimSpace(value)
-	switch strings.ToLower(scheme) {
-	case "bearer":
-		if value == "" {
-			return "", "", true, errBadCredential
-		}
-		if n, sec, found := strings.Cut(value, ":"); found {
-			return n, sec, true, nil
-		}
-		return AdminIdentity, value, true, nil
-	case "basic":
-		b, err := base64.StdEncoding.DecodeString(value)
-		if err != nil {
-			return "", "", true, errBadCredential
-		}
-		n, sec, found := strings.Cut(string(b), ":")
-		if !found {
-			return "", "", true, errBadCredential
-		}
-		return n, sec, true, nil
-	}
-	return "", "", true, errBadCredential
-}
-
 // httpPrincipal authenticates a request's credential: nil without one.
 func (s *Server) httpPrincipal(r *http.Request) (*auth.Principal, error) {
-	name, secret, ok, err := parseAuthorization(r.Header.Get("Authorization"))
-	if !ok || err != nil {
-		return nil, err
+	var verified [][]*x509.Certificate
+	if r.TLS != nil {
+		verified = r.TLS.VerifiedChains
 	}
-	p, err := s.authority().Authenticate(name, secret)
+	p, err := auth.HTTPPrincipal(s.authority(), r.Header.Get("Authorization"), verified)
 	if err != nil {
 		return nil, errBadCredential
 	}

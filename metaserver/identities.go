@@ -30,7 +30,7 @@ func (k keys) identity(name string) string { return k.prefix + dirIdentities + n
 // AdminIdentity is the identity the admin token authenticates as: the meta
 // server makes sure it exists, with AdminWrite and that token as its
 // secret, every time it starts, and a bare bearer token names it.
-const AdminIdentity = "admin"
+const AdminIdentity = auth.DefaultAdminName
 
 // Errors of identity changes.
 var (

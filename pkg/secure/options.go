@@ -1,0 +1,116 @@
+package secure
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/auth"
+	"github.com/qmq-go/qmq/pkg/exposure"
+	"github.com/qmq-go/qmq/pkg/netserver"
+	"github.com/qmq-go/qmq/pkg/tlsconfig"
+)
+
+// Options are a broker's security settings. The zero value is a plaintext
+// broker with open access on loopback addresses.
+type Options struct {
+	// TLS names the broker's certificate, key and CA (see "One set of
+	// files"). Cert and Key make every listener TLS only. Default: none.
+	TLS tlsconfig.Files `yaml:"tls"`
+	// RequireAuth refuses every TCP command but ping until the connection
+	// proves an identity. Default false.
+	RequireAuth bool `yaml:"auth"`
+	// Insecure lets a listener on a non-loopback address run without TLS
+	// and RequireAuth. Default false: the broker refuses to start.
+	Insecure bool `yaml:"insecure"`
+	// Credentials are what the broker presents to other servers (meta
+	// servers, its master, realtime brokers) when its certificate does
+	// not speak for it. Set in code, or from CredentialsFile or
+	// QMQ_CREDENTIALS; never a flag.
+	Credentials auth.Credentials `yaml:"-"`
+	// CredentialsFile holds "name:secret" (mode 0600 or stricter).
+	CredentialsFile string `yaml:"credentials_file"`
+	// Limits bound the TCP port's connections (netserver's defaults when
+	// zero).
+	Limits Limits `yaml:"limits"`
+}
+
+// Limits are the connection bounds of a broker's TCP port; zero fields take
+// pkg/netserver's defaults (written next to each).
+type Limits struct {
+	// MaxConns bounds open connections (default 10,000).
+	MaxConns int `yaml:"max_conns"`
+	// MaxConnsPerIdentity bounds one identity's connections (default 1,000).
+	MaxConnsPerIdentity int `yaml:"max_conns_per_identity"`
+	// MaxPartialBytes bounds the bytes held in incomplete frames over all
+	// connections (default 256 MiB).
+	MaxPartialBytes int64 `yaml:"max_partial_bytes"`
+	// IdleTimeout closes a connection idle this long (default 10 min;
+	// negative: never).
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MinReadRate closes a connection whose frame in progress arrives
+	// slower, in bytes a second over ReadRateWindow (default 4,096 over
+	// 20 s; negative: never).
+	MinReadRate    int           `yaml:"min_read_rate"`
+	ReadRateWindow time.Duration `yaml:"read_rate_window"`
+}
+
+// EnvCredentials is the environment variable the binaries read
+// credentials from ("name:secret").
+const EnvCredentials = "QMQ_CREDENTIALS"
+
+// ErrInvalidOptions wraps every Validate failure.
+var ErrInvalidOptions = errors.New("secure: invalid options")
+
+// AddFlags binds the options to fs: --tls-ca, --tls-cert, --tls-key,
+// --auth, --insecure, --credentials-file and the connection bounds.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	o.TLS.AddFlags(fs, "tls-", "this broker's")
+	fs.BoolVar(&o.RequireAuth, "auth", o.RequireAuth, "require every TCP connection to prove an identity (TLS client certificate or credentials)")
+	fs.BoolVar(&o.Insecure, "insecure", o.Insecure, "listen on a non-loopback address without TLS and --auth (anyone who reaches the port may use it)")
+	fs.StringVar(&o.CredentialsFile, "credentials-file", o.CredentialsFile, "file holding name:secret this broker presents to other servers, mode 0600 (env "+EnvCredentials+")")
+	fs.IntVar(&o.Limits.MaxConns, "max-conns", o.Limits.MaxConns, "open TCP connections at most (0: 10000)")
+	fs.IntVar(&o.Limits.MaxConnsPerIdentity, "max-conns-per-identity", o.Limits.MaxConnsPerIdentity, "TCP connections of one identity at most (0: 1000)")
+	fs.Int64Var(&o.Limits.MaxPartialBytes, "max-partial-bytes", o.Limits.MaxPartialBytes, "bytes held in incomplete frames over all connections at most (0: 256 MiB)")
+	fs.DurationVar(&o.Limits.IdleTimeout, "idle-timeout", o.Limits.IdleTimeout, "close a TCP connection idle this long (0: 10m, negative: never)")
+	fs.IntVar(&o.Limits.MinReadRate, "min-read-rate", o.Limits.MinReadRate, "close a connection whose frame arrives slower, bytes/s (0: 4096, negative: never)")
+	fs.DurationVar(&o.Limits.ReadRateWindow, "read-rate-window", o.Limits.ReadRateWindow, "span --min-read-rate is measured over (0: 20s)")
+}
+
+// FromEnvironment takes Credentials from QMQ_CREDENTIALS (getenv is
+// os.Getenv in the binaries) unless they are set.
+func (o *Options) FromEnvironment(getenv func(string) string) error {
+	if v := getenv(EnvCredentials); v != "" && o.Credentials == (auth.Credentials{}) {
+		c, err := auth.ParseCredentials(v)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrInvalidOptions, EnvCredentials, err)
+		}
+		o.Credentials = c
+	}
+	return nil
+}
+
+// Validate checks the files and that every address in addrs (the
+// broker's TCP and HTTP listeners) is loopback, or served with TLS and
+// RequireAuth, or allowed by Insecure.
+func (o *Options) Validate(addrs ...string) error {
+	if err := o.TLS.Validate(); err != nil {
+		return fmt.Errorf("%w: tls: %w", ErrInvalidOptions, err)
+	}
+	for _, a := range addrs {
+		if a == "" {
+			continue
+		}
+		if err := exposure.Check(a, o.TLS.Cert != "", o.RequireAuth, o.Insecure); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+		}
+	}
+	l := netserver.Options{MaxConns: o.Limits.MaxConns, MaxConnsPerIdentity: o.Limits.MaxConnsPerIdentity,
+		MaxPartialBytes: o.Limits.MaxPartialBytes, IdleTimeout: o.Limits.IdleTimeout,
+		MinReadRate: o.Limits.MinReadRate, ReadRateWindow: o.Limits.ReadRateWindow}
+	if err := l.Validate(); err != nil {
+		return fmt.Errorf("%w: limits: %w", ErrInvalidOptions, err)
+	}
+	return nil
+}
