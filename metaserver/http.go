@@ -288,6 +288,7 @@ func (s *Server) groups() []api.Group {
 			ag.Slave, ag.SlaveID, ag.SlaveEpoch = g.slave.Address, g.slave.BrokerID, g.slave.Epoch
 		}
 		ag.Lag = groupLag(g)
+		failoverFields(&ag, g)
 		for subj := range v.readonly[name] {
 			ag.Readonly = append(ag.Readonly, subj)
 		}

@@ -33,6 +33,8 @@ type Server struct {
 	transport *transport.Client
 	caller    caller
 	metrics   *metrics
+	// failoverMetrics: elections, takeovers, eligible sets (election.go).
+	failoverMetrics *failoverMetrics
 
 	tcp       *netserver.Server
 	httpLn    net.Listener
@@ -105,6 +107,7 @@ func New(opts Options, lg *zap.Logger) (*Server, error) {
 	mux.HandleFunc(protocol.CmdLookup, s.serveLookup)
 	mux.HandleFunc(protocol.CmdRegister, s.serveRegister)
 	mux.HandleFunc(protocol.CmdClientHeartbeat, s.serveClientHeartbeat)
+	mux.HandleFunc(protocol.CmdEligible, s.serveEligible)
 	s.tcp, err = netserver.New(netserver.Options{Addr: opts.Addr}, mux, lg.Named("tcp"))
 	if err != nil {
 		tr.Close()

@@ -29,7 +29,8 @@ type view struct {
 	consumers map[consumerKey]consumerRecord
 	offline   map[consumerKey]offlineRecord
 	metas     map[string]metaRecord
-	changed   chan struct{} // closed and replaced whenever rev moves
+	eligible  map[string]eligibleEntry // by group
+	changed   chan struct{}            // closed and replaced whenever rev moves
 }
 
 type brokerKey struct {
@@ -39,6 +40,11 @@ type brokerKey struct {
 
 type brokerEntry struct {
 	rec    brokerRecord
+	modRev int64
+}
+
+type eligibleEntry struct {
+	rec    eligibleRecord
 	modRev int64
 }
 
@@ -70,6 +76,7 @@ func (v *view) clearLocked() {
 	v.consumers = map[consumerKey]consumerRecord{}
 	v.offline = map[consumerKey]offlineRecord{}
 	v.metas = map[string]metaRecord{}
+	v.eligible = map[string]eligibleEntry{}
 }
 
 // kv is one key's value at a revision; value nil means deleted.
@@ -203,6 +210,15 @@ func (v *view) applyLocked(e kv) {
 		if decode(&r) {
 			v.offline[ck] = r
 		}
+	case dir == dirEligible && len(parts) == 1:
+		if del {
+			delete(v.eligible, parts[0])
+			return
+		}
+		var r eligibleRecord
+		if decode(&r) {
+			v.eligible[parts[0]] = eligibleEntry{rec: r, modRev: e.modRev}
+		}
 	case dir == dirMetaServers && len(parts) == 1:
 		if del {
 			delete(v.metas, parts[0])
@@ -241,10 +257,11 @@ func (v *view) waitRevision(ctx context.Context, rev int64) error {
 
 // groupView is a broker group as derived from its registrations.
 type groupView struct {
-	name   string
-	kind   protocol.BrokerKind
-	master *brokerRecord
-	slave  *brokerRecord
+	name     string
+	kind     protocol.BrokerKind
+	master   *brokerRecord
+	slave    *brokerRecord
+	eligible *eligibleRecord // nil: no record
 }
 
 func (v *view) groupLocked(name string) groupView {
@@ -259,6 +276,10 @@ func (v *view) groupLocked(name string) groupView {
 		if g.kind == 0 {
 			g.kind = r.Kind
 		}
+	}
+	if e, ok := v.eligible[name]; ok {
+		r := e.rec
+		g.eligible = &r
 	}
 	return g
 }
@@ -297,6 +318,9 @@ func (v *view) groupNamesLocked() []string {
 		}
 	}
 	for g := range v.readonly {
+		seen[g] = true
+	}
+	for g := range v.eligible {
 		seen[g] = true
 	}
 	out := make([]string, 0, len(seen))
