@@ -129,6 +129,7 @@ func (y *source) serveManifest(r *netserver.Request) {
 		return
 	}
 	y.slaves.Request(q.SlaveID, q.LeaseStamp)
+	y.slaves.Conn(r.Conn.Done())
 	y.slaveRun.Store(q.Run)
 	y.slaveSince.Store(q.Since)
 	y.slaveAck(q.Acked)

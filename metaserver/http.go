@@ -38,6 +38,7 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("POST "+p+"/groups/{group}/readonly", s.change(s.postReadonly))
 	mux.HandleFunc("DELETE "+p+"/groups/{group}/readonly", s.change(s.deleteReadonly))
 	mux.HandleFunc("POST "+p+"/groups/{group}/switchover", s.change(s.postSwitchover))
+	mux.HandleFunc("POST "+p+"/groups/{group}/failover", s.change(s.postForceFailover))
 	mux.HandleFunc("GET "+p+"/consumers", s.read(func(r *http.Request) (any, error) {
 		return s.consumerGroups(r.Context(), r.URL.Query().Get("subject"))
 	}))

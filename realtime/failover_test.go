@@ -635,24 +635,22 @@ func TestFailover_MetaDownAloneWritesContinue(t *testing.T) {
 	})
 }
 
-// The slave is SIGKILLed under load: the master keeps serving consumers;
-// with --wait-slave its sends turn readonly once the slave lags past the
-// configured threshold, and take messages again once the restarted slave
-// caught up. Every acknowledged message is delivered.
+// The slave is SIGKILLed under load (--wait-slave): the master notices the
+// broken replication connection at once, removes the slave from the
+// eligible set and serves alone within half a second; sends go on. The
+// restarted slave catches up and becomes eligible again (replies wait for
+// it again). Every acknowledged message is delivered.
 func TestFailover_KillSlave(t *testing.T) {
-	if testing.Short() {
-		t.Skip("slow: the slave is killed and restarted under load")
-	}
 	t.Parallel()
 	meta, _ := startFailoverMeta(t, failoverTTL)
 	metaAddr := meta.Addr().String()
 	aDir, bDir := t.TempDir(), t.TempDir()
 	aAddr, aHTTP, bAddr, bHTTP := testutil.ReusableAddr(t), testutil.ReusableAddr(t), testutil.ReusableAddr(t), testutil.ReusableAddr(t)
-	lagEnv := "QMQ_RT_FO_LAG_READONLY=1s"
-	a := startNode(t, "A", aDir, aAddr, aHTTP, realtime.RoleMaster, metaAddr, lagEnv)
+	a := startNode(t, "A", aDir, aAddr, aHTTP, realtime.RoleMaster, metaAddr)
 	a.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(1))
-	b := startNode(t, "B", bDir, bAddr, bHTTP, realtime.RoleSlave, metaAddr, lagEnv)
+	b := startNode(t, "B", bDir, bAddr, bHTTP, realtime.RoleSlave, metaAddr)
 	waitSlaveHolds(t, a, 20*time.Second)
+	a.waitGauge(t, 10*time.Second, "qmq_failover_eligible_slave", is(1))
 
 	p, mc := newMetaClients(t, metaAddr)
 	col := newCollector()
@@ -660,15 +658,23 @@ func TestFailover_KillSlave(t *testing.T) {
 	l := startLoad(p, "slavekill", 4)
 	l.waitCount(t, 200, 30*time.Second)
 	b.kill()
-	a.waitGauge(t, 20*time.Second, "qmq_realtime_slave_lag_readonly", is(1))
-	a.waitGauge(t, 5*time.Second, "qmq_realtime_role", is(1))
-	b = startNode(t, "B again", bDir, bAddr, bHTTP, realtime.RoleSlave, metaAddr, lagEnv)
-	a.waitGauge(t, 30*time.Second, "qmq_realtime_slave_lag_readonly", is(0))
+	killed := time.Now()
+	a.waitGauge(t, 5*time.Second, "qmq_failover_write_state", is(float64(protocol.WriteAlone)))
+	took := time.Since(killed)
+	t.Logf("serving alone %v after the slave's SIGKILL (the gauge polled every 50ms)", took.Round(time.Millisecond))
+	if took > 500*time.Millisecond+100*time.Millisecond {
+		t.Errorf("the slave-down policy took %v", took)
+	}
 	before := l.count()
+	l.waitCount(t, before+100, 10*time.Second)
+	b = startNode(t, "B again", bDir, bAddr, bHTTP, realtime.RoleSlave, metaAddr)
+	a.waitGauge(t, 30*time.Second, "qmq_failover_eligible_slave", is(1))
+	a.waitGauge(t, 5*time.Second, "qmq_failover_write_state", is(float64(protocol.WriteWritable)))
+	before = l.count()
 	l.waitCount(t, before+200, 30*time.Second)
 	acked := l.finish()
 	col.waitAll(t, acked, 30*time.Second)
-	t.Logf("%d sends acknowledged, %d failed while the group was readonly", len(acked), l.fails)
+	t.Logf("%d sends acknowledged, %d failed", len(acked), l.fails)
 }
 
 // A planned switchover (CmdSwitchover, as the meta server relays it) hands

@@ -231,6 +231,7 @@ func (y *syncService) serve(r *netserver.Request) {
 		return
 	}
 	y.slaves.Request(q.SlaveID, q.LeaseStamp)
+	y.slaves.Conn(r.Conn.Done())
 	gen := y.slaveAck(q.MessageDurable, q.ActionOffset, q.Generation)
 	if q.MaxBytes == 0 {
 		// An acknowledgement only (normally one-way: the reply is dropped).

@@ -252,3 +252,12 @@ func (c *Client) Switchover(ctx context.Context, group string, timeout time.Dura
 
 // IsUnauthorized reports whether err is a 401 answer.
 func IsUnauthorized(err error) bool { return errors.Is(err, ErrUnauthorized) }
+
+// ForceFailover lets group's slave take the group although it is not its
+// eligible slave (an unclean failover: what the gone master acknowledged
+// and the slave never copied is lost). Refused (409) while the group has a
+// live master or no slave.
+func (c *Client) ForceFailover(ctx context.Context, group string) (ForcedFailover, error) {
+	var r ForcedFailover
+	return r, c.Do(ctx, http.MethodPost, "/groups/"+esc(group)+"/failover", ForceFailoverRequest{Force: true}, &r)
+}

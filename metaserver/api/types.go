@@ -259,3 +259,18 @@ type Switchover struct {
 type Error struct {
 	Error string `json:"error"`
 }
+
+// ForceFailoverRequest is the body of POST /groups/{group}/failover. Force
+// must be true: an unclean failover may lose acknowledged messages.
+type ForceFailoverRequest struct {
+	Force bool `json:"force"`
+}
+
+// ForcedFailover is the answer of a forced failover: the group's eligible
+// set now names Slave, released, so it takes the group at its next
+// heartbeat.
+type ForcedFailover struct {
+	Group     string `json:"group"`
+	OldMaster string `json:"oldMaster,omitempty"` // the broker id the set belonged to
+	Slave     string `json:"slave"`               // the broker id that may take the group
+}

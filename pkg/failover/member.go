@@ -511,7 +511,10 @@ func (m *Member) leased(reg *metaclient.Registration, st SlaveStatus) {
 		ttl := reg.TTL()
 		until = Now() - int64(time.Since(at)) + int64(ttl-fenceMargin(ttl))
 	}
-	if st.ID != "" && (st.ID == m.set || st.ID == m.maybe) {
+	if st.ID != "" && st.Connected && (st.ID == m.set || st.ID == m.maybe) {
+		// Only while it copies: a slave silent for the suspicion time may
+		// be cut off, and what this master takes from then on it would
+		// not have (its promise still holds: this is only sooner).
 		until = max(until, st.LeaseUntil)
 	}
 	if Now() >= until {

@@ -2,6 +2,7 @@ package failover
 
 import (
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,6 +30,9 @@ type SlaveWatch struct {
 	open     atomic.Int32 // requests being answered (long polls)
 	closedAt atomic.Int64 // Now when a request's connection closed
 	until    atomic.Int64 // slave lease deadline (Now; 0 none)
+
+	connMu sync.Mutex
+	conn   <-chan struct{} // Done of the slave's latest connection
 }
 
 // NewSlaveWatch returns a watch for a slave lease of lease (0: none
@@ -73,6 +77,28 @@ func (w *SlaveWatch) Request(id string, stamp uint64) {
 			}
 		}
 	}
+}
+
+// Conn watches the connection a request of the slave came on (its Done
+// channel): when the latest one closes the slave is disconnected at once,
+// long poll or not.
+func (w *SlaveWatch) Conn(done <-chan struct{}) {
+	w.connMu.Lock()
+	if w.conn == done {
+		w.connMu.Unlock()
+		return
+	}
+	w.conn = done
+	w.connMu.Unlock()
+	go func() {
+		<-done
+		w.connMu.Lock()
+		latest := w.conn == done
+		w.connMu.Unlock()
+		if latest {
+			w.closedAt.Store(Now())
+		}
+	}()
 }
 
 // Begin marks a request being answered (a long poll: the slave is
