@@ -19,6 +19,7 @@ const (
 	DefaultRefreshInterval = 5 * time.Second
 	DefaultRequestTimeout  = 3 * time.Second
 	DefaultMinEarlyRefresh = 200 * time.Millisecond
+	DefaultWatchWait       = 10 * time.Second
 )
 
 type config struct {
@@ -28,6 +29,7 @@ type config struct {
 	requestTimeout  time.Duration
 	minEarlyRefresh time.Duration
 	heartbeat       time.Duration
+	watchWait       time.Duration
 }
 
 // Option configures a Client or a Registration.
@@ -51,6 +53,13 @@ func WithRequestTimeout(d time.Duration) Option { return func(o *config) { o.req
 // one route (default 200 ms), so a burst of errors costs one lookup.
 func WithMinEarlyRefresh(d time.Duration) Option { return func(o *config) { o.minEarlyRefresh = d } }
 
+// WithWatch sets how long a route's long-polling lookup may wait for a
+// change (default 10 s): a Client keeps one per cached route (up to
+// MaxWatchedRoutes), so a failover or a state change reaches it within a
+// round trip of the meta server's view. 0 turns watching off (routes are
+// then refreshed every refresh interval and on errors only).
+func WithWatch(wait time.Duration) Option { return func(o *config) { o.watchWait = wait } }
+
 // WithHeartbeatInterval sets how often a Registration heartbeats (default:
 // a third of the lease TTL the meta server grants; never more than half of
 // it, so one lost heartbeat cannot cost the lease).
@@ -62,6 +71,7 @@ func newConfig(opts []Option) config {
 		refreshInterval: DefaultRefreshInterval,
 		requestTimeout:  DefaultRequestTimeout,
 		minEarlyRefresh: DefaultMinEarlyRefresh,
+		watchWait:       DefaultWatchWait,
 	}
 	for _, o := range opts {
 		o(&c)
