@@ -609,13 +609,19 @@ func (m *Member) suspects(cs CopyStatus, now int64) bool {
 // it. The meta server decides who may win (the eligible set); the slave
 // keeps its own promises: in async mode not before its slave lease ran out
 // (counted from its start too: a restarted slave forgot its promise),
-// unless the master released the group.
+// unless the master released the group; in sync mode not while it hears
+// from its master.
 func (m *Member) mayCampaign(set metaclient.EligibleSet, cs CopyStatus, now int64) bool {
 	switch {
 	case set.Own:
 		return true // its own seat: it was the master (the meta server checks nobody else took it)
-	case set.Eligible && (set.Sync || set.Released):
+	case set.Eligible && set.Released:
 		return true
+	case set.Eligible && set.Sync:
+		// A master that still answers its slave is alive (only cut from
+		// the meta servers): running would only stop the copy its replies
+		// wait for.
+		return m.suspects(cs, now)
 	case set.Eligible:
 		return now >= max(cs.Heard, m.startedAt)+int64(m.opts.SlaveLease)
 	case set.Released && set.Slave == "":
