@@ -57,9 +57,14 @@ import (
 // it (0 when the group has no master).
 //
 // Election: registering as RoleMaster succeeds only while no other broker
-// holds the group's master registration; otherwise it fails with
-// StatusNotMaster. The lease the registration lives on is the master's
-// term: a master that has not renewed it for its TTL has lost the group.
+// holds the group's master registration, and only for a broker the group's
+// eligible set allows (CmdEligible, eligible.go: its master, or its eligible
+// slave when the master released the group or does not answer); otherwise
+// it fails with StatusNotMaster naming why. A takeover (RegisterTakeover)
+// moves a held registration to the eligible slave of a sync-mode set when
+// the master does not answer. The lease the registration lives on is the
+// master's: a master whose lease expired may win its seat again at a new
+// epoch (pkg/failover has the rules and why they are safe).
 //
 // LookupRequest (client → meta server):
 //
