@@ -818,7 +818,7 @@ func TestDelay_ReadonlyOnLagThroughTheMetaServer(t *testing.T) {
 	opts := func(role, dir string) delay.Options {
 		o := delay.NewOptions()
 		o.Addr, o.HTTPAddr, o.DataDir, o.Realtime, o.MetaServers = "127.0.0.1:0", "", dir, []string{rtAddr}, meta
-		o.Role, o.WaitSlave, o.SlaveLagReadonly, o.SyncWait = role, true, 300*time.Millisecond, 200*time.Millisecond
+		o.Role, o.WaitSlave, o.SyncWait = role, true, 200*time.Millisecond
 		o.SlaveDown = failover.SlaveDownReadonly
 		return o
 	}

@@ -31,9 +31,12 @@ func (s *Server) registerBroker(ctx context.Context, req protocol.RegisterReques
 	s.view.mu.RUnlock()
 	if req.Role == protocol.RoleSlave && hasMaster && holder.rec.BrokerID == req.BrokerID && req.Flags&protocol.RegisterLeaving == 0 {
 		// A promoted slave's last slave heartbeat must not take the seat
-		// back from the old master.
-		return protocol.RegisterResponse{}, protocol.Errorf(protocol.StatusInvalid,
-			fmt.Sprintf("broker %s is the master of group %s, not its slave", req.BrokerID, req.Group))
+		// back from the old master: it is told it holds the master seat
+		// (an election it asked for may have won without its answer) and
+		// nothing is written.
+		flags, slave := s.viewSetFlags(req.Group, req.BrokerID)
+		return protocol.RegisterResponse{LeaseID: req.LeaseID, TTL: s.opts.BrokerTTL, Version: s.version(), Master: holder.rec.Address,
+			Epoch: holder.rec.Epoch, Flags: flags, EligibleSlave: slave}, nil
 	}
 	mine := known && cur.rec.BrokerID == req.BrokerID
 	master := req.Role == protocol.RoleMaster

@@ -63,7 +63,7 @@ type Options struct {
 	// (default 0: a third of the lease TTL).
 	SlaveHeartbeat  time.Duration
 	MasterHeartbeat time.Duration
-	// RequestTimeout bounds each request to a meta server (default 1s).
+	// RequestTimeout bounds each request to a meta server (default 2s).
 	RequestTimeout time.Duration
 	// HandOverTimeout bounds how long a master that is closed waits for
 	// its slave to hold everything before it leaves (default 5s).
@@ -85,7 +85,7 @@ func NewOptions() Options {
 		SlaveLease:      4 * time.Second,
 		Tick:            20 * time.Millisecond,
 		SlaveHeartbeat:  300 * time.Millisecond,
-		RequestTimeout:  time.Second,
+		RequestTimeout:  2 * time.Second,
 		HandOverTimeout: 5 * time.Second,
 	}
 }
