@@ -255,6 +255,8 @@ func TestDelay_FailoverDeliversEverythingNeverEarly(t *testing.T) {
 	a.waitGauge(t, 20*time.Second, "qmq_delay_fenced", 0)
 	b := startFailoverChild(t, "B (slave)", bDir, bAddr, bHTTP, delay.RoleSlave, false, meta, rtAddr)
 	b.waitGauge(t, 20*time.Second, "qmq_delay_role", 2)
+	// Replies wait for B once A records it as the eligible slave.
+	a.waitGauge(t, 20*time.Second, "qmq_failover_eligible_slave", 1)
 
 	mc, err := metaclient.New([]string{meta}, "failover-test", metaclient.WithRefreshInterval(200*time.Millisecond))
 	if err != nil {
@@ -454,6 +456,12 @@ func TestDelay_MasterFencesOnlyWhereARivalCanExist(t *testing.T) {
 	})
 
 	// 3. The meta server and the slave go: both leases run out.
+	testutil.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if r := m.Replication(); r.WriteState != protocol.WriteWritable {
+			return fmt.Errorf("master with its slave eligible: %+v", r)
+		}
+		return nil
+	})
 	ms.Close(context.Background())
 	stopped := time.Now()
 	sl.Close(context.Background())
@@ -530,7 +538,9 @@ func TestDelay_Switchover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close(context.Background())
-	ids := sendDelayed(t, p, "sw", 20, time.Now().Add(3*time.Second))
+	// Due late enough that the slave holds them pending (not forwarded yet)
+	// however loaded the machine.
+	ids := sendDelayed(t, p, "sw", 20, time.Now().Add(6*time.Second))
 	epochA := a.Replication().Epoch
 	testutil.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if n := b.Stats().Pending; n != 20 {

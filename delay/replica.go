@@ -180,7 +180,6 @@ func (y *slave) follow() error {
 		if err != nil {
 			return err
 		}
-		y.s.copyWatch.Heard()
 		stamp = p.LeaseStamp
 		if e := y.s.masterEpoch(); p.Epoch < e {
 			return fmt.Errorf("%w: %s serves epoch %d, the group is at %d", protocol.ErrStaleEpoch, addr, p.Epoch, e)
@@ -248,10 +247,17 @@ func (y *slave) rejoin(addr string, id uint64) (bool, error) {
 	return y.replica.Rejoin(id, origin)
 }
 
+// call sends one request to the master and waits for its answer, telling
+// the role loop (the server's copyWatch) when it asked and heard.
 func (y *slave) call(addr string, cmd protocol.Command, body []byte, timeout time.Duration) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(y.ctx, timeout)
 	defer cancel()
-	return y.client.Call(ctx, addr, cmd, body)
+	y.s.copyWatch.Asking()
+	resp, err := y.client.Call(ctx, addr, cmd, body)
+	if err == nil {
+		y.s.copyWatch.Heard()
+	}
+	return resp, err
 }
 
 // apply copies what a manifest lists and the copy lacks, then commits.

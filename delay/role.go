@@ -158,8 +158,8 @@ func (s *Server) HandOver(ctx context.Context) error {
 
 // Copy reports the slave's copy (failover.Server).
 func (s *Server) Copy() failover.CopyStatus {
-	heard, failing := s.copyWatch.Status()
-	return failover.CopyStatus{Master: s.following(), Epoch: s.masterEpoch(), Heard: heard, Failing: failing}
+	heard, asked, failing := s.copyWatch.Status()
+	return failover.CopyStatus{Master: s.following(), Epoch: s.masterEpoch(), Heard: heard, Asked: asked, Failing: failing}
 }
 
 // masterEpoch is the epoch of the group's master as the meta servers name

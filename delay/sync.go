@@ -59,7 +59,7 @@ type source struct {
 
 func newSource(m *master) *source {
 	y := &source{m: m, store: m.store, opts: &m.s.opts, lg: m.lg.Named("sync"), stop: make(chan struct{}),
-		slaves: failover.NewSlaveWatch(m.s.opts.slaveLease(), m.s.opts.SuspectAfter)}
+		slaves: failover.NewSlaveWatch(m.s.opts.slaveLease(), 2*m.s.opts.SuspectAfter)}
 	y.acked.Store(-1)
 	y.wait.Store(m.s.opts.WaitSlave && len(m.s.opts.MetaServers) == 0)
 	return y
@@ -194,6 +194,7 @@ func (y *source) serveRead(r *netserver.Request) {
 		r.ReplyError(err)
 		return
 	}
+	y.slaves.Seen()
 	y.goAnswer(r, func() { y.answerRead(r, q) })
 }
 

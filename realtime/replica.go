@@ -205,8 +205,14 @@ func (y *replica) follow() error {
 	for {
 		ch := make(chan fetched, 1)
 		into := bodies.take(y.store)
+		y.b.copyWatch.Asking()
 		if err := y.client.GoInto(master, protocol.CmdSyncLog, request(uint32(y.opts.SyncMaxBytes)), into, y.opts.SyncWait+10*time.Second,
-			func(body []byte, err error) { ch <- fetched{body, err} }); err != nil {
+			func(body []byte, err error) {
+				if err == nil {
+					y.b.copyWatch.Heard() // when it arrives, however busy the slave is
+				}
+				ch <- fetched{body, err}
+			}); err != nil {
 			return err
 		}
 		if pending != nil {
@@ -241,7 +247,6 @@ func (y *replica) follow() error {
 		if err != nil {
 			return err
 		}
-		y.b.copyWatch.Heard()
 		stamp = p.LeaseStamp
 		if p.Epoch != epoch {
 			return fmt.Errorf("%w: the master answered from epoch %d, agreed on %d", errEpochChanged, p.Epoch, epoch)
@@ -306,6 +311,7 @@ func (y *replica) agreeEpoch(master string) (uint64, error) {
 	mine := y.b.epochHistory()
 	ctx, cancel := context.WithTimeout(y.ctx, 5*time.Second)
 	defer cancel()
+	y.b.copyWatch.Asking()
 	body, err := y.client.Call(ctx, master, protocol.CmdSyncEpoch,
 		protocol.AppendSyncEpochRequest(nil, &protocol.SyncEpochRequest{Group: y.opts.Group, History: mine}))
 	if err != nil {

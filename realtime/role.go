@@ -87,8 +87,8 @@ func (b *Broker) HandOver(ctx context.Context) error {
 
 // Copy reports the slave's copy (failover.Server).
 func (b *Broker) Copy() failover.CopyStatus {
-	heard, failing := b.copyWatch.Status()
-	return failover.CopyStatus{Master: b.following(), Epoch: b.epoch(), Heard: heard, Failing: failing}
+	heard, asked, failing := b.copyWatch.Status()
+	return failover.CopyStatus{Master: b.following(), Epoch: b.epoch(), Heard: heard, Asked: asked, Failing: failing}
 }
 
 // serveSwitchover hands the group to the slave (a planned switchover,

@@ -97,7 +97,7 @@ type syncService struct {
 
 func newSyncService(b *Broker, t *term) *syncService {
 	y := &syncService{b: b, t: t, store: t.store, opts: &b.opts, lg: b.lg.Named("sync"), stop: make(chan struct{}),
-		slaves: failover.NewSlaveWatch(b.opts.slaveLease(), b.opts.SuspectAfter)}
+		slaves: failover.NewSlaveWatch(b.opts.slaveLease(), 2*b.opts.SuspectAfter)}
 	y.wait.Store(b.opts.WaitSlave && !b.managed())
 	y.slaveMsg.Store(-1)
 	y.slaveAct.Store(-1)

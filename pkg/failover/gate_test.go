@@ -110,19 +110,27 @@ func TestSlaveWatch_LeaseAndConnection(t *testing.T) {
 }
 
 // A slave's copy is failing after an error that says the master cannot be
-// reached, not after a refusal, and heard again with the next answer.
+// reached, not after a refusal, and heard again with the next answer; a
+// request waiting for its answer is dated from its first send.
 func TestCopyWatch_Failing(t *testing.T) {
 	var c CopyWatch
 	c.Failed(protocol.Errorf(protocol.StatusStaleEpoch, "an answer"))
-	if _, failing := c.Status(); failing {
+	if _, _, failing := c.Status(); failing {
 		t.Fatal("a refusal made the copy failing")
 	}
 	c.Failed(fmt.Errorf("sync: %w", transport.ErrDial))
-	if _, failing := c.Status(); !failing {
+	if _, _, failing := c.Status(); !failing {
 		t.Fatal("an unreachable master did not make the copy failing")
 	}
+	c.Asking()
+	_, asked, _ := c.Status()
+	time.Sleep(time.Millisecond)
+	c.Asking() // a second request while the first waits keeps the first's date
+	if _, again, _ := c.Status(); asked == 0 || again != asked {
+		t.Fatalf("asked %d, then %d", asked, again)
+	}
 	c.Heard()
-	if heard, failing := c.Status(); failing || heard == 0 {
-		t.Fatalf("after an answer: heard %d, failing %v", heard, failing)
+	if heard, asked, failing := c.Status(); failing || heard == 0 || asked != 0 {
+		t.Fatalf("after an answer: heard %d, asked %d, failing %v", heard, asked, failing)
 	}
 }

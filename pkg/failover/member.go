@@ -597,12 +597,17 @@ func (m *Member) slaveTick() {
 }
 
 // suspects reports whether the slave suspects its master is gone: its
-// copy cannot reach it, or it has heard nothing for SuspectAfter.
+// copy cannot reach it, or a request has waited SuspectAfter for its
+// answer (a master answers a long poll within half of it), or it has heard
+// nothing since its copy (re)started that long ago.
 func (m *Member) suspects(cs CopyStatus, now int64) bool {
-	if cs.Failing {
+	switch {
+	case cs.Failing:
 		return true
+	case cs.Asked != 0:
+		return now-cs.Asked > int64(m.opts.SuspectAfter)
 	}
-	return now-max(cs.Heard, m.copyFrom) > int64(m.opts.SuspectAfter)
+	return cs.Heard < m.copyFrom && now-m.copyFrom > int64(m.opts.SuspectAfter)
 }
 
 // mayCampaign says whether a slave whose group has no master may run for

@@ -80,7 +80,9 @@ type CopyStatus struct {
 	Epoch uint64
 	// Heard (a Now reading; 0 never) is when the last answer from the
 	// master arrived: the slave's promise not to campaign runs from it.
-	Heard int64
+	// Asked (a Now reading; 0 none) is when the oldest request still
+	// waiting for the master's answer was sent.
+	Heard, Asked int64
 	// Failing: the last request could not reach the master (refused,
 	// reset, timed out) and nothing was heard since.
 	Failing bool

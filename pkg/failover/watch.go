@@ -79,6 +79,10 @@ func (w *SlaveWatch) Request(id string, stamp uint64) {
 	}
 }
 
+// Seen records a request of the slave that names no slave id (a read
+// between long polls).
+func (w *SlaveWatch) Seen() { w.last.Store(Now()) }
+
 // Conn watches the connection a request of the slave came on (its Done
 // channel): when the latest one closes the slave is disconnected at once,
 // long poll or not.
@@ -124,15 +128,23 @@ func (w *SlaveWatch) Status() (id string, connected bool, leaseUntil int64) {
 }
 
 // CopyWatch is what a slave's log shipping records of its master's
-// answers, for the role loop (CopyStatus.Heard and Failing).
+// answers, for the role loop (CopyStatus.Heard, Asked and Failing): the
+// master is suspected when a request of the slave's has waited too long
+// for its answer, not when the slave itself is slow to ask (a disk stall
+// of its own).
 type CopyWatch struct {
 	heard   atomic.Int64
+	asked   atomic.Int64 // Now when the oldest unanswered request was sent (0 none)
 	failing atomic.Bool
 }
+
+// Asking records that a request expecting an answer is being sent.
+func (c *CopyWatch) Asking() { c.asked.CompareAndSwap(0, Now()) }
 
 // Heard records an answer from the master.
 func (c *CopyWatch) Heard() {
 	c.heard.Store(Now())
+	c.asked.Store(0)
 	c.failing.Store(false)
 }
 
@@ -140,14 +152,18 @@ func (c *CopyWatch) Heard() {
 // (dial refused, connection closed, timed out, breaker open) makes the
 // copy failing until the next answer.
 func (c *CopyWatch) Failed(err error) {
+	c.asked.Store(0)
 	if Unreachable(err) {
 		c.failing.Store(true)
 	}
 }
 
-// Status returns when the master was last heard (Now; 0 never) and
-// whether the copy is failing.
-func (c *CopyWatch) Status() (heard int64, failing bool) { return c.heard.Load(), c.failing.Load() }
+// Status returns when the master was last heard (Now; 0 never), when the
+// oldest unanswered request was sent (0 none) and whether the copy is
+// failing.
+func (c *CopyWatch) Status() (heard, asked int64, failing bool) {
+	return c.heard.Load(), c.asked.Load(), c.failing.Load()
+}
 
 // Unreachable reports whether err says a server could not be reached (as
 // opposed to an answer refusing the request).
