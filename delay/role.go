@@ -83,9 +83,11 @@ func (s *Server) Demote() error {
 }
 
 // reopenSlave opens the data directory as a slave's copy and starts
-// copying (unless a campaign stopped the copy); roleMu is held.
+// copying (unless a campaign stopped the copy); roleMu is held. It gives
+// up after reopenAttempts (the server then has no role: a broken data
+// directory needs an operator).
 func (s *Server) reopenSlave() {
-	for {
+	for attempt := 1; ; attempt++ {
 		sl, err := openSlave(s)
 		if err == nil {
 			s.mu.Lock()
@@ -96,7 +98,10 @@ func (s *Server) reopenSlave() {
 			}
 			return
 		}
-		s.lg.Error("cannot open the data directory as a slave's copy; retrying", zap.Error(err))
+		s.lg.Error("cannot open the data directory as a slave's copy; retrying", zap.Error(err), zap.Int("attempt", attempt))
+		if attempt == reopenAttempts {
+			return
+		}
 		select {
 		case <-s.stop:
 			return
@@ -104,6 +109,9 @@ func (s *Server) reopenSlave() {
 		}
 	}
 }
+
+// reopenAttempts bounds reopenSlave.
+const reopenAttempts = 10
 
 // Load is what heartbeats report (failover.Server).
 func (s *Server) Load() protocol.BrokerLoad {
