@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/qmq-go/qmq/delay/store"
+	"github.com/qmq-go/qmq/pkg/failover"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/transport"
 	"go.uber.org/zap"
@@ -113,12 +114,7 @@ func (y *slave) replicaLoop() {
 		y.errors.Add(1)
 		y.s.copyWatch.Failed(err)
 		if errors.Is(err, errNoMaster) {
-			backoff = 0 // the meta servers name one within a heartbeat
-			select {
-			case <-y.ctx.Done():
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
+			backoff = failover.NoMasterRetry // the meta servers name one within a heartbeat
 			continue
 		}
 		if err.Error() != lastErr {

@@ -95,12 +95,7 @@ func (y *replica) replicaLoop() {
 		y.b.copyWatch.Failed(err)
 		y.connected.Store(false)
 		if errors.Is(err, errNoMaster) {
-			backoff = 0 // the meta servers name one within a heartbeat
-			select {
-			case <-y.ctx.Done():
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
+			backoff = failover.NoMasterRetry // the meta servers name one within a heartbeat
 			continue
 		}
 		if err.Error() != lastErr {

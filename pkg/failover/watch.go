@@ -171,3 +171,8 @@ func Unreachable(err error) bool {
 	return errors.Is(err, transport.ErrDial) || errors.Is(err, transport.ErrConnClosed) || errors.Is(err, transport.ErrTimeout) ||
 		errors.Is(err, transport.ErrBreakerOpen)
 }
+
+// NoMasterRetry is how long a slave's copy waits before it asks again for
+// the master the meta servers name, when they named none yet: a heartbeat
+// of the slave's registration brings it.
+const NoMasterRetry = 50 * time.Millisecond
