@@ -13,7 +13,8 @@
 // sync flush), each with its own status: a message beyond the horizon
 // (default 2 years) is refused with StatusBeyondHorizon, an oversized one
 // with StatusTooLarge — never reported stored when it was not. A slave, and
-// a fenced master (see Failover), refuse sends with StatusNotMaster, which
+// a master whose write gate is closed (see Failover), refuse sends with
+// StatusNotMaster (StatusReadonly while its group is readonly), which
 // producers retry on another group after refreshing their routes.
 //
 // # Forward
@@ -26,8 +27,9 @@
 // already had it: its dedupe window drops re-forwards), markLoop records it
 // in the hour's dispatch log. A message not yet recorded when the server
 // stops or dies is forwarded again after the restart; the realtime broker
-// drops that copy. A fenced master takes nothing from the store (the wheel
-// keeps the messages; forwards already handed to the producer finish).
+// drops that copy. A master whose gate is closed takes nothing from the
+// store (the wheel keeps the messages; forwards already handed to the
+// producer finish).
 //
 // # Replication
 //
@@ -73,25 +75,19 @@
 // no longer lines up with the master's files (a read finds no record where
 // the copy ends) drops it and copies again.
 //
-// --wait-slave (Options.WaitSlave): a send's reply waits until the slave
-// has acknowledged a replayed position at or past the message log's end
-// as it was when the messages were stored. Waiting replies are kept ordered
-// and completed as acknowledgements arrive; with MaxWaitingAcks waiting,
-// new sends get StatusBusy. watchLoop dates the bytes the slave lacks: once
-// the oldest is older than SlaveLagReadonly the master is readonly — waiting
-// replies and new sends get StatusReadonly (their messages are on the
-// master only; a producer's retry elsewhere may make a duplicate, dropped
-// by id downstream), heartbeats report GroupReadonly so producers go to
-// other delay groups — until the slave holds everything again. Without
-// --wait-slave a master never waits for its slave.
-//
-// Measured (TestReplication_WaitSlaveCost, QMQ_DELAY_BENCH=1: master,
-// slave and producer in one process on this shared 2-core machine, three
-// alternating rounds of 200,000 pipelined sends), three runs: with a slave
-// copying 0.97, 0.71 and 0.64 of the send rate alone, with --wait-slave
-// 0.75, 0.55 and 0.56 (the rate alone was 432k, 117k and 128k messages a
-// second: the machine's other load swings every figure; the slave's copy
-// and its fdatasyncs share the same two cores and disk).
+// --wait-slave (Options.WaitSlave): while the role loop counts on a slave
+// (pkg/failover: the eligible slave, or one joining) a send's reply waits
+// until the slave has acknowledged a replayed position at or past the
+// message log's end as it was when the messages were stored. Waiting
+// replies are kept ordered and completed as acknowledgements arrive; with
+// MaxWaitingAcks waiting, new sends get StatusBusy. When the eligible slave
+// is gone the role loop removes it from the eligible set and the replies
+// complete (serving alone), or while it cannot (or under
+// --slave-down=readonly) fails them and new sends with StatusReadonly (their
+// messages are on the master only; a retry elsewhere may make a duplicate,
+// dropped by id downstream). A master without meta servers turns readonly
+// by itself when its slave lags past SlaveLagReadonly. Without --wait-slave
+// a master never waits for its slave. Measurements: NOTES.md.
 //
 // Lag: Server.Replication, the heartbeats (BrokerLoad.ReplicaLagBytes and
 // ReplicaLagMillis, shown by qmqctl and the console) and the metrics
@@ -99,80 +95,59 @@
 // its slave lacks, the age of the oldest; a slave: bytes of the manifest
 // being copied, the time since its copy last held everything), plus
 // qmq_delay_waiting_acks, _slave_lag_readonly, _sync_bytes_served, _role,
-// _epoch and _fenced.
+// _epoch and _fenced, and the role loop's qmq_failover_*.
 //
 // # Failover
 //
-// With meta servers (and Options.Failover, the default) roleLoop keeps the
-// server registered in its role and changes the role as the group's
-// election says. The election is the meta server's master registration
-// (pkg/metaclient): whoever creates the group's master key is the master,
-// at an epoch (the key's etcd create revision) that grows with every
-// election; the key lives on the master's lease (BrokerTTL).
+// With meta servers the group's role loop (pkg/failover: election, eligible
+// set, write gate, takeover, switchover; its doc.go has the safety argument
+// case by case) changes the role; Options.Failover off (or a fixed Master)
+// keeps the configured one. The server is its failover.Server (role.go):
 //
-//   - Fencing. A master takes no sends and forwards nothing until its
-//     registration succeeded, and again as soon as its last renewal is
-//     older than TTL − FenceMargin (the margin at most TTL/4; measured on
-//     the monotonic clock from when the successful heartbeat was sent), so
-//     it stops before its lease can expire and before a slave can win.
-//     When a heartbeat succeeds again and nobody else took the group, it
-//     resumes (perhaps at a new epoch). Fencing is not reported to the meta
-//     server as readonly: a heartbeat that gets through lifts it.
-//   - Promotion. A slave whose heartbeat shows no live master registers as
-//     master (a new registration: it wins only if the key is free); it runs
-//     only once its copy follows a master's store, so a slave that never
-//     copied anything cannot win and make the master's data be dropped.
-//     The winner stops copying, turns its copy into a master's store
-//     (Replica.Promote: a checkpoint of the copy, a new store ID; the
-//     message log starts past every copied record) and opens it as a
-//     master: recovery rebuilds the wheel from the schedule files minus the
-//     dispatch files, so every pending message is forwarded when due and
-//     none before (the wheel compares due times with the clock when it
-//     fires). Messages due while no master was alive are forwarded at once
-//     by the new master, late by about the TTL.
-//   - Rejoin. A master that finds another broker holding the group (a
-//     heartbeat or its first registration answers StatusNotMaster) closes
-//     its store and reopens the directory as a slave. The new master's
-//     store was promoted from this one's copy, so the first sync keeps of
-//     each hour file what the new master's copy had when promoted and drops
-//     the rest — messages and dispatch entries the new master never had,
-//     and its message log — then copies the new master's newer bytes. (A
-//     directory the new master's store did not come from is dropped and
-//     copied from empty.)
-//   - Requests carry epochs: a master refuses sync requests from a slave
-//     that knows a newer epoch (StatusStaleEpoch: it has been deposed), and
-//     a slave refuses answers from a master at an older epoch.
+//   - Promotion: copying stops (StopCopy), the copy becomes a master's store
+//     (Replica.Promote: a checkpoint of the copy, a new store ID; the message
+//     log starts past every copied record), and it opens as a master:
+//     recovery rebuilds the wheel from the schedule files minus the dispatch
+//     files, so every pending message is forwarded when due and none before
+//     (the wheel compares due times with the clock when it fires). Messages
+//     due while no master was alive are forwarded at once by the new master.
+//   - Demotion: the master closes (replies waiting for its slave fail, never
+//     acknowledged; forwards in flight finish) and reopens the directory as a
+//     slave's copy. The new master's store was promoted from this one's
+//     copy, so the first sync keeps of each hour file what the new master's
+//     copy had when promoted and drops the rest — messages and dispatch
+//     entries the new master never had, and its message log — then copies
+//     the new master's newer bytes (a directory the new master's store did
+//     not come from is dropped and copied from empty).
+//   - The write gate: sends are taken and due messages forwarded only while
+//     it is open; requests carry epochs (a master refuses sync requests from
+//     a slave that knows a newer epoch, StatusStaleEpoch; a slave refuses
+//     answers from a master at an older epoch).
 //
 // What a failover costs. With --wait-slave every acknowledged message is on
-// the slave, so none is lost; without it a failover loses what the slave
-// had not copied (its lag). Messages the old master forwarded but whose
+// the eligible slave, so none is lost; without it a failover loses what the
+// slave had not copied. Messages the old master forwarded but whose
 // dispatch entries the slave had not copied yet are forwarded again by the
-// new master: duplicates we accept because the realtime broker drops them
-// by message id within its dedupe window (default 10 minutes; the delay
-// server keeps each message's id and bytes). A deposed master's forwards
-// in flight when it was fenced complete too, and are dropped the same way.
-// Never early: neither master hands out a message before its due time.
-//
-// Planned handover: CmdSwitchover (switchover.go) fences the master, waits
-// (bounded) until the slave's copy holds every hour file at its current
-// size, unregisters and rejoins as the slave; the slave wins at its next
-// heartbeat.
+// new master: duplicates we accept because the realtime broker drops them by
+// message id within its dedupe window (default 10 minutes; the delay server
+// keeps each message's id and bytes). Never early: neither master hands out
+// a message before its due time.
 //
 // Known limits: clocks of master and slave must agree (the promoted slave
 // fires by its own clock; skew makes forwards early or late by the skew);
-// under --flush=async a
-// master's machine crash can lose bytes its slave copied: the slave then
-// drops its copy and copies again, and lost dispatch entries mean
-// re-forwards (dropped by id); a full manifest lists every hour, about 33
-// bytes each (17,500 hours for the default two-year horizon).
+// under --flush=async a master's machine crash can lose bytes its slave
+// copied: the slave then drops its copy and copies again, and lost dispatch
+// entries mean re-forwards (dropped by id); a full manifest lists every
+// hour, about 33 bytes each (17,500 hours for the default two-year horizon).
 //
 // # Lifecycle
 //
 // New opens (and recovers) the store or the copy; Start serves, forwards
-// or copies, and starts roleLoop; Close unregisters, stops taking messages,
-// lets forwards in flight finish, records them and closes the store.
-// Goroutines: roleLoop (owned by roles, the only one that changes the
-// role), forwardLoop and markLoop and the source's watchLoop and answers
-// (owned by the master), replicaLoop (owned by the slave), the store's,
-// the producer's and the servers' own.
+// or copies, and starts the role loop; Close hands the group to an eligible
+// slave (a master) and unregisters, stops taking messages, lets forwards in
+// flight finish, records them and closes the store. Goroutines: the role
+// loop (owned by failover.Member, the only one that changes the role),
+// forwardLoop and markLoop and the source's watchLoop and answers (owned by
+// the master), replicaLoop (owned by the slave), the store's, the
+// producer's and the servers' own.
 package delay

@@ -24,6 +24,7 @@ import (
 	"github.com/qmq-go/qmq/metaserver"
 	"github.com/qmq-go/qmq/metaserver/api"
 	"github.com/qmq-go/qmq/pkg/devetcd"
+	"github.com/qmq-go/qmq/pkg/failover"
 	"github.com/qmq-go/qmq/pkg/metaclient"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/route"
@@ -67,7 +68,6 @@ func TestDelayFailoverChild(t *testing.T) {
 		o.SyncMaxBytes = n
 	}
 	o.WaitSlave = os.Getenv("QMQ_DL_FO_WAIT_SLAVE") == "1"
-	o.FenceMargin = 700 * time.Millisecond
 	o.SyncWait = 300 * time.Millisecond
 	lg, _ := zap.NewDevelopment(zap.IncreaseLevel(zap.InfoLevel))
 	s, err := delay.New(o, nil, nil, lg)
@@ -255,6 +255,8 @@ func TestDelay_FailoverDeliversEverythingNeverEarly(t *testing.T) {
 	a.waitGauge(t, 20*time.Second, "qmq_delay_fenced", 0)
 	b := startFailoverChild(t, "B (slave)", bDir, bAddr, bHTTP, delay.RoleSlave, false, meta, rtAddr)
 	b.waitGauge(t, 20*time.Second, "qmq_delay_role", 2)
+	// Replies wait for B once A records it as the eligible slave.
+	a.waitGauge(t, 20*time.Second, "qmq_failover_eligible_slave", 1)
 
 	mc, err := metaclient.New([]string{meta}, "failover-test", metaclient.WithRefreshInterval(200*time.Millisecond))
 	if err != nil {
@@ -267,16 +269,15 @@ func TestDelay_FailoverDeliversEverythingNeverEarly(t *testing.T) {
 	}
 	defer p.Close(context.Background())
 
-	// Messages fall due from 2 s after the first send, over spread.
+	// Messages fall due from 2 s after their send, over spread.
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	offsets := make([]time.Duration, n)
 	for i := range offsets {
 		offsets[i] = 2*time.Second + time.Duration(rng.Int64N(int64(spread)))
 	}
-	base := time.Now()
 	ids := make([]string, n)
 	for i := range n {
-		m := &producer.Message{Subject: "failover", Body: fmt.Appendf(nil, "m%d", i), DeliverAt: base.Add(offsets[i])}
+		m := &producer.Message{Subject: "failover", Body: fmt.Appendf(nil, "m%d", i), DeliverAt: time.Now().Add(offsets[i])}
 		if err := p.Send(context.Background(), m); err != nil {
 			t.Fatalf("send %d: %v", i, err)
 		}
@@ -361,18 +362,22 @@ func TestDelay_FailoverDeliversEverythingNeverEarly(t *testing.T) {
 	t.Logf("%d messages delivered after the failover, none early, no duplicate; A rejoined as the slave", n)
 }
 
-// A master that cannot renew its registration (the meta server is gone)
-// stops taking sends and forwarding before its lease can expire, and
-// resumes once it holds the group again: a message due meanwhile is
-// forwarded after the fence lifts, never early.
-func TestDelay_MasterFencesWhenItCannotRenew(t *testing.T) {
+// The meta server goes away (pkg/failover, async mode). A master whose
+// group has no eligible slave keeps taking sends and forwarding: nobody
+// else can be elected. Once a slave copies it and is eligible, the master
+// writes under its meta lease or its slave lease: with the meta server gone
+// and the slave stopped too, both run out and it is fenced (no send taken,
+// nothing forwarded); when the meta server is back it drops the slave from
+// the eligible set and serves alone again. A message due while it was
+// fenced is forwarded after, never early.
+func TestDelay_MasterFencesOnlyWhereARivalCanExist(t *testing.T) {
 	t.Parallel()
 	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir(), Fast: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	const ttl, margin = 2 * time.Second, 500 * time.Millisecond
+	const ttl = 2 * time.Second
 	metaAddr := testutil.ReusableAddr(t)
 	startMeta := func() *metaserver.Server {
 		mo := metaserver.NewOptions()
@@ -391,13 +396,16 @@ func TestDelay_MasterFencesWhenItCannotRenew(t *testing.T) {
 	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
 	rtAddr := rt.Addr().String()
 	mu, got := subscribe(t, rtAddr, "repl")
-	o := delay.NewOptions()
-	o.Addr, o.HTTPAddr, o.DataDir, o.Realtime, o.MetaServers = "127.0.0.1:0", "", t.TempDir(), []string{rtAddr}, []string{metaAddr}
-	o.FenceMargin = margin
-	m := startDelayWith(t, o)
+	opts := func(role string) delay.Options {
+		o := delay.NewOptions()
+		o.Addr, o.HTTPAddr, o.DataDir, o.Realtime, o.MetaServers = "127.0.0.1:0", "", t.TempDir(), []string{rtAddr}, []string{metaAddr}
+		o.Role, o.SyncWait = role, 200*time.Millisecond
+		return o
+	}
+	m := startDelayWith(t, opts(delay.RoleMaster))
 	testutil.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if r := m.Replication(); r.Fenced || r.Epoch == 0 {
-			return fmt.Errorf("master not registered: %+v", r)
+		if r := m.Replication(); r.Fenced || r.Epoch == 0 || r.WriteState != protocol.WriteAlone {
+			return fmt.Errorf("master not registered alone: %+v", r)
 		}
 		return nil
 	})
@@ -407,26 +415,63 @@ func TestDelay_MasterFencesWhenItCannotRenew(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close(context.Background())
-	due := time.Now().Add(3 * time.Second)
-	id := sendDelayed(t, p, "fenced", 1, due)[0]
+	delivered := func(id string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got[id]) > 0
+	}
 
+	// 1. No slave: the meta server goes, sends and forwards go on past the
+	// lease.
 	ms.Close(context.Background())
-	var fencedSeen time.Time
-	var lease time.Time
-	testutil.CheckFor(t, 5*time.Second, 5*time.Millisecond, func() error {
-		r := m.Replication()
-		if !r.Fenced {
-			return errors.New("master not fenced")
+	alone := sendDelayed(t, p, "alone", 1, time.Now().Add(ttl+time.Second))[0]
+	testutil.CheckFor(t, 3*ttl+5*time.Second, 50*time.Millisecond, func() error {
+		if !delivered(alone) {
+			return errors.New("not forwarded yet")
 		}
-		fencedSeen, lease = time.Now(), r.LeaseUntil
 		return nil
 	})
-	// The lease lives at least until the last renewal plus the TTL; the
-	// fence must come before that (a margin before, give or take a check).
-	if lease.IsZero() || !fencedSeen.Before(lease) {
-		t.Fatalf("fenced at %v, not before the lease could expire at %v", fencedSeen, lease)
+	if r := m.Replication(); r.Fenced || r.WriteState != protocol.WriteAlone {
+		t.Fatalf("a master without a slave, meta server gone: %+v", r)
 	}
-	t.Logf("fenced %v before the lease could expire (margin %v)", lease.Sub(fencedSeen).Round(time.Millisecond), margin)
+	sendDelayed(t, p, "alone-after", 1, time.Now().Add(time.Hour))
+
+	// 2. A slave copies and becomes eligible.
+	ms = startMeta()
+	sl := startDelayWith(t, opts(delay.RoleSlave))
+	testutil.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+		if r := m.Replication(); r.WriteState != protocol.WriteWritable {
+			return fmt.Errorf("master with a slave: %+v", r)
+		}
+		return nil
+	})
+	// Due after the fence: the slave lease (4 s) runs out within it.
+	due := time.Now().Add(7 * time.Second)
+	id := sendDelayed(t, p, "fenced", 1, due)[0]
+	testutil.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if n := sl.Stats().Pending; n < 2 {
+			return fmt.Errorf("slave holds %d pending", n)
+		}
+		return nil
+	})
+
+	// 3. The meta server and the slave go: both leases run out.
+	testutil.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if r := m.Replication(); r.WriteState != protocol.WriteWritable {
+			return fmt.Errorf("master with its slave eligible: %+v", r)
+		}
+		return nil
+	})
+	ms.Close(context.Background())
+	stopped := time.Now()
+	sl.Close(context.Background())
+	testutil.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if r := m.Replication(); !r.Fenced {
+			return fmt.Errorf("master not fenced: %+v", r)
+		}
+		return nil
+	})
+	t.Logf("fenced %v after the meta server and the slave stopped", time.Since(stopped).Round(time.Millisecond))
 	c, err := transport.New(fastTransport, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -437,22 +482,19 @@ func TestDelay_MasterFencesWhenItCannotRenew(t *testing.T) {
 		t.Fatalf("send to a fenced master: %v, want StatusNotMaster", err)
 	}
 	time.Sleep(time.Until(due.Add(time.Second)))
-	mu.Lock()
-	n := len(got[id])
-	mu.Unlock()
-	if n != 0 {
+	if delivered(id) {
 		t.Fatal("a fenced master forwarded a due message")
 	}
 
+	// 4. The meta server is back: the master drops its gone slave from the
+	// eligible set and serves alone; the due message is forwarded, late.
 	ms = startMeta()
 	t.Cleanup(func() { ms.Close(context.Background()) })
 	testutil.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if m.Replication().Fenced {
-			return errors.New("master still fenced")
+		if r := m.Replication(); r.Fenced || r.WriteState != protocol.WriteAlone {
+			return fmt.Errorf("master after the meta server came back: %+v", r)
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if len(got[id]) == 0 {
+		if !delivered(id) {
 			return errors.New("message not delivered after the fence lifted")
 		}
 		return nil
@@ -496,7 +538,9 @@ func TestDelay_Switchover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close(context.Background())
-	ids := sendDelayed(t, p, "sw", 20, time.Now().Add(3*time.Second))
+	// Due late enough that the slave holds them pending (not forwarded yet)
+	// however loaded the machine.
+	ids := sendDelayed(t, p, "sw", 20, time.Now().Add(6*time.Second))
 	epochA := a.Replication().Epoch
 	testutil.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if n := b.Stats().Pending; n != 20 {
@@ -769,31 +813,35 @@ func TestDelay_RepeatedFailovers(t *testing.T) {
 		cycles, len(ids), failed.Load(), dups)
 }
 
-// What operators see through the meta server: a --wait-slave master whose
-// slave is missing reports itself readonly once the lag passes the
-// threshold (producers go elsewhere) and read-write again once a slave has
-// caught up; the group then lists the slave, its epoch and its lag.
+// What operators see through the meta server: a --wait-slave master
+// without a slave serves alone (read-write: nobody else can be elected);
+// once a slave has caught up it is the eligible slave and the group lists
+// it, its epoch and its lag. Under the readonly slave-down policy the
+// master turns readonly when that slave is gone (producers go elsewhere)
+// and read-write again once it is back.
 func TestDelay_ReadonlyOnLagThroughTheMetaServer(t *testing.T) {
 	t.Parallel()
 	ms := startMetaServer(t, func(o *metaserver.Options) { o.BrokerTTL, o.AdminToken = 2*time.Second, "t" })
 	meta := []string{ms.Addr().String()}
 	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
 	rtAddr := rt.Addr().String()
-	opts := func(role string) delay.Options {
+	opts := func(role, dir string) delay.Options {
 		o := delay.NewOptions()
-		o.Addr, o.HTTPAddr, o.DataDir, o.Realtime, o.MetaServers = "127.0.0.1:0", "", t.TempDir(), []string{rtAddr}, meta
-		o.Role, o.WaitSlave, o.SlaveLagReadonly, o.SyncWait = role, true, 300*time.Millisecond, 200*time.Millisecond
+		o.Addr, o.HTTPAddr, o.DataDir, o.Realtime, o.MetaServers = "127.0.0.1:0", "", dir, []string{rtAddr}, meta
+		o.Role, o.WaitSlave, o.SyncWait = role, true, 200*time.Millisecond
+		o.SlaveDown = failover.SlaveDownReadonly
 		return o
 	}
-	m := startDelayWith(t, opts(delay.RoleMaster))
+	m := startDelayWith(t, opts(delay.RoleMaster, t.TempDir()))
 	p, err := producer.New(producer.WithResolver(route.NewStatic(route.Groups(rtAddr), route.Groups(m.Addr().String()))),
 		producer.WithTransportOptions(fastTransport), producer.WithSendTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close(context.Background())
-	// A send with no slave to copy it: the master turns readonly.
-	_ = p.Send(context.Background(), &producer.Message{Subject: "lag", Body: []byte("x"), DeliverAt: time.Now().Add(time.Hour)})
+	send := func(body string) error {
+		return p.Send(context.Background(), &producer.Message{Subject: "lag", Body: []byte(body), DeliverAt: time.Now().Add(time.Hour)})
+	}
 	admin := api.NewClient(ms.HTTPAddr().String(), "t", 5*time.Second)
 	group := func() (api.Group, error) {
 		gs, err := admin.Groups(context.Background())
@@ -807,28 +855,39 @@ func TestDelay_ReadonlyOnLagThroughTheMetaServer(t *testing.T) {
 		}
 		return api.Group{}, errors.New("delay group dl1 not listed")
 	}
-	testutil.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
-		g, err := group()
-		if err != nil {
-			return err
-		}
-		if g.State != "readonly" {
-			return fmt.Errorf("group state %q, want readonly", g.State)
-		}
-		return nil
+	waitGroup := func(what string, ok func(api.Group) bool) {
+		t.Helper()
+		testutil.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+			g, err := group()
+			if err != nil {
+				return err
+			}
+			if !ok(g) {
+				return fmt.Errorf("group %+v, want %s", g, what)
+			}
+			return nil
+		})
+	}
+	testutil.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error { return send("alone") })
+	waitGroup("read-write, alone", func(g api.Group) bool { return g.State == "rw" && g.WriteState == "alone" })
+
+	sdir := t.TempDir()
+	sl := startDelayWith(t, opts(delay.RoleSlave, sdir))
+	waitGroup("read-write with an eligible slave at the master's epoch and its lag", func(g api.Group) bool {
+		return g.State == "rw" && g.Slave != "" && g.Lag != nil && g.SlaveEpoch == g.Epoch && g.Epoch != 0 && g.Eligible == g.SlaveID &&
+			g.WriteState == "writable"
 	})
-	startDelayWith(t, opts(delay.RoleSlave))
-	testutil.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
-		g, err := group()
-		if err != nil {
-			return err
-		}
-		if g.State != "rw" || g.Slave == "" || g.Lag == nil || g.SlaveEpoch != g.Epoch || g.Epoch == 0 {
-			return fmt.Errorf("group %+v, want read-write with a slave at the master's epoch and its lag", g)
-		}
-		return nil
-	})
-	if err := p.Send(context.Background(), &producer.Message{Subject: "lag", Body: []byte("y"), DeliverAt: time.Now().Add(time.Hour)}); err != nil {
-		t.Fatalf("send once the slave caught up: %v", err)
+	if err := send("with the slave"); err != nil {
+		t.Fatalf("send with an eligible slave: %v", err)
+	}
+	sl.Close(context.Background())
+	waitGroup("readonly: its eligible slave is gone", func(g api.Group) bool { return g.State == "readonly" && g.WriteState == "readonly" })
+	if err := send("without"); err == nil {
+		t.Fatal("a readonly master took a send")
+	}
+	startDelayWith(t, opts(delay.RoleSlave, sdir))
+	waitGroup("read-write again", func(g api.Group) bool { return g.State == "rw" && g.WriteState == "writable" })
+	if err := send("back"); err != nil {
+		t.Fatalf("send once the slave is back: %v", err)
 	}
 }

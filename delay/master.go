@@ -26,14 +26,8 @@ type master struct {
 	src     *source
 	marks   chan store.Ref // forwarded and acked: to markLoop
 
-	// fenced: the registration was not renewed in time (or another broker
-	// won the group): no sends are taken and no due message is forwarded.
-	fenced atomic.Bool
-	epoch  atomic.Uint64 // the group's epoch this master serves in (0: none yet)
-	// leaseUntil (unix nanos) is the earliest the registration's lease can
-	// expire: the last renewal's send time plus the TTL (0: unknown).
-	leaseUntil atomic.Int64
-	closing    atomic.Bool
+	epoch   atomic.Uint64 // the group's epoch this master serves in (0: none yet)
+	closing atomic.Bool
 
 	started     bool
 	stopForward chan struct{}
@@ -65,9 +59,6 @@ func openMaster(s *Server) (*master, error) {
 	}
 	m := &master{s: s, lg: s.lg, store: st, forward: fwd, marks: make(chan store.Ref, 65536),
 		stopForward: make(chan struct{}), forwardDone: make(chan struct{}), marksDone: make(chan struct{})}
-	// With meta servers and failover a master is fenced until its
-	// registration proves it holds the group.
-	m.fenced.Store(len(o.MetaServers) > 0 && o.Failover)
 	m.src = newSource(m)
 	return m, nil
 }
@@ -83,9 +74,8 @@ func (m *master) start() {
 // durable (and with WaitSlave on the slave), or why it was refused:
 // invalid, too large, beyond the horizon.
 func (m *master) serveSend(r *netserver.Request) {
-	if m.fenced.Load() {
-		r.ReplyError(protocol.Errorf(protocol.StatusNotMaster, "delay group "+m.s.opts.Group+
-			": this master is fenced (it cannot renew its registration, or another server holds the group)"))
+	if !m.s.gate.Open() {
+		r.ReplyError(m.s.gate.Err())
 		return
 	}
 	if err := m.src.admit(); err != nil {
@@ -120,7 +110,12 @@ func (m *master) serveSend(r *netserver.Request) {
 			}
 			stored = true
 		}
-		if !stored || !m.s.opts.WaitSlave {
+		if !m.s.opts.WaitSlave && !m.s.gate.Open() {
+			// Written under a lease (async mode) that ran out meanwhile.
+			r.ReplyError(m.s.gate.Err())
+			return
+		}
+		if !stored || !m.src.wait.Load() {
 			r.Reply(protocol.StatusOK, protocol.AppendSendResponse(nil, statuses))
 			return
 		}
@@ -139,15 +134,16 @@ func (m *master) serveSend(r *netserver.Request) {
 // forwardLoop sends every due message to a realtime group of its subject.
 // The producer retries each until a broker stores it (or answers that it
 // already has it: the message keeps its id, so re-forwards are dropped).
-// While the master is fenced it takes nothing from the store: messages
-// wait in the wheel (their slave may be forwarding them by now).
+// While the master's gate is closed (fenced, deposed, handing over) it takes
+// nothing from the store: messages wait in the wheel (their slave may be
+// forwarding them by now).
 func (m *master) forwardLoop() {
 	defer close(m.forwardDone)
 	due := m.store.Due()
 	fencedWait := time.NewTicker(20 * time.Millisecond)
 	defer fencedWait.Stop()
 	for {
-		if m.fenced.Load() {
+		if !m.s.gate.Open() {
 			select {
 			case <-m.stopForward:
 				return
@@ -165,7 +161,7 @@ func (m *master) forwardLoop() {
 			}
 			now := m.s.clk.Now()
 			for i, d := range batch {
-				if m.fenced.Load() {
+				if !m.s.gate.Open() {
 					// Fenced mid-batch: the rest goes back to the wheel.
 					refs := make([]store.Ref, 0, len(batch)-i)
 					for _, r := range batch[i:] {

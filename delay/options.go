@@ -8,6 +8,7 @@ import (
 
 	"github.com/qmq-go/qmq/delay/store"
 	"github.com/qmq-go/qmq/pkg/config"
+	"github.com/qmq-go/qmq/pkg/failover"
 	"github.com/qmq-go/qmq/pkg/logging"
 )
 
@@ -63,14 +64,19 @@ type Options struct {
 	// BrokerID names this server to the meta servers, stable across
 	// restarts (default: the advertised address).
 	BrokerID string `yaml:"broker_id"`
-	// Failover lets a slave win the group when the master's registration
-	// expires, and makes a master stop writes and forwards when it cannot
-	// renew its registration (default true; needs meta servers).
+	// Failover lets the group's role loop (pkg/failover) change the role:
+	// the eligible slave takes the group over when its master is gone, a
+	// deposed master rejoins as the slave (default true; needs meta
+	// servers). Without it the roles are fixed.
 	Failover bool `yaml:"failover"`
-	// FenceMargin is how long before its registration could expire a
-	// master stops taking sends and forwarding (default 1s, at most a
-	// quarter of the meta server's broker TTL).
-	FenceMargin time.Duration `yaml:"fence_margin"`
+	// SuspectAfter is how long a silent peer is suspected gone (failover):
+	// a slave whose master has not answered for it asks to take the group
+	// over (--wait-slave), a master whose slave has not asked drops it from
+	// the eligible set (default 1s). SlaveDown is a --wait-slave master's
+	// policy when its eligible slave is gone: "alone" (default) or
+	// "readonly".
+	SuspectAfter time.Duration `yaml:"suspect_after"`
+	SlaveDown    string        `yaml:"slave_down"`
 	// WaitSlave makes a send's reply wait until the slave holds the
 	// messages (default false).
 	WaitSlave bool `yaml:"wait_slave"`
@@ -115,7 +121,8 @@ func NewOptions() Options {
 		ShutdownTimeout:  10 * time.Second,
 		Role:             RoleMaster,
 		Failover:         true,
-		FenceMargin:      time.Second,
+		SuspectAfter:     time.Second,
+		SlaveDown:        failover.SlaveDownAlone,
 		SlaveLagReadonly: 3 * time.Second,
 		MaxWaitingAcks:   4096,
 		SyncWait:         time.Second,
@@ -142,8 +149,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Role, "role", o.Role, "master or slave")
 	fs.StringVar(&o.Master, "master", o.Master, "a slave's master address (default: the master the meta servers name)")
 	fs.StringVar(&o.BrokerID, "broker-id", o.BrokerID, "stable name of this server for the meta servers (default: the advertised address)")
-	fs.BoolVar(&o.Failover, "failover", o.Failover, "a slave takes over when its master's registration expires; a master fences itself when it cannot renew")
-	fs.DurationVar(&o.FenceMargin, "fence-margin", o.FenceMargin, "how long before its registration could expire a master stops writes")
+	fs.BoolVar(&o.Failover, "failover", o.Failover, "roles follow the group's election (pkg/failover); off: fixed roles")
+	fs.DurationVar(&o.SuspectAfter, "suspect-after", o.SuspectAfter, "failover: how long a silent master (or slave) is suspected gone")
+	fs.StringVar(&o.SlaveDown, "slave-down", o.SlaveDown, "with --wait-slave: when the eligible slave is gone, alone (drop it from the eligible set and serve alone) or readonly")
 	fs.BoolVar(&o.WaitSlave, "wait-slave", o.WaitSlave, "a send's reply waits for the slave's copy")
 	fs.DurationVar(&o.SlaveLagReadonly, "slave-lag-readonly", o.SlaveLagReadonly, "with --wait-slave: slave lag that makes the master readonly")
 	fs.IntVar(&o.MaxWaitingAcks, "max-waiting-acks", o.MaxWaitingAcks, "send replies that may wait for the slave; more sends get busy")
@@ -175,10 +183,21 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("delay: role must be %q or %q, got %q", RoleMaster, RoleSlave, o.Role)
 	case o.Role == RoleSlave && o.Master == "" && len(o.MetaServers) == 0:
 		return fmt.Errorf("delay: a slave needs --master or --meta to find its master")
-	case o.FenceMargin <= 0 || o.SlaveLagReadonly <= 0 || o.SyncWait <= 0:
-		return fmt.Errorf("delay: fence margin, slave lag readonly and sync wait must be positive")
+	case o.SuspectAfter < 100*time.Millisecond || o.SlaveLagReadonly <= 0 || o.SyncWait <= 0:
+		return fmt.Errorf("delay: suspect after (at least 100ms), slave lag readonly and sync wait must be positive")
+	case o.SlaveDown != failover.SlaveDownAlone && o.SlaveDown != failover.SlaveDownReadonly:
+		return fmt.Errorf("delay: slave down must be %q or %q, got %q", failover.SlaveDownAlone, failover.SlaveDownReadonly, o.SlaveDown)
 	case o.MaxWaitingAcks <= 0 || o.SyncMaxBytes <= 0:
 		return fmt.Errorf("delay: max waiting acks and sync max bytes must be positive")
 	}
 	return o.Log.Validate()
 }
+
+// slaveLease is the slave lease of async failover: a constant of
+// pkg/failover, so master and slave always agree on it.
+func (o *Options) slaveLease() time.Duration { return failover.NewOptions().SlaveLease }
+
+// syncWait is how long a master may hold a manifest request: SyncWait, at
+// most half of SuspectAfter (a slave hears from its master that often, or
+// suspects it).
+func (o *Options) syncWait() time.Duration { return min(o.SyncWait, o.SuspectAfter/2) }

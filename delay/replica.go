@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/qmq-go/qmq/delay/store"
+	"github.com/qmq-go/qmq/pkg/failover"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/transport"
 	"go.uber.org/zap"
@@ -25,18 +26,19 @@ type slave struct {
 	replica *store.Replica
 	client  *transport.Client
 
-	epoch      atomic.Uint64 // the master's epoch as the meta servers name it (0: none)
-	synced     atomic.Bool   // the copy follows a master's store (it has synced once)
-	applied    atomic.Bool   // a manifest was applied in this run: the ack is exact
-	lagBytes   atomic.Int64  // bytes of the last manifest not copied yet
-	caughtUpAt atomic.Int64  // unix nanos: the copy last held all the master listed
-	polling    atomic.Bool   // caught up, waiting for the master's next change
+	synced     atomic.Bool  // the copy follows a master's store (it has synced once)
+	applied    atomic.Bool  // a manifest was applied in this run: the ack is exact
+	lagBytes   atomic.Int64 // bytes of the last manifest not copied yet
+	caughtUpAt atomic.Int64 // unix nanos: the copy last held all the master listed
+	polling    atomic.Bool  // caught up, waiting for the master's next change
 	errors     atomic.Int64
 	following  atomic.Pointer[string]
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	mu      sync.Mutex // ctx, cancel and client of the running copy
+	ctx     context.Context
+	cancel  context.CancelFunc
+	running bool
+	wg      sync.WaitGroup
 }
 
 // openSlave opens the slave's copy in the data directory.
@@ -45,26 +47,41 @@ func openSlave(s *Server) (*slave, error) {
 	if err != nil {
 		return nil, fmt.Errorf("delay: open replica: %w", err)
 	}
-	c, err := transport.New(transport.Options{RequestTimeout: s.opts.SyncWait + 10*time.Second, MaxFrameSize: s.opts.MaxFrameSize + 1<<20}, s.lg)
-	if err != nil {
-		r.Close()
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	y := &slave{s: s, lg: s.lg.Named("replica"), replica: r, client: c, ctx: ctx, cancel: cancel}
+	y := &slave{s: s, lg: s.lg.Named("replica"), replica: r}
 	_, marked := r.Following()
 	y.synced.Store(marked)
 	y.caughtUpAt.Store(time.Now().UnixNano())
 	return y, nil
 }
 
+// start runs replicaLoop (again after stop).
 func (y *slave) start() {
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	if y.running {
+		return
+	}
+	c, err := transport.New(transport.Options{RequestTimeout: y.s.opts.SyncWait + 10*time.Second, MaxFrameSize: y.s.opts.MaxFrameSize + 1<<20}, y.s.lg)
+	if err != nil {
+		y.lg.Error("cannot make the copy's client", zap.Error(err))
+		return
+	}
+	y.client = c
+	y.ctx, y.cancel = context.WithCancel(context.Background())
+	y.running = true
 	y.wg.Add(1)
 	go y.replicaLoop()
 }
 
-// stop ends replicaLoop and waits for it; the copy stays open.
+// stop ends replicaLoop and waits for it: no request leaves after it; the
+// copy stays open.
 func (y *slave) stop() {
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	if !y.running {
+		return
+	}
+	y.running = false
 	y.cancel()
 	y.wg.Wait()
 	y.client.Close()
@@ -95,6 +112,11 @@ func (y *slave) replicaLoop() {
 			return
 		}
 		y.errors.Add(1)
+		y.s.copyWatch.Failed(err)
+		if errors.Is(err, errNoMaster) {
+			backoff = failover.NoMasterRetry // the meta servers name one within a heartbeat
+			continue
+		}
 		if err.Error() != lastErr {
 			lastErr = err.Error()
 			level := zap.WarnLevel
@@ -112,17 +134,7 @@ var errNoMaster = errors.New("no master known yet: the meta servers name none")
 
 // master returns the address to copy from: Options.Master, or the group's
 // live master as the meta servers last named it.
-func (y *slave) master() string {
-	if y.s.opts.Master != "" {
-		return y.s.opts.Master
-	}
-	if r := y.s.roles; r != nil {
-		if reg := r.slaveReg.Load(); reg != nil {
-			return reg.Master()
-		}
-	}
-	return ""
-}
+func (y *slave) master() string { return y.s.following() }
 
 // follow copies from the master until an error: it asks for the hours
 // changed since the version its copy holds (a full list first), copies the
@@ -138,6 +150,11 @@ func (y *slave) follow() error {
 		y.lg.Info("following master", zap.String("addr", addr))
 	}
 	var run, since uint64
+	var stamp uint64 // the lease stamp of the master's latest answer (pkg/failover)
+	id := y.s.opts.BrokerID
+	if id == "" {
+		id = y.s.advertised()
+	}
 	for {
 		// Acknowledge only what this run committed: after a restart the
 		// copy's files may have been cut, so what it holds is known again
@@ -146,8 +163,8 @@ func (y *slave) follow() error {
 		if y.applied.Load() {
 			acked = y.replica.Replayed()
 		}
-		q := protocol.DelayManifestRequest{Epoch: y.epoch.Load(), Group: y.s.opts.Group, Run: run, Since: since, Acked: acked,
-			WaitMillis: uint32(y.s.opts.SyncWait / time.Millisecond)}
+		q := protocol.DelayManifestRequest{Epoch: y.s.masterEpoch(), Group: y.s.opts.Group, Run: run, Since: since, Acked: acked,
+			WaitMillis: uint32(y.s.opts.syncWait() / time.Millisecond), LeaseStamp: stamp, SlaveID: id}
 		y.polling.Store(since != 0)
 		body, err := y.call(addr, protocol.CmdDelaySyncManifest, protocol.AppendDelayManifestRequest(nil, &q), y.s.opts.SyncWait+10*time.Second)
 		y.polling.Store(false)
@@ -159,7 +176,8 @@ func (y *slave) follow() error {
 		if err != nil {
 			return err
 		}
-		if e := y.epoch.Load(); p.Epoch < e {
+		stamp = p.LeaseStamp
+		if e := y.s.masterEpoch(); p.Epoch < e {
 			return fmt.Errorf("%w: %s serves epoch %d, the group is at %d", protocol.ErrStaleEpoch, addr, p.Epoch, e)
 		}
 		if id, ok := y.replica.Following(); !ok || id != p.Store {
@@ -206,7 +224,7 @@ func (y *slave) follow() error {
 // rejoin asks the master where its store came from and, when it was
 // promoted from this copy's store, keeps what the two share.
 func (y *slave) rejoin(addr string, id uint64) (bool, error) {
-	q := protocol.DelayOriginRequest{Epoch: y.epoch.Load(), Group: y.s.opts.Group}
+	q := protocol.DelayOriginRequest{Epoch: y.s.masterEpoch(), Group: y.s.opts.Group}
 	body, err := y.call(addr, protocol.CmdDelaySyncOrigin, protocol.AppendDelayOriginRequest(nil, &q), 10*time.Second)
 	if errors.Is(err, protocol.ErrUnknownCommand) {
 		return false, nil // a master that cannot say: copy from empty
@@ -225,10 +243,17 @@ func (y *slave) rejoin(addr string, id uint64) (bool, error) {
 	return y.replica.Rejoin(id, origin)
 }
 
+// call sends one request to the master and waits for its answer, telling
+// the role loop (the server's copyWatch) when it asked and heard.
 func (y *slave) call(addr string, cmd protocol.Command, body []byte, timeout time.Duration) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(y.ctx, timeout)
 	defer cancel()
-	return y.client.Call(ctx, addr, cmd, body)
+	y.s.copyWatch.Asking()
+	resp, err := y.client.Call(ctx, addr, cmd, body)
+	if err == nil {
+		y.s.copyWatch.Heard()
+	}
+	return resp, err
 }
 
 // apply copies what a manifest lists and the copy lacks, then commits.
@@ -266,7 +291,7 @@ func (y *slave) apply(addr string, p *protocol.DelayManifestResponse) error {
 	y.lagBytes.Store(missing)
 	for len(ranges) > 0 {
 		batch := ranges[:min(len(ranges), maxReadRanges)]
-		q := protocol.DelayReadRequest{Epoch: y.epoch.Load(), Group: y.s.opts.Group, MaxBytes: uint32(y.s.opts.SyncMaxBytes), Ranges: batch}
+		q := protocol.DelayReadRequest{Epoch: y.s.masterEpoch(), Group: y.s.opts.Group, MaxBytes: uint32(y.s.opts.SyncMaxBytes), Ranges: batch}
 		body, err := y.call(addr, protocol.CmdDelaySyncRead, protocol.AppendDelayReadRequest(nil, &q), 30*time.Second)
 		if err != nil {
 			return err

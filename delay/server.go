@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/qmq-go/qmq/delay/store"
 	"github.com/qmq-go/qmq/pkg/clock"
+	"github.com/qmq-go/qmq/pkg/failover"
 	"github.com/qmq-go/qmq/pkg/metaclient"
 	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/pkg/opsserver"
@@ -34,8 +36,18 @@ type Server struct {
 	metrics  *metrics
 	reg      *prometheus.Registry
 
-	meta  *metaclient.Client // route lookups, when forwarding through the meta servers
-	roles *roles             // registrations, fencing and election (with meta servers)
+	meta *metaclient.Client // route lookups, when forwarding through the meta servers
+
+	// Failover: member runs the group's role loop (with meta servers);
+	// gate is its write gate (always open for a master without meta
+	// servers, closed for a slave). roleMu serializes role changes;
+	// copyStopped (under it) keeps a campaigning slave from copying.
+	member      atomic.Pointer[failover.Member]
+	gate        *failover.Gate
+	roleMu      sync.Mutex
+	copyStopped bool
+	copyWatch   failover.CopyWatch
+	stop        chan struct{} // closed by Close
 
 	// The current role: exactly one of master and slave is set, except
 	// while the server changes role (then sends get StatusNotMaster).
@@ -66,7 +78,7 @@ func New(opts Options, clk clock.Clock, resolver route.Resolver, lg *zap.Logger)
 		clk = clock.Real()
 	}
 	lg = lg.Named("delay").With(zap.String("group", opts.Group))
-	s := &Server{opts: opts, lg: lg, clk: clk, reg: opsserver.NewRegistry()}
+	s := &Server{opts: opts, lg: lg, clk: clk, reg: opsserver.NewRegistry(), stop: make(chan struct{})}
 	s.limits = protocol.DefaultLimits
 	s.limits.MaxBody = opts.MaxBody
 	if resolver == nil {
@@ -92,6 +104,13 @@ func New(opts Options, clk clock.Clock, resolver route.Resolver, lg *zap.Logger)
 	if err != nil {
 		s.closeMeta()
 		return nil, err
+	}
+	// The write gate: closed for a slave, and for a master until its role
+	// loop registers it; open for good without meta servers (nobody else
+	// can be elected).
+	s.gate = failover.NewGate(opts.Group)
+	if s.master != nil && len(opts.MetaServers) == 0 {
+		s.gate = failover.OpenGate(opts.Group)
 	}
 	mux := netserver.NewMux()
 	mux.HandleFunc(protocol.CmdSend, s.serveSend)
@@ -124,8 +143,23 @@ func (s *Server) Start() error {
 			return fmt.Errorf("delay: %w", err)
 		}
 	}
-	if len(s.opts.MetaServers) > 0 {
-		s.roles = newRoles(s) // before the role starts: a slave asks it for its master
+	m, _ := s.current()
+	switch {
+	case len(s.opts.MetaServers) > 0:
+		fo := failover.NewOptions()
+		fo.Kind, fo.Group, fo.BrokerID, fo.Address, fo.MetaServers = protocol.KindDelay, s.opts.Group, s.opts.BrokerID, s.advertised(), s.opts.MetaServers
+		fo.Fixed = !s.opts.Failover || s.opts.Master != ""
+		fo.WaitSlave, fo.SlaveLagLimit, fo.SlaveDown, fo.SuspectAfter = s.opts.WaitSlave, s.opts.SlaveLagReadonly, s.opts.SlaveDown, s.opts.SuspectAfter
+		fo.Registry, fo.Gate = s.reg, s.gate
+		if m == nil {
+			fo.Role = protocol.RoleSlave
+		}
+		mem, err := failover.New(fo, s, s.lg)
+		if err != nil {
+			s.server.Close(context.Background())
+			return fmt.Errorf("delay: %w", err)
+		}
+		s.member.Store(mem) // before the role starts: a slave asks it for its master
 	}
 	s.mu.Lock()
 	if s.master != nil {
@@ -134,8 +168,8 @@ func (s *Server) Start() error {
 		s.slave.start()
 	}
 	s.mu.Unlock()
-	if s.roles != nil {
-		s.roles.start()
+	if s.member.Load() != nil {
+		s.member.Load().Start()
 	}
 	s.life.SetReady()
 	s.lg.Info("serving", zap.Stringer("addr", s.server.Addr()), zap.String("role", s.opts.Role), zap.String("flush", s.opts.Flush))
@@ -196,12 +230,16 @@ func (s *Server) Stats() store.Stats {
 type Replication struct {
 	Role  string
 	Epoch uint64 // a master's own epoch; a slave's master's (0: none)
-	// Fenced: a master that has not renewed its registration in time (or
-	// was deposed) takes no sends and forwards nothing.
+	// Fenced: a master whose write gate is closed for another reason than
+	// a readonly group (not registered yet, deposed, handing over, or in
+	// async mode neither of its leases holds) takes no sends and forwards
+	// nothing.
 	Fenced bool
+	// WriteState and WriteReason: the master's write state (pkg/failover).
+	WriteState  protocol.WriteState
+	WriteReason string
 	// LeaseUntil: on a master, the earliest its registration's lease can
 	// expire (its last renewal plus the TTL; zero before it registered).
-	// It is fenced FenceMargin before.
 	LeaseUntil time.Time
 	// LagBytes and Lag: on a master, how far its slave is behind (bytes of
 	// the message log replayed that the slave's copy lacks; age of the
@@ -220,15 +258,19 @@ func (s *Server) Replication() Replication {
 	switch {
 	case m != nil:
 		b, d := m.src.lag()
-		r := Replication{Role: RoleMaster, Epoch: m.epoch.Load(), Fenced: m.fenced.Load(), LagBytes: b, Lag: d,
-			Readonly: m.src.readonly.Load(), WaitingAcks: m.src.waiting()}
-		if ns := m.leaseUntil.Load(); ns != 0 {
-			r.LeaseUntil = time.Unix(0, ns)
+		gs := s.gate.State()
+		r := Replication{Role: RoleMaster, Epoch: m.epoch.Load(), Fenced: !s.gate.Open() && gs != protocol.WriteReadonly, LagBytes: b, Lag: d,
+			Readonly: m.src.readonly.Load() || gs == protocol.WriteReadonly, WaitingAcks: m.src.waiting()}
+		if s.member.Load() != nil {
+			r.WriteState, r.WriteReason = s.member.Load().WriteState()
+			if at, ttl := s.member.Load().Lease(); !at.IsZero() {
+				r.LeaseUntil = at.Add(ttl)
+			}
 		}
 		return r
 	case sl != nil:
 		b, d := sl.lag()
-		return Replication{Role: RoleSlave, Epoch: sl.epoch.Load(), LagBytes: b, Lag: d}
+		return Replication{Role: RoleSlave, Epoch: s.masterEpoch(), LagBytes: b, Lag: d}
 	}
 	return Replication{}
 }
@@ -283,13 +325,18 @@ func (s *Server) Close(ctx context.Context) error {
 }
 
 func (s *Server) close(ctx context.Context) error {
-	s.life.SetClosing()
 	var errs []error
-	if s.roles != nil {
-		if err := s.roles.close(ctx); err != nil {
+	if s.member.Load() != nil {
+		// A master hands the group to its slave before it stops; the role
+		// loop stops (no role change after this).
+		if err := s.member.Load().Close(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	s.life.SetClosing()
+	s.roleMu.Lock()
+	close(s.stop)
+	s.roleMu.Unlock()
 	if err := s.server.Close(ctx); err != nil {
 		errs = append(errs, err)
 	}

@@ -3,12 +3,13 @@ package delay
 import (
 	"errors"
 	"fmt"
-	"github.com/qmq-go/qmq/pkg/ackwait"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/qmq-go/qmq/delay/store"
+	"github.com/qmq-go/qmq/pkg/ackwait"
+	"github.com/qmq-go/qmq/pkg/failover"
 	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"go.uber.org/zap"
@@ -24,9 +25,11 @@ const lagSampleEvery = 10 * time.Millisecond
 // source is the master's side of replication: it answers the slave's
 // manifest and read requests (CmdDelaySyncManifest long-polls on the
 // store's changes), learns from each manifest request how far the slave's
-// copy durably goes, holds send replies until the slave has their
-// messages (WaitSlave) and turns the group readonly when the slave lags
-// too long.
+// copy durably goes, and holds send replies until the slave has their
+// messages while the role loop says so (wait). What it learns of the
+// slave's requests (who, connected, slave lease) goes to the role loop
+// through slaves. A master without a role loop turns the group readonly
+// itself when the slave lags too long (WaitSlave).
 type source struct {
 	m     *master
 	store *store.Store
@@ -34,6 +37,8 @@ type source struct {
 	lg    *zap.Logger
 
 	acked    atomic.Int64 // the slave's acknowledged replay position (-1: none yet)
+	wait     atomic.Bool  // send replies wait for the slave (the role loop's failover.Server.WaitSlave)
+	slaves   *failover.SlaveWatch
 	seen     atomic.Int64 // unix nanos of the slave's last request
 	readonly atomic.Bool
 	lagNanos atomic.Int64
@@ -53,8 +58,10 @@ type source struct {
 }
 
 func newSource(m *master) *source {
-	y := &source{m: m, store: m.store, opts: &m.s.opts, lg: m.lg.Named("sync"), stop: make(chan struct{})}
+	y := &source{m: m, store: m.store, opts: &m.s.opts, lg: m.lg.Named("sync"), stop: make(chan struct{}),
+		slaves: failover.NewSlaveWatch(m.s.opts.slaveLease(), 2*m.s.opts.SuspectAfter)}
 	y.acked.Store(-1)
+	y.wait.Store(m.s.opts.WaitSlave && len(m.s.opts.MetaServers) == 0)
 	return y
 }
 
@@ -121,6 +128,8 @@ func (y *source) serveManifest(r *netserver.Request) {
 		r.ReplyError(err)
 		return
 	}
+	y.slaves.Request(q.SlaveID, q.LeaseStamp)
+	y.slaves.Conn(r.Conn.Done())
 	y.slaveRun.Store(q.Run)
 	y.slaveSince.Store(q.Since)
 	y.slaveAck(q.Acked)
@@ -130,6 +139,9 @@ func (y *source) serveManifest(r *netserver.Request) {
 // answerManifest replies with the hours changed since the request's
 // version, waiting up to its wait when none did.
 func (y *source) answerManifest(r *netserver.Request, q protocol.DelayManifestRequest) {
+	closed := false
+	end := y.slaves.Begin()
+	defer func() { end(closed) }()
 	wait := min(time.Duration(q.WaitMillis)*time.Millisecond, maxSyncWait)
 	var timeout <-chan time.Time
 	if wait > 0 {
@@ -146,7 +158,7 @@ func (y *source) answerManifest(r *netserver.Request, q protocol.DelayManifestRe
 		}
 		if man.Full || len(man.Hours) > 0 || waited || wait == 0 {
 			p := protocol.DelayManifestResponse{Epoch: y.m.epoch.Load(), Store: man.Store, Run: man.Run, Version: man.Version,
-				Replayed: man.Replayed, Hours: make([]protocol.DelayHour, len(man.Hours))}
+				Replayed: man.Replayed, LeaseStamp: failover.Stamp(), Hours: make([]protocol.DelayHour, len(man.Hours))}
 			if man.Full {
 				p.Flags |= protocol.DelayManifestFull
 			}
@@ -164,6 +176,7 @@ func (y *source) answerManifest(r *netserver.Request, q protocol.DelayManifestRe
 		case <-timeout:
 			waited = true
 		case <-r.Done():
+			closed = true
 			return
 		case <-y.stop:
 			waited = true
@@ -181,6 +194,7 @@ func (y *source) serveRead(r *netserver.Request) {
 		r.ReplyError(err)
 		return
 	}
+	y.slaves.Seen()
 	y.goAnswer(r, func() { y.answerRead(r, q) })
 }
 
@@ -242,7 +256,7 @@ func (y *source) slaveAck(pos int64) {
 // admit refuses a send when too many replies wait for the slave or the
 // slave lags past the readonly threshold.
 func (y *source) admit() error {
-	if !y.opts.WaitSlave {
+	if !y.wait.Load() {
 		return nil
 	}
 	if y.readonly.Load() {
@@ -258,7 +272,7 @@ func (y *source) admit() error {
 // least need, or with an error when the slave lags past the threshold or
 // the master stops. It never blocks (it runs on the store's goroutine).
 func (y *source) await(need int64, done func(error)) {
-	if y.acked.Load() >= need {
+	if y.acked.Load() >= need || !y.wait.Load() {
 		done(nil)
 		return
 	}
@@ -277,6 +291,31 @@ func (y *source) await(need int64, done func(error)) {
 	y.mu.Unlock()
 	if a := y.acked.Load(); a >= need { // the slave may have acked meanwhile
 		y.completeUpTo(a)
+	}
+	if !y.wait.Load() { // or the role loop stopped waiting
+		y.failWaiting(nil)
+	}
+}
+
+// setWait makes send replies wait for the slave (on) or not (off: the
+// waiting ones complete). Turning it on returns the switch point, the
+// message log's end once it is on: a reply made without the slave covers
+// messages below it (a reply looks at wait after its messages are stored).
+func (y *source) setWait(on bool) int64 {
+	if y.wait.Swap(on) != on && !on {
+		y.failWaiting(nil)
+	}
+	return y.store.LogEnd()
+}
+
+// failWaiting completes every reply waiting for the slave: with err, or
+// acknowledged when err is nil (the role loop no longer counts on a slave).
+func (y *source) failWaiting(err error) {
+	y.mu.Lock()
+	done := y.waiters.TakeAll()
+	y.mu.Unlock()
+	for _, f := range done {
+		f(err)
 	}
 }
 
@@ -349,7 +388,7 @@ func (y *source) watch(now time.Time) {
 	var failed []func(error)
 	wasReadonly := y.readonly.Load()
 	switch {
-	case y.opts.WaitSlave && lag > y.opts.SlaveLagReadonly && !wasReadonly:
+	case y.opts.WaitSlave && len(y.opts.MetaServers) == 0 && lag > y.opts.SlaveLagReadonly && !wasReadonly:
 		y.readonly.Store(true)
 		failed = y.waiters.TakeAll()
 	case wasReadonly && lag == 0:

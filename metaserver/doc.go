@@ -15,6 +15,7 @@
 //	/qmq/offline/<subject>/<group>/<client id>   an admin took the consumer offline
 //	/qmq/metaservers/<tcp address>               a running meta server, on its lease
 //	/qmq/identities/<name>                       an identity: pkg/auth.Entry, its secret hashed
+//	/qmq/eligible/<group>                        the group's eligible set (pkg/failover)
 //
 // # The view
 //
@@ -28,7 +29,11 @@
 // serving the old view meanwhile. /readyz reports whether the watch is up.
 // Responses carry the view's revision as their version; since revisions are
 // global to the etcd cluster, a client talking to several meta servers keeps
-// the answer with the highest version and ignores older ones.
+// the answer with the highest version and ignores older ones. A lookup that
+// names a wait and the hash of the answer the client holds
+// (protocol.RouteHash) is a long poll (longpoll.go): it is answered as soon
+// as a change of the view makes the answer differ, or after the wait (at
+// most 30 s), so clients learn of a failover within a round trip.
 //
 // # Brokers
 //
@@ -50,23 +55,40 @@
 //
 // # Elections, epochs and switchover
 //
-// A group's master registration is its election: whoever creates the
-// master key (no live broker holds it) is the master, and its epoch is the
-// key's etcd create revision, new and larger with every election and kept
-// by heartbeats. A slave registers the epoch of the master it copies, so a
+// A group's master registration is its election and its eligible set
+// decides who may win it (election.go; the safety argument is in
+// pkg/failover). The master key's epoch is the etcd revision of the
+// election, new and larger with every one, kept by heartbeats. The eligible
+// set (eligible/<group>, on no lease) names the master it belongs to, its
+// eligible slave and whether the master runs --wait-slave (sync); only that
+// master changes it (protocol.CmdEligible: a compare-and-swap on its lease
+// and the set's revision; StatusNotMaster to a deposed master,
+// StatusStaleEpoch to a request of an older term of its own). A free seat
+// goes to the set's master, to its eligible slave when the master released
+// the group (a master with an eligible slave that leaves cleanly releases it)
+// or does not answer a ping (CmdPing, 500 ms), to anyone in a group without
+// a set, and to nobody else. A takeover (RegisterTakeover) moves a held seat
+// to the eligible slave of a sync set when the master at the epoch it names
+// does not answer a ping, in one transaction. A forced failover (POST
+// /api/v1/groups/{group}/failover, qmqctl failover --force) lets the slave
+// of a group without a master take it although it is not eligible. Register
+// responses tell each broker the set (eligible, sync, released, its own).
+// A slave registers the epoch of the master it copies, so a
 // slave still on an older epoch shows it has not caught up with the latest
 // election. Each broker also reports its replication lag (a slave: its own;
-// a master: its slave's); the API, the console, qmqctl and /metrics show
-// seats, epochs and lag per broker and per group (a group's lag is the
-// larger of its master's and its slave's reports).
+// a master: its slave's) and a master its write state and why; the API, the
+// console, qmqctl and /metrics show seats, epochs, write state, eligible
+// slave and lag per broker and per group (a group's lag is the larger of its
+// master's and its slave's reports).
 //
 // A planned switchover (POST /api/v1/groups/{group}/switchover, qmqctl
 // switchover) needs a live master and a slave. The meta server relays
 // protocol.CmdSwitchover to the master, naming its epoch and a handover
 // bound (two thirds of the switchover's timeout, default 30 s); the master
-// stops writes, waits until its slave holds its committed ends, unregisters
-// and rejoins as a slave; the slave's next heartbeat finds no master and it
-// wins the election. The meta server answers once its view shows a
+// stops writes, waits until its slave holds its committed ends, records it
+// as eligible if it was not yet, leaves its seat releasing the group to it
+// and rejoins as a slave; the slave's next heartbeat finds the group
+// released to it and it wins the election. The meta server answers once its view shows a
 // different broker holding the master seat at a larger epoch, naming the
 // old and the new master. A master that refuses keeps the group (409, with
 // its reason), one that does not know the command is reported as such
@@ -163,4 +185,7 @@
 // (qmq_meta_broker_epoch, qmq_meta_replica_lag_bytes and _seconds, by group
 // and role), the view's revision and whether etcd is up, refusals, the
 // policy's version and identity count, and the policies sent to brokers.
+// and role), elections, takeovers, eligible-set changes and forced failovers
+// (qmq_meta_elections_total, _takeovers_total, _eligible_set_changes_total,
+// _forced_failovers_total), the view's revision and whether etcd is up.
 package metaserver

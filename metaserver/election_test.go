@@ -39,6 +39,11 @@ func TestServer_ElectionEpochs(t *testing.T) {
 		return len(l.Groups) == 1 && l.Groups[0].Epoch == first.Epoch && l.Groups[0].Master == m.Address
 	})
 
+	// A slave the master never recorded as eligible cannot take the group,
+	// not even once the seat is free; the master records it.
+	if set := c.mustEligible(s, protocol.EligibleRequest{Group: "g1", BrokerID: m.BrokerID, Epoch: first.Epoch, Slave: slave.BrokerID}); set.Slave != slave.BrokerID {
+		t.Fatalf("eligible set %+v, want slave %s", set, slave.BrokerID)
+	}
 	// While the master's lease lives, the slave cannot take the group.
 	elect := master("g1", slave.Address)
 	elect.BrokerID = slave.BrokerID
@@ -124,13 +129,20 @@ func TestMetaclient_RegistrationEpochAndRenewal(t *testing.T) {
 		t.Fatalf("slave sees master %q epoch %d, want 127.0.0.1:1001 epoch %d", sl.Master(), sl.Epoch(), m.Epoch())
 	}
 
-	// The master leaves (a switchover); the slave is elected with a larger
-	// epoch and frees the slave seat.
+	// The master records the slave as eligible, then leaves (a
+	// switchover): it releases the group to the slave, which is elected
+	// with a larger epoch and frees the slave seat.
+	if set, err := m.SetEligible(ctx, "s", false); err != nil || set.Slave != "s" {
+		t.Fatalf("eligible set %+v, %v", set, err)
+	}
 	oldEpoch := m.Epoch()
 	if err := m.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "the slave sees no master", func() bool { return sl.Master() == "" })
+	eventually(t, 5*time.Second, "the slave sees no master and the group released to it", func() bool {
+		set := sl.Set()
+		return sl.Master() == "" && set.Eligible && set.Released
+	})
 	nm, err := metaclient.Register(ctx, addrs, metaclient.Broker{Kind: protocol.KindRealtime, Role: protocol.RoleMaster,
 		Group: "g1", BrokerID: "s", Address: "127.0.0.1:1002"})
 	if err != nil {

@@ -38,7 +38,12 @@ func (s *Server) serveLookup(r *netserver.Request) {
 		kind = protocol.KindDelay
 	}
 	if req.ClientType >= protocol.ClientProducer && req.ClientType <= protocol.ClientDelayProducer {
-		if resp, ok := s.routeResponse(kind, protocol.RealSubject(req.Subject), req); ok {
+		subject := protocol.RealSubject(req.Subject)
+		if resp, ok := s.routeResponse(kind, subject, req); ok {
+			if req.Wait > 0 && protocol.RouteHash(&resp) == req.Known {
+				go s.longPoll(r.Detach(), req, kind, subject) // longpoll.go
+				return
+			}
 			s.replyLookup(r, &resp)
 			return
 		}

@@ -90,6 +90,24 @@ func (c *client) mustRegister(s *Server, r protocol.RegisterRequest) protocol.Re
 	return resp
 }
 
+// eligible records a group's eligible slave as its master (CmdEligible).
+func (c *client) eligible(s *Server, q protocol.EligibleRequest) (protocol.EligibleResponse, error) {
+	body, err := c.tr.Call(context.Background(), s.Addr().String(), protocol.CmdEligible, protocol.AppendEligibleRequest(nil, &q))
+	if err != nil {
+		return protocol.EligibleResponse{}, err
+	}
+	return protocol.DecodeEligibleResponse(body)
+}
+
+func (c *client) mustEligible(s *Server, q protocol.EligibleRequest) protocol.EligibleResponse {
+	c.t.Helper()
+	resp, err := c.eligible(s, q)
+	if err != nil {
+		c.t.Fatalf("eligible set of %s: %v", q.Group, err)
+	}
+	return resp
+}
+
 func (c *client) lookup(s *Server, r protocol.LookupRequest) (protocol.LookupResponse, error) {
 	body, err := c.tr.Call(context.Background(), s.Addr().String(), protocol.CmdLookup, protocol.AppendLookupRequest(nil, &r))
 	if err != nil {

@@ -41,6 +41,7 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("POST "+p+"/groups/{group}/readonly", s.change(s.postReadonly))
 	mux.HandleFunc("DELETE "+p+"/groups/{group}/readonly", s.change(s.deleteReadonly))
 	mux.HandleFunc("POST "+p+"/groups/{group}/switchover", s.change(s.postSwitchover))
+	mux.HandleFunc("POST "+p+"/groups/{group}/failover", s.change(s.postForceFailover))
 	mux.HandleFunc("GET "+p+"/consumers", s.read(func(r *http.Request) (any, error) {
 		return s.consumerGroups(r.Context(), r.URL.Query().Get("subject"))
 	}))
@@ -288,6 +289,7 @@ func (s *Server) groups() []api.Group {
 			ag.Slave, ag.SlaveID, ag.SlaveEpoch = g.slave.Address, g.slave.BrokerID, g.slave.Epoch
 		}
 		ag.Lag = groupLag(g)
+		failoverFields(&ag, g)
 		for subj := range v.readonly[name] {
 			ag.Readonly = append(ag.Readonly, subj)
 		}

@@ -16,6 +16,7 @@ import (
 //	offline/<subject>/<group>/<client id>   offlineRecord  (admin took it offline)
 //	metaservers/<id>                        metaRecord     on the meta server's lease
 //	identities/<name>                       auth.Entry     (identities.go)
+//	eligible/<group>                        eligibleRecord the group's eligible set (pkg/failover)
 //
 // Names never contain "/": groups and subjects are [A-Za-z0-9._-], client
 // ids add ":" and "@". Routes are kept under the user subject; lookups of
@@ -27,6 +28,7 @@ const (
 	dirConsumers   = "consumers/"
 	dirOffline     = "offline/"
 	dirMetaServers = "metaservers/"
+	dirEligible    = "eligible/"
 )
 
 // allSubjects in a readonly key marks the group readonly for every subject.
@@ -57,6 +59,8 @@ func (k keys) offline(subject, group, clientID string) string {
 
 func (k keys) metaServer(id string) string { return k.prefix + dirMetaServers + id }
 
+func (k keys) eligible(group string) string { return k.prefix + dirEligible + group }
+
 // split returns the directory of key ("brokers/", …) and the parts after it,
 // or "" when key is not one of ours.
 func (k keys) split(key string) (dir string, parts []string) {
@@ -85,6 +89,33 @@ type brokerRecord struct {
 	// with every election); a slave's, the epoch of the master it copies.
 	Epoch        uint64    `json:"epoch"`
 	RegisteredAt time.Time `json:"registeredAt"`
+	// WriteState and WriteReason: a master's write state as it reports it
+	// (pkg/failover), and why.
+	WriteState  protocol.WriteState `json:"writeState,omitempty"`
+	WriteReason string              `json:"writeReason,omitempty"`
+}
+
+// eligibleRecord is a group's eligible set (pkg/failover): the master it
+// belongs to and the slave that may take the group over from it. Only that
+// master changes it (CmdEligible, a compare-and-swap on its registration);
+// an election replaces it in the same transaction. It lives on no lease: it
+// outlasts the brokers, so a group whose master is gone can be taken only
+// by that master or its eligible slave (or an admin's forced failover).
+type eligibleRecord struct {
+	// Master is the broker id of the master the set belongs to; "" when it
+	// released the group (a switchover, a clean shutdown, a forced
+	// failover): its slave may take it without more checks.
+	Master     string `json:"master"`
+	MasterAddr string `json:"masterAddr,omitempty"`
+	// Slave is the eligible slave's broker id ("" none: nobody else may be
+	// elected, so the master never fences itself).
+	Slave string `json:"slave,omitempty"`
+	// Sync: the master runs --wait-slave; its slave may take the group
+	// over from it without waiting for its lease (a takeover).
+	Sync bool `json:"sync"`
+	// Forced: an admin forced the failover (an unclean one).
+	Forced    bool      `json:"forced,omitempty"`
+	UpdatedAt time.Time `json:"updatedAt"`
 }
 
 // routeRecord is a subject's broker groups, in assignment order.

@@ -65,6 +65,7 @@ func newMetrics(s *Server) *metrics {
 		}
 		return 0
 	})
+	s.failoverMetrics = newFailoverMetrics(m.reg)
 	m.reg.MustRegister(m.lookups, m.lookupErrors, m.registers, m.heartbeats, m.routesAssigned, m.relayed,
 		m.adminChanges, m.switchovers, revision, watching, groupStateCollector{s}, replicationCollector{s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

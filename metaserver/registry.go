@@ -17,7 +17,8 @@ import (
 // and writes the registration on it; later ones keep the lease alive and
 // rewrite the registration when its state, address or load changed. Any meta
 // server can serve any heartbeat: the lease id travels with the request and
-// is stored in the registration.
+// is stored in the registration. A master registration is the group's
+// election (election.go).
 func (s *Server) registerBroker(ctx context.Context, req protocol.RegisterRequest) (protocol.RegisterResponse, error) {
 	if err := checkRegister(&req); err != nil {
 		return protocol.RegisterResponse{}, err
@@ -30,14 +31,24 @@ func (s *Server) registerBroker(ctx context.Context, req protocol.RegisterReques
 	s.view.mu.RUnlock()
 	if req.Role == protocol.RoleSlave && hasMaster && holder.rec.BrokerID == req.BrokerID && req.Flags&protocol.RegisterLeaving == 0 {
 		// A promoted slave's last slave heartbeat must not take the seat
-		// back from the old master.
-		return protocol.RegisterResponse{}, protocol.Errorf(protocol.StatusInvalid,
-			fmt.Sprintf("broker %s is the master of group %s, not its slave", req.BrokerID, req.Group))
+		// back from the old master: it is told it holds the master seat
+		// (an election it asked for may have won without its answer) and
+		// nothing is written.
+		flags, slave := s.viewSetFlags(req.Group, req.BrokerID)
+		return protocol.RegisterResponse{LeaseID: req.LeaseID, TTL: s.opts.BrokerTTL, Version: s.version(), Master: holder.rec.Address,
+			Epoch: holder.rec.Epoch, Flags: flags, EligibleSlave: slave}, nil
 	}
 	mine := known && cur.rec.BrokerID == req.BrokerID
+	master := req.Role == protocol.RoleMaster
 
 	if req.Flags&protocol.RegisterLeaving != 0 {
 		if mine {
+			if master {
+				// A clean leave hands the group to its eligible slave.
+				if err := s.releaseSet(ctx, req.Group, cur.rec); err != nil {
+					return protocol.RegisterResponse{}, err
+				}
+			}
 			if err := s.revoke(ctx, clientv3.LeaseID(cur.rec.LeaseID)); err != nil {
 				return protocol.RegisterResponse{}, err
 			}
@@ -69,8 +80,8 @@ func (s *Server) registerBroker(ctx context.Context, req protocol.RegisterReques
 	rec := brokerRecord{
 		Group: req.Group, Role: req.Role, Kind: req.Kind, State: req.State, BrokerID: req.BrokerID,
 		Address: req.Address, LeaseID: int64(lease), Load: req.Load, RegisteredAt: time.Now().UTC(),
+		WriteState: req.WriteState, WriteReason: req.WriteReason,
 	}
-	master := req.Role == protocol.RoleMaster
 	if !master {
 		rec.Epoch = req.Epoch
 	}
@@ -79,17 +90,22 @@ func (s *Server) registerBroker(ctx context.Context, req protocol.RegisterReques
 		if master && !fresh {
 			rec.Epoch = cur.rec.Epoch // the key lives on: same election
 		}
-		if !fresh && rec == cur.rec && (!master || rec.Epoch != 0) {
+		if !fresh && rec == cur.rec && (!master || rec.Epoch != 0) && req.Flags&protocol.RegisterTakeover == 0 {
 			addr, epoch := s.masterOf(req, rec.Epoch)
-			return protocol.RegisterResponse{LeaseID: int64(lease), TTL: s.opts.BrokerTTL, Version: s.version(), Master: addr, Epoch: epoch}, nil
+			flags, slave := s.viewSetFlags(req.Group, req.BrokerID)
+			return protocol.RegisterResponse{LeaseID: int64(lease), TTL: s.opts.BrokerTTL, Version: s.version(), Master: addr, Epoch: epoch,
+				Flags: flags, EligibleSlave: slave}, nil
 		}
+	}
+	if master {
+		return s.registerMaster(ctx, req, rec, lease, fresh)
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return protocol.RegisterResponse{}, err
 	}
-	// Create the registration unless another broker holds this group and
-	// role; the same broker (a heartbeat, or a restart with the same id)
+	// Create the registration unless another broker holds the slave seat;
+	// the same broker (a heartbeat, or a restart with the same id)
 	// overwrites its own.
 	tctx, cancel := s.store.ctx(ctx)
 	defer cancel()
@@ -102,39 +118,17 @@ func (s *Server) registerBroker(ctx context.Context, req protocol.RegisterReques
 		return protocol.RegisterResponse{}, unavailable(etcdErr("register", err))
 	}
 	rev := resp.Header.Revision
-	if resp.Succeeded && master {
-		// A new master key: an election won. Its epoch is the key's create
-		// revision, which is only known now; record it, and free the slave
-		// seat if this broker held it (a promoted slave), so that the old
-		// master can rejoin as the slave.
-		rec.Epoch = uint64(rev)
-		if rev, err = s.putBroker(ctx, key, rec, lease); err != nil {
-			return protocol.RegisterResponse{}, err
-		}
-		s.freeSlaveSeat(ctx, req)
-		s.lg.Info("master elected", zap.String("group", req.Group), zap.String("broker", req.BrokerID),
-			zap.String("address", req.Address), zap.Uint64("epoch", rec.Epoch))
-	}
 	if !resp.Succeeded {
 		var held brokerRecord
-		var heldCreated int64
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 			_ = json.Unmarshal(kvs[0].Value, &held)
-			heldCreated = kvs[0].CreateRevision
 		}
 		if held.BrokerID != req.BrokerID {
 			if fresh {
 				_ = s.revoke(ctx, lease)
 			}
-			if master {
-				return protocol.RegisterResponse{}, protocol.Errorf(protocol.StatusNotMaster,
-					fmt.Sprintf("group %s has a live master: broker %s at %s (epoch %d)", req.Group, held.BrokerID, held.Address, heldCreated))
-			}
 			return protocol.RegisterResponse{}, protocol.Errorf(protocol.StatusInvalid,
 				fmt.Sprintf("group %s already has a live %s: broker %s at %s", req.Group, req.Role, held.BrokerID, held.Address))
-		}
-		if master {
-			rec.Epoch = uint64(heldCreated)
 		}
 		if !mine {
 			rec.RegisteredAt = held.RegisteredAt
@@ -149,7 +143,9 @@ func (s *Server) registerBroker(ctx context.Context, req protocol.RegisterReques
 		rev = presp.Header.Revision
 	}
 	addr, epoch := s.masterOf(req, rec.Epoch)
-	out := protocol.RegisterResponse{LeaseID: int64(lease), TTL: s.opts.BrokerTTL, Version: uint64(rev), Master: addr, Epoch: epoch}
+	flags, slave := s.viewSetFlags(req.Group, req.BrokerID)
+	out := protocol.RegisterResponse{LeaseID: int64(lease), TTL: s.opts.BrokerTTL, Version: uint64(rev), Master: addr, Epoch: epoch,
+		Flags: flags, EligibleSlave: slave}
 	if fresh {
 		s.lg.Info("broker registered", zap.String("group", req.Group), zap.Stringer("role", req.Role),
 			zap.Stringer("kind", req.Kind), zap.String("broker", req.BrokerID), zap.String("address", req.Address),

@@ -40,6 +40,8 @@ type Server struct {
 	transport *transport.Client
 	caller    caller
 	metrics   *metrics
+	// failoverMetrics: elections, takeovers, eligible sets (election.go).
+	failoverMetrics *failoverMetrics
 
 	tcp       *netserver.Server
 	httpLn    net.Listener
@@ -125,6 +127,7 @@ func New(opts Options, lg *zap.Logger) (*Server, error) {
 	mux.HandleFunc(protocol.CmdLookup, s.serveLookup)
 	mux.HandleFunc(protocol.CmdRegister, s.serveRegister)
 	mux.HandleFunc(protocol.CmdClientHeartbeat, s.serveClientHeartbeat)
+	mux.HandleFunc(protocol.CmdEligible, s.serveEligible)
 	s.tcp, err = netserver.New(netserver.Options{Addr: opts.Addr, Auth: s.authority(), RequireAuth: opts.RequireAuth,
 		TLS: tlsCfg.server, Insecure: opts.Insecure}, mux, lg.Named("tcp"))
 	if err != nil {

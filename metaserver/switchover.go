@@ -62,7 +62,7 @@ const (
 func switchoverStatus(err error) int {
 	switch {
 	case errors.Is(err, errSwitchoverBusy), errors.Is(err, errNoSlave), errors.Is(err, errNoMasterSeat),
-		errors.Is(err, errSwitchoverRefused):
+		errors.Is(err, errSwitchoverRefused), errors.Is(err, errForceRefused):
 		return http.StatusConflict
 	case errors.Is(err, errSwitchoverUnsupported):
 		return http.StatusNotImplemented

@@ -20,7 +20,7 @@ import (
 )
 
 // TestE2E_SwitchoverWithRealBrokers: a realtime group of a master and a
-// slave (realtime.Nodes, each registering itself with the meta server), a producer and a
+// slave (realtime.Brokers, each registering itself with the meta server), a producer and a
 // consumer. qmqctl switchover hands the group to the slave while the
 // producer keeps sending: the answer names the old and the new master at a
 // larger epoch, the old master comes back as the slave, no send fails, and
@@ -48,11 +48,11 @@ func TestE2E_SwitchoverWithRealBrokers(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close(ctx) })
 	metas := []string{s.Addr().String()}
 
-	start := func(role string) *realtime.Node {
+	start := func(role string) *realtime.Broker {
 		bo := realtime.NewOptions()
 		bo.Group, bo.Addr, bo.HTTPAddr, bo.DataDir, bo.SegmentSize = "rt1", "127.0.0.1:0", "", t.TempDir(), 8<<20
 		bo.MetaServers, bo.Role = metas, role
-		n, err := realtime.NewNode(bo, nil)
+		n, err := realtime.New(bo, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

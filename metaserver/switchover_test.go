@@ -48,6 +48,9 @@ func startReplicatedGroup(t *testing.T, s *Server, c *client, name string) *repl
 		t.Fatalf("slave of %s told master %q epoch %d, want %s epoch %d", name, sresp.Master, sresp.Epoch, g.master.addr(), g.mEpoch)
 	}
 	g.sLease = sresp.LeaseID
+	// The master records its caught-up slave as eligible (pkg/failover):
+	// only that slave may take the group from it.
+	c.mustEligible(s, protocol.EligibleRequest{Group: name, BrokerID: g.mReq.BrokerID, Epoch: g.mEpoch, Slave: g.sReq.BrokerID})
 	eventually(t, 5*time.Second, name+" master and slave in the view", func() bool {
 		x := s.group(name)
 		return x.Master != "" && x.Slave != ""
@@ -204,8 +207,13 @@ func TestSwitchover_Refusals(t *testing.T) {
 		_, err := c.register(s, leave)
 		return err
 	})
-	clinging := startReplicatedGroup(t, s, c, "clinging") // steps down and wins the election again
+	clinging := startReplicatedGroup(t, s, c, "clinging") // drops its slave, steps down and wins the election again
 	clinging.master.setSwitchover(func(protocol.SwitchoverRequest) error {
+		// Without an eligible slave its leave releases nothing: the seat
+		// is its own to take again.
+		if _, err := c.eligible(s, protocol.EligibleRequest{Group: "clinging", BrokerID: clinging.mReq.BrokerID, Epoch: clinging.mEpoch}); err != nil {
+			return err
+		}
 		leave := clinging.mReq
 		leave.Flags, leave.LeaseID = protocol.RegisterLeaving, clinging.mLease
 		if _, err := c.register(s, leave); err != nil {

@@ -29,8 +29,9 @@ type view struct {
 	consumers map[consumerKey]consumerRecord
 	offline   map[consumerKey]offlineRecord
 	metas     map[string]metaRecord
-	ids       identities    // identities/ keys and the policy made of them (identities.go)
-	changed   chan struct{} // closed and replaced whenever rev moves
+	ids       identities               // identities/ keys and the policy made of them (identities.go)
+	eligible  map[string]eligibleEntry // by group
+	changed   chan struct{}            // closed and replaced whenever rev moves
 }
 
 type brokerKey struct {
@@ -40,6 +41,11 @@ type brokerKey struct {
 
 type brokerEntry struct {
 	rec    brokerRecord
+	modRev int64
+}
+
+type eligibleEntry struct {
+	rec    eligibleRecord
 	modRev int64
 }
 
@@ -73,6 +79,7 @@ func (v *view) clearLocked() {
 	v.offline = map[consumerKey]offlineRecord{}
 	v.metas = map[string]metaRecord{}
 	v.ids.clearLocked()
+	v.eligible = map[string]eligibleEntry{}
 }
 
 // kv is one key's value at a revision; value nil means deleted.
@@ -210,6 +217,15 @@ func (v *view) applyLocked(e kv) {
 		}
 	case dir == dirIdentities && len(parts) == 1:
 		v.ids.applyLocked(e, parts[0])
+	case dir == dirEligible && len(parts) == 1:
+		if del {
+			delete(v.eligible, parts[0])
+			return
+		}
+		var r eligibleRecord
+		if decode(&r) {
+			v.eligible[parts[0]] = eligibleEntry{rec: r, modRev: e.modRev}
+		}
 	case dir == dirMetaServers && len(parts) == 1:
 		if del {
 			delete(v.metas, parts[0])
@@ -248,10 +264,11 @@ func (v *view) waitRevision(ctx context.Context, rev int64) error {
 
 // groupView is a broker group as derived from its registrations.
 type groupView struct {
-	name   string
-	kind   protocol.BrokerKind
-	master *brokerRecord
-	slave  *brokerRecord
+	name     string
+	kind     protocol.BrokerKind
+	master   *brokerRecord
+	slave    *brokerRecord
+	eligible *eligibleRecord // nil: no record
 }
 
 func (v *view) groupLocked(name string) groupView {
@@ -266,6 +283,10 @@ func (v *view) groupLocked(name string) groupView {
 		if g.kind == 0 {
 			g.kind = r.Kind
 		}
+	}
+	if e, ok := v.eligible[name]; ok {
+		r := e.rec
+		g.eligible = &r
 	}
 	return g
 }
@@ -304,6 +325,9 @@ func (v *view) groupNamesLocked() []string {
 		}
 	}
 	for g := range v.readonly {
+		seen[g] = true
+	}
+	for g := range v.eligible {
 		seen[g] = true
 	}
 	out := make([]string, 0, len(seen))

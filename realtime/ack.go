@@ -39,7 +39,7 @@ func (b *Broker) serveAckInline(r *netserver.Request) {
 			r.Reply(protocol.StatusOK) // a heartbeat
 			return
 		}
-		if _, ok := b.store.TryAck(store.AckRequest{Subject: a.Subject, Group: a.Group, Consumer: a.ConsumerID,
+		if _, ok := b.st().TryAck(store.AckRequest{Subject: a.Subject, Group: a.Group, Consumer: a.ConsumerID,
 			First: int64(a.First), Last: int64(a.Last)}); ok {
 			b.metrics.acked.Inc()
 			r.Reply(protocol.StatusOK)
@@ -62,7 +62,7 @@ func (b *Broker) serveAck(r *netserver.Request, a protocol.AckRequest) {
 			r.ReplyError(protocol.Errorf(protocol.StatusInvalid, "ack range out of bounds"))
 			return
 		}
-		res, err := b.store.Ack(store.AckRequest{
+		res, err := b.st().Ack(store.AckRequest{
 			Subject: a.Subject, Group: a.Group, Consumer: a.ConsumerID,
 			First: int64(a.First), Last: int64(a.Last), Broadcast: broadcast,
 		})
@@ -103,7 +103,7 @@ func (b *Broker) release(subject, group, consumer, why string) {
 // returnUnacked hands the entries back (on the group's actor); it reports
 // whether any went back.
 func (b *Broker) returnUnacked(subject, group, consumer, why string) bool {
-	n, err := b.store.ReturnUnacked(subject, group, consumer)
+	n, err := b.st().ReturnUnacked(subject, group, consumer)
 	if err != nil {
 		b.lg.Debug("cannot return un-acked entries", zap.String("subject", subject), zap.String("group", group),
 			zap.String("consumer", consumer), zap.Error(err))
@@ -157,7 +157,7 @@ func (b *Broker) retryLostAcks(subject, group string, gap []store.Pulled) {
 		return
 	}
 	b.metrics.retried.Add(float64(len(batch)))
-	err := b.store.AppendAsync(batch, func(results []store.Result) {
+	err := b.st().AppendAsync(batch, func(results []store.Result) {
 		for _, res := range results {
 			if res.Err != nil {
 				b.lg.Error("lost-ack retry not stored", zap.String("subject", retrySubject), zap.Error(res.Err))

@@ -27,7 +27,7 @@ func (b *Broker) serveConsumerManage(r *netserver.Request) {
 			protocol.ManageResetLatest:   store.ResetLatest,
 			protocol.ManageResetTime:     store.ResetTime,
 		}[q.Action]
-		if _, err := b.store.ResetGroup(q.Subject, q.Group, kind, q.Time); err != nil {
+		if _, err := b.st().ResetGroup(q.Subject, q.Group, kind, q.Time); err != nil {
 			r.ReplyError(pullStatus(err))
 			return
 		}
@@ -48,7 +48,7 @@ func (b *Broker) serveBrokerStats(r *netserver.Request) {
 		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
 		return
 	}
-	st := b.store.Stats()
+	st := b.st().Stats()
 	resp := protocol.BrokerStatsResponse{Time: time.Now(), StoredBytes: uint64(max(st.MessageLogEnd-st.MessageLogStart, 0))}
 	groups := map[string][]protocol.GroupStats{}
 	for _, g := range st.Groups {

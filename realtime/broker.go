@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/qmq-go/qmq/pkg/actor"
+	"github.com/qmq-go/qmq/pkg/failover"
 	"github.com/qmq-go/qmq/pkg/metaclient"
 	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/pkg/opsserver"
@@ -21,42 +22,41 @@ import (
 
 // Broker is a realtime broker: the master of one broker group, which serves
 // sends, pulls and acks over pkg/protocol and keeps its messages in a
-// realtime/store, or its slave, which copies the master's logs (Options.Role).
+// realtime/store, or its slave, which copies the master's logs. Its role
+// changes in place (term.go): the listeners, connections and metrics stay,
+// the store is promoted where it is, and only a demotion reopens it.
 type Broker struct {
 	opts   Options
 	lg     *zap.Logger
 	limits protocol.Limits
-	store  *store.Store
 	server *netserver.Server
 	ops    *opsserver.Server
 	sched  *actor.Scheduler
-	dedupe *dedupe
-	// dedupeSeeded is closed when seedDedupeLoop has ended (a master with
-	// dedupe on; it stays open otherwise).
-	dedupeSeeded chan struct{}
-	live         *liveness
-	metrics      *metrics
-	reg          *prometheus.Registry
-	keeper       *metaclient.Keeper // registration with the meta servers, when configured
-	dead         *deadLetters       // re-driven and purged dead letters
-	sync         *syncService       // a master's replication service (nil on a slave)
-	replica      *replica           // a slave's sync loop (nil on a master)
-	rates        metaclient.Rates   // in and out rates reported to the meta servers
+	live   *liveness
+	// term is the role the broker serves in, with what it owns in it (the
+	// store, log shipping, the dedupe table); handlers load it once per
+	// request (cur).
+	term    atomic.Pointer[term]
+	metrics *metrics
+	reg     *prometheus.Registry
+	keeper  *metaclient.Keeper // registration of a slave with a fixed master
+	dead    *deadLetters       // re-driven and purged dead letters
+	rates   metaclient.Rates   // in and out rates reported to the meta servers
+	fair    *fairShare         // deliveries per pull actor, to hold the greedy
 
-	// Failover (node.go): a Node manages the broker's registration
-	// (managed), hands it over (lease) and learns from the replica that
-	// the copy must be cut back (onTruncate). deposed: another broker is
-	// the group's master now, so no more writes.
-	managed     bool
-	lease       atomic.Pointer[leaseRef]
-	deposed     atomic.Bool
-	handingOver atomic.Bool // a switchover stopped writes (switchover.go)
-	onTruncate  func(truncation)
-	onResign    func(context.Context) error // a Node's: unregister as master
-	onResigned  func()                      // a Node's: rejoin as slave
+	// Failover: member runs the group's role loop (with meta servers and no
+	// fixed master); gate is its write gate (always open for a standalone
+	// master, closed for a fixed slave). roleMu serializes role changes
+	// (Promote, Demote, StopCopy, StartCopy, cutBack, Close); copyStopped
+	// (under roleMu) keeps a slave from copying while it campaigns.
+	member      atomic.Pointer[failover.Member]
+	gate        *failover.Gate
+	roleMu      sync.Mutex
+	copyStopped bool
+	copyWatch   failover.CopyWatch
+	replErrors  atomic.Int64 // failed sync requests of the slave's copies
 	histMu      sync.Mutex
-	history     []protocol.EpochStart // epochs that wrote the logs (epochs.go)
-	fair        *fairShare            // deliveries per pull actor, to hold the greedy
+	history     []protocol.EpochStart // epochs that wrote the logs (pkg/failover history)
 
 	actorsMu  sync.Mutex
 	actors    map[actorKey]*pullActor
@@ -66,13 +66,20 @@ type Broker struct {
 	life     opsserver.Readiness // starting, ready, shutting down (/readyz)
 
 	stop      chan struct{}
-	wg        sync.WaitGroup
+	wg        sync.WaitGroup // cutBack goroutines
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// New opens the broker's store (recovering it) and prepares its servers;
-// Start begins serving.
+// cur returns the broker's current term.
+func (b *Broker) cur() *term { return b.term.Load() }
+
+// st returns the current term's store.
+func (b *Broker) st() *store.Store { return b.cur().store }
+
+// New opens the broker's store (recovering it) in Options.Role and
+// prepares its servers; Start begins serving. With meta servers and no
+// fixed Master the role then follows the group's election (pkg/failover).
 func New(opts Options, lg *zap.Logger) (*Broker, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -82,57 +89,43 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 	}
 	lg = lg.Named("realtime").With(zap.String("group", opts.Group))
 	b := &Broker{
-		opts:         opts,
-		lg:           lg,
-		limits:       protocol.DefaultLimits,
-		live:         newLiveness(),
-		actors:       map[actorKey]*pullActor{},
-		bySubject:    map[string][]*pullActor{},
-		stop:         make(chan struct{}),
-		dedupeSeeded: make(chan struct{}),
-		reg:          opsserver.NewRegistry(),
+		opts:      opts,
+		lg:        lg,
+		limits:    protocol.DefaultLimits,
+		live:      newLiveness(),
+		actors:    map[actorKey]*pullActor{},
+		bySubject: map[string][]*pullActor{},
+		stop:      make(chan struct{}),
+		reg:       opsserver.NewRegistry(),
+		gate:      failover.NewGate(opts.Group), // closed: a slave's, or a master's until its role loop registers it
 	}
 	b.limits.MaxBody = opts.MaxBody
-	b.dedupe = newDedupe(opts.DedupeWindow, opts.DedupeCapacity, time.Now)
 	b.metrics = newMetrics(b.reg, opts.Group)
-	b.registerFailoverMetrics(b.reg)
 	b.fair = newFairShare(opts.FairShare, b.reg, opts.Group)
 
-	sopts := storeOptions(opts, b.onAppend)
-	if !sopts.Replica {
-		b.sync = newSyncService(b)
-		sopts.ActionLogFloor = b.sync.actionFloor
+	var err error
+	if b.history, err = failover.LoadHistory(opts.DataDir); err != nil {
+		return nil, err
 	}
-	st, err := store.Open(opts.DataDir, sopts, lg)
+	t, err := b.openTerm(opts.Role)
 	if err != nil {
-		return nil, fmt.Errorf("realtime: open store: %w", err)
+		return nil, err
 	}
-	b.store = st
-	if b.sync != nil {
-		b.sync.store = st
-		b.sync.registerMetrics(b.reg)
-	} else {
-		if b.replica, err = newReplica(b); err != nil {
-			st.Close()
-			return nil, err
-		}
-		b.replica.registerMetrics(b.reg)
+	b.term.Store(t)
+	if t.sync != nil && !b.managed() {
+		b.gate = failover.OpenGate(opts.Group) // standalone: nobody else can be elected
 	}
 	if b.dead, err = openDeadLetters(opts.DataDir); err != nil {
-		st.Close()
+		t.store.Close()
 		return nil, err
 	}
-	if b.history, err = loadEpochs(opts.DataDir); err != nil {
-		st.Close()
-		return nil, err
-	}
-	rep := st.OpenReport()
-	lg.Info("store opened", zap.String("dir", opts.DataDir), zap.Duration("took", rep.Duration),
+	rep := t.store.OpenReport()
+	lg.Info("store opened", zap.String("dir", opts.DataDir), zap.String("role", opts.Role), zap.Duration("took", rep.Duration),
 		zap.Int64("messages_replayed", rep.MessagesReplayed), zap.Int64("actions_replayed", rep.ActionsReplayed))
 
 	sched, err := actor.NewScheduler(actor.Options{Workers: opts.PullWorkers, Slice: opts.TimeSlice})
 	if err != nil {
-		st.Close()
+		t.store.Close()
 		return nil, err
 	}
 	b.sched = sched
@@ -150,10 +143,11 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 	srv, err := netserver.New(netserver.Options{Addr: opts.Addr, MaxFrameSize: opts.MaxFrameSize, Spin: opts.Spin}, mux, lg)
 	if err != nil {
 		sched.Close()
-		st.Close()
+		t.store.Close()
 		return nil, err
 	}
 	b.server = srv
+	b.registerTermMetrics(b.reg)
 	b.reg.MustRegister(newBrokerCollector(b))
 	if opts.HTTPAddr != "" {
 		b.ops = opsserver.New(opsserver.Options{Addr: opts.HTTPAddr, Registry: b.reg, Ready: b.life.Err}, lg)
@@ -161,8 +155,13 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 	return b, nil
 }
 
+// managed reports whether the group's election decides the broker's role.
+func (b *Broker) managed() bool { return len(b.opts.MetaServers) > 0 && b.opts.Master == "" }
+
 // storeOptions are the store options of a broker with opts.
-func storeOptions(opts Options, onAppend func(subject string, next int64)) store.Options {
+// A replica's store copies; floor holds back action-log deletion (a
+// master's: what its slave has not copied).
+func storeOptions(opts Options, replica bool, onAppend func(subject string, next int64), floor func() int64) store.Options {
 	limits := protocol.DefaultLimits
 	limits.MaxBody = opts.MaxBody
 	sopts := store.DefaultOptions
@@ -174,11 +173,14 @@ func storeOptions(opts Options, onAppend func(subject string, next int64)) store
 	sopts.RetentionBytes = opts.RetentionBytes
 	sopts.Limits = limits
 	sopts.OnAppend = onAppend
-	sopts.Replica = opts.Role == RoleSlave
+	sopts.Replica = replica
+	sopts.ActionLogFloor = floor
 	return sopts
 }
 
-// Start serves clients and starts the broker's loops.
+// Start serves clients, starts the term's loops and joins the group: the
+// role loop when the election decides the role, else a fixed registration
+// (a slave with --master), else nothing (standalone: always writable).
 func (b *Broker) Start() error {
 	if err := b.server.Start(); err != nil {
 		return fmt.Errorf("realtime: %w", err)
@@ -189,32 +191,38 @@ func (b *Broker) Start() error {
 			return fmt.Errorf("realtime: %w", err)
 		}
 	}
-	if b.sync != nil {
-		b.sync.start()
-		b.wg.Add(1)
-		go b.livenessLoop()
-		if b.fair.enabled() {
-			b.wg.Add(1)
-			go b.pressureLoop()
+	t := b.cur()
+	switch {
+	case b.managed():
+		fo := failover.NewOptions()
+		fo.Kind, fo.Group, fo.Address, fo.MetaServers = protocol.KindRealtime, b.opts.Group, b.advertised(), b.opts.MetaServers
+		fo.Role, fo.WaitSlave, fo.SlaveLagLimit, fo.Registry = protocol.RoleMaster, b.opts.WaitSlave, b.opts.SlaveLagReadonly, b.reg
+		if b.opts.Role == RoleSlave {
+			fo.Role = protocol.RoleSlave
 		}
-		if b.dedupe.enabled() {
-			b.wg.Add(1)
-			go b.seedDedupeLoop()
+		fo.SlaveDown, fo.SuspectAfter, fo.Gate = b.opts.SlaveDown, b.opts.SuspectAfter, b.gate
+		m, err := failover.New(fo, b, b.lg)
+		if err != nil {
+			b.server.Close(context.Background())
+			return fmt.Errorf("realtime: %w", err)
 		}
+		b.member.Store(m)
 	}
-	if !b.managed {
+	b.startTerm(t)
+	switch {
+	case b.member.Load() != nil:
+		b.member.Load().Start()
+	case t.replica != nil:
 		b.register()
-	}
-	if b.replica != nil {
-		// After register: without --master it follows the meta servers'.
-		b.replica.keeper.Store(b.keeper)
-		b.replica.start()
 	}
 	b.life.SetReady()
 	b.lg.Info("serving", zap.Stringer("addr", b.server.Addr()), zap.String("flush", b.opts.Flush),
-		zap.String("role", b.opts.Role), zap.Bool("wait_slave", b.opts.WaitSlave))
+		zap.String("role", t.role), zap.Bool("wait_slave", b.opts.WaitSlave), zap.Bool("failover", b.member.Load() != nil))
 	return nil
 }
+
+// Role returns the broker's role now: RoleMaster or RoleSlave.
+func (b *Broker) Role() string { return b.cur().role }
 
 // Addr returns the client address (with the real port when listening on
 // port 0).
@@ -234,43 +242,42 @@ func (b *Broker) Registry() *prometheus.Registry { return b.reg }
 // SetReadonly makes the broker refuse (or take again) new messages.
 func (b *Broker) SetReadonly(on bool) { b.readonly.Store(on) }
 
-func (b *Broker) writable() error {
+func (b *Broker) writable(t *term) error {
 	switch {
 	case b.life.Closing():
 		return protocol.Errorf(protocol.StatusShuttingDown, "broker group "+b.opts.Group+" is shutting down")
-	case b.sync == nil:
+	case t.sync == nil:
 		return b.notMaster()
-	}
-	if err := b.fenced(); err != nil {
-		return err
-	}
-	switch {
+	case !b.gate.Open():
+		return b.gate.Err()
 	case b.readonly.Load():
 		return protocol.Errorf(protocol.StatusReadonly, "broker group "+b.opts.Group+" is readonly")
 	}
-	return b.sync.admit()
+	return t.sync.admit()
 }
 
 func (b *Broker) notMaster() error {
 	master := "unknown"
-	if b.replica != nil {
-		if m := b.replica.master(); m != "" {
-			master = m
-		}
+	if m := b.following(); m != "" {
+		master = m
 	}
 	return protocol.Errorf(protocol.StatusNotMaster, "broker group "+b.opts.Group+": this broker is its slave (master "+master+")")
 }
 
-// masterOnly refuses h's requests on a slave, and on a master that is
-// fenced or deposed, with StatusNotMaster.
+// masterOnly refuses h's requests on a slave, and on a master whose gate
+// is closed (deposed, fenced, handing over), with StatusNotMaster; a
+// readonly master serves them.
 func (b *Broker) masterOnly(h func(*netserver.Request)) func(*netserver.Request) {
-	if b.opts.Role == RoleSlave {
-		return func(r *netserver.Request) { r.ReplyError(b.notMaster()) }
-	}
 	return func(r *netserver.Request) {
-		if err := b.fenced(); err != nil {
-			r.ReplyError(err)
+		if b.cur().sync == nil {
+			r.ReplyError(b.notMaster())
 			return
+		}
+		if !b.gate.Open() {
+			if err := b.gate.Err(); !errors.Is(err, protocol.ErrReadonly) {
+				r.ReplyError(err)
+				return
+			}
 		}
 		h(r)
 	}
@@ -299,37 +306,46 @@ type ReplicationStatus struct {
 	LagSeconds float64
 	// MessageEnd and ActionEnd are this broker's committed log ends.
 	MessageEnd, ActionEnd int64
-	// Failover (a Node's broker): Alone while a promoted master has no
-	// slave that caught up with it; Fenced while a master refuses writes
-	// (deposed, or its lease not renewed in time); LeaseRenewedAt and
-	// LeaseTTL of its registration (zero without one).
+	// Failover: WriteState is the master's write state (pkg/failover:
+	// writable, alone, readonly, fenced, deposed, handing-over) and
+	// WriteReason why; Alone while it serves without an eligible slave;
+	// Fenced while it refuses writes for another reason than a readonly
+	// group; EligibleSlave is its group's eligible slave as it knows it;
+	// LeaseRenewedAt and LeaseTTL of its registration (zero without one).
+	WriteState     protocol.WriteState
+	WriteReason    string
 	Alone, Fenced  bool
+	EligibleSlave  string
 	LeaseRenewedAt time.Time
 	LeaseTTL       time.Duration
 }
 
 // Replication reports the broker's role, epoch and replication lag.
 func (b *Broker) Replication() ReplicationStatus {
-	st := ReplicationStatus{Role: b.opts.Role, SlaveOffset: -1, SlaveActionOffset: -1}
-	st.MessageEnd, st.ActionEnd = b.store.CommittedEnds()
+	t := b.cur()
+	st := ReplicationStatus{Role: t.role, SlaveOffset: -1, SlaveActionOffset: -1}
+	st.MessageEnd, st.ActionEnd = t.store.CommittedEnds()
 	st.Epoch = b.epoch()
-	if l := b.currentLease(); l != nil {
-		st.LeaseRenewedAt, st.LeaseTTL = l.RenewedAt(), l.TTL()
+	if m := b.member.Load(); m != nil {
+		st.LeaseRenewedAt, st.LeaseTTL = m.Lease()
+		st.WriteState, st.WriteReason = m.WriteState()
+		st.EligibleSlave = m.EligibleSlave()
 	}
-	st.Fenced = b.sync != nil && b.fenced() != nil
-	if y := b.sync; y != nil {
+	if y := t.sync; y != nil {
+		gs := b.gate.State()
+		st.Fenced = !b.gate.Open() && gs != protocol.WriteReadonly
+		st.Alone = gs == protocol.WriteAlone
 		st.SlaveOffset = y.slaveMsg.Load()
 		st.SlaveActionOffset = y.slaveAct.Load()
 		st.WaitingAcks = y.waiting()
-		st.LagReadonly = y.readonly.Load()
-		st.Alone = y.alone.Load()
+		st.LagReadonly = y.readonly.Load() || gs == protocol.WriteReadonly
 		st.SyncServed = y.served.Load()
 		st.SlaveResumedFrom = y.resumedFrom.Load()
 		st.LagBytes = y.lagBytes.Load()
 		st.LagSeconds = time.Duration(y.lagNanos.Load()).Seconds()
 	}
-	if y := b.replica; y != nil {
-		st.Master = y.master()
+	if y := t.replica; y != nil {
+		st.Master = b.following()
 		var d time.Duration
 		st.LagBytes, d = y.lag()
 		st.LagSeconds = d.Seconds()
@@ -361,28 +377,39 @@ func (b *Broker) Close(ctx context.Context) error {
 }
 
 func (b *Broker) close(ctx context.Context) error {
-	b.life.SetClosing()
 	var errs []error
+	if b.member.Load() != nil {
+		// A master hands the group to its slave before it stops writing
+		// for good; the role loop stops (no role change after this).
+		if err := b.member.Load().Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	b.life.SetClosing()
 	if b.keeper != nil {
 		// Leave the routes first so producers go elsewhere at once.
 		if err := b.keeper.Close(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	b.roleMu.Lock()
+	close(b.stop)
+	t := b.cur()
 	b.shutdownPulls()
-	if b.sync != nil {
-		b.sync.close() // answers the slave's long poll and the replies waiting for it
+	if t.sync != nil {
+		t.sync.close(nil) // answers the slave's long poll and the replies waiting for it
 	}
 	if err := b.server.Close(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	if b.replica != nil {
-		b.replica.close()
+	if t.replica != nil {
+		t.replica.close()
 	}
-	close(b.stop)
+	b.stopTerm(t)
+	b.roleMu.Unlock()
 	b.wg.Wait()
 	b.sched.Close()
-	if err := b.store.Close(); err != nil {
+	if err := t.store.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("realtime: close store: %w", err))
 	}
 	if b.ops != nil {

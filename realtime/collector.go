@@ -82,7 +82,7 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.connections, float64(ns.Conns))
 	gauge(c.inFlight, float64(ns.InFlight))
 
-	st := c.b.store.Stats()
+	st := c.b.st().Stats()
 	gauge(c.subjects, float64(len(st.Subjects)))
 	groups, consumers, broadcast := 0, 0, int64(0)
 	for _, g := range st.Groups {

@@ -59,6 +59,14 @@ type deadState struct {
 	Removed map[int64]bool `json:"removed,omitempty"`
 }
 
+// reset forgets the states read from tombstones (a new master term: its
+// log may hold other tombstones than the last one read).
+func (dl *deadLetters) reset() {
+	dl.mu.Lock()
+	clear(dl.state)
+	dl.mu.Unlock()
+}
+
 func (d *deadState) removed(seq int64) bool { return seq < d.Through || d.Removed[seq] }
 
 // add merges a removal into the state: every sequence below through, and
@@ -164,7 +172,7 @@ func (b *Broker) loadDeadLocked(dead string) (*deadState, error) {
 		st.add(seqs, old.Through)
 	}
 	for from := int64(0); ; {
-		msgs, err := b.store.Read(dead, from, 1000)
+		msgs, err := b.st().Read(dead, from, 1000)
 		if errors.Is(err, store.ErrUnknownSubject) {
 			break
 		}
@@ -198,7 +206,7 @@ func (b *Broker) removeDead(dead string, seqs []int64, through int64) error {
 	if err != nil {
 		return err
 	}
-	res, err := b.store.Append(context.Background(), [][]byte{raw})
+	res, err := b.st().Append(context.Background(), [][]byte{raw})
 	if err == nil {
 		err = res[0].Err
 	}
@@ -228,7 +236,7 @@ func mustJSON(v any) []byte {
 func (b *Broker) scanDead(dead string, from int64, st *deadState, fn func(p store.Pulled) bool) error {
 	from = max(from, st.Through)
 	for {
-		msgs, err := b.store.Read(dead, from, 1000)
+		msgs, err := b.st().Read(dead, from, 1000)
 		if errors.Is(err, store.ErrUnknownSubject) {
 			return nil
 		}
@@ -325,7 +333,7 @@ func (b *Broker) serveDeadLetters(r *netserver.Request) {
 // redrive sends the matching dead letters to the group's retry subject
 // with a fresh attempt count, then records them as removed.
 func (b *Broker) redrive(q protocol.DeadLettersRequest, dead string, st *deadState, matches func(store.Pulled) bool) (uint64, error) {
-	if err := b.writable(); err != nil {
+	if err := b.writable(b.cur()); err != nil {
 		return 0, err
 	}
 	var copies [][]byte
@@ -357,7 +365,7 @@ func (b *Broker) redrive(q protocol.DeadLettersRequest, dead string, st *deadSta
 	if err != nil || len(copies) == 0 {
 		return 0, err
 	}
-	results, err := b.store.Append(context.Background(), copies)
+	results, err := b.st().Append(context.Background(), copies)
 	if err != nil {
 		return 0, err
 	}

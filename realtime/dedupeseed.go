@@ -20,28 +20,28 @@ const seedChunk = 1024
 // consume log is read backwards from its end in chunks until the messages
 // are older than the window; seeding stops early when the broker closes or
 // the table has taken half a generation of seeded hashes (remember,
-// seedRoom). Live sends go on meanwhile. It closes b.dedupeSeeded when it
-// ends.
-func (b *Broker) seedDedupeLoop() {
-	defer b.wg.Done()
-	defer close(b.dedupeSeeded)
+// seedRoom). Live sends go on meanwhile. It closes t.dedupeSeeded when it
+// ends. It belongs to the master's term t.
+func (b *Broker) seedDedupeLoop(t *term) {
+	defer t.wg.Done()
+	defer close(t.dedupeSeeded)
 	start := time.Now()
 	cutoff := start.Add(-b.opts.DedupeWindow).UnixMilli()
 	// The table takes about budget seeded ids (half a generation of every
 	// shard); past a quarter more the shards are full and reading on
 	// would only cost time.
-	budget := b.dedupe.seedRoom()
+	budget := t.dedupe.seedRoom()
 	seeded, full := 0, 0
-	for _, sj := range b.store.Stats().Subjects {
+	for _, sj := range t.store.Stats().Subjects {
 		end := sj.NextSeq
 		for end > sj.MinSeq && seeded+full < budget+budget/4 {
 			select {
-			case <-b.stop:
+			case <-t.stop:
 				return
 			default:
 			}
 			from := max(sj.MinSeq, end-seedChunk)
-			msgs, err := b.store.Read(sj.Subject, from, int(end-from))
+			msgs, err := t.store.Read(sj.Subject, from, int(end-from))
 			if err != nil {
 				b.lg.Warn("dedupe seeding: read failed", zap.String("subject", sj.Subject), zap.Error(err))
 				break
@@ -57,7 +57,7 @@ func (b *Broker) seedDedupeLoop() {
 				if err != nil {
 					continue // Read validated it: cannot happen
 				}
-				if b.dedupe.remember(b.dedupe.key(v.Subject, v.ID, v.Attempts)) {
+				if t.dedupe.remember(t.dedupe.key(v.Subject, v.ID, v.Attempts)) {
 					seeded++
 				} else {
 					full++

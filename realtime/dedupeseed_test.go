@@ -29,7 +29,7 @@ func openSeedBroker(t *testing.T, dir string, window time.Duration) *Broker {
 		t.Fatal(err)
 	}
 	select {
-	case <-b.dedupeSeeded:
+	case <-b.cur().dedupeSeeded:
 	case <-time.After(10 * time.Second):
 		t.Fatal("dedupe seeding did not end")
 	}

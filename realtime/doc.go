@@ -383,272 +383,116 @@
 // suite's ~5,000 acks a second that was ~12% of the broker's CPU per
 // message.
 //
-// # Replication (phase 1: master and slave)
+// # Replication
 //
-// Options.Role makes a broker its group's master (the default) or its slave.
+// A broker is its group's master or its slave (Options.Role is the role it
+// starts in). With meta servers and no fixed Options.Master the group's role
+// loop (pkg/failover: election, eligible set, write gate, takeover,
+// switchover; its doc.go has the safety argument case by case) changes the
+// role in place (term.go): a promotion promotes the copy's store where it is
+// (store.Promote), a demotion closes the master's store and reopens it as a
+// copy. A slave with a fixed Master never runs for master; a master without
+// meta servers is always writable.
+//
 // A slave opens its store as a replica (see realtime/store, "Replication"),
 // refuses sends, pulls, acks, consumer management and dead-letter commands
-// with StatusNotMaster, registers with the meta server as protocol.RoleSlave
-// (state readonly), and runs replicaLoop, which syncs from Options.Master
-// (or, without it, the group's master as the meta servers' register
-// responses name it, so a slave already follows a new master). Each
-// CmdSyncLog request carries the slave's group, its segment sizes, the ends
-// of what it has received of both logs (where to read from) and its durable
-// message-log end (its acknowledgement). The master (syncService, sync.go)
-// answers with up to SyncMaxBytes of each log's records past those offsets
-// (pkg/protocol sync.go): the action log's committed records, the message
-// log's written ones (a tentative tail, below), long-polling on the store's
-// CommitSignal (fired when message-log records are written and again when
-// they are committed), up to SyncWait when it has nothing new. The slave keeps one fetch in
-// flight while it writes the chunk before at the same offsets: the
-// message-log part first (fdatasync, replay), then it acknowledges at once
-// with a one-way request (MaxBytes 0), so an acknowledgement never waits
-// for a long poll nor for the action-log part, which it writes after.
-// (Sending the fetch only after the message-log fdatasync, so that it
-// carries the acknowledgement and brings all that arrived meanwhile, was
-// tried on 2026-12-01: the slave synced less often, 320–414 against
-// 458–476 times a second, and --wait-slave producers were no faster,
-// 2.39–2.80M against 2.51–2.69M messages in 6 s, three alternating pairs.)
-// Bad requests
-// get clear errors: undecodable, past the written end or not at a record
-// start → StatusBadRequest; another group or different segment sizes →
-// StatusInvalid; a sync to a slave → StatusNotMaster. Failures back off
-// 50 ms → 1 s.
+// with StatusNotMaster (naming its master), and runs replicaLoop, which
+// syncs from the group's master. Each CmdSyncLog request carries the
+// slave's group and broker id, its segment sizes, the ends of what it has
+// received of both logs (where to read from), its durable message-log end
+// (its acknowledgement) and the lease stamp of the latest answer (async
+// failover's slave lease). The master (syncService, sync.go) answers with up
+// to SyncMaxBytes of each log's records past those offsets (pkg/protocol
+// sync.go): the action log's committed records, the message log's written
+// ones (a tentative tail, below), long-polling on the store's CommitSignal
+// up to SyncWait (at most half of SuspectAfter) when it has nothing new. The
+// slave keeps one fetch in flight while it writes the chunk before at the
+// same offsets: the message-log part first (fdatasync, replay), then it
+// acknowledges at once with a one-way request (MaxBytes 0), so an
+// acknowledgement never waits for a long poll nor for the action-log part,
+// which it writes after. Bad requests get clear errors: undecodable, past
+// the written end or not at a record start → StatusBadRequest; another
+// group or different segment sizes → StatusInvalid; a sync to a slave →
+// StatusNotMaster. Failures back off 50 ms → 1 s.
 //
 // Tentative tail. Under FlushSync the master publishes a commit group only
-// after its fdatasync; a slave that could copy only published bytes made a
-// --wait-slave reply wait for two fdatasyncs in series. The master
-// therefore serves message-log records as soon as they are written
-// (store.ReadMessageTailInto), so its fdatasync and the slave's overlap; a
-// reply still waits for both (it is sent after the master publishes, once
-// the slave's acknowledgement passes it). The response's End stays the
-// master's committed end: the slave writes and fdatasyncs the records past
-// it (and acknowledges them) but indexes them only once a later End passes
-// them (store.ReplicateMessages; a fetch from past the committed end is
-// answered, without records, as soon as that end moves), so its consume
-// logs and checkpoints hold
-// durable master records only, and a promotion indexes the tail first (the
-// old master may have answered its senders). The danger is a cut: a
-// failed write or fdatasync makes the master's store cut its log back to
-// its committed end (recoverWrites) and write other records at the same
-// offsets, so a copy of the cut bytes would differ silently inside one
-// epoch. The store records every cut, with a generation, before it
-// truncates (store.MessageCuts); the sync service reads the tail only
-// between two equal generations (a read that overlapped a cut is done
-// again) and keeps the cuts as its own generations, the first being this
-// run's recovered message-log end (the previous run may have served a tail
-// that a machine crash then lost: the kernel keeps written pages across a
-// kill -9, so after a process crash the recovered end covers all it
-// served). A pending cut is the lowest cut a copy may reach past: a fetch
-// from past it is answered with the cut (pkg/protocol: cut ≥ 0, no data),
-// and a fetch from at or below it clears it — the slave has one fetch in
-// flight and asks from the end of all it received, so it holds nothing
-// past the cut. The slave cuts its tail back in place
-// (store.CutReplicaTail, a message-log reset: nothing past the master's
-// committed end is indexed) and asks again with the generation it was
-// told. Acknowledgements: each request carries the generation the slave
-// last heard; its durable end counts only up to the lowest cut after that
-// generation and never past a pending cut, a cut lowers the slave's
-// acknowledged end to it, and await applies the store's cuts before its
-// fast path (a cut is recorded before the records replacing the cut ones
-// are written, so no reply is answered on an acknowledgement of cut
-// bytes). A cut below what a copy has indexed (the slave restarted and
-// its recovery indexed its whole log, tail included) is a truncation: the
-// Node closes, truncates and reopens the slave as after a failover; a
-// slave with a fixed master logs it and retries (an operator re-copies
-// it) — it needs a cut and a slave restart in the same window. After a
-// failover, CmdSyncEpoch compares histories, and the slave's tail past the
-// old master's committed end is either the new master's own (it was
-// promoted with it) or cut by the epoch rule: epochs bound copies across
-// masters, generations bound them within one master's run. One window
-// remains open: a master that cuts its log, writes other records and dies
-// before its slave's next answer (the cut wakes the long poll at once, so
-// within about a millisecond of its truncate) leaves a promoted slave
-// holding the cut records where the rejoining old master holds the
-// replacements, above the new epoch's start. Neither side's records there
-// were acknowledged (the cut group failed; replies for the others waited
-// for an acknowledgement capped at the cut), so nothing acknowledged is
-// lost, but the copies differ there; closing it needs the cut recorded on
-// the master's disk for the rejoin to read, which the store does not keep. The copy stays
-// byte for byte the master's: store's TestReplicaTailCutBack fails an
-// fdatasync through the fault file layer after a replica copied the
-// written tail and checks the cut copy ends identical.
+// after its fdatasync; the master therefore serves message-log records as
+// soon as they are written (store.ReadMessageTailInto), so its fdatasync and
+// the slave's overlap; a reply still waits for both. The response's End
+// stays the master's committed end: the slave writes and fdatasyncs the
+// records past it (and acknowledges them) but indexes them only once a later
+// End passes them (store.ReplicateMessages), so its consume logs and
+// checkpoints hold durable master records only, and a promotion indexes the
+// tail first (the old master may have answered its senders). A failed write
+// or fdatasync makes the master's store cut its log back to its committed
+// end and write other records at the same offsets; the store records every
+// cut, with a generation, before it truncates (store.MessageCuts). The sync
+// service reads the tail only between two equal generations and keeps the
+// cuts as its own generations, the first being where this term began (the
+// recovered end of a store opened as a master's, the promotion point of one
+// promoted in place). A pending cut is the lowest cut a copy may reach past:
+// a fetch from past it is answered with the cut (no data), and a fetch from
+// at or below it clears it. The slave cuts its tail back in place
+// (store.CutReplicaTail) and asks again with the generation it was told; a
+// request's durable end counts only up to the lowest cut after the
+// generation it names, and await applies the store's cuts before its fast
+// path. A cut below what a copy has indexed is a truncation (below). One
+// window remains open: a master that cuts its log, writes other records and
+// dies before its slave's next answer leaves the promoted slave holding the
+// cut records where the rejoining old master holds the replacements; neither
+// side's records there were acknowledged, so nothing acknowledged is lost,
+// but the copies differ there.
 //
-// --wait-slave (Options.WaitSlave): a send's reply waits until the slave's
-// durable message-log end passes the last stored message's offset. Waiting
-// replies are kept ordered by offset and completed as acknowledgements
-// arrive (await runs on the store's commit goroutine and only takes a
-// mutex, so appends never wait for the slave). Admission bounds them: with MaxWaitingAcks replies waiting, new
-// sends get StatusBusy (the bound is checked at admission, so the requests
-// already inside the store may pass it by their number). syncWatchLoop
-// dates the bytes the slave lacks (samples of the committed end every 10 ms):
-// once the oldest is older than SlaveLagReadonly, the group turns readonly —
-// waiting replies and new sends get StatusReadonly (their messages are on
-// the master's disk only; a producer's retry elsewhere may make a
-// duplicate, as at-least-once allows) and the meta server hears
-// GroupReadonly so producers go to other groups — until the slave holds the
-// master's committed end again. Without --wait-slave the master never waits
-// for or goes readonly because of its slave. Replication status:
-// Broker.Replication (role, epoch, slave offset, lag in bytes and seconds,
-// waiting acks) and the metrics qmq_realtime_slave_offset_bytes,
-// _slave_lag_bytes, _slave_lag_seconds, _waiting_acks, _slave_lag_readonly,
-// _sync_bytes_served_total on a master and qmq_realtime_replication_lag_bytes,
-// _replication_lag_seconds, _replication_errors_total on a slave.
+// Waiting for the slave (--wait-slave, Options.WaitSlave): while the role
+// loop counts on a slave (failover.Server.WaitSlave: its eligible slave, or
+// one joining) a send's reply waits until the slave's durable message-log
+// end passes the last stored message's offset. Waiting replies are kept
+// ordered by offset and completed as acknowledgements arrive (await runs on
+// the store's commit goroutine and only takes a mutex). With MaxWaitingAcks
+// replies waiting, new sends get StatusBusy. A resent copy of a message
+// whose first reply still waits for the slave (or failed waiting) is
+// answered StatusBusy, not StatusDuplicate, until the slave holds the first
+// copy: a duplicate answer acknowledges too. When the eligible slave is gone
+// (its connection closed, silent for SuspectAfter, or lagging
+// SlaveLagReadonly) the role loop removes it from the eligible set and the
+// replies complete (serving alone), or, while it cannot or under
+// --slave-down=readonly, fails them and new sends with StatusReadonly (stored
+// on the master only: a retry elsewhere may make a duplicate). A master
+// without a role loop (no meta servers) turns readonly by itself when its
+// slave lags past SlaveLagReadonly. Without --wait-slave (async) a master
+// never waits for its slave; with an eligible slave its acknowledgements are
+// bounded by its leases (pkg/failover), checked again when it replies.
 //
-// Measured (scripts/bench.sh replication: the produce suite's worker with
-// its defaults, 16 requests of 256 messages in flight, three alternating
-// rounds; master, slave and producer share the 2-core machine and its
-// disk with other work): produce_wait_slave_ratio 0.83, 0.74 and 0.75 in
-// the last three runs (0.59–0.82 before the master stopped re-checking
-// every served CRC; per-round ratios 0.56–0.94, as the load swings "alone"
-// by ±30% within a run). Profiles: the producer worker (one core) and the
-// master take most of the two cores; the slave takes a quarter of one
-// (CRC, fdatasync, indexing), so on this machine the ratio is bound by
-// CPU as much as by the second fdatasync a reply waits for. The tentative
-// tail (the slave's fdatasync overlapping the master's) did not move the
-// ratio here: 0.624, 0.563, 0.654 and 0.600 in four runs after it (0.59–0.76
-// before), and alternating master+slave runs of the old and new binaries
-// were within noise of each other. Master and slave share one virtual disk
-// whose cache flushes serialize: two concurrent streams of 64 KiB writes,
-// each followed by fdatasync, take 2.6–2.9 ms a round against 1.3 ms for
-// one stream alone, so overlapped fdatasyncs still run one after the
-// other. On separate disks (a real deployment) the overlap removes one
-// fdatasync from a reply's wait. Larger sync chunks (4 MiB) did not help
-// either, smaller ones (256 KiB, 64 KiB) hurt. Second round (one
-// crc32.Update per consume-log entry; sync answers written from their read
-// buffers with one writev, netserver ReplyRetained; the slave reading sync
-// bodies into ones it received before, transport GoInto): CPU per message
-// at a fixed 3,000,000 wait-slave sends, six alternating pairs of the old
-// and new binaries, master 164 → 152 ms per 100k messages (−8%, lower in
-// five pairs of six), slave 57 → 50 (−12%, lower in all six), the pair's
-// rate 465k → 500k msg/s; produce_wait_slave_ratio stayed inside its noise:
-// 0.726, 0.756, 0.777, 0.742 old against 0.757, 0.776, 0.710 new
-// (per-round ratios 0.52–0.99 in both), so the saved CPU is real but
-// smaller than what the load of the shared machine moves from round to
-// round.
+// Epochs and rejoin. The epoch history (pkg/failover History, file "epochs"
+// in the data directory) lists the epochs that wrote the logs, each with the
+// offsets it started at; a master appends its epoch at its committed ends
+// before it takes a write in it, a slave takes its master's history before
+// it copies anything of that epoch. Before copying, a slave sends its
+// history (CmdSyncEpoch); the master answers with its own and the point
+// where the slave's copy stops agreeing with its logs (failover.Divergence).
+// A copy past that point (an old master's records the new master never got)
+// is cut back: the broker closes the copy, store.Truncate cuts both logs and
+// drops what it cannot keep, and the copy reopens and converges byte for
+// byte. A send carrying a newer epoch than the master's own is refused with
+// StatusStaleEpoch; sync requests and answers must carry the epoch the slave
+// agreed on.
 //
-// # Replication, phase 2: automatic failover
-//
-// A Node (node.go; what qmq-realtime runs) is one broker process's life in
-// its group: it runs a Broker in the role the election gives it and
-// replaces it, on the same addresses and data directory, when the role
-// changes. Failover needs meta servers and no fixed --master; without them
-// a Node runs one Broker in its configured role.
-//
-//   - Election: the meta server's master registration (see the failover
-//     contract in pkg/protocol meta.go): the group's master key lives on
-//     its broker's lease and is created only when no live broker holds it.
-//     Its etcd CreateRevision is the epoch (monotonic, new with every
-//     election). A Node configured as master registers as master first and
-//     starts as slave when that is refused (StatusNotMaster). A slave's
-//     registration heartbeats every 300 ms; when one shows no live master,
-//     the slave campaigns (metaclient.Register as master). It campaigns
-//     only once it has seen a master since it started, or was configured
-//     as master, or two TTLs passed: a cluster restarting does not hand the
-//     group to the slave that comes up first.
-//   - Promotion: the winner closes its slave registration (freeing the
-//     slave seat), closes the slave Broker (replicaLoop stops; only chunks
-//     it wrote and acknowledged count) and opens the store as a master's,
-//     records the epoch's start (below) and serves. A promoted master
-//     serves alone: send replies do not wait for a slave and the
-//     --wait-slave lag rule is off (qmq_realtime_serving_alone 1) until a
-//     slave has caught up with it once; then replies wait for the slave
-//     again. Its messages are durable on its own disk meanwhile (fdatasync
-//     before the reply): a second failure before a slave caught up loses
-//     what only it held, which is what a group of two can promise.
-//   - Fencing (fence.go): a master refuses sends, pulls, acks, consumer and
-//     dead-letter commands and the epoch exchange with StatusNotMaster once
-//     its registration was last renewed more than TTL − margin ago (margin =
-//     TTL/4, at least 1 s, at most TTL/2; measured on the monotonic clock from
-//     when the last successful heartbeat was sent), so it is fenced before its
-//     lease can expire and before a slave can win. It reports itself readonly
-//     then and takes writes again after a renewal. When a heartbeat is refused
-//     with StatusNotMaster another broker won: the master is deposed (writes
-//     stop at once, for good), its Broker closes and the Node rejoins as the
-//     new master's slave. A master whose lease lapsed with no rival wins again
-//     at a new epoch and records it. A send carrying a newer epoch than the
-//     master's own (the client learnt of a later master) is refused with
-//     StatusStaleEpoch; sync requests and answers must carry the epoch the
-//     slave agreed on (StatusStaleEpoch otherwise, and the slave agrees
-//     again). Producers refresh their route on StatusNotMaster and
-//     StatusStaleEpoch and retry at least every second.
-//   - Epoch history (epochs.go, file "epochs" in the data directory,
-//     written temp → fsync → rename): the epochs that wrote the logs, each
-//     with the log offsets it started at. A master appends its epoch at its
-//     committed ends before it serves in it; a slave takes its master's
-//     history before it copies anything of that epoch.
-//   - Rejoin and truncation: before copying, a slave sends its history
-//     (CmdSyncEpoch, pkg/protocol epoch.go); the master answers with its
-//     own and the point where the slave's copy stops agreeing with its
-//     logs: both agree on what the newest epoch in both histories wrote, up
-//     to where either history says a later epoch began. A copy whose ends
-//     lie past that point (an old master's records the new master never
-//     got: never acknowledged under --wait-slave) is cut back: the Node
-//     closes the slave Broker, store.Truncate cuts both logs to the point
-//     and drops the checkpoint, consume logs and pull logs unless the
-//     checkpoint lies at or below it (Open then rebuilds them from the
-//     logs; a store whose groups cannot be rebuilt because its first
-//     action-log segments are gone is wiped and copied again), saves the
-//     master's history and opens the slave again; it then copies from the
-//     point and converges byte for byte.
-//   - --wait-slave: a send is acknowledged only once the slave holds it, so
-//     a failover loses nothing acknowledged (the promoted slave holds all
-//     of it). A resent copy of a message whose first reply still waits for
-//     the slave (or failed waiting) is answered StatusBusy, not
-//     StatusDuplicate, until the slave holds the first copy: a duplicate
-//     answer acknowledges too. Without --wait-slave a failover loses what
-//     the slave had not copied (its lag, in the metrics). Killing the slave
-//     leaves the master serving: pulls and acks go on; sends turn readonly
-//     after SlaveLagReadonly with --wait-slave (until the restarted slave
-//     caught up), never without it.
-//   - Consumers continue from their acked positions: pull logs, cursors
-//     and acks are rebuilt from the replicated action log (at most the last
-//     ActionFlushInterval plus one sync of pulls and acks is lost:
-//     re-delivery, never loss).
-//   - Switchover (switchover.go, protocol.CmdSwitchover, relayed by the
-//     meta server): the master stops writes, flushes its buffered actions,
-//     waits (bounded) until its slave holds both logs' committed ends
-//     (and they hold still across a second flush), leaves the master seat
-//     (RegisterLeaving), answers, and rejoins as the slave; the slave wins
-//     at its next heartbeat. A master Node that is closed (SIGTERM) hands
-//     over the same way before it unregisters (the wait bounded by 5 s and
-//     half the close's deadline), so a rolling restart loses nothing and
-//     its slave takes over in about a second, not a lease TTL.
-//   - Tests (failover_test.go, real processes: this test binary re-executed
-//     as a Node, SIGKILL, an in-process meta server on embedded etcd,
-//     lease TTL 3 s): master killed under produce and consume load (every
-//     acknowledged message delivered; the old master rejoins and both logs
-//     end byte-identical), old master cut back (the slave stopped while the
-//     master stored unacknowledged sends), master cut off from the meta
-//     servers (refused writes ~1 s before its lease could expire, then wins
-//     again at a new epoch), master frozen (SIGSTOP) past its lease (no
-//     write taken once it resumes; deposed; rejoins), master SIGTERMed
-//     under load (hands over), slave killed (slow; skipped under -short),
-//     switchover under load. They run in parallel: about 15 s of the
-//     package's short run under -race.
-//   - Measured (scripts/bench.sh replication, or replication-failover
-//     alone: ten SIGKILLs of the master under load, lease TTL 5 s, the
-//     killed broker restarted as the new slave each time):
-//     failover_seconds 6.7, 5.6, 5.7 and 6.7 in four runs (the slowest
-//     kill: SIGKILL to the first send the new master acknowledged; means
-//     5.4–5.8: the lease runs out 3.3–5 s after the kill, the slave
-//     notices within 0.3 s, promotion takes ~0.1 s, producers retry within
-//     1 s), failover_lost_acked 0 in every run (of 83,000–90,000
-//     acknowledged each); produce_wait_slave_ratio 0.76 in the quietest of
-//     them, 0.62–0.67 with the machine at a load average of 8–10 (an A/B
-//     run with the pending-duplicate bookkeeping switched off measured
-//     0.59 and 0.71 beside 0.67 and 0.65 with it: noise).
+// Status: Broker.Replication (role, epoch, write state, eligible slave,
+// slave offset, lag, waiting acks) and the metrics
+// qmq_realtime_slave_offset_bytes, _slave_lag_bytes, _slave_lag_seconds,
+// _waiting_acks, _serving_alone, _slave_lag_readonly, _fenced,
+// _sync_bytes_served_total on a master, qmq_realtime_replication_lag_bytes,
+// _replication_lag_seconds, _replication_errors_total on a slave,
+// qmq_realtime_role and _epoch on both, and the role loop's qmq_failover_*.
 //
 // Known limits: state outside the logs is not replicated — consumers that
 // never got an entry (the dead-letter re-drive/purge record is in the log:
-// tombstones in the dead subject, deadletters.go); a slave whose action log is behind the master's first kept
-// action-log offset (ErrReplicaGap) needs a fresh copy (a snapshot,
-// CmdSyncCheckpoint, is not built). The dedupe table is not replicated: a
-// master that starts (a restart, or a slave promoted by a failover) fills
-// it again from the newest messages of its log, in the background
-// (seedDedupeLoop, qmq_realtime_dedupe_seeded_ids): a producer's retry of a
-// message stored before is answered "duplicate" once that is done, and may
-// be stored again (at-least-once) if it comes in the moment before.
+// tombstones in the dead subject, deadletters.go); a slave whose action log
+// is behind the master's first kept action-log offset (ErrReplicaGap) needs
+// a fresh copy (a snapshot, CmdSyncCheckpoint, is not built). The dedupe
+// table is not replicated: a master term fills it from the newest messages
+// of its log in the background (seedDedupeLoop,
+// qmq_realtime_dedupe_seeded_ids). Measurements: NOTES.md.
 //
 // # Metrics
 //
@@ -684,10 +528,11 @@
 //
 // New opens (and recovers) the store; Start serves; Close stops taking
 // messages, answers waiting pulls, finishes requests in flight, then closes
-// the store, which flushes and writes a checkpoint. Goroutines: livenessLoop
-// (owned by the Broker), the actor workers (pkg/actor), the store's and the
-// servers' own; on a master syncWatchLoop and one goroutine per sync request
-// being answered (owned by syncService), on a slave replicaLoop (owned by
-// replica); a Node's memberLoop (owned by the Node) watches its
-// registrations and replaces its Broker.
+// the store, which flushes and writes a checkpoint (a master with an eligible
+// slave hands the group to it first). Goroutines: the role loop (owned by
+// failover.Member), the actor workers (pkg/actor), the store's and the
+// servers' own; per master term livenessLoop, pressureLoop, seedDedupeLoop
+// (owned by the term), syncWatchLoop and one goroutine per sync request
+// being answered (owned by syncService); on a slave replicaLoop (owned by
+// replica); a cut back runs on a goroutine of the Broker's.
 package realtime

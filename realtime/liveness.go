@@ -68,15 +68,23 @@ func (b *Broker) offline(subject, group, consumer string) bool {
 	return len(b.live.offline) > 0 && b.live.offline[consumerKey{subject, group, consumer}]
 }
 
+// reset forgets when consumers were seen (a new master term: they pull
+// from this broker again or time out from then on).
+func (l *liveness) reset() {
+	l.mu.Lock()
+	clear(l.seen)
+	l.mu.Unlock()
+}
+
 // livenessLoop hands the un-acked messages of silent consumers back to
-// their groups.
-func (b *Broker) livenessLoop() {
-	defer b.wg.Done()
+// their groups, during the master's term t.
+func (b *Broker) livenessLoop(t *term) {
+	defer t.wg.Done()
 	tick := time.NewTicker(min(time.Second, b.opts.ConsumerTimeout/4))
 	defer tick.Stop()
 	for {
 		select {
-		case <-b.stop:
+		case <-t.stop:
 			return
 		case now := <-tick.C:
 			for _, k := range b.live.expired(now.Add(-b.opts.ConsumerTimeout)) {

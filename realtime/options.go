@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/qmq-go/qmq/pkg/config"
+	"github.com/qmq-go/qmq/pkg/failover"
 	"github.com/qmq-go/qmq/pkg/logging"
 	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/realtime/store"
@@ -130,6 +131,16 @@ type Options struct {
 	// has nothing new (default 500ms).
 	SyncMaxBytes int           `yaml:"sync_max_bytes"`
 	SyncWait     time.Duration `yaml:"sync_wait"`
+	// Failover (pkg/failover; with meta servers and no fixed Master).
+	// SuspectAfter is how long a silent peer is suspected gone: a slave
+	// whose master has not answered for it asks to take the group over
+	// (--wait-slave), a master whose slave has not asked drops it from the
+	// eligible set; a broken connection is suspected at once (default 1s).
+	// SlaveDown is what a --wait-slave master does when its eligible slave
+	// is gone: "alone" (default: it removes the slave from the eligible
+	// set and serves alone, readonly while it cannot) or "readonly".
+	SuspectAfter time.Duration `yaml:"suspect_after"`
+	SlaveDown    string        `yaml:"slave_down"`
 
 	Log logging.Options `yaml:"log"`
 }
@@ -166,6 +177,8 @@ func NewOptions() Options {
 		MaxWaitingAcks:    10_000,
 		SyncMaxBytes:      1 << 20,
 		SyncWait:          500 * time.Millisecond,
+		SuspectAfter:      time.Second,
+		SlaveDown:         failover.SlaveDownAlone,
 		Log:               logging.NewOptions(),
 	}
 }
@@ -201,6 +214,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxWaitingAcks, "max-waiting-acks", o.MaxWaitingAcks, "with --wait-slave: most send replies waiting for the slave (then busy)")
 	fs.IntVar(&o.SyncMaxBytes, "sync-max-bytes", o.SyncMaxBytes, "most bytes of each log in one sync response")
 	fs.DurationVar(&o.SyncWait, "sync-wait", o.SyncWait, "how long a master holds a sync request with nothing new")
+	fs.DurationVar(&o.SuspectAfter, "suspect-after", o.SuspectAfter, "failover: how long a silent master (or slave) is suspected gone")
+	fs.StringVar(&o.SlaveDown, "slave-down", o.SlaveDown, "with --wait-slave: when the eligible slave is gone, alone (drop it from the eligible set and serve alone) or readonly")
 	o.Log.AddFlags(fs)
 }
 
@@ -248,6 +263,10 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("realtime: sync max bytes must be between 4 KiB and half the max frame size")
 	case o.SyncWait <= 0 || o.SyncWait > 10*time.Second:
 		return fmt.Errorf("realtime: sync wait must be positive and at most 10s")
+	case o.SuspectAfter < 100*time.Millisecond:
+		return fmt.Errorf("realtime: suspect after must be at least 100ms")
+	case o.SlaveDown != failover.SlaveDownAlone && o.SlaveDown != failover.SlaveDownReadonly:
+		return fmt.Errorf("realtime: slave down must be %q or %q, got %q", failover.SlaveDownAlone, failover.SlaveDownReadonly, o.SlaveDown)
 	}
 	if err := o.FairShare.Validate(); err != nil {
 		return err
@@ -264,3 +283,12 @@ func isName(s string) bool {
 	}
 	return s != ""
 }
+
+// slaveLease is the slave lease of async failover: a constant of
+// pkg/failover, so master and slave always agree on it.
+func (o *Options) slaveLease() time.Duration { return failover.NewOptions().SlaveLease }
+
+// syncWait is how long the master may hold a sync request: SyncWait, at
+// most half of SuspectAfter (a slave hears from its master that often, or
+// suspects it).
+func (o *Options) syncWait() time.Duration { return min(o.SyncWait, o.SuspectAfter/2) }

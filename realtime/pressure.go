@@ -13,9 +13,9 @@ import (
 // kernel's run queue longer than RunQueue seconds a second (runQueueWait,
 // Linux). It is the busy signal of pulls served inline on the event loop,
 // which wait in no queue of the broker's (see "Inline pulls" in doc.go).
-// It stops with the broker.
-func (b *Broker) pressureLoop() {
-	defer b.wg.Done()
+// It stops with the master's term t.
+func (b *Broker) pressureLoop(t *term) {
+	defer t.wg.Done()
 	opts := b.opts.FairShare
 	tick := time.NewTicker(opts.Window)
 	defer tick.Stop()
@@ -26,7 +26,7 @@ func (b *Broker) pressureLoop() {
 	lastAt := time.Now()
 	for {
 		select {
-		case <-b.stop:
+		case <-t.stop:
 			return
 		case now := <-tick.C:
 			pressed := false

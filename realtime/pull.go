@@ -239,7 +239,7 @@ func (a *pullActor) handle(ev pullEvent) {
 		// lands between an empty look and parking must still wake us (the
 		// store calls onAppend only for subjects watched before).
 		if !a.watching {
-			a.b.store.Watch(a.key.subject)
+			a.b.st().Watch(a.key.subject)
 			a.watching = true
 		}
 		a.hasWaiting.Store(true)
@@ -353,7 +353,7 @@ func (a *pullActor) serve(c *pullCall, now time.Time, over *bool) bool {
 	if a.stillHeld(c, now, over) {
 		return false
 	}
-	res, err := a.b.store.Pull(c.req)
+	res, err := a.b.st().Pull(c.req)
 	if err != nil {
 		c.r.ReplyError(pullStatus(err))
 		return true

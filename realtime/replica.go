@@ -8,19 +8,22 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/qmq-go/qmq/pkg/metaclient"
+	"github.com/qmq-go/qmq/pkg/failover"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/transport"
 	"github.com/qmq-go/qmq/realtime/store"
 	"go.uber.org/zap"
 )
 
-// replica is the slave's side of replication: replicaLoop asks the master
-// for its logs past this store's committed ends and hands the chunks to
-// the store, which writes them at the same offsets and replays them.
+// replica is the slave's side of replication (one per slave term, or per
+// copy after the role loop stopped one for a campaign): replicaLoop asks
+// the master for its logs past this store's committed ends and hands the
+// chunks to the store, which writes them at the same offsets and replays
+// them. What it hears of its master goes to the role loop through the
+// broker's copyWatch.
 type replica struct {
 	b      *Broker
+	t      *term
 	store  *store.Store
 	opts   *Options
 	lg     *zap.Logger
@@ -29,24 +32,22 @@ type replica struct {
 
 	lagBytes   atomic.Int64
 	caughtUpAt atomic.Int64 // unix nanos: the copy last held all the master had committed
-	caughtUp   atomic.Bool  // the copy held all its master had committed once
 	connected  atomic.Bool
-	errors     atomic.Int64
 	following  atomic.Pointer[string] // the master synced from last
-	keeper     atomic.Pointer[metaclient.Keeper]
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
 }
 
-func newReplica(b *Broker) (*replica, error) {
+func newReplica(b *Broker, t *term) (*replica, error) {
 	c, err := transport.New(transport.Options{RequestTimeout: b.opts.SyncWait + 10*time.Second}, b.lg)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	y := &replica{b: b, store: b.store, opts: &b.opts, lg: b.lg.Named("replica"),
+	y := &replica{b: b, t: t, store: t.store, opts: &b.opts, lg: b.lg.Named("replica"),
 		client: c, ctx: ctx, cancel: cancel}
 	y.caughtUpAt.Store(time.Now().UnixNano())
 	return y, nil
@@ -57,10 +58,13 @@ func (y *replica) start() {
 	go y.replicaLoop()
 }
 
+// close stops replicaLoop and waits for it: no request leaves after it.
 func (y *replica) close() {
-	y.cancel()
-	y.wg.Wait()
-	y.client.Close()
+	y.closeOnce.Do(func() {
+		y.cancel()
+		y.wg.Wait()
+		y.client.Close()
+	})
 }
 
 // replicaLoop syncs until close (follow) and backs off 50 ms → 1 s after a
@@ -82,13 +86,18 @@ func (y *replica) replicaLoop() {
 			return
 		}
 		var cut *truncation
-		if errors.As(err, &cut) && y.b.onTruncate != nil {
+		if errors.As(err, &cut) && y.b.managed() {
 			y.lg.Warn("the copy holds records the master does not; handing over to be cut back", zap.Error(err))
-			y.b.onTruncate(*cut)
+			y.b.startTruncate(y.t, *cut)
 			return
 		}
-		y.errors.Add(1)
+		y.b.replErrors.Add(1)
+		y.b.copyWatch.Failed(err)
 		y.connected.Store(false)
+		if errors.Is(err, errNoMaster) {
+			backoff = failover.NoMasterRetry // the meta servers name one within a heartbeat
+			continue
+		}
 		if err.Error() != lastErr {
 			lastErr = err.Error()
 			level := zap.WarnLevel
@@ -106,20 +115,7 @@ var errNoMaster = errors.New("no master known yet: the meta servers name none")
 
 // master returns the address to sync from: Options.Master, or the group's
 // live master as the meta servers last named it.
-func (y *replica) master() string {
-	if y.opts.Master != "" {
-		return y.opts.Master
-	}
-	if l := y.b.currentLease(); l != nil {
-		return l.Master()
-	}
-	if k := y.keeper.Load(); k != nil {
-		if r := k.Registration(); r != nil {
-			return r.Master()
-		}
-	}
-	return ""
-}
+func (y *replica) master() string { return y.b.following() }
 
 type fetched struct {
 	body []byte
@@ -187,12 +183,15 @@ func (y *replica) follow() error {
 	msgSeg, actSeg := y.store.SegmentSizes()
 	msgPos, _ := y.store.ReplicaEnds()
 	_, actPos := y.store.CommittedEnds()
-	var gen uint64 // the master's cut generation, as last heard
+	var gen uint64   // the master's cut generation, as last heard
+	var stamp uint64 // the lease stamp of the master's latest answer (pkg/failover)
+	id := y.b.advertised()
 	request := func(maxBytes uint32) []byte {
 		_, durable := y.store.ReplicaEnds()
 		q := protocol.SyncRequest{Epoch: epoch, Group: y.opts.Group, MessageOffset: msgPos, ActionOffset: actPos,
 			MessageDurable: min(durable, msgPos), MessageSegmentSize: msgSeg, ActionSegmentSize: actSeg,
-			MaxBytes: maxBytes, WaitMillis: uint32(y.opts.SyncWait / time.Millisecond), Generation: gen}
+			MaxBytes: maxBytes, WaitMillis: uint32(y.opts.syncWait() / time.Millisecond), Generation: gen,
+			LeaseStamp: stamp, SlaveID: id}
 		return protocol.AppendSyncRequest(nil, &q)
 	}
 	var pending *protocol.SyncResponse // received, not yet written
@@ -201,8 +200,14 @@ func (y *replica) follow() error {
 	for {
 		ch := make(chan fetched, 1)
 		into := bodies.take(y.store)
+		y.b.copyWatch.Asking()
 		if err := y.client.GoInto(master, protocol.CmdSyncLog, request(uint32(y.opts.SyncMaxBytes)), into, y.opts.SyncWait+10*time.Second,
-			func(body []byte, err error) { ch <- fetched{body, err} }); err != nil {
+			func(body []byte, err error) {
+				if err == nil {
+					y.b.copyWatch.Heard() // when it arrives, however busy the slave is
+				}
+				ch <- fetched{body, err}
+			}); err != nil {
 			return err
 		}
 		if pending != nil {
@@ -237,6 +242,7 @@ func (y *replica) follow() error {
 		if err != nil {
 			return err
 		}
+		stamp = p.LeaseStamp
 		if p.Epoch != epoch {
 			return fmt.Errorf("%w: the master answered from epoch %d, agreed on %d", errEpochChanged, p.Epoch, epoch)
 		}
@@ -300,6 +306,7 @@ func (y *replica) agreeEpoch(master string) (uint64, error) {
 	mine := y.b.epochHistory()
 	ctx, cancel := context.WithTimeout(y.ctx, 5*time.Second)
 	defer cancel()
+	y.b.copyWatch.Asking()
 	body, err := y.client.Call(ctx, master, protocol.CmdSyncEpoch,
 		protocol.AppendSyncEpochRequest(nil, &protocol.SyncEpochRequest{Group: y.opts.Group, History: mine}))
 	if err != nil {
@@ -309,6 +316,7 @@ func (y *replica) agreeEpoch(master string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	y.b.copyWatch.Heard()
 	msgEnd, actEnd := y.store.CommittedEnds()
 	if msgEnd > p.TruncateMessage || actEnd > p.TruncateAction {
 		return 0, &truncation{Message: p.TruncateMessage, Action: p.TruncateAction, History: p.History}
@@ -316,7 +324,7 @@ func (y *replica) agreeEpoch(master string) (uint64, error) {
 	if err := y.b.setHistory(p.History); err != nil {
 		return 0, err
 	}
-	e := lastEpoch(p.History)
+	e := failover.LastEpoch(p.History)
 	if y.epoch.Swap(e) != e {
 		y.lg.Info("following epoch", zap.Uint64("epoch", e), zap.String("master", master))
 	}
@@ -346,7 +354,6 @@ func (y *replica) noteLag(c protocol.SyncChunk) {
 	y.lagBytes.Store(max(c.End-end, 0))
 	if end >= c.End || (len(c.Data) == 0 && c.Offset >= c.End) {
 		y.caughtUpAt.Store(time.Now().UnixNano())
-		y.caughtUp.Store(true)
 	}
 }
 
@@ -355,19 +362,4 @@ func (y *replica) noteLag(c protocol.SyncChunk) {
 // committed.
 func (y *replica) lag() (int64, time.Duration) {
 	return y.lagBytes.Load(), time.Since(time.Unix(0, y.caughtUpAt.Load()))
-}
-
-func (y *replica) registerMetrics(reg prometheus.Registerer) {
-	labels := prometheus.Labels{"group": y.opts.Group}
-	reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_replication_lag_bytes", ConstLabels: labels,
-			Help: "Committed master message-log bytes this slave had not copied at the last sync."},
-			func() float64 { b, _ := y.lag(); return float64(b) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_replication_lag_seconds", ConstLabels: labels,
-			Help: "Time since this slave last held everything its master had committed."},
-			func() float64 { _, d := y.lag(); return d.Seconds() }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "qmq_realtime_replication_errors_total", ConstLabels: labels,
-			Help: "Sync requests that failed (connection, master refusal, bad chunk)."},
-			func() float64 { return float64(y.errors.Load()) }),
-	)
 }

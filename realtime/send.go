@@ -42,17 +42,18 @@ func (b *Broker) serveSendInline(r *netserver.Request) {
 // append; the reply carries one status per message, once they are durable.
 // With blocking false it runs on the event loop and must not block.
 func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
-	if err := b.writable(); err != nil {
+	t := b.cur()
+	if err := b.writable(t); err != nil {
 		r.ReplyError(err)
 		return
 	}
-	s := newSendCall(b)
+	s := newSendCall(b, t)
 	if err := s.req.Decode(r.Body); err != nil {
 		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
 		s.free()
 		return
 	}
-	if err := b.checkEpoch(s.req.Epoch); err != nil {
+	if err := b.checkEpoch(t, s.req.Epoch); err != nil {
 		r.ReplyError(err)
 		s.free()
 		return
@@ -61,14 +62,14 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 	b.metrics.received.Add(float64(n))
 	// Appending at once (on the loop, without waiting for the slave) takes
 	// the parsed messages; otherwise the store parses them itself.
-	direct := !blocking && !b.waitsForSlave() && b.store.AppendsNow()
+	direct := !blocking && !t.waitsForSlave() && t.store.AppendsNow()
 	s.reset(n, direct)
 	// Parse and check every message, and hash the ids, before reserving
 	// any: reading every id's dedupe slot first, in one tight loop
 	// (dedupe.touch), lets the cache misses of a batch overlap, where
 	// reserving as each message was parsed waited out one miss after
 	// another (~15% of a master's CPU when producing).
-	dedupe := b.dedupe.enabled()
+	dedupe := t.dedupe.enabled()
 	var touched uint64
 	for i, raw := range s.req.Messages {
 		v, err := protocol.ParseMessage(raw)
@@ -88,7 +89,7 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 			s.views = append(s.views, v) // one per message not rejected; duplicates are taken out below
 		}
 		if dedupe {
-			s.keys[i] = b.dedupe.key(v.Subject, v.ID, v.Attempts)
+			s.keys[i] = t.dedupe.key(v.Subject, v.ID, v.Attempts)
 		}
 	}
 	if dedupe {
@@ -96,7 +97,7 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 		// their misses in flight at once.
 		for i, k := range s.keys {
 			if s.statuses[i] == protocol.StatusOK {
-				touched ^= b.dedupe.touch(k)
+				touched ^= t.dedupe.touch(k)
 			}
 		}
 		s.touched = touched
@@ -111,8 +112,8 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 		}
 		read++
 		if dedupe {
-			if !b.dedupe.reserve(s.keys[i]) {
-				s.statuses[i] = b.duplicateStatus(s.keys[i])
+			if !t.dedupe.reserve(s.keys[i]) {
+				s.statuses[i] = t.duplicateStatus(s.keys[i])
 				b.metrics.duplicates.Inc()
 				continue
 			}
@@ -139,7 +140,7 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 		// read, unless it must wait for the slave.
 		if direct {
 			s.results = s.results[:len(s.views)]
-			if b.store.TryWriteViewsNow(s.views, s.results) {
+			if t.store.TryWriteViewsNow(s.views, s.results) {
 				// The records are in the log: answer now, and publish them
 				// (index, wake readers) and count them once the answer is
 				// on the socket (AfterWrite).
@@ -164,17 +165,17 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 	s.r = r
 	var err error
 	if !blocking {
-		err = b.store.TryAppendAsync(s.batch, s.done)
+		err = t.store.TryAppendAsync(s.batch, s.done)
 		if errors.Is(err, store.ErrWouldBlock) {
 			go func() {
-				if err := b.store.AppendAsync(s.batch, s.done); err != nil {
+				if err := t.store.AppendAsync(s.batch, s.done); err != nil {
 					s.failed(err)
 				}
 			}()
 			return
 		}
 	} else {
-		err = b.store.AppendAsync(s.batch, s.done)
+		err = t.store.AppendAsync(s.batch, s.done)
 	}
 	if err != nil {
 		s.failed(err)
@@ -188,6 +189,7 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 // the garbage collector once their reply is made.
 type sendCall struct {
 	b        *Broker
+	t        *term // the term the request was taken in
 	r        *netserver.Request
 	req      protocol.SendRequest
 	statuses []protocol.Status
@@ -212,9 +214,9 @@ type sendCall struct {
 
 var sendCalls = sync.Pool{New: func() any { return new(sendCall) }}
 
-func newSendCall(b *Broker) *sendCall {
+func newSendCall(b *Broker, t *term) *sendCall {
 	s := sendCalls.Get().(*sendCall)
-	s.b = b
+	s.b, s.t = b, t
 	return s
 }
 
@@ -254,7 +256,7 @@ func (s *sendCall) free() {
 	clear(s.req.Messages)
 	clear(s.batch)
 	clear(s.views)
-	s.b, s.r, s.req.Messages = nil, nil, s.req.Messages[:0]
+	s.b, s.t, s.r, s.req.Messages = nil, nil, nil, s.req.Messages[:0]
 	sendCalls.Put(s)
 }
 
@@ -272,7 +274,7 @@ func (s *sendCall) done(results []store.Result) {
 // records, counts them and puts the call back for reuse.
 func (s *sendCall) AfterWrite() {
 	b := s.b
-	b.store.PublishWritten()
+	s.t.store.PublishWritten()
 	b.metrics.stored.Add(float64(s.stored))
 	b.metrics.appendSecs.Observe(time.Since(s.start).Seconds())
 	s.free()
@@ -291,7 +293,7 @@ func (s *sendCall) settle(results []store.Result) int {
 			continue
 		}
 		if s.reserved[i] {
-			b.dedupe.release(s.keys[i])
+			s.t.dedupe.release(s.keys[i])
 		}
 		s.statuses[i] = appendStatus(res.Err)
 		b.metrics.rejected.WithLabelValues(s.statuses[i].String()).Inc()
@@ -304,14 +306,14 @@ func (s *sendCall) settle(results []store.Result) int {
 func (s *sendCall) failed(err error) {
 	for j := range s.batch {
 		if i := s.index[j]; s.reserved[i] {
-			s.b.dedupe.release(s.keys[i])
+			s.t.dedupe.release(s.keys[i])
 		}
 	}
 	s.r.ReplyError(protocol.Errorf(protocol.StatusShuttingDown, fmt.Sprintf("store: %v", err)))
 }
 
 // waitsForSlave reports whether send replies wait for the slave's copy.
-func (b *Broker) waitsForSlave() bool { return b.sync != nil && b.opts.WaitSlave }
+func (t *term) waitsForSlave() bool { return t.sync != nil && t.sync.wait.Load() }
 
 // appendStatus maps a store append error to the message's status.
 func appendStatus(err error) protocol.Status {

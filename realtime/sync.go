@@ -3,12 +3,12 @@ package realtime
 import (
 	"errors"
 	"fmt"
-	"github.com/qmq-go/qmq/pkg/ackwait"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/qmq-go/qmq/pkg/ackwait"
+	"github.com/qmq-go/qmq/pkg/failover"
 	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/realtime/store"
@@ -29,15 +29,19 @@ const maxSyncWait = 10 * time.Second
 // the bytes its slave lacks (pkg/ackwait.Lag bounds the samples kept).
 const lagSampleEvery = 10 * time.Millisecond
 
-// syncService is the master's side of replication: it answers the slave's
-// sync requests with log bytes (the message log's written tail too, before
-// its fdatasync; long-polling when there is nothing new), learns the
-// slave's durable offsets from them, holds send replies until the slave has
-// their messages (WaitSlave) and turns the group readonly when the slave
-// lags too long. It tells the slave to cut its copy back when the store cut
-// a tail the slave may hold (see "Tentative tail" in doc.go).
+// syncService is the master's side of replication (one per master term):
+// it answers the slave's sync requests with log bytes (the message log's
+// written tail too, before its fdatasync; long-polling when there is
+// nothing new), learns the slave's durable offsets from them, and holds
+// send replies until the slave has their messages while the role loop
+// says so (wait). It tells the slave to cut its copy back when the store
+// cut a tail the slave may hold (see "Tentative tail" in doc.go). What it
+// learns of the slave's requests (who, connected, slave lease) goes to the
+// role loop through watch. A master without a role loop (no meta servers)
+// turns the group readonly itself when its slave lags too long.
 type syncService struct {
 	b     *Broker
+	t     *term
 	store *store.Store
 	opts  *Options
 	lg    *zap.Logger
@@ -50,12 +54,13 @@ type syncService struct {
 	// is written.
 	slaveMsg, slaveAct, slaveActPrev atomic.Int64
 	slaveSeen                        atomic.Int64 // unix nanos of the last sync request
-	// readonly is set while the slave lags past SlaveLagReadonly (WaitSlave).
+	// readonly is set while the slave lags past SlaveLagReadonly (WaitSlave,
+	// a master without a role loop).
 	readonly atomic.Bool
-	// alone: a master promoted by a failover serves without a slave (send
-	// replies do not wait, no lag rule) until a slave has caught up with
-	// it once.
-	alone atomic.Bool
+	// wait: send replies wait for the slave's copy (WaitSlave; the role loop
+	// turns it on once it counts on a slave, failover.Server.WaitSlave).
+	wait   atomic.Bool
+	slaves *failover.SlaveWatch
 
 	// pendingDups: dedupe keys of stored messages whose send replies wait
 	// (or failed waiting) for the slave, with the offset it must pass.
@@ -90,8 +95,10 @@ type syncService struct {
 	wg   sync.WaitGroup // syncWatchLoop and the long polls
 }
 
-func newSyncService(b *Broker) *syncService {
-	y := &syncService{b: b, store: b.store, opts: &b.opts, lg: b.lg.Named("sync"), stop: make(chan struct{})}
+func newSyncService(b *Broker, t *term) *syncService {
+	y := &syncService{b: b, t: t, store: t.store, opts: &b.opts, lg: b.lg.Named("sync"), stop: make(chan struct{}),
+		slaves: failover.NewSlaveWatch(b.opts.slaveLease(), 2*b.opts.SuspectAfter)}
+	y.wait.Store(b.opts.WaitSlave && !b.managed())
 	y.slaveMsg.Store(-1)
 	y.slaveAct.Store(-1)
 	y.slaveActPrev.Store(-1)
@@ -111,6 +118,12 @@ func (y *syncService) applyCutsLocked() {
 		y.storeGen = y.store.MessageCutGen()
 		y.appliedGen.Store(y.storeGen)
 		start := y.store.RecoveredMessageEnd()
+		if y.t.promotedAt >= 0 {
+			// A store promoted in place: this term served no tail before
+			// its promotion point (the old master's tail past it is cut by
+			// the epoch rule).
+			start = y.t.promotedAt
+		}
 		y.cuts, y.cutGen, y.pendingCut = []int64{start}, 1, start
 	}
 	gen, low := y.store.MessageCuts(y.storeGen)
@@ -156,9 +169,9 @@ func (y *syncService) start() {
 	go y.syncWatchLoop()
 }
 
-// close answers the long polls, fails the waiting send replies and waits
-// for the service's goroutines.
-func (y *syncService) close() {
+// close answers the long polls, fails the waiting send replies (with err;
+// nil: shutting down) and waits for the service's goroutines.
+func (y *syncService) close(err error) {
 	y.mu.Lock()
 	if y.closed {
 		y.mu.Unlock()
@@ -168,7 +181,9 @@ func (y *syncService) close() {
 	ws := y.waiters.TakeAll()
 	y.mu.Unlock()
 	close(y.stop)
-	err := protocol.Errorf(protocol.StatusShuttingDown, "broker group "+y.opts.Group+" is shutting down before its slave confirmed the messages (stored on the master)")
+	if err == nil {
+		err = protocol.Errorf(protocol.StatusShuttingDown, "broker group "+y.opts.Group+" is shutting down before its slave confirmed the messages (stored on the master)")
+	}
 	for _, done := range ws {
 		done(err)
 	}
@@ -177,11 +192,12 @@ func (y *syncService) close() {
 
 // serveSync answers a CmdSyncLog request.
 func (b *Broker) serveSync(r *netserver.Request) {
-	if b.sync == nil {
+	y := b.cur().sync
+	if y == nil {
 		r.ReplyError(protocol.Errorf(protocol.StatusNotMaster, "broker group "+b.opts.Group+": this broker is a slave"))
 		return
 	}
-	b.sync.serve(r)
+	y.serve(r)
 }
 
 func (y *syncService) serve(r *netserver.Request) {
@@ -214,12 +230,15 @@ func (y *syncService) serve(r *netserver.Request) {
 			"sync action offset %d is past the master's committed end %d", q.ActionOffset, aEnd)))
 		return
 	}
+	y.slaves.Request(q.SlaveID, q.LeaseStamp)
+	y.slaves.Conn(r.Conn.Done())
 	gen := y.slaveAck(q.MessageDurable, q.ActionOffset, q.Generation)
 	if q.MaxBytes == 0 {
 		// An acknowledgement only (normally one-way: the reply is dropped).
 		m := protocol.SyncChunk{Start: mEnd, End: mEnd, Offset: mEnd}
 		a := protocol.SyncChunk{Start: aEnd, End: aEnd, Offset: aEnd}
-		r.Reply(protocol.StatusOK, protocol.AppendSyncResponse(nil, &protocol.SyncResponse{Epoch: y.b.epoch(), Generation: gen, Cut: -1, Message: m, Action: a}))
+		r.Reply(protocol.StatusOK, protocol.AppendSyncResponse(nil, &protocol.SyncResponse{Epoch: y.b.epoch(), Generation: gen, Cut: -1,
+			LeaseStamp: failover.Stamp(), Message: m, Action: a}))
 		return
 	}
 	y.mu.Lock()
@@ -248,6 +267,9 @@ var syncBufs = sync.Pool{New: func() any { return new([2][]byte) }}
 // there are none; or with a cut when the slave's copy may reach past one.
 func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
 	defer y.wg.Done()
+	closed := false
+	end := y.slaves.Begin()
+	defer func() { end(closed) }()
 	maxBytes := int(min(q.MaxBytes, uint32(y.opts.SyncMaxBytes)))
 	wait := min(time.Duration(q.WaitMillis)*time.Millisecond, maxSyncWait)
 	var timeout <-chan time.Time
@@ -281,7 +303,7 @@ func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
 		if cap(ac.Data) > cap(bufs[1]) {
 			bufs[1] = ac.Data[:0]
 		}
-		resp := protocol.SyncResponse{Epoch: y.b.epoch(), Cut: -1}
+		resp := protocol.SyncResponse{Epoch: y.b.epoch(), Cut: -1, LeaseStamp: failover.Stamp()}
 		y.mu.Lock()
 		y.applyCutsLocked()
 		if y.storeGen != gen {
@@ -337,6 +359,7 @@ func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
 		case <-timeout:
 			waited = true
 		case <-r.Done():
+			closed = true
 			return
 		case <-y.stop:
 			waited = true
@@ -360,12 +383,6 @@ func (y *syncService) slaveAck(msg, act int64, gen uint64) uint64 {
 		msg = y.pendingCut // the copy may reach past the cut
 	}
 	cur := y.cutGen
-	if y.alone.Load() {
-		if end, _ := y.store.CommittedEnds(); msg >= end {
-			y.alone.Store(false)
-			y.lg.Info("the slave caught up: send replies wait for its copy again", zap.Int64("offset", msg))
-		}
-	}
 	if msg <= y.slaveMsg.Load() {
 		y.mu.Unlock()
 		return cur
@@ -383,7 +400,7 @@ func (y *syncService) slaveAck(msg, act int64, gen uint64) uint64 {
 // admit refuses a send when too many replies wait for the slave or the
 // slave lags past the readonly threshold.
 func (y *syncService) admit() error {
-	if !y.opts.WaitSlave || y.alone.Load() {
+	if !y.wait.Load() {
 		return nil
 	}
 	if y.readonly.Load() {
@@ -406,7 +423,7 @@ func (y *syncService) await(need int64, done func(error)) {
 	// A cut is recorded before the records that replace the cut ones are
 	// written: a store generation not yet applied may lower slaveMsg.
 	fresh := y.store.MessageCutGen() == y.appliedGen.Load()
-	if fresh && y.slaveMsg.Load() >= need || y.alone.Load() {
+	if fresh && y.slaveMsg.Load() >= need || !y.wait.Load() {
 		done(nil)
 		return
 	}
@@ -424,9 +441,41 @@ func (y *syncService) await(need int64, done func(error)) {
 	}
 	y.waiters.Add(need, done)
 	y.mu.Unlock()
-	// The slave may have acked meanwhile.
+	// The slave may have acked meanwhile, or the role loop stopped waiting.
 	if m := y.slaveMsg.Load(); m >= need {
 		y.completeUpTo(m)
+	}
+	if !y.wait.Load() {
+		y.failWaiting(nil)
+	}
+}
+
+// setWait makes send replies wait for the slave (on) or not (off: the
+// waiting ones complete). Turning it on returns the switch point, the
+// committed end once it is on: a reply made without the slave covers
+// messages below it (the store publishes a commit group before its
+// replies are made, and a reply looks at wait when it is made).
+func (y *syncService) setWait(on bool) int64 {
+	if y.wait.Swap(on) == on {
+		end, _ := y.store.CommittedEnds()
+		return end
+	}
+	if on {
+		end, _ := y.store.CommittedEnds()
+		return end
+	}
+	y.failWaiting(nil)
+	return 0
+}
+
+// failWaiting completes every reply waiting for the slave: with err, or
+// acknowledged when err is nil (the role loop no longer counts on a slave).
+func (y *syncService) failWaiting(err error) {
+	y.mu.Lock()
+	done := y.waiters.TakeAll()
+	y.mu.Unlock()
+	for _, f := range done {
+		f(err)
 	}
 }
 
@@ -475,14 +524,11 @@ func (y *syncService) watch(now time.Time) {
 	}
 	y.mu.Lock()
 	y.lagDates.Sample(end, slave, now)
-	if y.alone.Load() {
-		y.lagDates.Reset() // no slave to wait for
-	}
 	lag := y.lagDates.Age(now)
 	var failed []func(error)
 	wasReadonly := y.readonly.Load()
 	switch {
-	case y.opts.WaitSlave && lag > y.opts.SlaveLagReadonly && !wasReadonly:
+	case y.opts.WaitSlave && !y.b.managed() && lag > y.opts.SlaveLagReadonly && !wasReadonly:
 		y.readonly.Store(true)
 		failed = y.waiters.TakeAll()
 	case wasReadonly && lag == 0:
@@ -528,16 +574,23 @@ func (y *syncService) waiting() int {
 }
 
 // replyStored answers a send once its stored messages are covered by the
-// slave's copy (WaitSlave), or at once. While a reply waits, its messages'
-// dedupe keys are pending: a resent copy is answered StatusBusy, not
-// StatusDuplicate, until the slave holds the first copy (a duplicate
-// answer acknowledges it: it must be as safe as the first answer).
+// slave's copy (while the role loop says replies wait), or at once. While a
+// reply waits, its messages' dedupe keys are pending: a resent copy is
+// answered StatusBusy, not StatusDuplicate, until the slave holds the first
+// copy (a duplicate answer acknowledges it: it must be as safe as the first
+// answer). A master that writes under a lease (async mode) checks its gate
+// again before it acknowledges: the lease may have run out since the
+// messages were taken.
 func (b *Broker) replyStored(s *sendCall, results []store.Result) {
-	r, statuses := s.r, s.statuses
+	r, statuses, y := s.r, s.statuses, s.t.sync
+	if !b.opts.WaitSlave && !b.gate.Open() {
+		r.ReplyError(b.gate.Err())
+		return
+	}
 	// The slave's durable end is a record boundary: past a record's offset
 	// means past its end.
 	need := int64(-1)
-	if b.waitsForSlave() && !b.sync.alone.Load() {
+	if y.wait.Load() {
 		for _, res := range results {
 			if res.Err == nil {
 				need = max(need, res.Offset+1)
@@ -548,8 +601,7 @@ func (b *Broker) replyStored(s *sendCall, results []store.Result) {
 		r.Reply(protocol.StatusOK, protocol.AppendSendResponse(nil, statuses))
 		return
 	}
-	y := b.sync
-	if b.dedupe.enabled() {
+	if s.t.dedupe.enabled() {
 		settled := y.slaveMsg.Load()
 		y.dupMu.Lock()
 		for j, res := range results {
@@ -571,10 +623,10 @@ func (b *Broker) replyStored(s *sendCall, results []store.Result) {
 
 // duplicateStatus answers a message whose dedupe key is known: a
 // duplicate, or busy while the first copy is not yet in the slave's copy
-// (its reply waits, or failed waiting). A master serving alone answers
-// without waiting for a slave, and so does its duplicate answer.
-func (b *Broker) duplicateStatus(k uint64) protocol.Status {
-	if y := b.sync; y != nil && b.opts.WaitSlave && !y.alone.Load() {
+// (its reply waits, or failed waiting). A master whose replies do not wait
+// for a slave answers without waiting, and so does its duplicate answer.
+func (t *term) duplicateStatus(k uint64) protocol.Status {
+	if y := t.sync; y != nil && y.wait.Load() {
 		y.dupMu.Lock()
 		pending := y.pendingDups.pending(k, y.slaveMsg.Load())
 		y.dupMu.Unlock()
@@ -585,40 +637,12 @@ func (b *Broker) duplicateStatus(k uint64) protocol.Status {
 	return protocol.StatusDuplicate
 }
 
-// registerSyncMetrics adds the master's replication series.
-func (y *syncService) registerMetrics(reg prometheus.Registerer) {
-	labels := prometheus.Labels{"group": y.opts.Group}
-	reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_slave_offset_bytes", ConstLabels: labels,
-			Help: "The slave's durable message-log offset (-1: no slave yet)."}, func() float64 { return float64(y.slaveMsg.Load()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_slave_action_offset_bytes", ConstLabels: labels,
-			Help: "The action-log offset the slave has written (the smaller of its last two requests'; -1: no slave yet)."}, func() float64 {
-			if prev := y.slaveActPrev.Load(); prev >= 0 {
-				return float64(min(prev, y.slaveAct.Load()))
-			}
-			return float64(y.slaveAct.Load())
-		}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_slave_lag_bytes", ConstLabels: labels,
-			Help: "Committed message-log bytes the slave has not copied."}, func() float64 { return float64(y.lagBytes.Load()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_slave_lag_seconds", ConstLabels: labels,
-			Help: "Age of the oldest committed bytes the slave has not copied."}, func() float64 { return time.Duration(y.lagNanos.Load()).Seconds() }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "qmq_realtime_sync_bytes_served_total", ConstLabels: labels,
-			Help: "Message-log and action-log bytes sent to the slave."}, func() float64 { return float64(y.served.Load()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_waiting_acks", ConstLabels: labels,
-			Help: "Send replies waiting for the slave's copy (--wait-slave)."}, func() float64 { return float64(y.waiting()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_serving_alone", ConstLabels: labels,
-			Help: "1 while a master promoted by a failover serves without a slave that caught up with it."}, func() float64 {
-			if y.alone.Load() {
-				return 1
-			}
-			return 0
-		}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "qmq_realtime_slave_lag_readonly", ConstLabels: labels,
-			Help: "1 while the group is readonly because its slave lags."}, func() float64 {
-			if y.readonly.Load() {
-				return 1
-			}
-			return 0
-		}),
-	)
+// slaveWrote returns the ends of what the slave has written: its durable
+// message-log end and the smaller of its last two action offsets.
+func (y *syncService) slaveWrote() (message, action int64) {
+	action = y.slaveAct.Load()
+	if prev := y.slaveActPrev.Load(); prev >= 0 {
+		action = min(action, prev)
+	}
+	return y.slaveMsg.Load(), action
 }

@@ -268,3 +268,12 @@ func IsBadRequest(err error) bool { return errors.Is(err, ErrBadRequest) }
 
 // IsForbidden reports whether err is a 403 answer.
 func IsForbidden(err error) bool { return errors.Is(err, ErrForbidden) }
+
+// ForceFailover lets group's slave take the group although it is not its
+// eligible slave (an unclean failover: what the gone master acknowledged
+// and the slave never copied is lost). Refused (409) while the group has a
+// live master or no slave.
+func (c *Client) ForceFailover(ctx context.Context, group string) (ForcedFailover, error) {
+	var r ForcedFailover
+	return r, c.Do(ctx, http.MethodPost, "/groups/"+esc(group)+"/failover", ForceFailoverRequest{Force: true}, &r)
+}

@@ -60,7 +60,22 @@ type Group struct {
 	SlaveEpoch uint64 `json:"slaveEpoch,omitempty"`
 	// Lag is how far the slave is behind: the larger of what the master
 	// and the slave report. nil without a slave.
-	Lag      *Lag     `json:"lag,omitempty"`
+	Lag *Lag `json:"lag,omitempty"`
+	// WriteState is the master's write state as it reports it
+	// (pkg/failover): "writable" (its eligible slave holds every
+	// acknowledged write, or a lease covers them), "alone" (no eligible
+	// slave: nobody else can be elected), "readonly", "fenced", "deposed"
+	// or "handing-over"; WriteReason says why. Empty without a master.
+	WriteState  string `json:"writeState,omitempty"`
+	WriteReason string `json:"writeReason,omitempty"`
+	// Eligible is the broker id of the slave that may take the group over
+	// from its master (its eligible set); empty: none. Sync: the set is in
+	// sync mode (the master runs --wait-slave). Released: the master left
+	// the group to its eligible slave (a switchover, a clean shutdown, a
+	// forced failover).
+	Eligible string   `json:"eligible,omitempty"`
+	Sync     bool     `json:"sync,omitempty"`
+	Released bool     `json:"released,omitempty"`
 	Readonly []string `json:"readonly,omitempty"` // subjects ("*" = all) an admin marked readonly
 	Routes   int      `json:"routes"`             // subjects routed to the group
 	Load     Load     `json:"load"`
@@ -251,4 +266,19 @@ type Error struct {
 	Refused  string `json:"refused,omitempty"`  // "POST /api/v1/groups/g1/readonly"
 	Needs    string `json:"needs,omitempty"`    // "admin write", "admin read", "read bodies"
 	Identity string `json:"identity,omitempty"` // "app:billing" (kind:name)
+}
+
+// ForceFailoverRequest is the body of POST /groups/{group}/failover. Force
+// must be true: an unclean failover may lose acknowledged messages.
+type ForceFailoverRequest struct {
+	Force bool `json:"force"`
+}
+
+// ForcedFailover is the answer of a forced failover: the group's eligible
+// set now names Slave, released, so it takes the group at its next
+// heartbeat.
+type ForcedFailover struct {
+	Group     string `json:"group"`
+	OldMaster string `json:"oldMaster,omitempty"` // the broker id the set belonged to
+	Slave     string `json:"slave"`               // the broker id that may take the group
 }

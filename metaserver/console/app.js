@@ -144,8 +144,10 @@ async function groups() {
     if (g.slave && g.slaveEpoch !== g.epoch) slave += " (epoch " + (g.slaveEpoch || "-") + ")";
     return el("tr", { "data-group": g.name },
       el("td", {}, g.name), el("td", {}, g.kind || "-"), stateCell(g.state),
+      el("td", { class: "writes", title: g.writeReason || "" }, g.writeState || "-"),
       el("td", { class: "epoch" }, g.epoch || "-"),
       el("td", { class: "master" }, seat(g.masterId, g.master)), el("td", { class: "slave" }, slave),
+      el("td", { class: "eligible" }, g.eligible ? g.eligible + (g.sync ? " (sync)" : "") + (g.released ? " released" : "") : "-"),
       el("td", { class: "lag" }, g.lag ? lag(g.lag.bytes, g.lag.millis) : "-"),
       el("td", {}, g.routes),
       el("td", {}, g.load.inPerSec), el("td", {}, g.load.outPerSec),
@@ -162,7 +164,7 @@ async function groups() {
     el("td", { class: "lag" }, lag(b.load.replicaLagBytes, b.load.replicaLagMillis)),
     el("td", {}, b.load.inPerSec), el("td", {}, b.load.outPerSec), el("td", {}, b.registeredAt)));
   return [el("h2", {}, "Broker groups"),
-    table(["group", "kind", "state", "epoch", "master", "slave", "replica lag", "routes", "in msg/s", "out msg/s", "pending (delay)", "readonly for", ""], rows),
+    table(["group", "kind", "state", "writes", "epoch", "master", "slave", "eligible", "replica lag", "routes", "in msg/s", "out msg/s", "pending (delay)", "readonly for", ""], rows),
     el("h2", {}, "Brokers"),
     table(["group", "role", "kind", "state", "epoch", "broker id", "address", "replica lag", "in msg/s", "out msg/s", "registered"], brows)];
 }
@@ -346,7 +348,7 @@ async function render() {
   }
   clearTimeout(refreshTimer);
   if (renderAgain) return render();
-  if (name === "overview" || name === "groups" || !pages[name]) refreshTimer = setTimeout(render, 2000);
+  if (name === "overview" || name === "groups" || !pages[name]) refreshTimer = setTimeout(render, 1000);
 }
 
 // loadMe asks who the stored credential is; a credential the server

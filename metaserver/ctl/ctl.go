@@ -140,6 +140,7 @@ func NewCommand(out io.Writer) *cobra.Command {
 	pf.BoolVar(&g.json, "json", false, "print JSON instead of tables")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "request timeout")
 
+	root.AddCommand(failoverCmd(g))
 	root.AddCommand(statusCmd(g), brokersCmd(g), groupsCmd(g), routesCmd(g), routeCmd(g), readonlyCmd(g),
 		switchoverCmd(g), consumersCmd(g), offsetCmd(g), consumerCmd(g), deadCmd(g),
 		whoamiCmd(g), identityCmd(g), grantCmd(g), revokeCmd(g))
@@ -228,7 +229,7 @@ func groupsCmd(g *globals) *cobra.Command {
 }
 
 func groupTable(w *tabwriter.Writer, gs []api.Group) {
-	fmt.Fprintln(w, "GROUP\tKIND\tSTATE\tEPOCH\tMASTER\tSLAVE\tREPLICA LAG\tROUTES\tIN/S\tOUT/S\tPENDING\tREADONLY FOR")
+	fmt.Fprintln(w, "GROUP\tKIND\tSTATE\tWRITES\tEPOCH\tMASTER\tSLAVE\tELIGIBLE\tREPLICA LAG\tROUTES\tIN/S\tOUT/S\tPENDING\tREADONLY FOR")
 	for _, x := range gs {
 		pending := "-"
 		if x.Kind == "delay" {
@@ -238,9 +239,9 @@ func groupTable(w *tabwriter.Writer, gs []api.Group) {
 		if x.Lag != nil {
 			replica = lag(x.Lag.Bytes, x.Lag.Millis)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", x.Name, dash(x.Kind), x.State, epoch(x.Epoch),
-			seatName(x.MasterID, x.Master), slaveName(x), replica, x.Routes, x.Load.InPerSec, x.Load.OutPerSec, pending,
-			dash(strings.Join(x.Readonly, ",")))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", x.Name, dash(x.Kind), x.State, dash(x.WriteState),
+			epoch(x.Epoch), seatName(x.MasterID, x.Master), slaveName(x), eligibleName(x), replica, x.Routes, x.Load.InPerSec,
+			x.Load.OutPerSec, pending, dash(strings.Join(x.Readonly, ",")))
 	}
 }
 
@@ -262,6 +263,23 @@ func slaveName(x api.Group) string {
 	s := seatName(x.SlaveID, x.Slave)
 	if x.Slave != "" && x.SlaveEpoch != x.Epoch {
 		s += fmt.Sprintf(" (epoch %s)", epoch(x.SlaveEpoch))
+	}
+	return s
+}
+
+// eligibleName is the group's eligible slave ("-" none), with its set's
+// mode (sync: it takes over without waiting for the master's lease) and
+// "released" when the master left the group to it.
+func eligibleName(x api.Group) string {
+	if x.Eligible == "" {
+		return "-"
+	}
+	s := x.Eligible
+	if x.Sync {
+		s += " (sync)"
+	}
+	if x.Released {
+		s += " released"
 	}
 	return s
 }

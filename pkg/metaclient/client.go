@@ -69,9 +69,14 @@ type cacheEntry struct {
 	route       Route
 	lastEarly   time.Time
 	refreshing  bool
+	watched     bool // a watchLoop long-polls it
 	lastErr     error
 	lastAttempt time.Time
 }
+
+// MaxWatchedRoutes bounds the routes a Client watches with long-polling
+// lookups (WithWatch); more are refreshed on the interval only.
+const MaxWatchedRoutes = 256
 
 // Client looks up routes through a cache. It is safe for concurrent use.
 type Client struct {
@@ -85,11 +90,15 @@ type Client struct {
 	preferred int // index into addrs of the last meta server that answered
 	cache     map[routeKey]*cacheEntry
 	consumers map[consumerKey]*ConsumerRegistration
+	watched   int
 	closed    bool
 
 	wake chan routeKey
 	stop chan struct{}
-	wg   sync.WaitGroup
+	// ctx ends at Close (watchLoop's long polls).
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 // New returns a client of the meta servers at addrs (host:port). clientID
@@ -122,12 +131,15 @@ func NewStatic(groups []protocol.RouteGroup) *Client {
 }
 
 func newClient(opts []Option) *Client {
+	ctx, cancel := context.WithCancel(context.Background())
 	return &Client{
 		cfg:       newConfig(opts),
 		cache:     map[routeKey]*cacheEntry{},
 		consumers: map[consumerKey]*ConsumerRegistration{},
 		wake:      make(chan routeKey, 64),
 		stop:      make(chan struct{}),
+		ctx:       ctx,
+		cancel:    cancel,
 	}
 }
 
@@ -208,28 +220,90 @@ func (c *Client) fetch(ctx context.Context, k routeKey) (Route, error) {
 		e = &cacheEntry{}
 		c.cache[k] = e
 	}
+	c.storeLocked(k, e, lr)
+	if !e.watched && !c.closed && c.cfg.watchWait > 0 && c.watched < MaxWatchedRoutes {
+		e.watched = true
+		c.watched++
+		c.wg.Add(1)
+		go c.watchLoop(k)
+	}
+	return e.route, nil
+}
+
+// storeLocked caches lr as k's route, unless it is older than the one
+// cached (a lagging meta server). c.mu is held.
+func (c *Client) storeLocked(k routeKey, e *cacheEntry, lr protocol.LookupResponse) {
 	e.lastErr, e.lastAttempt = nil, time.Now()
 	if lr.Version < e.route.Version && time.Since(e.route.Fetched) < c.staleWindow() {
-		return e.route, nil // a lagging meta server: keep the newer answer
+		return // a lagging meta server: keep the newer answer
 	}
 	e.route = Route{
 		ClientType: k.clientType, Subject: k.subject, Group: k.group, Version: lr.Version, Fetched: time.Now(),
 		Offline: lr.Flags&protocol.LookupConsumerOffline != 0, Groups: lr.Groups,
 	}
-	return e.route, nil
+}
+
+// watchLoop long-polls k's route (protocol.LookupRequest.Wait) and caches
+// every change the meta servers answer with, until Close; it backs off
+// 100 ms → 2 s while no meta server answers.
+func (c *Client) watchLoop(k routeKey) {
+	defer c.wg.Done()
+	backoff := time.Duration(0)
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-time.After(backoff):
+		}
+		c.mu.Lock()
+		r := c.cache[k].route
+		c.mu.Unlock()
+		known := protocol.LookupResponse{Groups: r.Groups}
+		if r.Offline {
+			known.Flags |= protocol.LookupConsumerOffline
+		}
+		req := protocol.LookupRequest{ClientType: k.clientType, Subject: k.subject, Group: k.group, ClientID: k.clientID,
+			Wait: c.cfg.watchWait, Known: protocol.RouteHash(&known)}
+		asked := time.Now()
+		resp, err := c.callWait(c.ctx, protocol.CmdLookup, protocol.AppendLookupRequest(nil, &req), c.cfg.watchWait+c.cfg.requestTimeout)
+		var lr protocol.LookupResponse
+		if err == nil {
+			lr, err = protocol.DecodeLookupResponse(resp)
+		}
+		if err != nil {
+			backoff = min(max(2*backoff, 100*time.Millisecond), 2*time.Second)
+			continue
+		}
+		backoff = 0
+		if protocol.RouteHash(&lr) == req.Known && time.Since(asked) < c.cfg.watchWait/2 {
+			// Answered at once with what it had: a server that does not
+			// hold long polls. Ask it on the refresh interval instead.
+			backoff = c.cfg.refreshInterval
+		}
+		c.mu.Lock()
+		if e := c.cache[k]; e != nil {
+			c.storeLocked(k, e, lr)
+		}
+		c.mu.Unlock()
+	}
 }
 
 // call sends one request to the meta servers, starting with the preferred
 // one and failing over in turn. Answers that are protocol errors about the
 // request itself (invalid, bad request) are not retried elsewhere.
 func (c *Client) call(ctx context.Context, cmd protocol.Command, body []byte) ([]byte, error) {
+	return c.callWait(ctx, cmd, body, c.cfg.requestTimeout)
+}
+
+// callWait is call with timeout for each meta server's answer.
+func (c *Client) callWait(ctx context.Context, cmd protocol.Command, body []byte, timeout time.Duration) ([]byte, error) {
 	c.mu.Lock()
 	start := c.preferred
 	c.mu.Unlock()
 	var lastErr error
 	for i := range c.addrs {
 		idx := (start + i) % len(c.addrs)
-		rctx, cancel := context.WithTimeout(ctx, c.cfg.requestTimeout)
+		rctx, cancel := context.WithTimeout(ctx, timeout)
 		resp, err := c.cfg.caller.Call(rctx, c.addrs[idx], cmd, body)
 		cancel()
 		if err == nil {
@@ -311,6 +385,7 @@ func (c *Client) Close() error {
 		r.Close()
 	}
 	close(c.stop)
+	c.cancel()
 	c.wg.Wait()
 	if c.own != nil {
 		return c.own.Close()

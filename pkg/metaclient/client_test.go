@@ -20,6 +20,7 @@ type fakeMeta struct {
 	lookups atomic.Int64
 
 	mu        sync.Mutex
+	changed   chan struct{} // closed and replaced by set (long polls wait on it)
 	version   uint64
 	groups    []protocol.RouteGroup
 	offline   bool
@@ -33,22 +34,37 @@ func startFakeMeta(t *testing.T) *fakeMeta { return startFakeMetaAt(t, "") }
 // startFakeMetaAt starts the fake meta server on addr ("": a free port).
 func startFakeMetaAt(t *testing.T, addr string) *fakeMeta {
 	t.Helper()
-	m := &fakeMeta{version: 1, ttl: 600 * time.Millisecond,
+	m := &fakeMeta{version: 1, ttl: 600 * time.Millisecond, changed: make(chan struct{}),
 		groups: []protocol.RouteGroup{{Group: "g1", Kind: protocol.KindRealtime, State: protocol.GroupReadWrite, Master: "127.0.0.1:1"}}}
 	mux := netserver.NewMux()
 	mux.HandleFunc(protocol.CmdLookup, func(r *netserver.Request) {
-		if _, err := protocol.DecodeLookupRequest(r.Body); err != nil {
+		q, err := protocol.DecodeLookupRequest(r.Body)
+		if err != nil {
 			r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
 			return
 		}
 		m.lookups.Add(1)
-		m.mu.Lock()
-		resp := protocol.LookupResponse{Version: m.version, Timestamp: time.Now(), Groups: m.groups}
-		if m.offline {
-			resp.Flags = protocol.LookupConsumerOffline
+		deadline := time.After(q.Wait)
+		for {
+			m.mu.Lock()
+			resp := protocol.LookupResponse{Version: m.version, Timestamp: time.Now(), Groups: m.groups}
+			if m.offline {
+				resp.Flags = protocol.LookupConsumerOffline
+			}
+			changed := m.changed
+			m.mu.Unlock()
+			if q.Wait == 0 || protocol.RouteHash(&resp) != q.Known {
+				r.Reply(protocol.StatusOK, protocol.AppendLookupResponse(nil, &resp))
+				return
+			}
+			select { // a long poll, as the meta server holds it
+			case <-changed:
+			case <-deadline:
+				q.Wait = 0
+			case <-r.Done():
+				return
+			}
 		}
-		m.mu.Unlock()
-		r.Reply(protocol.StatusOK, protocol.AppendLookupResponse(nil, &resp))
 	})
 	mux.HandleFunc(protocol.CmdRegister, func(r *netserver.Request) {
 		req, err := protocol.DecodeRegisterRequest(r.Body)
@@ -98,7 +114,34 @@ func (m *fakeMeta) addr() string { return m.srv.Addr().String() }
 func (m *fakeMeta) set(version uint64, groups ...protocol.RouteGroup) {
 	m.mu.Lock()
 	m.version, m.groups = version, groups
+	close(m.changed)
+	m.changed = make(chan struct{})
 	m.mu.Unlock()
+}
+
+// A route is watched with a long-polling lookup: a change on the meta
+// server reaches the cache at once, without a refresh, and without asking
+// again while nothing changes.
+func TestClient_WatchFollowsChanges(t *testing.T) {
+	m := startFakeMeta(t)
+	m.set(1, rg("g1", protocol.GroupReadWrite))
+	c := newTestClient(t, []string{m.addr()}, WithRefreshInterval(time.Hour), WithWatch(5*time.Second))
+	ctx := context.Background()
+	if r, err := c.Lookup(ctx, protocol.ClientProducer, "orders", ""); err != nil || r.Groups[0].Group != "g1" {
+		t.Fatalf("lookup: %+v, %v", r, err)
+	}
+	eventually(t, 2*time.Second, "the long poll", func() bool { return m.lookups.Load() == 2 })
+	changed := time.Now()
+	m.set(2, rg("g2", protocol.GroupReadWrite))
+	eventually(t, time.Second, "the change in the cache", func() bool {
+		r, _ := c.Lookup(ctx, protocol.ClientProducer, "orders", "")
+		return r.Groups[0].Group == "g2"
+	})
+	t.Logf("a change reached the cache %v after it was made", time.Since(changed).Round(time.Millisecond))
+	time.Sleep(300 * time.Millisecond)
+	if n := m.lookups.Load(); n != 3 {
+		t.Fatalf("%d lookups, want 3: the first, the long poll answered with the change, the next long poll", n)
+	}
 }
 
 func rg(name string, st protocol.GroupState) protocol.RouteGroup {
@@ -118,7 +161,8 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 
 func newTestClient(t *testing.T, addrs []string, opts ...Option) *Client {
 	t.Helper()
-	c, err := New(addrs, "test-client", append([]Option{WithRequestTimeout(time.Second)}, opts...)...)
+	// Watching off unless a test turns it on: these tests count lookups.
+	c, err := New(addrs, "test-client", append([]Option{WithRequestTimeout(time.Second), WithWatch(0)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,12 @@
 // etcd rebuilt from scratch (revisions start again at 1) cannot pin clients
 // to old routes for longer than that.
 //
+// Each cached route (up to MaxWatchedRoutes) is also watched: a long-polling
+// lookup that the meta server answers as soon as the route's answer changes
+// (a failover, a group turning readonly) or after WithWatch's wait (default
+// 10 s), so clients follow a change within a round trip rather than a
+// refresh interval.
+//
 // NewStatic returns a Client with fixed routes and no meta server, for tests
 // and one-off tools.
 //
@@ -29,6 +35,10 @@
 // # Brokers
 //
 // Register (registrar.go) registers a broker and heartbeats it every third of
-// the lease TTL, carrying its state and load, trying every meta server in
-// turn; Close unregisters it at once.
+// the lease TTL, carrying its state, load and (a master's) write state,
+// trying every meta server in turn; Poke heartbeats at once (the state
+// changed); Close unregisters it at once. A registration reports its group's
+// eligible set (Set) and a master changes it with SetEligible; a master
+// registration with Broker.TakeoverEpoch asks for a takeover. The role loop
+// that drives all this is pkg/failover.
 package metaclient

@@ -23,6 +23,7 @@ const (
 	DefaultRefreshInterval = 5 * time.Second
 	DefaultRequestTimeout  = 3 * time.Second
 	DefaultMinEarlyRefresh = 200 * time.Millisecond
+	DefaultWatchWait       = 10 * time.Second
 )
 
 type config struct {
@@ -34,6 +35,7 @@ type config struct {
 	heartbeat       time.Duration
 	tls             *tls.Config
 	credentials     func() (*auth.Credentials, error) // read when the transport is made
+	watchWait       time.Duration
 }
 
 // Option configures a Client or a Registration.
@@ -56,6 +58,13 @@ func WithRequestTimeout(d time.Duration) Option { return func(o *config) { o.req
 // WithMinEarlyRefresh sets the least time between two early refreshes of
 // one route (default 200 ms), so a burst of errors costs one lookup.
 func WithMinEarlyRefresh(d time.Duration) Option { return func(o *config) { o.minEarlyRefresh = d } }
+
+// WithWatch sets how long a route's long-polling lookup may wait for a
+// change (default 10 s): a Client keeps one per cached route (up to
+// MaxWatchedRoutes), so a failover or a state change reaches it within a
+// round trip of the meta server's view. 0 turns watching off (routes are
+// then refreshed every refresh interval and on errors only).
+func WithWatch(wait time.Duration) Option { return func(o *config) { o.watchWait = wait } }
 
 // WithHeartbeatInterval sets how often a Registration heartbeats (default:
 // a third of the lease TTL the meta server grants; never more than half of
@@ -111,6 +120,7 @@ func newConfig(opts []Option) config {
 		refreshInterval: DefaultRefreshInterval,
 		requestTimeout:  DefaultRequestTimeout,
 		minEarlyRefresh: DefaultMinEarlyRefresh,
+		watchWait:       DefaultWatchWait,
 	}
 	for _, o := range opts {
 		o(&c)

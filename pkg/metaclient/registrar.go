@@ -27,6 +27,40 @@ type Broker struct {
 	// GroupReadonly) and load; it is called before every heartbeat. nil
 	// reports read-write and no load.
 	Report func() (protocol.GroupState, protocol.BrokerLoad)
+	// WriteState returns a master's write state and why (pkg/failover);
+	// nil reports none.
+	WriteState func() (protocol.WriteState, string)
+	// Sync: a master that waits for its slave (--wait-slave); its group's
+	// eligible set is in sync mode.
+	Sync bool
+	// TakeoverEpoch, on a master registration, asks to take the group over
+	// from its master at that epoch (the group's eligible slave, in sync
+	// mode, when its master does not answer): the first registration only.
+	TakeoverEpoch uint64
+}
+
+// EligibleSet is a group's eligible set as the meta server last reported
+// it (see pkg/failover).
+type EligibleSet struct {
+	// Known: the group has a record.
+	Known bool
+	// Sync: the set is in sync mode (its master runs --wait-slave).
+	Sync bool
+	// Slave is the eligible slave's broker id ("" none).
+	Slave string
+	// Eligible: this broker is the eligible slave.
+	Eligible bool
+	// Released: the set's master released the group to its slave (a
+	// switchover or a clean shutdown).
+	Released bool
+	// Own: the set belongs to this broker (it is the set's master).
+	Own bool
+}
+
+func eligibleSet(flags uint8, slave string) EligibleSet {
+	return EligibleSet{Known: flags&protocol.RegisterHasSet != 0, Sync: flags&protocol.RegisterSyncSet != 0,
+		Slave: slave, Eligible: flags&protocol.RegisterEligible != 0, Released: flags&protocol.RegisterReleased != 0,
+		Own: flags&protocol.RegisterOwnSet != 0}
 }
 
 // Registration keeps a broker registered. Its heartbeat loop runs until
@@ -45,7 +79,9 @@ type Registration struct {
 	lastErr   atomic.Pointer[error]
 	epoch     atomic.Uint64
 	renewedAt atomic.Int64 // monotonic nanoseconds since clockBase; 0: never
+	set       atomic.Pointer[EligibleSet]
 
+	poke      chan struct{}
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
@@ -63,7 +99,7 @@ func Register(ctx context.Context, addrs []string, b Broker, opts ...Option) (*R
 		b.BrokerID = b.Address
 	}
 	r := &Registration{cfg: newConfig(opts), addrs: append([]string(nil), addrs...), broker: b,
-		stop: make(chan struct{}), done: make(chan struct{})}
+		poke: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if r.cfg.caller == nil {
 		tr, err := r.cfg.newTransport()
 		if err != nil {
@@ -71,7 +107,12 @@ func Register(ctx context.Context, addrs []string, b Broker, opts ...Option) (*R
 		}
 		r.own, r.cfg.caller = tr, tr
 	}
-	if _, err := r.heartbeat(ctx, 0); err != nil {
+	var flags uint8
+	if b.TakeoverEpoch != 0 && b.Role == protocol.RoleMaster {
+		flags |= protocol.RegisterTakeover
+		r.epoch.Store(b.TakeoverEpoch)
+	}
+	if _, err := r.heartbeat(ctx, flags); err != nil {
 		if r.own != nil {
 			_ = r.own.Close()
 		}
@@ -130,6 +171,58 @@ func (r *Registration) Err() error {
 // Healthy reports whether the last heartbeat reached a meta server.
 func (r *Registration) Healthy() bool { return r.healthy.Load() }
 
+// Set returns the group's eligible set as of the last successful heartbeat.
+func (r *Registration) Set() EligibleSet {
+	if p := r.set.Load(); p != nil {
+		return *p
+	}
+	return EligibleSet{}
+}
+
+// Poke sends the next heartbeat now (the broker's state changed: the meta
+// server shows it within a round trip instead of a heartbeat interval).
+func (r *Registration) Poke() {
+	select {
+	case r.poke <- struct{}{}:
+	default:
+	}
+}
+
+// SetEligible asks the meta servers to record slave ("" none) as the
+// group's eligible slave, in sync mode or not (protocol.CmdEligible), on
+// behalf of this master at its epoch. It returns the set as recorded. A
+// refusal with protocol.ErrNotMaster means another broker is the master
+// now; an error without an answer leaves the set unknown (ask again).
+func (r *Registration) SetEligible(ctx context.Context, slave string, sync bool) (EligibleSet, error) {
+	q := protocol.EligibleRequest{Group: r.broker.Group, BrokerID: r.broker.BrokerID, Epoch: r.epoch.Load(), Slave: slave}
+	if sync {
+		q.Flags |= protocol.RegisterSync
+	}
+	body := protocol.AppendEligibleRequest(nil, &q)
+	start := int(r.preferred.Load())
+	var lastErr error
+	for i := range r.addrs {
+		idx := (start + i) % len(r.addrs)
+		rctx, cancel := context.WithTimeout(ctx, r.cfg.requestTimeout)
+		b, err := r.cfg.caller.Call(rctx, r.addrs[idx], protocol.CmdEligible, body)
+		cancel()
+		var resp protocol.EligibleResponse
+		if err == nil {
+			resp, err = protocol.DecodeEligibleResponse(b)
+		}
+		if err == nil {
+			set := eligibleSet(resp.Flags, resp.Slave)
+			r.set.Store(&set)
+			return set, nil
+		}
+		lastErr = err
+		if errors.Is(err, protocol.ErrInvalid) || errors.Is(err, protocol.ErrNotMaster) || errors.Is(err, protocol.ErrStaleEpoch) || ctx.Err() != nil {
+			break
+		}
+	}
+	return EligibleSet{}, fmt.Errorf("metaclient: eligible set of %s: %w", r.broker.Group, lastErr)
+}
+
 func (r *Registration) heartbeatLoop() {
 	defer close(r.done)
 	interval := r.interval()
@@ -137,6 +230,7 @@ func (r *Registration) heartbeatLoop() {
 		select {
 		case <-r.stop:
 			return
+		case <-r.poke:
 		case <-time.After(interval):
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), r.TTL())
@@ -171,6 +265,12 @@ func (r *Registration) heartbeat(ctx context.Context, flags uint8) (protocol.Reg
 	req := protocol.RegisterRequest{Flags: flags, Kind: r.broker.Kind, Role: r.broker.Role, State: state,
 		Group: r.broker.Group, BrokerID: r.broker.BrokerID, Address: r.broker.Address, LeaseID: r.lease.Load(), Load: load,
 		Epoch: r.epoch.Load()}
+	if r.broker.WriteState != nil {
+		req.WriteState, req.WriteReason = r.broker.WriteState()
+	}
+	if r.broker.Sync {
+		req.Flags |= protocol.RegisterSync
+	}
 	body := protocol.AppendRegisterRequest(nil, &req)
 	start := int(r.preferred.Load())
 	var lastErr error
@@ -192,6 +292,8 @@ func (r *Registration) heartbeat(ctx context.Context, flags uint8) (protocol.Reg
 				r.master.Store(&resp.Master)
 				r.epoch.Store(resp.Epoch)
 				r.renewedAt.Store(max(int64(sent), 1))
+				set := eligibleSet(resp.Flags, resp.EligibleSlave)
+				r.set.Store(&set)
 			}
 			r.healthy.Store(true)
 			r.lastErr.Store(nil)

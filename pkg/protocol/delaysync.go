@@ -12,9 +12,9 @@ import (
 // file (CmdDelaySyncRead) and writes them at the same offsets. Big-endian:
 //
 //	manifest request   epoch u64 | group s8 | run u64 | since u64 |
-//	                   acked i64 | wait ms u32
+//	                   acked i64 | wait ms u32 | lease stamp u64 | slave id s8
 //	manifest response  epoch u64 | store u64 | run u64 | version u64 | replayed i64 |
-//	                   flags u8 | count u32 |
+//	                   lease stamp u64 | flags u8 | count u32 |
 //	                   count × (hour i64 | hour flags u8 | schedule size i64 |
 //	                            records i64 | dispatch size i64)
 //	read request       epoch u64 | group s8 | max bytes u32 | count u16 |
@@ -40,6 +40,10 @@ import (
 // may cover less than asked (ask again from where it ends). epoch is the
 // group's epoch as the sender knows it: a master refuses a request from a
 // newer epoch than its own with StatusStaleEpoch (it has been deposed).
+// lease stamp and slave id serve failover as in CmdSyncLog (sync.go): the
+// response's stamp is the master's clock when it sent it, the request
+// echoes the latest one the slave received, and slave id is the slave's
+// registered broker id.
 
 // Delay replication commands (the 50–69 replication range).
 const (
@@ -178,6 +182,8 @@ type DelayManifestRequest struct {
 	Since      uint64
 	Acked      int64
 	WaitMillis uint32
+	LeaseStamp uint64
+	SlaveID    string
 }
 
 // DelayHour is the state of one hour's files on the master.
@@ -191,13 +197,14 @@ type DelayHour struct {
 
 // DelayManifestResponse lists hours changed since the request's version.
 type DelayManifestResponse struct {
-	Epoch    uint64
-	Store    uint64
-	Run      uint64
-	Version  uint64
-	Replayed int64
-	Flags    uint8
-	Hours    []DelayHour
+	Epoch      uint64
+	Store      uint64
+	Run        uint64
+	Version    uint64
+	Replayed   int64
+	LeaseStamp uint64
+	Flags      uint8
+	Hours      []DelayHour
 }
 
 // DelayRange asks for the bytes [From, To) of one hour file.
@@ -242,13 +249,16 @@ func AppendDelayManifestRequest(dst []byte, q *DelayManifestRequest) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, q.Run)
 	dst = binary.BigEndian.AppendUint64(dst, q.Since)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(q.Acked))
-	return binary.BigEndian.AppendUint32(dst, q.WaitMillis)
+	dst = binary.BigEndian.AppendUint32(dst, q.WaitMillis)
+	dst = binary.BigEndian.AppendUint64(dst, q.LeaseStamp)
+	return appendString8(dst, q.SlaveID)
 }
 
 // DecodeDelayManifestRequest decodes a manifest request body.
 func DecodeDelayManifestRequest(body []byte) (DelayManifestRequest, error) {
 	r := reader{b: body}
-	q := DelayManifestRequest{Epoch: r.u64(), Group: r.string8(), Run: r.u64(), Since: r.u64(), Acked: int64(r.u64()), WaitMillis: r.u32()}
+	q := DelayManifestRequest{Epoch: r.u64(), Group: r.string8(), Run: r.u64(), Since: r.u64(), Acked: int64(r.u64()), WaitMillis: r.u32(),
+		LeaseStamp: r.u64(), SlaveID: r.string8()}
 	if err := r.done(); err != nil {
 		return DelayManifestRequest{}, fmt.Errorf("%w: delay manifest request", err)
 	}
@@ -265,6 +275,7 @@ func AppendDelayManifestResponse(dst []byte, p *DelayManifestResponse) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, p.Run)
 	dst = binary.BigEndian.AppendUint64(dst, p.Version)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(p.Replayed))
+	dst = binary.BigEndian.AppendUint64(dst, p.LeaseStamp)
 	dst = append(dst, p.Flags)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(p.Hours)))
 	for _, h := range p.Hours {
@@ -281,7 +292,7 @@ func AppendDelayManifestResponse(dst []byte, p *DelayManifestResponse) []byte {
 // sizes are rejected.
 func DecodeDelayManifestResponse(body []byte) (DelayManifestResponse, error) {
 	r := reader{b: body}
-	p := DelayManifestResponse{Epoch: r.u64(), Store: r.u64(), Run: r.u64(), Version: r.u64(), Replayed: int64(r.u64()), Flags: r.u8()}
+	p := DelayManifestResponse{Epoch: r.u64(), Store: r.u64(), Run: r.u64(), Version: r.u64(), Replayed: int64(r.u64()), LeaseStamp: r.u64(), Flags: r.u8()}
 	n := r.u32()
 	if r.err == nil && uint64(n)*delayHourSize > uint64(len(body)-r.off) {
 		r.err = ErrTruncated

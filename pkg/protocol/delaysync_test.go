@@ -8,8 +8,8 @@ import (
 )
 
 func sampleDelaySync() (DelayManifestRequest, DelayManifestResponse, DelayReadRequest, DelayReadResponse) {
-	mq := DelayManifestRequest{Epoch: 7, Group: "dl1", Run: 0xfeed, Since: 42, Acked: 1 << 33, WaitMillis: 500}
-	mp := DelayManifestResponse{Epoch: 7, Store: 0xabc, Run: 0xfeed, Version: 43, Replayed: 1<<33 + 100, Flags: DelayManifestFull, Hours: []DelayHour{
+	mq := DelayManifestRequest{Epoch: 7, Group: "dl1", Run: 0xfeed, Since: 42, Acked: 1 << 33, WaitMillis: 500, LeaseStamp: 99, SlaveID: "dl1-s"}
+	mp := DelayManifestResponse{Epoch: 7, Store: 0xabc, Run: 0xfeed, Version: 43, Replayed: 1<<33 + 100, LeaseStamp: 1 << 41, Flags: DelayManifestFull, Hours: []DelayHour{
 		{Hour: 490000, ScheduleSize: 4096, Records: 12, DispatchSize: 24},
 		{Hour: 490001, Flags: DelayHourRemoved},
 	}}

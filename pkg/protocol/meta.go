@@ -17,20 +17,38 @@ import (
 //	flags u8 | kind u8 | role u8 | state u8 | group s8 | broker id s8 |
 //	address s8 | lease id i64 | in/s u32 | out/s u32 | subjects u32 |
 //	stored bytes u64 | pending u64 | replica lag bytes u64 |
-//	replica lag ms u64 | epoch u64
+//	replica lag ms u64 | epoch u64 | write state u8 | write reason s8
 //
 // flags bit0 (RegisterLeaving) removes the registration at once (a clean
-// shutdown). lease id is the one the last response returned (0 the first
+// shutdown; a master that has an eligible slave releases the group to it,
+// see pkg/failover). bit1 (RegisterTakeover) asks, on a master
+// registration, for a takeover: the eligible slave of a group whose
+// eligible set is in sync mode takes the group from a master that does not
+// answer, without waiting for that master's lease (epoch is then the
+// master epoch the slave follows). bit2 (RegisterSync) says a master runs
+// --wait-slave: its eligible set is in sync mode. lease id is the one the last response returned (0 the first
 // time); any meta server can keep it alive. state is what the broker reports
 // of itself: GroupReadWrite, or GroupReadonly when it wants no new messages
 // (a lagging slave, a full disk). replica lag is, on a slave, how far its
 // logs are behind its master; on a master, how far its slave is behind (0
 // without one). epoch is the epoch the broker serves in: a master's own, a
-// slave's master's (0: none yet).
+// slave's master's (0: none yet). write state is a master's WriteState
+// (0 unknown, and for a slave) and write reason why, for people.
 //
 // RegisterResponse:
 //
-//	lease id i64 | ttl ms u32 | version u64 | master s8 | epoch u64
+//	lease id i64 | ttl ms u32 | version u64 | master s8 | epoch u64 |
+//	flags u8 | eligible slave s8
+//
+// flags and eligible slave describe the group's eligible set (the meta
+// server's record of which slave may take the group over): bit0
+// (RegisterEligible) this broker is the eligible slave, bit1
+// (RegisterSyncSet) the set is in sync mode, bit2 (RegisterHasSet) the group
+// has a record at all, bit3 (RegisterReleased) the set's master released
+// the group to its slave (a switchover or a clean shutdown: the slave may
+// take it at once), bit4 (RegisterOwnSet) the set belongs to this broker
+// (its master: it may take its seat again); eligible slave is the recorded
+// slave's broker id ("" none).
 //
 // master is the address of the group's live master as the meta server
 // knows it (empty when none): what a slave replicates from. epoch is that
@@ -39,13 +57,23 @@ import (
 // it (0 when the group has no master).
 //
 // Election: registering as RoleMaster succeeds only while no other broker
-// holds the group's master registration; otherwise it fails with
-// StatusNotMaster. The lease the registration lives on is the master's
-// term: a master that has not renewed it for its TTL has lost the group.
+// holds the group's master registration, and only for a broker the group's
+// eligible set allows (CmdEligible, eligible.go: its master, or its eligible
+// slave when the master released the group or does not answer); otherwise
+// it fails with StatusNotMaster naming why. A takeover (RegisterTakeover)
+// moves a held registration to the eligible slave of a sync-mode set when
+// the master does not answer. The lease the registration lives on is the
+// master's: a master whose lease expired may win its seat again at a new
+// epoch (pkg/failover has the rules and why they are safe).
 //
 // LookupRequest (client → meta server):
 //
-//	client type u8 | subject s16 | group s8 | client id s8
+//	client type u8 | subject s16 | group s8 | client id s8 |
+//	wait ms u32 | known u64
+//
+// wait > 0 makes the lookup a long poll: the meta server answers as soon as
+// the answer's RouteHash differs from known (the client's cached answer),
+// or after wait with the current answer.
 //
 // LookupResponse:
 //
@@ -181,7 +209,78 @@ const (
 	// LookupConsumerOffline in LookupResponse.Flags and
 	// ClientHeartbeatResponse.Flags: an admin took the consumer offline.
 	LookupConsumerOffline uint8 = 1 << 0
+	// RegisterTakeover in RegisterRequest.Flags: the eligible slave takes
+	// the group over from a master that does not answer (sync mode).
+	RegisterTakeover uint8 = 1 << 1
+	// RegisterSync in RegisterRequest.Flags: the master waits for its
+	// slave (--wait-slave): its eligible set is in sync mode.
+	RegisterSync uint8 = 1 << 2
+	// RegisterEligible in RegisterResponse.Flags: this broker is its
+	// group's eligible slave.
+	RegisterEligible uint8 = 1 << 0
+	// RegisterSyncSet in RegisterResponse.Flags: the group's eligible set
+	// is in sync mode.
+	RegisterSyncSet uint8 = 1 << 1
+	// RegisterHasSet in RegisterResponse.Flags: the group has an eligible
+	// set record.
+	RegisterHasSet uint8 = 1 << 2
+	// RegisterReleased in RegisterResponse.Flags: the set's master released
+	// the group to its eligible slave.
+	RegisterReleased uint8 = 1 << 3
+	// RegisterOwnSet in RegisterResponse.Flags: the set belongs to this
+	// broker (it is the set's master).
+	RegisterOwnSet uint8 = 1 << 4
 )
+
+// WriteState is a master's write state as it reports it (pkg/failover
+// computes it; heartbeats carry it to the meta server).
+type WriteState uint8
+
+const (
+	// WriteUnknown: not reported (a slave, or an older broker).
+	WriteUnknown WriteState = 0
+	// WriteWritable: takes and acknowledges writes; an eligible slave holds
+	// them (sync) or a lease covers them (async).
+	WriteWritable WriteState = 1
+	// WriteAlone: takes writes with no eligible slave: nobody else can be
+	// elected, so it never fences itself.
+	WriteAlone WriteState = 2
+	// WriteReadonly: refuses writes: its eligible slave is gone and the
+	// eligible set cannot be shrunk (or the policy is readonly).
+	WriteReadonly WriteState = 3
+	// WriteFenced: refuses writes: not registered yet, or (async) neither
+	// its meta lease nor its slave lease holds.
+	WriteFenced WriteState = 4
+	// WriteDeposed: another broker is the group's master.
+	WriteDeposed WriteState = 5
+	// WriteHandingOver: a switchover stopped writes.
+	WriteHandingOver WriteState = 6
+)
+
+// String returns the state's name: "writable", "alone", "readonly",
+// "fenced", "deposed", "handing-over" or "" for WriteUnknown.
+func (s WriteState) String() string {
+	switch s {
+	case WriteUnknown:
+		return ""
+	case WriteWritable:
+		return "writable"
+	case WriteAlone:
+		return "alone"
+	case WriteReadonly:
+		return "readonly"
+	case WriteFenced:
+		return "fenced"
+	case WriteDeposed:
+		return "deposed"
+	case WriteHandingOver:
+		return "handing-over"
+	}
+	return fmt.Sprintf("write-state(%d)", uint8(s))
+}
+
+// Writes reports whether a master in state s takes writes.
+func (s WriteState) Writes() bool { return s == WriteWritable || s == WriteAlone }
 
 // BrokerLoad is what a broker reports of its load with every heartbeat.
 type BrokerLoad struct {
@@ -209,6 +308,9 @@ type RegisterRequest struct {
 	LeaseID  int64
 	Load     BrokerLoad
 	Epoch    uint64 // a master's own epoch; a slave's master's (0: none)
+	// WriteState and WriteReason: a master's write state and why.
+	WriteState  WriteState
+	WriteReason string
 }
 
 // AppendRegisterRequest appends the body of r.
@@ -225,7 +327,17 @@ func AppendRegisterRequest(dst []byte, r *RegisterRequest) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, r.Load.Pending)
 	dst = binary.BigEndian.AppendUint64(dst, r.Load.ReplicaLagBytes)
 	dst = binary.BigEndian.AppendUint64(dst, r.Load.ReplicaLagMillis)
-	return binary.BigEndian.AppendUint64(dst, r.Epoch)
+	dst = binary.BigEndian.AppendUint64(dst, r.Epoch)
+	dst = append(dst, uint8(r.WriteState))
+	return appendString8(dst, truncate255(r.WriteReason))
+}
+
+// truncate255 cuts s to what an s8 holds.
+func truncate255(s string) string {
+	if len(s) > 255 {
+		return s[:255]
+	}
+	return s
 }
 
 // DecodeRegisterRequest decodes a register request body.
@@ -239,6 +351,8 @@ func DecodeRegisterRequest(body []byte) (RegisterRequest, error) {
 	q.Load = BrokerLoad{InPerSec: r.u32(), OutPerSec: r.u32(), Subjects: r.u32(), StoredBytes: r.u64(), Pending: r.u64(),
 		ReplicaLagBytes: r.u64(), ReplicaLagMillis: r.u64()}
 	q.Epoch = r.u64()
+	q.WriteState = WriteState(r.u8())
+	q.WriteReason = r.string8()
 	if err := r.done(); err != nil {
 		return RegisterRequest{}, fmt.Errorf("%w: register request", err)
 	}
@@ -252,6 +366,10 @@ type RegisterResponse struct {
 	Version uint64
 	Master  string // the group's live master's address; empty when none
 	Epoch   uint64 // that master's epoch; 0 when none
+	// Flags (RegisterEligible, RegisterSyncSet, RegisterHasSet) and
+	// EligibleSlave describe the group's eligible set.
+	Flags         uint8
+	EligibleSlave string
 }
 
 // AppendRegisterResponse appends the body of r.
@@ -260,7 +378,9 @@ func AppendRegisterResponse(dst []byte, r *RegisterResponse) []byte {
 	dst = binary.BigEndian.AppendUint32(dst, durationMillis(r.TTL))
 	dst = binary.BigEndian.AppendUint64(dst, r.Version)
 	dst = appendString8(dst, r.Master)
-	return binary.BigEndian.AppendUint64(dst, r.Epoch)
+	dst = binary.BigEndian.AppendUint64(dst, r.Epoch)
+	dst = append(dst, r.Flags)
+	return appendString8(dst, r.EligibleSlave)
 }
 
 // DecodeRegisterResponse decodes a register response body.
@@ -271,6 +391,8 @@ func DecodeRegisterResponse(body []byte) (RegisterResponse, error) {
 	q.Version = r.u64()
 	q.Master = r.string8()
 	q.Epoch = r.u64()
+	q.Flags = r.u8()
+	q.EligibleSlave = r.string8()
 	if err := r.done(); err != nil {
 		return RegisterResponse{}, fmt.Errorf("%w: register response", err)
 	}
@@ -283,6 +405,10 @@ type LookupRequest struct {
 	Subject    string
 	Group      string // consumer group; empty for producers
 	ClientID   string
+	// Wait > 0 makes the lookup a long poll: answered once the answer's
+	// RouteHash differs from Known, or after Wait.
+	Wait  time.Duration
+	Known uint64
 }
 
 // AppendLookupRequest appends the body of r.
@@ -290,7 +416,9 @@ func AppendLookupRequest(dst []byte, r *LookupRequest) []byte {
 	dst = append(dst, uint8(r.ClientType))
 	dst = appendString16(dst, r.Subject)
 	dst = appendString8(dst, r.Group)
-	return appendString8(dst, r.ClientID)
+	dst = appendString8(dst, r.ClientID)
+	dst = binary.BigEndian.AppendUint32(dst, durationMillis(r.Wait))
+	return binary.BigEndian.AppendUint64(dst, r.Known)
 }
 
 // DecodeLookupRequest decodes a lookup request body.
@@ -300,6 +428,8 @@ func DecodeLookupRequest(body []byte) (LookupRequest, error) {
 	q.Subject = string(r.bytes16())
 	q.Group = r.string8()
 	q.ClientID = r.string8()
+	q.Wait = time.Duration(r.u32()) * time.Millisecond
+	q.Known = r.u64()
 	if err := r.done(); err != nil {
 		return LookupRequest{}, fmt.Errorf("%w: lookup request", err)
 	}
@@ -370,6 +500,36 @@ func DecodeLookupResponse(body []byte) (LookupResponse, error) {
 		return LookupResponse{}, fmt.Errorf("%w: lookup response", err)
 	}
 	return q, nil
+}
+
+// RouteHash summarizes what a lookup answer tells a client (its flags and
+// groups, not its version or time): a long-polling lookup is answered when
+// it changes. FNV-1a over the encoded groups.
+func RouteHash(r *LookupResponse) uint64 {
+	h := uint64(14695981039346656037)
+	add := func(c byte) {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	addString := func(s string) {
+		for i := 0; i < len(s); i++ {
+			add(s[i])
+		}
+		add(0)
+	}
+	add(r.Flags)
+	for i := range r.Groups {
+		g := &r.Groups[i]
+		addString(g.Group)
+		add(uint8(g.Kind))
+		add(uint8(g.State))
+		addString(g.Master)
+		addString(g.Slave)
+		for shift := 56; shift >= 0; shift -= 8 {
+			add(byte(g.Epoch >> shift))
+		}
+	}
+	return h
 }
 
 // ClientHeartbeatRequest keeps a consumer registered.

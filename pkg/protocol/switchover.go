@@ -28,13 +28,15 @@ func init() { commandNames[CmdSwitchover] = "switchover" }
 // broker's default).
 //
 // A master that accepts stops taking writes, waits until its slave holds
-// everything it has committed, unregisters as master (RegisterLeaving on its
-// master registration) and rejoins the group as a slave; the slave's next
-// heartbeat finds no master and wins the election at a higher epoch. The
+// everything it has committed, records it as the group's eligible slave if
+// it was not yet, unregisters as master (RegisterLeaving on its master
+// registration, which releases the group to the eligible slave) and rejoins
+// the group as a slave; the slave's next heartbeat finds the group released
+// to it and wins the election at a higher epoch. The
 // master answers StatusOK once it has unregistered, before the slave has
 // won: the caller watches the meta server for the new master. It answers
 // with an error and keeps serving as master when it cannot hand over:
-// StatusUnavailable when it has no connected slave, StatusRetryLater when
+// StatusUnavailable when it has no connected slave that caught up, StatusRetryLater when
 // the slave did not catch up within timeout (writes resume), StatusBusy when
 // a switchover is already under way. A broker that does not know the command
 // answers StatusUnknownCommand.

@@ -11,8 +11,10 @@ import (
 //	sync request   epoch u64 | group s8 | message offset i64 | action offset i64 |
 //	               message durable i64 |
 //	               message segment size i64 | action segment size i64 |
-//	               max bytes u32 | wait ms u32 | generation u64
-//	sync response  epoch u64 | generation u64 | cut i64 | message chunk | action chunk
+//	               max bytes u32 | wait ms u32 | generation u64 |
+//	               lease stamp u64 | slave id s8
+//	sync response  epoch u64 | generation u64 | cut i64 | lease stamp u64 |
+//	               message chunk | action chunk
 //	chunk          start i64 | end i64 | offset i64 | data len u32 | data
 //
 // group is the slave's broker group (a master refuses a slave of another
@@ -43,6 +45,14 @@ import (
 // or the offset the slave must cut its message log back to before it asks
 // again: its copy reaches past a cut and may hold records the master no
 // longer has (the chunks are then empty).
+//
+// lease stamp and slave id serve failover (pkg/failover): a response's
+// stamp is the master's clock when it sent it; a request carries the stamp
+// of the latest response the slave received (0 none), whose receipt
+// started the slave's promise not to campaign for the slave lease's
+// length, so the master counts its slave lease from that stamp. slave id
+// is the slave's broker id as registered: what the master records in its
+// group's eligible set.
 
 // SyncRequest asks a master for its logs past the slave's ends.
 type SyncRequest struct {
@@ -56,6 +66,8 @@ type SyncRequest struct {
 	MaxBytes           uint32
 	WaitMillis         uint32
 	Generation         uint64
+	LeaseStamp         uint64
+	SlaveID            string
 }
 
 // SyncChunk is a run of whole log records.
@@ -69,6 +81,7 @@ type SyncResponse struct {
 	Epoch      uint64
 	Generation uint64
 	Cut        int64 // -1: none
+	LeaseStamp uint64
 	Message    SyncChunk
 	Action     SyncChunk
 }
@@ -84,7 +97,9 @@ func AppendSyncRequest(dst []byte, q *SyncRequest) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, uint64(q.ActionSegmentSize))
 	dst = binary.BigEndian.AppendUint32(dst, q.MaxBytes)
 	dst = binary.BigEndian.AppendUint32(dst, q.WaitMillis)
-	return binary.BigEndian.AppendUint64(dst, q.Generation)
+	dst = binary.BigEndian.AppendUint64(dst, q.Generation)
+	dst = binary.BigEndian.AppendUint64(dst, q.LeaseStamp)
+	return appendString8(dst, q.SlaveID)
 }
 
 // DecodeSyncRequest decodes a sync request body. Negative offsets or
@@ -102,6 +117,8 @@ func DecodeSyncRequest(body []byte) (SyncRequest, error) {
 		MaxBytes:           r.u32(),
 		WaitMillis:         r.u32(),
 		Generation:         r.u64(),
+		LeaseStamp:         r.u64(),
+		SlaveID:            r.string8(),
 	}
 	if err := r.done(); err != nil {
 		return SyncRequest{}, fmt.Errorf("%w: sync request", err)
@@ -131,6 +148,7 @@ func AppendSyncResponseHead(dst []byte, p *SyncResponse) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, p.Epoch)
 	dst = binary.BigEndian.AppendUint64(dst, p.Generation)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(p.Cut))
+	dst = binary.BigEndian.AppendUint64(dst, p.LeaseStamp)
 	return AppendSyncChunkHead(dst, &p.Message)
 }
 
@@ -147,6 +165,7 @@ func AppendSyncResponse(dst []byte, p *SyncResponse) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, p.Epoch)
 	dst = binary.BigEndian.AppendUint64(dst, p.Generation)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(p.Cut))
+	dst = binary.BigEndian.AppendUint64(dst, p.LeaseStamp)
 	dst = appendSyncChunk(dst, &p.Message)
 	return appendSyncChunk(dst, &p.Action)
 }
@@ -161,7 +180,7 @@ func (r *reader) syncChunk() SyncChunk {
 // is a cut below -1 or a cut that comes with data.
 func DecodeSyncResponse(body []byte) (SyncResponse, error) {
 	r := reader{b: body}
-	p := SyncResponse{Epoch: r.u64(), Generation: r.u64(), Cut: int64(r.u64())}
+	p := SyncResponse{Epoch: r.u64(), Generation: r.u64(), Cut: int64(r.u64()), LeaseStamp: r.u64()}
 	p.Message = r.syncChunk()
 	p.Action = r.syncChunk()
 	if err := r.done(); err != nil {

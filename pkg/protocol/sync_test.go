@@ -9,8 +9,9 @@ import (
 
 func sampleSync() (SyncRequest, SyncResponse) {
 	q := SyncRequest{Epoch: 3, Group: "rt1", MessageOffset: 1 << 33, ActionOffset: 4096, MessageDurable: 1 << 32, MessageSegmentSize: 1 << 30,
-		ActionSegmentSize: 64 << 20, MaxBytes: 1 << 20, WaitMillis: 500, Generation: 2}
-	p := SyncResponse{Epoch: 3, Generation: 2, Cut: -1,
+		ActionSegmentSize: 64 << 20, MaxBytes: 1 << 20, WaitMillis: 500, Generation: 2,
+		LeaseStamp: 1<<40 + 7, SlaveID: "127.0.0.1:20882"}
+	p := SyncResponse{Epoch: 3, Generation: 2, Cut: -1, LeaseStamp: 1<<40 + 9,
 		Message: SyncChunk{Start: 0, End: 200, Offset: 100, Data: bytes.Repeat([]byte{7}, 100)},
 		Action:  SyncChunk{Start: 64, End: 64, Offset: 64, Data: []byte{}}}
 	return q, p

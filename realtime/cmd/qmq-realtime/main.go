@@ -1,6 +1,6 @@
 // Command qmq-realtime runs a realtime broker of one broker group: its
 // master or its slave, switching roles on failover when it registers with
-// meta servers (realtime.Node). Flags override the YAML file given with
+// meta servers (pkg/failover). Flags override the YAML file given with
 // --config.
 package main
 
@@ -38,7 +38,7 @@ func main() {
 		os.Exit(2)
 	}
 	defer lg.Sync()
-	b, err := realtime.NewNode(opts, lg)
+	b, err := realtime.New(opts, lg)
 	if err != nil {
 		lg.Fatal("cannot open broker", zap.Error(err))
 	}

@@ -1,4 +1,4 @@
-package realtime
+package failover
 
 import (
 	"errors"
@@ -10,43 +10,43 @@ import (
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
-func TestEpochs_FileRoundTripAndDamage(t *testing.T) {
+func TestHistory_FileRoundTripAndDamage(t *testing.T) {
 	dir := t.TempDir()
-	if h, err := loadEpochs(dir); err != nil || len(h) != 0 {
+	if h, err := LoadHistory(dir); err != nil || len(h) != 0 {
 		t.Fatalf("no file: %v, %v", h, err)
 	}
-	h := withEpoch(nil, 7, 100, 10)
-	h = withEpoch(h, 9, 250, 40)
-	if again := withEpoch(h, 9, 300, 50); !reflect.DeepEqual(again, h) {
+	h := WithEpoch(nil, 7, 100, 10)
+	h = WithEpoch(h, 9, 250, 40)
+	if again := WithEpoch(h, 9, 300, 50); !reflect.DeepEqual(again, h) {
 		t.Fatalf("re-adding the last epoch changed the history: %+v", again)
 	}
-	if err := saveEpochs(dir, h); err != nil {
+	if err := SaveHistory(dir, h); err != nil {
 		t.Fatal(err)
 	}
-	got, err := loadEpochs(dir)
+	got, err := LoadHistory(dir)
 	if err != nil || !reflect.DeepEqual(got, h) {
 		t.Fatalf("loaded %+v, %v; want %+v", got, err, h)
 	}
-	path := filepath.Join(dir, epochsFile)
+	path := filepath.Join(dir, HistoryFile)
 	b, _ := os.ReadFile(path)
 	for _, i := range []int{0, 6, 20, len(b) - 1} {
 		bad := append([]byte(nil), b...)
 		bad[i] ^= 0x40
 		os.WriteFile(path, bad, 0o644)
-		if _, err := loadEpochs(dir); !errors.Is(err, errEpochsDamaged) {
+		if _, err := LoadHistory(dir); !errors.Is(err, ErrHistoryDamaged) {
 			t.Fatalf("byte %d flipped: %v", i, err)
 		}
 	}
 	os.WriteFile(path, b[:len(b)-3], 0o644)
-	if _, err := loadEpochs(dir); !errors.Is(err, errEpochsDamaged) {
+	if _, err := LoadHistory(dir); !errors.Is(err, ErrHistoryDamaged) {
 		t.Fatalf("cut file: %v", err)
 	}
-	if err := saveEpochs(dir, []protocol.EpochStart{{Epoch: 5}, {Epoch: 4}}); err == nil {
+	if err := SaveHistory(dir, []protocol.EpochStart{{Epoch: 5}, {Epoch: 4}}); err == nil {
 		t.Fatal("a decreasing history was saved")
 	}
 }
 
-func TestEpochs_Divergence(t *testing.T) {
+func TestHistory_Divergence(t *testing.T) {
 	e := func(epoch uint64, m, a int64) protocol.EpochStart {
 		return protocol.EpochStart{Epoch: epoch, MessageStart: m, ActionStart: a}
 	}
@@ -65,7 +65,7 @@ func TestEpochs_Divergence(t *testing.T) {
 		{"master re-elected itself", h(e(3, 0, 0), e(5, 800, 80)), h(e(3, 0, 0), e(4, 650, 65)), 650, 65},
 	}
 	for _, c := range cases {
-		m, a := divergence(c.master, c.slave, 1000, 100)
+		m, a := Divergence(c.master, c.slave, 1000, 100)
 		if m != c.wantM || a != c.wantA {
 			t.Errorf("%s: (%d, %d), want (%d, %d)", c.name, m, a, c.wantM, c.wantA)
 		}

@@ -1,4 +1,4 @@
-package realtime
+package failover
 
 import (
 	"encoding/binary"
@@ -13,8 +13,11 @@ import (
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
-// Epoch history file "epochs" in the data directory, written with
-// fsutil.WriteFileAtomic (temp, fsync, rename, fsync dir). Big-endian:
+// Epoch history: the epochs whose masters wrote a store's logs, each with
+// the log offsets it started at, kept in the file "epochs" of the data
+// directory (written with fsutil.WriteFileAtomic: temp, fsync, rename, fsync
+// dir). A store with two logs (realtime: the message and the action log)
+// keeps both starts; one with a single log uses the first. Big-endian:
 //
 //	magic u32 "QEPH" | version u8 | count u16 |
 //	count × (epoch u64 | message start i64 | action start i64) |
@@ -25,15 +28,16 @@ import (
 // an entry at its ends when it takes an epoch (before it serves); a slave
 // takes its master's history (before it copies anything of that epoch).
 const (
-	epochsFile    = "epochs"
+	// HistoryFile is the epoch history's file name in a data directory.
+	HistoryFile   = "epochs"
 	epochsMagic   = 0x51455048
 	epochsVersion = 1
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
-// errEpochsDamaged: the epoch history file does not decode.
-var errEpochsDamaged = errors.New("realtime: epoch history file damaged")
+// ErrHistoryDamaged: the epoch history file does not decode.
+var ErrHistoryDamaged = errors.New("failover: epoch history file damaged")
 
 func encodeEpochs(h []protocol.EpochStart) []byte {
 	b := binary.BigEndian.AppendUint32(nil, epochsMagic)
@@ -49,14 +53,14 @@ func encodeEpochs(h []protocol.EpochStart) []byte {
 
 func decodeEpochs(b []byte) ([]protocol.EpochStart, error) {
 	if len(b) < 11 || binary.BigEndian.Uint32(b) != epochsMagic || b[4] != epochsVersion {
-		return nil, fmt.Errorf("%w: bad header", errEpochsDamaged)
+		return nil, fmt.Errorf("%w: bad header", ErrHistoryDamaged)
 	}
 	n := int(binary.BigEndian.Uint16(b[5:]))
 	if len(b) != 7+24*n+4 {
-		return nil, fmt.Errorf("%w: %d bytes for %d entries", errEpochsDamaged, len(b), n)
+		return nil, fmt.Errorf("%w: %d bytes for %d entries", ErrHistoryDamaged, len(b), n)
 	}
 	if crc32.Checksum(b[:len(b)-4], crcTable) != binary.BigEndian.Uint32(b[len(b)-4:]) {
-		return nil, fmt.Errorf("%w: checksum mismatch", errEpochsDamaged)
+		return nil, fmt.Errorf("%w: checksum mismatch", ErrHistoryDamaged)
 	}
 	h := make([]protocol.EpochStart, n)
 	for i := range h {
@@ -65,63 +69,63 @@ func decodeEpochs(b []byte) ([]protocol.EpochStart, error) {
 			ActionStart: int64(binary.BigEndian.Uint64(p[16:]))}
 	}
 	if err := protocol.CheckEpochHistory(h); err != nil {
-		return nil, fmt.Errorf("%w: %w", errEpochsDamaged, err)
+		return nil, fmt.Errorf("%w: %w", ErrHistoryDamaged, err)
 	}
 	return h, nil
 }
 
-// loadEpochs reads dir's epoch history (empty when there is none yet). A
+// LoadHistory reads dir's epoch history (empty when there is none yet). A
 // damaged file is an error: without it a rejoining broker could keep
 // records its group's master never had. Removing the file is safe when
 // the group has another master: the copy then counts as written before
 // any epoch, and the master's answer cuts it back to what they share
 // (at worst everything, copied again).
-func loadEpochs(dir string) ([]protocol.EpochStart, error) {
-	b, err := os.ReadFile(filepath.Join(dir, epochsFile))
+func LoadHistory(dir string) ([]protocol.EpochStart, error) {
+	b, err := os.ReadFile(filepath.Join(dir, HistoryFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("realtime: read epoch history: %w", err)
+		return nil, fmt.Errorf("failover: read epoch history: %w", err)
 	}
 	return decodeEpochs(b)
 }
 
-// saveEpochs replaces dir's epoch history atomically.
-func saveEpochs(dir string, h []protocol.EpochStart) error {
+// SaveHistory replaces dir's epoch history atomically.
+func SaveHistory(dir string, h []protocol.EpochStart) error {
 	if err := protocol.CheckEpochHistory(h); err != nil {
 		return err
 	}
-	if err := fsutil.WriteFileAtomic(fsutil.OS, filepath.Join(dir, epochsFile), encodeEpochs(h)); err != nil {
-		return fmt.Errorf("realtime: write epoch history: %w", err)
+	if err := fsutil.WriteFileAtomic(fsutil.OS, filepath.Join(dir, HistoryFile), encodeEpochs(h)); err != nil {
+		return fmt.Errorf("failover: write epoch history: %w", err)
 	}
 	return nil
 }
 
-// lastEpoch is the epoch that wrote a history's newest records (0: none).
-func lastEpoch(h []protocol.EpochStart) uint64 {
+// LastEpoch is the epoch that wrote a history's newest records (0: none).
+func LastEpoch(h []protocol.EpochStart) uint64 {
 	if len(h) == 0 {
 		return 0
 	}
 	return h[len(h)-1].Epoch
 }
 
-// withEpoch returns h with epoch e starting at the given ends (h itself
+// WithEpoch returns h with epoch e starting at the given ends (h itself
 // when e is its last epoch already).
-func withEpoch(h []protocol.EpochStart, e uint64, message, action int64) []protocol.EpochStart {
-	if e == 0 || e <= lastEpoch(h) {
+func WithEpoch(h []protocol.EpochStart, e uint64, message, action int64) []protocol.EpochStart {
+	if e == 0 || e <= LastEpoch(h) {
 		return h
 	}
 	return append(append([]protocol.EpochStart(nil), h...), protocol.EpochStart{Epoch: e, MessageStart: message, ActionStart: action})
 }
 
-// divergence returns where a slave's copy stops agreeing with its master's
+// Divergence returns where a slave's copy stops agreeing with its master's
 // logs: both logs agree on what the newest epoch present in both histories
 // wrote, up to where either history says a later epoch began (data before
 // any epoch counts as epoch 0). A slave whose ends lie past the point cuts
 // its logs back to it. The master's own newest epoch runs to its committed
 // ends.
-func divergence(master, slave []protocol.EpochStart, masterMsg, masterAct int64) (message, action int64) {
+func Divergence(master, slave []protocol.EpochStart, masterMsg, masterAct int64) (message, action int64) {
 	master, slave = fromZero(master), fromZero(slave)
 	i, j := len(master)-1, len(slave)-1
 	for master[i].Epoch != slave[j].Epoch {
@@ -148,4 +152,17 @@ func fromZero(h []protocol.EpochStart) []protocol.EpochStart {
 		return h
 	}
 	return append([]protocol.EpochStart{{}}, h...)
+}
+
+// HistoryEqual reports whether two histories are the same.
+func HistoryEqual(a, b []protocol.EpochStart) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
