@@ -51,8 +51,15 @@ func openMaster(s *Server) (*master, error) {
 	if err != nil {
 		return nil, fmt.Errorf("delay: open store: %w", err)
 	}
-	fwd, err := producer.New(producer.WithResolver(s.resolver), producer.WithLogger(s.lg), producer.WithLimits(s.limits),
-		producer.WithMaxInFlight(o.ForwardInFlight), producer.WithSendTimeout(time.Hour), producer.WithQueueSize(65536))
+	popts := []producer.Option{producer.WithResolver(s.resolver), producer.WithLogger(s.lg), producer.WithLimits(s.limits),
+		producer.WithMaxInFlight(o.ForwardInFlight), producer.WithSendTimeout(time.Hour), producer.WithQueueSize(65536)}
+	if s.kit.ClientTLS != nil {
+		popts = append(popts, producer.WithTLS(s.kit.ClientTLS)) // realtime brokers verified by the CA, shown our certificate
+	}
+	if s.kit.Credentials != nil {
+		popts = append(popts, producer.WithCredentials(*s.kit.Credentials))
+	}
+	fwd, err := producer.New(popts...)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -95,10 +102,30 @@ func (m *master) serveSend(r *netserver.Request) {
 	}
 	metrics := m.s.metrics
 	metrics.received.Add(float64(len(req.Messages)))
-	m.store.Append(req.Messages, func(results []store.Result) {
-		statuses := make([]protocol.Status, len(results))
+	total := len(req.Messages)
+	msgs, index := publishable(r, req.Messages)
+	if len(msgs) == 0 {
+		statuses := make([]protocol.Status, total)
+		for i := range statuses {
+			statuses[i] = protocol.StatusForbidden
+		}
+		r.Reply(protocol.StatusOK, protocol.AppendSendResponse(nil, statuses))
+		return
+	}
+	m.store.Append(msgs, func(results []store.Result) {
+		statuses := make([]protocol.Status, total)
+		if index != nil {
+			for i := range statuses {
+				statuses[i] = protocol.StatusForbidden
+			}
+		}
 		stored := false
-		for i, res := range results {
+		for j, res := range results {
+			i := j
+			if index != nil {
+				i = index[j]
+				statuses[i] = protocol.StatusOK
+			}
 			if res.Err != nil {
 				st := protocol.StatusOf(res.Err)
 				if st == protocol.StatusInternal {

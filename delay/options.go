@@ -10,6 +10,7 @@ import (
 	"github.com/qmq-go/qmq/pkg/config"
 	"github.com/qmq-go/qmq/pkg/failover"
 	"github.com/qmq-go/qmq/pkg/logging"
+	"github.com/qmq-go/qmq/pkg/secure"
 )
 
 // Options configure a Server. Start from NewOptions.
@@ -95,6 +96,10 @@ type Options struct {
 	SyncMaxBytes int `yaml:"sync_max_bytes"`
 
 	Log logging.Options `yaml:"log"`
+	// Secure holds TLS, identities, the exposure rule and the TCP port's
+	// connection bounds (pkg/secure; its keys sit at the top level of the
+	// config file: tls, auth, insecure, credentials_file, limits).
+	Secure secure.Options `yaml:",inline"`
 }
 
 // Roles of a delay server in its group (Options.Role).
@@ -156,6 +161,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.SlaveLagReadonly, "slave-lag-readonly", o.SlaveLagReadonly, "with --wait-slave: slave lag that makes the master readonly")
 	fs.IntVar(&o.MaxWaitingAcks, "max-waiting-acks", o.MaxWaitingAcks, "send replies that may wait for the slave; more sends get busy")
 	o.Log.AddFlags(fs)
+	o.Secure.AddFlags(fs)
 }
 
 // Validate reports the first setting that cannot work.
@@ -189,6 +195,9 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("delay: slave down must be %q or %q, got %q", failover.SlaveDownAlone, failover.SlaveDownReadonly, o.SlaveDown)
 	case o.MaxWaitingAcks <= 0 || o.SyncMaxBytes <= 0:
 		return fmt.Errorf("delay: max waiting acks and sync max bytes must be positive")
+	}
+	if err := o.Secure.Validate(o.Addr, o.HTTPAddr); err != nil {
+		return fmt.Errorf("delay: %w", err)
 	}
 	return o.Log.Validate()
 }

@@ -61,7 +61,9 @@ func (y *slave) start() {
 	if y.running {
 		return
 	}
-	c, err := transport.New(transport.Options{RequestTimeout: y.s.opts.SyncWait + 10*time.Second, MaxFrameSize: y.s.opts.MaxFrameSize + 1<<20}, y.s.lg)
+	to := transport.Options{RequestTimeout: y.s.opts.SyncWait + 10*time.Second, MaxFrameSize: y.s.opts.MaxFrameSize + 1<<20}
+	y.s.kit.Client(&to) // a slave proves its group to its master
+	c, err := transport.New(to, y.s.lg)
 	if err != nil {
 		y.lg.Error("cannot make the copy's client", zap.Error(err))
 		return

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/qmq-go/qmq/delay/store"
+	"github.com/qmq-go/qmq/pkg/auth"
 	"github.com/qmq-go/qmq/pkg/clock"
 	"github.com/qmq-go/qmq/pkg/failover"
 	"github.com/qmq-go/qmq/pkg/metaclient"
@@ -18,6 +20,7 @@ import (
 	"github.com/qmq-go/qmq/pkg/opsserver"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/route"
+	"github.com/qmq-go/qmq/pkg/secure"
 	"go.uber.org/zap"
 )
 
@@ -26,11 +29,16 @@ import (
 // realtime broker group of its subject when it falls due; a slave copies
 // its master's hour files and takes over when the master is gone.
 type Server struct {
-	opts     Options
-	lg       *zap.Logger
-	clk      clock.Clock
-	server   *netserver.Server
-	ops      *opsserver.Server
+	opts   Options
+	lg     *zap.Logger
+	clk    clock.Clock
+	server *netserver.Server
+	ops    *opsserver.Server
+	// kit is the server's TLS, credentials and connection bounds;
+	// policies (nil without meta servers) the identities it checks
+	// connections against (pkg/secure).
+	kit      *secure.Kit
+	policies *metaclient.PolicyCache
 	resolver route.Resolver
 	limits   protocol.Limits
 	metrics  *metrics
@@ -81,11 +89,16 @@ func New(opts Options, clk clock.Clock, resolver route.Resolver, lg *zap.Logger)
 	s := &Server{opts: opts, lg: lg, clk: clk, reg: opsserver.NewRegistry(), stop: make(chan struct{})}
 	s.limits = protocol.DefaultLimits
 	s.limits.MaxBody = opts.MaxBody
+	kit, err := opts.Secure.Build(lg)
+	if err != nil {
+		return nil, fmt.Errorf("delay: %w", err)
+	}
+	s.kit = kit
 	if resolver == nil {
 		if len(opts.Realtime) > 0 {
 			resolver = route.NewStatic(route.Groups(opts.Realtime...), nil)
 		} else {
-			mc, err := metaclient.New(opts.MetaServers, "delay-"+opts.Group, metaclient.WithLogger(lg))
+			mc, err := metaclient.New(opts.MetaServers, "delay-"+opts.Group, append(kit.Meta(), metaclient.WithLogger(lg))...)
 			if err != nil {
 				return nil, fmt.Errorf("delay: %w", err)
 			}
@@ -95,7 +108,6 @@ func New(opts Options, clk clock.Clock, resolver route.Resolver, lg *zap.Logger)
 	s.resolver = resolver
 	s.metrics = newMetrics(s.reg, opts.Group, s)
 
-	var err error
 	if opts.Role == RoleSlave {
 		s.slave, err = openSlave(s)
 	} else {
@@ -114,26 +126,49 @@ func New(opts Options, clk clock.Clock, resolver route.Resolver, lg *zap.Logger)
 	}
 	mux := netserver.NewMux()
 	mux.HandleFunc(protocol.CmdSend, s.serveSend)
-	mux.HandleFunc(protocol.CmdDelaySyncManifest, s.serveManifest)
-	mux.HandleFunc(protocol.CmdDelaySyncRead, s.serveRead)
-	mux.HandleFunc(protocol.CmdDelaySyncOrigin, s.serveOrigin)
-	mux.HandleFunc(protocol.CmdSwitchover, s.serveSwitchover)
-	srv, err := netserver.New(netserver.Options{Addr: opts.Addr, MaxFrameSize: opts.MaxFrameSize}, mux, lg)
+	copying := "copy group " + opts.Group + "'s files (a broker of the group)"
+	brokerOf := func(p *auth.Principal) bool { return p.IsBrokerOf(opts.Group) }
+	mux.HandleFunc(protocol.CmdDelaySyncManifest, s.allowed(brokerOf, copying, s.serveManifest))
+	mux.HandleFunc(protocol.CmdDelaySyncRead, s.allowed(brokerOf, copying, s.serveRead))
+	mux.HandleFunc(protocol.CmdDelaySyncOrigin, s.allowed(brokerOf, copying, s.serveOrigin))
+	mux.HandleFunc(protocol.CmdSwitchover, s.allowed(func(p *auth.Principal) bool { return p.CanAdminWrite() },
+		"hand the group over (admin write)", s.serveSwitchover))
+	authority := auth.NewAuthority(nil) // certificate identities only, without meta servers
+	if len(opts.MetaServers) > 0 {
+		if s.policies, err = kit.Policies(opts.MetaServers, filepath.Join(opts.DataDir, policyFile), lg.Named("policy")); err != nil {
+			s.closeRole(context.Background())
+			s.closeMeta()
+			return nil, err
+		}
+		authority = s.policies.Authority()
+	}
+	nopts := netserver.Options{Addr: opts.Addr, MaxFrameSize: opts.MaxFrameSize}
+	kit.Listener(&nopts, authority)
+	srv, err := netserver.New(nopts, mux, lg)
 	if err != nil {
 		s.closeRole(context.Background())
 		s.closeMeta()
 		return nil, err
 	}
 	s.server = srv
+	s.reg.MustRegister(netserver.LimitsCollector("qmq_delay", func() *netserver.Server { return s.server }))
 	if opts.HTTPAddr != "" {
-		s.ops = opsserver.New(opsserver.Options{Addr: opts.HTTPAddr, Registry: s.reg, Ready: s.life.Err}, lg)
+		s.ops = opsserver.New(opsserver.Options{Addr: opts.HTTPAddr, Registry: s.reg, Ready: s.life.Err,
+			TLS: kit.ServerTLS, Authorize: kit.Authorize(authority), Insecure: kit.Insecure()}, lg)
 	}
 	return s, nil
 }
 
+// policyFile is the server's copy of the meta servers' policy, in its data
+// directory (pkg/metaclient PolicyCache).
+const policyFile = "policy"
+
 // Start serves producers (a master) or starts copying (a slave), and
 // registers with the meta servers.
 func (s *Server) Start() error {
+	if s.policies != nil {
+		s.policies.Start()
+	}
 	if err := s.server.Start(); err != nil {
 		return fmt.Errorf("delay: %w", err)
 	}
@@ -151,6 +186,7 @@ func (s *Server) Start() error {
 		fo.Fixed = !s.opts.Failover || s.opts.Master != ""
 		fo.WaitSlave, fo.SlaveLagLimit, fo.SlaveDown, fo.SuspectAfter = s.opts.WaitSlave, s.opts.SlaveLagReadonly, s.opts.SlaveDown, s.opts.SuspectAfter
 		fo.Registry, fo.Gate = s.reg, s.gate
+		fo.MetaOptions = s.kit.Meta()
 		if m == nil {
 			fo.Role = protocol.RoleSlave
 		}
@@ -348,6 +384,9 @@ func (s *Server) close(ctx context.Context) error {
 		if err := s.ops.Close(ctx); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if s.policies != nil {
+		errs = append(errs, s.policies.Close())
 	}
 	s.lg.Info("closed")
 	return errors.Join(errs...)

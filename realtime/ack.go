@@ -33,6 +33,9 @@ func (b *Broker) serveAckInline(r *netserver.Request) {
 		r.ReplyError(err)
 		return
 	}
+	if !mayConsume(r, a.Subject, a.Group) {
+		return
+	}
 	if a.Flags == 0 && a.Last <= 1<<62 {
 		b.live.touch(a.Subject, a.Group, a.ConsumerID)
 		if a.First > a.Last {

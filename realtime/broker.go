@@ -5,17 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/qmq-go/qmq/pkg/actor"
+	"github.com/qmq-go/qmq/pkg/auth"
 	"github.com/qmq-go/qmq/pkg/failover"
 	"github.com/qmq-go/qmq/pkg/metaclient"
 	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/pkg/opsserver"
 	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/secure"
 	"github.com/qmq-go/qmq/realtime/store"
 	"go.uber.org/zap"
 )
@@ -31,8 +34,13 @@ type Broker struct {
 	limits protocol.Limits
 	server *netserver.Server
 	ops    *opsserver.Server
-	sched  *actor.Scheduler
-	live   *liveness
+	// kit is the broker's TLS, credentials and connection bounds;
+	// policies (nil without meta servers) the identities it checks
+	// connections against (pkg/secure).
+	kit      *secure.Kit
+	policies *metaclient.PolicyCache
+	sched    *actor.Scheduler
+	live     *liveness
 	// term is the role the broker serves in, with what it owns in it (the
 	// store, log shipping, the dedupe table); handlers load it once per
 	// request (cur).
@@ -104,6 +112,9 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 	b.fair = newFairShare(opts.FairShare, b.reg, opts.Group)
 
 	var err error
+	if b.kit, err = opts.Secure.Build(lg); err != nil {
+		return nil, err
+	}
 	if b.history, err = failover.LoadHistory(opts.DataDir); err != nil {
 		return nil, err
 	}
@@ -134,13 +145,28 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 	mux.HandleInline(protocol.CmdSend, b.counted(protocol.CmdSend, b.serveSendInline))
 	mux.HandleInline(protocol.CmdPull, b.counted(protocol.CmdPull, b.masterOnly(b.servePullInline)))
 	mux.HandleInline(protocol.CmdAck, b.counted(protocol.CmdAck, b.masterOnly(b.serveAckInline)))
-	mux.Handle(protocol.CmdConsumerManage, b.counted(protocol.CmdConsumerManage, b.masterOnly(b.serveConsumerManage)))
-	mux.Handle(protocol.CmdBrokerStats, b.counted(protocol.CmdBrokerStats, b.serveBrokerStats))
+	mux.Handle(protocol.CmdConsumerManage, b.counted(protocol.CmdConsumerManage,
+		b.allowed(adminWrite, "manage consumer groups (admin write)", b.masterOnly(b.serveConsumerManage))))
+	mux.Handle(protocol.CmdBrokerStats, b.counted(protocol.CmdBrokerStats,
+		b.allowed(adminRead, "read broker stats (admin read)", b.serveBrokerStats)))
 	mux.Handle(protocol.CmdDeadLetters, b.counted(protocol.CmdDeadLetters, b.masterOnly(b.serveDeadLetters)))
-	mux.Handle(protocol.CmdSyncLog, b.counted(protocol.CmdSyncLog, b.serveSync))
-	mux.Handle(protocol.CmdSyncEpoch, b.counted(protocol.CmdSyncEpoch, b.serveSyncEpoch))
-	mux.Handle(protocol.CmdSwitchover, b.counted(protocol.CmdSwitchover, b.serveSwitchover))
-	srv, err := netserver.New(netserver.Options{Addr: opts.Addr, MaxFrameSize: opts.MaxFrameSize, Spin: opts.Spin}, mux, lg)
+	copying := "copy group " + opts.Group + "'s logs (a broker of the group)"
+	mux.Handle(protocol.CmdSyncLog, b.counted(protocol.CmdSyncLog, b.allowed(brokerOf(opts.Group), copying, b.serveSync)))
+	mux.Handle(protocol.CmdSyncEpoch, b.counted(protocol.CmdSyncEpoch, b.allowed(brokerOf(opts.Group), copying, b.serveSyncEpoch)))
+	mux.Handle(protocol.CmdSwitchover, b.counted(protocol.CmdSwitchover,
+		b.allowed(adminWrite, "hand the group over (admin write)", b.serveSwitchover)))
+	authority := auth.NewAuthority(nil) // certificate identities only, without meta servers
+	if len(opts.MetaServers) > 0 {
+		if b.policies, err = b.kit.Policies(opts.MetaServers, filepath.Join(opts.DataDir, policyFile), lg.Named("policy")); err != nil {
+			sched.Close()
+			t.store.Close()
+			return nil, err
+		}
+		authority = b.policies.Authority()
+	}
+	nopts := netserver.Options{Addr: opts.Addr, MaxFrameSize: opts.MaxFrameSize, Spin: opts.Spin}
+	b.kit.Listener(&nopts, authority)
+	srv, err := netserver.New(nopts, mux, lg)
 	if err != nil {
 		sched.Close()
 		t.store.Close()
@@ -148,12 +174,17 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 	}
 	b.server = srv
 	b.registerTermMetrics(b.reg)
-	b.reg.MustRegister(newBrokerCollector(b))
+	b.reg.MustRegister(newBrokerCollector(b), netserver.LimitsCollector("qmq_realtime", func() *netserver.Server { return b.server }))
 	if opts.HTTPAddr != "" {
-		b.ops = opsserver.New(opsserver.Options{Addr: opts.HTTPAddr, Registry: b.reg, Ready: b.life.Err}, lg)
+		b.ops = opsserver.New(opsserver.Options{Addr: opts.HTTPAddr, Registry: b.reg, Ready: b.life.Err,
+			TLS: b.kit.ServerTLS, Authorize: b.kit.Authorize(authority), Insecure: b.kit.Insecure()}, lg)
 	}
 	return b, nil
 }
+
+// policyFile is the broker's copy of the meta servers' policy, in its data
+// directory (pkg/metaclient PolicyCache).
+const policyFile = "policy"
 
 // managed reports whether the group's election decides the broker's role.
 func (b *Broker) managed() bool { return len(b.opts.MetaServers) > 0 && b.opts.Master == "" }
@@ -182,6 +213,9 @@ func storeOptions(opts Options, replica bool, onAppend func(subject string, next
 // role loop when the election decides the role, else a fixed registration
 // (a slave with --master), else nothing (standalone: always writable).
 func (b *Broker) Start() error {
+	if b.policies != nil {
+		b.policies.Start()
+	}
 	if err := b.server.Start(); err != nil {
 		return fmt.Errorf("realtime: %w", err)
 	}
@@ -201,6 +235,7 @@ func (b *Broker) Start() error {
 			fo.Role = protocol.RoleSlave
 		}
 		fo.SlaveDown, fo.SuspectAfter, fo.Gate = b.opts.SlaveDown, b.opts.SuspectAfter, b.gate
+		fo.MetaOptions = b.kit.Meta()
 		m, err := failover.New(fo, b, b.lg)
 		if err != nil {
 			b.server.Close(context.Background())
@@ -416,6 +451,9 @@ func (b *Broker) close(ctx context.Context) error {
 		if err := b.ops.Close(ctx); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if b.policies != nil {
+		errs = append(errs, b.policies.Close())
 	}
 	b.lg.Info("closed")
 	return errors.Join(errs...)

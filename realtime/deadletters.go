@@ -277,6 +277,15 @@ func (b *Broker) serveDeadLetters(r *netserver.Request) {
 		r.ReplyError(err)
 		return
 	}
+	if p := r.Conn.Principal(); q.Action == protocol.DeadLettersList || q.Action == protocol.DeadLettersInspect {
+		if !p.CanReadBodies() {
+			refuse(r, p, "read dead letters of "+q.Subject+"/"+q.Group+" (their bodies: read bodies)")
+			return
+		}
+	} else if !p.CanAdminWrite() {
+		refuse(r, p, "re-drive or purge dead letters of "+q.Subject+"/"+q.Group+" (admin write)")
+		return
+	}
 	dead := protocol.DeadSubject(q.Subject, q.Group)
 	st, err := b.deadState(dead)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/qmq-go/qmq/pkg/failover"
 	"github.com/qmq-go/qmq/pkg/logging"
 	"github.com/qmq-go/qmq/pkg/netserver"
+	"github.com/qmq-go/qmq/pkg/secure"
 	"github.com/qmq-go/qmq/realtime/store"
 )
 
@@ -143,6 +144,10 @@ type Options struct {
 	SlaveDown    string        `yaml:"slave_down"`
 
 	Log logging.Options `yaml:"log"`
+	// Secure holds TLS, identities, the exposure rule and the TCP port's
+	// connection bounds (pkg/secure; its keys sit at the top level of the
+	// config file: tls, auth, insecure, credentials_file, limits).
+	Secure secure.Options `yaml:",inline"`
 }
 
 // NewOptions returns the defaults.
@@ -217,6 +222,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.SuspectAfter, "suspect-after", o.SuspectAfter, "failover: how long a silent master (or slave) is suspected gone")
 	fs.StringVar(&o.SlaveDown, "slave-down", o.SlaveDown, "with --wait-slave: when the eligible slave is gone, alone (drop it from the eligible set and serve alone) or readonly")
 	o.Log.AddFlags(fs)
+	o.Secure.AddFlags(fs)
 }
 
 // Validate reports the first setting that cannot work.
@@ -270,6 +276,9 @@ func (o *Options) Validate() error {
 	}
 	if err := o.FairShare.Validate(); err != nil {
 		return err
+	}
+	if err := o.Secure.Validate(o.Addr, o.HTTPAddr); err != nil {
+		return fmt.Errorf("realtime: %w", err)
 	}
 	return o.Log.Validate()
 }

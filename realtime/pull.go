@@ -175,6 +175,9 @@ func (b *Broker) servePullInline(r *netserver.Request) {
 		r.ReplyError(err)
 		return
 	}
+	if !mayConsume(r, p.Subject, p.Group) {
+		return
+	}
 	if b.offline(p.Subject, p.Group, p.ConsumerID) {
 		r.ReplyError(protocol.Errorf(protocol.StatusRetryLater, "consumer "+p.ConsumerID+" is offline"))
 		return

@@ -18,7 +18,7 @@ func (b *Broker) register() {
 	b.keeper = metaclient.Keep(b.opts.MetaServers, metaclient.Broker{
 		Kind: protocol.KindRealtime, Role: protocol.RoleSlave, Group: b.opts.Group, Address: b.advertised(),
 		Report: b.report,
-	}, b.lg, metaclient.WithRequestTimeout(2*time.Second))
+	}, b.lg, append(b.kit.Meta(), metaclient.WithRequestTimeout(2*time.Second))...)
 }
 
 // advertised is the address registered with the meta servers.

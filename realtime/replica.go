@@ -42,7 +42,9 @@ type replica struct {
 }
 
 func newReplica(b *Broker, t *term) (*replica, error) {
-	c, err := transport.New(transport.Options{RequestTimeout: b.opts.SyncWait + 10*time.Second}, b.lg)
+	to := transport.Options{RequestTimeout: b.opts.SyncWait + 10*time.Second}
+	b.kit.Client(&to) // a slave proves its group to its master
+	c, err := transport.New(to, b.lg)
 	if err != nil {
 		return nil, err
 	}

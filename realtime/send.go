@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/qmq-go/qmq/pkg/auth"
 	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/realtime/store"
@@ -71,10 +72,16 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 	// another (~15% of a master's CPU when producing).
 	dedupe := t.dedupe.enabled()
 	var touched uint64
+	publish := auth.NewPublishCheck(r.Conn.Principal())
 	for i, raw := range s.req.Messages {
 		v, err := protocol.ParseMessage(raw)
 		if err == nil {
 			err = b.limits.CheckView(&v)
+		}
+		if err == nil && !publish.Allowed(v.Subject) {
+			s.statuses[i] = protocol.StatusForbidden
+			r.NoteRefusal(protocol.StatusForbidden, "publish to "+string(v.Subject))
+			continue
 		}
 		if err != nil {
 			s.statuses[i] = protocol.StatusOf(err)

@@ -265,7 +265,7 @@ func (m *Member) register(role protocol.BrokerRole, takeoverEpoch uint64, now bo
 	if role == protocol.RoleSlave {
 		hb = m.opts.SlaveHeartbeat
 	}
-	opts := []metaclient.Option{metaclient.WithLogger(m.lg), metaclient.WithRequestTimeout(m.opts.RequestTimeout)}
+	opts := append([]metaclient.Option{metaclient.WithLogger(m.lg), metaclient.WithRequestTimeout(m.opts.RequestTimeout)}, m.opts.MetaOptions...)
 	if hb > 0 {
 		opts = append(opts, metaclient.WithHeartbeatInterval(hb))
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/qmq-go/qmq/pkg/metaclient"
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
@@ -65,6 +66,9 @@ type Options struct {
 	MasterHeartbeat time.Duration
 	// RequestTimeout bounds each request to a meta server (default 2s).
 	RequestTimeout time.Duration
+	// MetaOptions are added to every registration's options: TLS and
+	// credentials for the meta servers (pkg/secure). Default none.
+	MetaOptions []metaclient.Option
 	// HandOverTimeout bounds how long a master that is closed waits for
 	// its slave to hold everything before it leaves (default 5s).
 	HandOverTimeout time.Duration

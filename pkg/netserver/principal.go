@@ -66,3 +66,11 @@ func (c *Conn) logRefusal(cmd protocol.Command, status protocol.Status, reason s
 	}
 	c.srv.lg.Warn("refused request", fields...)
 }
+
+// NoteRefusal counts and logs (rate-limited) a refusal the handler answers
+// as part of a larger answer, such as one message of a send batch refused
+// with StatusForbidden; msg names what was refused.
+func (r *Request) NoteRefusal(status protocol.Status, msg string) {
+	r.CountRefusal(status)
+	r.Conn.logRefusal(r.Command(), status, msg)
+}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/qmq-go/qmq/pkg/auth"
+	"github.com/qmq-go/qmq/pkg/metaclient"
 	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/tlsconfig"
@@ -114,4 +115,28 @@ func (k *Kit) Authorize(a *auth.Authority) func(r *http.Request, write bool) err
 		}
 		return nil
 	}
+}
+
+// Meta returns the options a broker's meta-server clients take
+// (registrations, route lookups): TLS and credentials.
+func (k *Kit) Meta() []metaclient.Option {
+	var o []metaclient.Option
+	if k.ClientTLS != nil {
+		o = append(o, metaclient.WithTLS(k.ClientTLS))
+	}
+	if k.Credentials != nil {
+		o = append(o, metaclient.WithCredentials(*k.Credentials))
+	}
+	return o
+}
+
+// Policies returns the broker's policy cache: the meta servers' policy,
+// kept in path, authenticating as the broker. Call Start; hand
+// Authority() to Listener and Authorize.
+func (k *Kit) Policies(meta []string, path string, lg *zap.Logger) (*metaclient.PolicyCache, error) {
+	opts := []metaclient.PolicyOption{metaclient.WithPolicyTLS(k.ClientTLS), metaclient.WithPolicyLogger(lg)}
+	if k.Credentials != nil {
+		opts = append(opts, metaclient.WithPolicyCredentials(*k.Credentials))
+	}
+	return metaclient.NewPolicyCache(meta, path, opts...)
 }

@@ -25,6 +25,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "qmq-delay:", err)
 		os.Exit(2)
 	}
+	if err := opts.Secure.FromEnvironment(os.Getenv); err != nil {
+		fmt.Fprintln(os.Stderr, "qmq-delay:", err)
+		os.Exit(2)
+	}
 	if err := opts.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "qmq-delay:", err)
 		os.Exit(2)

@@ -28,6 +28,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "qmq-realtime:", err)
 		os.Exit(2)
 	}
+	if err := opts.Secure.FromEnvironment(os.Getenv); err != nil {
+		fmt.Fprintln(os.Stderr, "qmq-realtime:", err)
+		os.Exit(2)
+	}
 	if err := opts.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "qmq-realtime:", err)
 		os.Exit(2)

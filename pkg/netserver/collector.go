@@ -1,0 +1,55 @@
+package netserver
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// LimitsCollector exports a server's refusals and connection bounds as
+// metrics named namespace_… (qmq_realtime, qmq_delay):
+//
+//	_refused_total{reason}             requests refused for their identity
+//	                                   (unauthenticated, forbidden)
+//	_partial_frame_bytes               bytes held in incomplete frames
+//	_connections_closed_total{reason}  closed for a bound (partial, idle, slow)
+//	_tls_handshake_failures_total      TLS handshakes that failed or timed out
+//
+// server is read at each scrape (a nil server exports nothing).
+func LimitsCollector(namespace string, server func() *Server) prometheus.Collector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(namespace+"_"+name, help, labels, nil)
+	}
+	return &limitsCollector{server: server,
+		refused:    d("refused_total", "Requests (and messages of sends) refused for their identity, by reason.", "reason"),
+		partial:    d("partial_frame_bytes", "Bytes held in incomplete request frames over all connections."),
+		closed:     d("connections_closed_total", "Connections closed for a bound: partial (too many bytes in incomplete frames), idle, slow (under the minimum read rate).", "reason"),
+		handshakes: d("tls_handshake_failures_total", "TLS handshakes that failed or timed out."),
+	}
+}
+
+type limitsCollector struct {
+	server                               func() *Server
+	refused, partial, closed, handshakes *prometheus.Desc
+}
+
+func (c *limitsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.refused
+	ch <- c.partial
+	ch <- c.closed
+	ch <- c.handshakes
+}
+
+func (c *limitsCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.server()
+	if s == nil {
+		return
+	}
+	st := s.Stats()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	counter(c.refused, st.RefusedUnauthenticated, "unauthenticated")
+	counter(c.refused, st.RefusedForbidden, "forbidden")
+	ch <- prometheus.MustNewConstMetric(c.partial, prometheus.GaugeValue, float64(st.PartialBytes))
+	counter(c.closed, st.ClosedPartial, "partial")
+	counter(c.closed, st.ClosedIdle, "idle")
+	counter(c.closed, st.ClosedSlow, "slow")
+	counter(c.handshakes, st.HandshakeFailures)
+}
