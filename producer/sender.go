@@ -176,6 +176,13 @@ func (s *sender) place(pd *pending) {
 	}
 	s.mu.Unlock()
 	if err != nil {
+		var pe *protocol.Error
+		if errors.As(err, &pe) && !pe.Status.Retryable() {
+			// The meta servers refuse this producer (unauthenticated,
+			// forbidden): no retry will change that.
+			s.complete(pd, fmt.Errorf("message %s not stored: looking up its route: %w", pd.id, err))
+			return
+		}
 		s.retry(pd, err, now)
 		return
 	}

@@ -12,6 +12,13 @@
 # QMQ_SLAVES=1 also starts a slave for each group (rt1 base+4, rt2 base+5,
 # dl1 base+6; HTTP +10 each): kill a master and its slave takes the group
 # over; `bin/qmqctl switchover rt1` hands it over on purpose.
+#
+# QMQ_SECURE=1 starts the same cluster with TLS on every port (TCP, HTTP and
+# the embedded etcd, which also requires client certificates) and --auth
+# everywhere: a local CA and certificates are made in $QMQ_DATA/tls by
+# scripts/certs (each broker's certificate proves its group), an application
+# identity "demo" is created with a secret in $QMQ_DATA/tls/demo.credentials
+# (mode 0600), and the lines a client needs are printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -30,6 +37,22 @@ TOKEN_FILE="$DATA/admin-token"
 
 META="127.0.0.1:$BASE"
 META_HTTP="127.0.0.1:$((BASE + 100))"
+SCHEME=http
+META_TLS=()
+CURL=(curl -fs)
+tls_for() { :; } # name: the TLS flags of a server (none unless QMQ_SECURE=1)
+if [ "${QMQ_SECURE:-0}" = 1 ]; then
+  TLS="$DATA/tls"
+  echo "making certificates in $TLS ..."
+  go run ./scripts/certs -dir "$TLS" -server 127.0.0.1,localhost -node admin:meta \
+    -node broker:rt1 -node broker:rt2 -node broker:dl1 -client admin:admin -client app:demo >/dev/null
+  SCHEME=https
+  CURL=(curl -fs --cacert "$TLS/ca.pem")
+  META_TLS=(--tls-ca "$TLS/ca.pem" --tls-cert "$TLS/admin-meta.pem" --tls-key "$TLS/admin-meta-key.pem" --auth)
+  tls_for() { # kind-name of the certificate
+    echo --tls-ca "$TLS/ca.pem" --tls-cert "$TLS/$1.pem" --tls-key "$TLS/$1-key.pem" --auth
+  }
+fi
 pids=()
 stop() {
   trap - INT TERM EXIT
@@ -51,7 +74,7 @@ start() { # name, then the command
 
 wait_ready() { # name, url
   for _ in $(seq 1 300); do
-    if curl -fs "$2" >/dev/null 2>&1; then return 0; fi
+    if "${CURL[@]}" "$2" >/dev/null 2>&1; then return 0; fi
     if ! kill -0 "${pids[-1]}" 2>/dev/null && [ "$1" = "$last" ]; then break; fi
     sleep 0.1
   done
@@ -62,52 +85,77 @@ wait_ready() { # name, url
 
 last=metaserver
 start metaserver bin/qmq-metaserver --addr "$META" --http-addr "$META_HTTP" --data-dir "$DATA/metaserver" \
-  --etcd-listen "127.0.0.1:$((BASE + 200))" --etcd-peer "127.0.0.1:$((BASE + 201))" --admin-token-file "$TOKEN_FILE" --min-groups 2
-wait_ready metaserver "http://$META_HTTP/readyz"
+  --etcd-listen "127.0.0.1:$((BASE + 200))" --etcd-peer "127.0.0.1:$((BASE + 201))" --admin-token-file "$TOKEN_FILE" --min-groups 2 \
+  "${META_TLS[@]}"
+wait_ready metaserver "$SCHEME://$META_HTTP/readyz"
 
 for i in 1 2; do
   last=rt$i
   start rt$i bin/qmq-realtime --group rt$i --addr "127.0.0.1:$((BASE + i))" --http-addr "127.0.0.1:$((BASE + 10 + i))" \
-    --data-dir "$DATA/rt$i" --meta "$META"
+    --data-dir "$DATA/rt$i" --meta "$META" $(tls_for broker-rt$i)
 done
 last=dl1
 start dl1 bin/qmq-delay --group dl1 --addr "127.0.0.1:$((BASE + 3))" --http-addr "127.0.0.1:$((BASE + 13))" \
-  --data-dir "$DATA/dl1" --meta "$META"
-for i in 1 2; do wait_ready rt$i "http://127.0.0.1:$((BASE + 10 + i))/readyz"; done
-wait_ready dl1 "http://127.0.0.1:$((BASE + 13))/readyz"
+  --data-dir "$DATA/dl1" --meta "$META" $(tls_for broker-dl1)
+for i in 1 2; do wait_ready rt$i "$SCHEME://127.0.0.1:$((BASE + 10 + i))/readyz"; done
+wait_ready dl1 "$SCHEME://127.0.0.1:$((BASE + 13))/readyz"
 SLAVES=""
 if [ "${QMQ_SLAVES:-0}" = 1 ]; then
   for i in 1 2; do
     last=rt$i-s
     start rt$i-s bin/qmq-realtime --group rt$i --role slave --addr "127.0.0.1:$((BASE + 3 + i))" \
-      --http-addr "127.0.0.1:$((BASE + 13 + i))" --data-dir "$DATA/rt$i-s" --meta "$META"
-    wait_ready rt$i-s "http://127.0.0.1:$((BASE + 13 + i))/healthz"
+      --http-addr "127.0.0.1:$((BASE + 13 + i))" --data-dir "$DATA/rt$i-s" --meta "$META" $(tls_for broker-rt$i)
+    wait_ready rt$i-s "$SCHEME://127.0.0.1:$((BASE + 13 + i))/healthz"
   done
   last=dl1-s
   start dl1-s bin/qmq-delay --group dl1 --role slave --addr "127.0.0.1:$((BASE + 6))" --http-addr "127.0.0.1:$((BASE + 16))" \
-    --data-dir "$DATA/dl1-s" --meta "$META"
-  wait_ready dl1-s "http://127.0.0.1:$((BASE + 16))/healthz"
+    --data-dir "$DATA/dl1-s" --meta "$META" $(tls_for broker-dl1)
+  wait_ready dl1-s "$SCHEME://127.0.0.1:$((BASE + 16))/healthz"
   SLAVES="
   slaves        rt1 127.0.0.1:$((BASE + 4)), rt2 127.0.0.1:$((BASE + 5)), dl1 127.0.0.1:$((BASE + 6))"
 fi
 
 # Wait until the meta server lists all three groups.
 for _ in $(seq 1 100); do
-  n=$(curl -fs "http://$META_HTTP/api/v1/groups" 2>/dev/null | grep -o '"name"' | wc -l || true)
+  n=$("${CURL[@]}" -H "Authorization: Bearer $(cat "$TOKEN_FILE")" "$SCHEME://$META_HTTP/api/v1/groups" 2>/dev/null | grep -o '"name"' | wc -l || true)
   [ "${n:-0}" -ge 3 ] && break
   sleep 0.1
 done
 
+CTL="bin/qmqctl --meta $META_HTTP"
+EXAMPLE="go run ./scripts/example --meta $META"
+SECURE_NOTE=""
+if [ "${QMQ_SECURE:-0}" = 1 ]; then
+  CTL="bin/qmqctl --meta $META_HTTP --tls-ca $TLS/ca.pem"
+  # The application identity "demo": its secret in a file only you can read.
+  if [ ! -s "$TLS/demo.secret" ]; then
+    (umask 077; head -c 32 /dev/urandom | base64 | tr -d '/+=\n' > "$TLS/demo.secret")
+  fi
+  $CTL --token-file "$TOKEN_FILE" identity show demo >/dev/null 2>&1 ||
+    $CTL --token-file "$TOKEN_FILE" identity add demo --kind app --secret-file "$TLS/demo.secret" \
+      --publish '*' --consume '*' --consumer-group '*' >/dev/null
+  (umask 077; printf 'demo:%s\n' "$(cat "$TLS/demo.secret")" > "$TLS/demo.credentials")
+  EXAMPLE="go run ./scripts/example --meta $META --tls-ca $TLS/ca.pem --credentials-file $TLS/demo.credentials"
+  SECURE_NOTE="
+secure: TLS on every port, --auth everywhere (certificates and keys in $TLS)
+  CA            $TLS/ca.pem (clients verify servers with it)
+  app identity  demo: credentials in $TLS/demo.credentials (mode 0600), or the client
+                certificate $TLS/app-demo.pem with its key app-demo-key.pem
+  in Go         cfg, _ := tlsconfig.Client(tlsconfig.Files{CA: \"$TLS/ca.pem\"}, \"\")
+                producer.New(producer.WithResolver(routes), producer.WithTLS(cfg),
+                    producer.WithCredentialsFile(\"$TLS/demo.credentials\"))   (metaclient and consumer alike)"
+fi
+
 cat <<EOF2
 ready: QMQ-Go local cluster (data in $DATA, logs in $DATA/*.log)
   meta server   $META (clients and brokers), admin API $META_HTTP
-  console       http://$META_HTTP/
+  console       $SCHEME://$META_HTTP/
   realtime      rt1 127.0.0.1:$((BASE + 1)), rt2 127.0.0.1:$((BASE + 2))
   delay         dl1 127.0.0.1:$((BASE + 3))$SLAVES
-  admin token   in $TOKEN_FILE (mode 0600; qmqctl --token-file $TOKEN_FILE, or export QMQ_TOKEN=\$(cat $TOKEN_FILE))
+  admin token   in $TOKEN_FILE (mode 0600; qmqctl --token-file $TOKEN_FILE, or export QMQ_TOKEN=\$(cat $TOKEN_FILE))$SECURE_NOTE
 try it:
-  go run ./scripts/example --meta $META       # sends a message and a delayed one, receives both
-  bin/qmqctl --meta $META_HTTP status
+  $EXAMPLE       # sends a message and a delayed one, receives both
+  $CTL --token-file $TOKEN_FILE status
 Ctrl-C stops everything.
 EOF2
 wait

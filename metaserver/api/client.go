@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -68,6 +69,16 @@ func NewClient(base, token string, timeout time.Duration) *Client {
 		timeout = 10 * time.Second
 	}
 	return &Client{base: strings.TrimRight(base, "/"), token: token, http: &http.Client{Timeout: timeout}}
+}
+
+// WithTLS makes c talk HTTPS with cfg (a base given without a scheme
+// becomes https://).
+func (c *Client) WithTLS(cfg *tls.Config) *Client {
+	if rest, ok := strings.CutPrefix(c.base, "http://"); ok {
+		c.base = "https://" + rest
+	}
+	c.http.Transport = &http.Transport{TLSClientConfig: cfg, Proxy: http.ProxyFromEnvironment}
+	return c
 }
 
 // Do sends method path (under /api/v1) with in as the JSON body (nil: none)

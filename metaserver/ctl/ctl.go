@@ -2,10 +2,12 @@ package ctl
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/qmq-go/qmq/metaserver/api"
 	"github.com/qmq-go/qmq/pkg/auth"
+	"github.com/qmq-go/qmq/pkg/tlsconfig"
 	"github.com/spf13/cobra"
 )
 
@@ -73,10 +76,39 @@ type globals struct {
 	token     string // read by loadToken before a command runs
 	json      bool
 	timeout   time.Duration
+	tls       tlsconfig.Files
+	tlsConfig *tls.Config // built from tls before a command runs (nil: plain HTTP)
 	out       io.Writer
 }
 
-func (g *globals) client() *api.Client { return api.NewClient(g.meta, g.token, g.timeout) }
+func (g *globals) client() *api.Client {
+	c := api.NewClient(g.meta, g.token, g.timeout)
+	if g.tlsConfig != nil {
+		c.WithTLS(g.tlsConfig)
+	}
+	return c
+}
+
+// loadTLS builds the HTTPS client config from --tls-ca, --tls-cert and
+// --tls-key (a client certificate is an identity too).
+func (g *globals) loadTLS() error {
+	if g.tls.IsZero() {
+		return nil
+	}
+	host := g.meta
+	if _, rest, ok := strings.Cut(host, "://"); ok {
+		host = rest
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	cfg, err := tlsconfig.Client(g.tls, host)
+	if err != nil {
+		return usageError{fmt.Errorf("tls: %w", err)}
+	}
+	g.tlsConfig = cfg
+	return nil
+}
 
 // loadToken reads the credential: from --token-file (a file only its
 // owner may read), else from QMQ_TOKEN. It is never a flag's value, so it
@@ -128,6 +160,9 @@ func NewCommand(out io.Writer) *cobra.Command {
 			if g.token != "" {
 				return usageError{errors.New("--token is gone (a secret on the command line shows in ps): use --token-file FILE or " + EnvToken)}
 			}
+			if err := g.loadTLS(); err != nil {
+				return err
+			}
 			return g.loadToken()
 		},
 	}
@@ -137,6 +172,9 @@ func NewCommand(out io.Writer) *cobra.Command {
 	pf.StringVar(&g.tokenFile, "token-file", "", "file holding the credential, name:secret or the admin token, mode 0600 (default: env "+EnvToken+")")
 	pf.StringVar(&g.token, "token", "", "removed: use --token-file or "+EnvToken)
 	_ = pf.MarkHidden("token")
+	pf.StringVar(&g.tls.CA, "tls-ca", "", "PEM file of the CA that signed the meta server's certificate: talk HTTPS")
+	pf.StringVar(&g.tls.Cert, "tls-cert", "", "PEM client certificate (an identity: qmq://admin/NAME) for HTTPS")
+	pf.StringVar(&g.tls.Key, "tls-key", "", "PEM private key of --tls-cert, mode 0600")
 	pf.BoolVar(&g.json, "json", false, "print JSON instead of tables")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "request timeout")
 

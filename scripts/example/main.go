@@ -3,6 +3,10 @@
 // example scripts/run-local.sh prints.
 //
 //	go run ./scripts/example --meta 127.0.0.1:20880
+//
+// Against a secure cluster (QMQ_SECURE=1 scripts/run-local.sh prints the
+// exact line): --tls-ca, and an identity by --credentials-file (or
+// QMQ_CREDENTIALS) or by a client certificate (--tls-cert, --tls-key).
 package main
 
 import (
@@ -14,6 +18,7 @@ import (
 
 	"github.com/qmq-go/qmq/consumer"
 	"github.com/qmq-go/qmq/pkg/metaclient"
+	"github.com/qmq-go/qmq/pkg/tlsconfig"
 	"github.com/qmq-go/qmq/producer"
 )
 
@@ -21,24 +26,46 @@ func main() {
 	meta := flag.String("meta", "127.0.0.1:20880", "meta server TCP address")
 	subject := flag.String("subject", "hello.world", "subject")
 	delay := flag.Duration("delay", 2*time.Second, "delay of the second message")
+	var files tlsconfig.Files
+	files.AddFlags(flag.CommandLine, "tls-", "the example's")
+	credsFile := flag.String("credentials-file", "", "file holding name:secret, mode 0600 (default: env QMQ_CREDENTIALS)")
 	flag.Parse()
-	if err := run(*meta, *subject, *delay); err != nil {
+	if err := run(*meta, *subject, *delay, files, *credsFile); err != nil {
 		fmt.Fprintln(os.Stderr, "example:", err)
 		os.Exit(1)
 	}
 }
 
-func run(meta, subject string, delay time.Duration) error {
-	routes, err := metaclient.New([]string{meta}, "example")
+func run(meta, subject string, delay time.Duration, files tlsconfig.Files, credsFile string) error {
+	var (
+		mopts []metaclient.Option
+		copts []consumer.Option
+		popts []producer.Option
+	)
+	if !files.IsZero() {
+		cfg, err := tlsconfig.Client(files, "")
+		if err != nil {
+			return err
+		}
+		mopts, copts, popts = append(mopts, metaclient.WithTLS(cfg)), append(copts, consumer.WithTLS(cfg)), append(popts, producer.WithTLS(cfg))
+	}
+	if credsFile != "" {
+		mopts, copts, popts = append(mopts, metaclient.WithCredentialsFile(credsFile)),
+			append(copts, consumer.WithCredentialsFile(credsFile)), append(popts, producer.WithCredentialsFile(credsFile))
+	} else if os.Getenv("QMQ_CREDENTIALS") != "" {
+		mopts, copts, popts = append(mopts, metaclient.WithCredentialsFromEnv()),
+			append(copts, consumer.WithCredentialsFromEnv()), append(popts, producer.WithCredentialsFromEnv())
+	}
+	routes, err := metaclient.New([]string{meta}, "example", mopts...)
 	if err != nil {
 		return err
 	}
 	defer routes.Close()
-	c, err := consumer.New(consumer.WithResolver(routes), consumer.WithConsumerID("example"))
+	c, err := consumer.New(append(copts, consumer.WithResolver(routes), consumer.WithConsumerID("example"))...)
 	if err != nil {
 		return err
 	}
-	defer c.Close(context.Background())
+	defer closeWithin(c.Close)
 	got := make(chan *consumer.Message, 2)
 	if _, err := c.Subscribe(subject, "example", func(ctx context.Context, m *consumer.Message) error {
 		got <- m
@@ -48,11 +75,11 @@ func run(meta, subject string, delay time.Duration) error {
 	}
 	time.Sleep(500 * time.Millisecond) // a new group starts at the latest message: let it exist
 
-	p, err := producer.New(producer.WithResolver(routes))
+	p, err := producer.New(append(popts, producer.WithResolver(routes))...)
 	if err != nil {
 		return err
 	}
-	defer p.Close(context.Background())
+	defer closeWithin(p.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	now := time.Now()
@@ -72,4 +99,11 @@ func run(meta, subject string, delay time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// closeWithin closes a client, giving what it still holds 5 s.
+func closeWithin(close func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = close(ctx)
 }
