@@ -82,10 +82,15 @@ func consumeWorker(args []string) (any, error) {
 	concurrency := fs.Int("concurrency", 1, "handler concurrency")
 	work := fs.Duration("work", 0, "time each handler call takes")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up after")
+	sec := addClientSecurity(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	c, err := consumer.New(consumer.WithBrokers(*addr), consumer.WithConsumerID("bench-consumer"))
+	opts, err := sec.consumer()
+	if err != nil {
+		return nil, err
+	}
+	c, err := consumer.New(append(opts, consumer.WithBrokers(*addr), consumer.WithConsumerID("bench-consumer"))...)
 	if err != nil {
 		return nil, err
 	}

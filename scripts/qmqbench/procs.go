@@ -101,6 +101,11 @@ func (p *process) waitTCP(addr string, timeout time.Duration) error {
 
 // waitHTTP waits until url answers 200.
 func (p *process) waitHTTP(url string, timeout time.Duration) error {
+	return p.waitHTTPWith(http.DefaultClient, url, timeout)
+}
+
+// waitHTTPWith is waitHTTP through c (an HTTPS client, say).
+func (p *process) waitHTTPWith(c *http.Client, url string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		select {
@@ -109,7 +114,7 @@ func (p *process) waitHTTP(url string, timeout time.Duration) error {
 			return fmt.Errorf("%s exited (%v): %s", p.name, err, tail(p.out.String()))
 		default:
 		}
-		if resp, err := http.Get(url); err == nil {
+		if resp, err := c.Get(url); err == nil {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == 200 {

@@ -80,11 +80,16 @@ func produceWorker(args []string) (any, error) {
 	subject := fs.String("subject", "bench.s", "subject prefix")
 	inflight := fs.Int("inflight", 16, "send requests in flight per broker group")
 	batch := fs.Int("batch", 256, "messages per send request")
+	sec := addClientSecurity(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	p, err := producer.New(producer.WithBrokers(*addr), producer.WithQueueSize(50000), producer.WithMaxInFlight(*inflight),
-		producer.WithBatch(*batch, 1<<20))
+	opts, err := sec.producer()
+	if err != nil {
+		return nil, err
+	}
+	p, err := producer.New(append(opts, producer.WithBrokers(*addr), producer.WithQueueSize(50000), producer.WithMaxInFlight(*inflight),
+		producer.WithBatch(*batch, 1<<20))...)
 	if err != nil {
 		return nil, err
 	}

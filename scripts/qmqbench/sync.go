@@ -84,10 +84,15 @@ func syncWorker(args []string) (any, error) {
 	addr := fs.String("addr", "", "broker address")
 	d := fs.Duration("duration", syncDuration, "how long to send")
 	spin := fs.Duration("spin", 0, "the producer's WithSendSpin (0: its default; experiments)")
+	sec := addClientSecurity(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	opts := []producer.Option{producer.WithBrokers(*addr)}
+	opts, err := sec.producer()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, producer.WithBrokers(*addr))
 	if *spin != 0 {
 		opts = append(opts, producer.WithSendSpin(*spin))
 	}
