@@ -312,4 +312,3 @@ func (e *Env) authProduce() error {
 	e.Metric("produce_auth_vs_open_ratio", authRate/openRate, "x")
 	return nil
 }
-
