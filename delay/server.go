@@ -140,7 +140,9 @@ func New(opts Options, clk clock.Clock, resolver route.Resolver, lg *zap.Logger)
 			s.closeMeta()
 			return nil, err
 		}
-		authority = s.policies.Authority()
+		if s.policies != nil {
+			authority = s.policies.Authority()
+		}
 	}
 	nopts := netserver.Options{Addr: opts.Addr, MaxFrameSize: opts.MaxFrameSize}
 	kit.Listener(&nopts, authority)

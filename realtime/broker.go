@@ -162,7 +162,9 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 			t.store.Close()
 			return nil, err
 		}
-		authority = b.policies.Authority()
+		if b.policies != nil {
+			authority = b.policies.Authority()
+		}
 	}
 	nopts := netserver.Options{Addr: opts.Addr, MaxFrameSize: opts.MaxFrameSize, Spin: opts.Spin}
 	b.kit.Listener(&nopts, authority)

@@ -62,11 +62,11 @@ func (o *Options) Build(lg *zap.Logger) (*Kit, error) {
 }
 
 // Listener sets the security fields of a TCP listener's options: TLS,
-// authentication against a (nil: none, every connection open), the
-// exposure rule and the connection bounds.
+// authentication against a (nil, or a broker that does not Check: none,
+// every connection open), the exposure rule and the connection bounds.
 func (k *Kit) Listener(o *netserver.Options, a *auth.Authority) {
 	o.TLS = k.ServerTLS
-	if a != nil {
+	if a != nil && k.Checks() {
 		o.Auth = a
 	}
 	o.RequireAuth = k.opts.RequireAuth
@@ -82,6 +82,16 @@ func (k *Kit) Client(o *transport.Options) {
 	o.TLS = k.ClientTLS
 	o.Credentials = k.Credentials
 }
+
+// Identified reports whether the broker can prove an identity of its own
+// to other servers: credentials, or a client certificate (Options.TLS.Cert).
+func (k *Kit) Identified() bool { return k.Credentials != nil || k.opts.TLS.Cert != "" }
+
+// Checks reports whether the broker checks identities at all: it requires
+// them, or it can fetch the policy (it has an identity of its own). A
+// broker that does neither answers every CmdAuth as the open identity, so
+// clients with credentials still work against an open cluster.
+func (k *Kit) Checks() bool { return k.opts.RequireAuth || k.Identified() }
 
 // RequireAuth reports whether the TCP port requires an identity.
 func (k *Kit) RequireAuth() bool { return k.opts.RequireAuth }
@@ -130,10 +140,14 @@ func (k *Kit) Meta() []metaclient.Option {
 	return o
 }
 
-// Policies returns the broker's policy cache: the meta servers' policy,
+// Policies returns the broker's policy cache (nil when it does not
+// Check identities: it could not fetch it): the meta servers' policy,
 // kept in path, authenticating as the broker. Call Start; hand
 // Authority() to Listener and Authorize.
 func (k *Kit) Policies(meta []string, path string, lg *zap.Logger) (*metaclient.PolicyCache, error) {
+	if !k.Checks() {
+		return nil, nil
+	}
 	opts := []metaclient.PolicyOption{metaclient.WithPolicyTLS(k.ClientTLS), metaclient.WithPolicyLogger(lg)}
 	if k.Credentials != nil {
 		opts = append(opts, metaclient.WithPolicyCredentials(*k.Credentials))
