@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -238,15 +239,54 @@ func TestSecure_CredentialsRefused(t *testing.T) {
 }
 
 func TestSecure_UnknownCommandAuth(t *testing.T) {
-	// A server that does not serve CmdAuth (an older one): the dial fails
-	// with its status, not a hang.
-	mux := netserver.NewMux()
-	mux.HandleFunc(protocol.CmdAuth, func(r *netserver.Request) { r.Reply(protocol.StatusUnknownCommand, nil) })
-	s := startServer(t, "127.0.0.1:0", mux)
+	// A server that does not serve CmdAuth (an older one, which answers
+	// every command it does not know with StatusUnknownCommand): the dial
+	// fails with its status, not a hang. Our netserver serves CmdAuth
+	// itself, so the older server is a plain listener here.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go answerUnknown(conn)
+		}
+	}()
 	c := newClient(t, Options{Credentials: &auth.Credentials{Name: "demo", Secret: "x"}})
-	_, err := c.Call(context.Background(), s.Addr().String(), protocol.CmdPing, nil)
+	_, err = c.Call(context.Background(), ln.Addr().String(), protocol.CmdPing, nil)
 	if !errors.Is(err, protocol.ErrUnknownCommand) || !errors.Is(err, ErrDial) {
 		t.Fatalf("Call = %v", err)
+	}
+}
+
+// answerUnknown answers every request frame on conn with
+// StatusUnknownCommand until the peer closes it.
+func answerUnknown(conn net.Conn) {
+	defer conn.Close()
+	var buf []byte
+	chunk := make([]byte, 4096)
+	for {
+		n, err := conn.Read(chunk)
+		if err != nil {
+			return
+		}
+		buf = append(buf, chunk[:n]...)
+		for {
+			f, used, err := protocol.ReadFrame(buf, 1<<20)
+			if err != nil {
+				break
+			}
+			reply := protocol.AppendResponse(nil, protocol.StatusUnknownCommand, f.Header.RequestID, nil)
+			if _, err := conn.Write(reply); err != nil {
+				return
+			}
+			buf = buf[used:]
+		}
 	}
 }
 
