@@ -13,9 +13,9 @@
 // thread moved into the host's namespace) and runs programs in it with
 // Command (ip netns exec).
 //
-//	 host "a" ns          switch ns ("qnl<N>-sw")          host "b" ns
-//	 lo, eth0 10.213.N.1 ── q<N>s1 ─┐            ┌─ q<N>s2 ── eth0 10.213.N.2
-//	                                └─ br0 ──────┘
+//	host "a" ns          switch ns ("qnl<N>-sw")          host "b" ns
+//	lo, eth0 10.213.N.1 ── q<N>s1 ─┐            ┌─ q<N>s2 ── eth0 10.213.N.2
+//	                               └─ br0 ──────┘
 //
 // Names. Every namespace is "qnl<N>-<host>" (host names are [a-z0-9]{1,8})
 // and "qnl<N>-sw", where N (1..250) is the lab's number, also the third
