@@ -8,10 +8,11 @@ package main
 // (one message per send, unique ids, through the meta server's routes), one
 // consumer of the subject (4 handlers, acking each message), and a direct
 // probe send to each broker every 25 ms. Servers run with their default
-// flush (fsync before the ack, group commit). Five cuts, 6 s each, then a
+// flush (fsync before the ack, group commit). Six cuts, 6 s each, then a
 // heal: the masters from the meta server and etcd (the client and slaves
 // still reach them); each master from its slave; the client from the meta
-// server; asymmetric (the realtime master's frames to its slave dropped,
+// server; each master from both its slave and the meta server (the slave
+// takes over, the client still reaches the old master); asymmetric (the realtime master's frames to its slave dropped,
 // the meta server's frames to the delay master dropped); both masters
 // behind a 200 ms, 5 % loss link. Cuts are silent (ARP entries pointed
 // nowhere), the slow link is netlab's forwarder.
@@ -24,6 +25,8 @@ package main
 //	                            first acknowledged write (target ≤ 2)
 //	partition_rejoin_s          the worst cut's heal to both groups paired
 //	                            again (a master and its eligible slave)
+//	partition_max_stall_s       the longest time, cut to recovery, a group
+//	                            acknowledged no routed send
 
 import (
 	"errors"
@@ -57,12 +60,18 @@ func runPartition(env *Env) error {
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("build qmq-metaserver: %v: %s", err, out)
 	}
+	// QMQ_PARTITION_SCENARIOS (comma-separated) runs a subset.
+	var scenarios []string
+	if v := os.Getenv("QMQ_PARTITION_SCENARIOS"); v != "" {
+		scenarios = strings.Split(v, ",")
+	}
 	res, err := partition.Run(partition.Options{
-		Bin:    env.Bin,
-		Dir:    env.Dir,
-		Client: []string{self, "worker", "partition-client"},
-		Delay:  true,
-		Logf:   env.Logf,
+		Bin:       env.Bin,
+		Dir:       env.Dir,
+		Client:    []string{self, "worker", "partition-client"},
+		Delay:     true,
+		Scenarios: scenarios,
+		Logf:      env.Logf,
 	})
 	if errors.Is(err, netlab.ErrUnsupported) {
 		env.Logf("partition: skipped: %v", err)
@@ -71,14 +80,17 @@ func runPartition(env *Env) error {
 	if err != nil {
 		return err
 	}
-	var rejoin time.Duration
+	var rejoin, stall time.Duration
 	var failed []string
 	for _, s := range res.Scenarios {
 		if s.Err != nil {
 			failed = append(failed, fmt.Sprintf("%s: %v", s.Name, s.Err))
 		}
 		rejoin = max(rejoin, s.Rejoin)
-		env.Logf("%s: slowest group back in %.3f s, paired again in %.3f s", s.Name, s.Slowest().Seconds(), s.Rejoin.Seconds())
+		for _, d := range s.Stall {
+			stall = max(stall, d)
+		}
+		env.Logf("%s: slowest group back in %.3f s, paired again in %.3f s; longest stall per group %v", s.Name, s.Slowest().Seconds(), s.Rejoin.Seconds(), s.Stall)
 	}
 	env.Logf("%d sends acknowledged; failed sends by kind %v", res.Acked, res.FailedSends)
 	env.Metric("partition_lost_acked", float64(res.LostAcked), "messages")
@@ -86,6 +98,7 @@ func runPartition(env *Env) error {
 	env.Metric("partition_early_delayed", float64(res.EarlyDelayed), "messages")
 	env.Metric("partition_heal_recovery_s", res.HealRecovery.Seconds(), "s")
 	env.Metric("partition_rejoin_s", rejoin.Seconds(), "s")
+	env.Metric("partition_max_stall_s", stall.Seconds(), "s")
 	if len(failed) > 0 {
 		return errors.New(strings.Join(failed, "; "))
 	}

@@ -23,6 +23,9 @@
 //	master-meta   the masters from the meta server and etcd, both ways;
 //	              the client and the slaves still reach them
 //	master-slave  each master from its slave, both ways
+//	master-isolated  each master from its slave and from the meta server,
+//	              both ways; the client still reaches it (its slave takes
+//	              over; the old master rejoins as its slave after the heal)
 //	client-meta   the client from the meta server, both ways
 //	asymmetric    the realtime master's frames to its slave dropped (its
 //	              slave's still arrive); the meta server's frames to the
@@ -49,5 +52,7 @@
 //	                    heal to the first routed send it acknowledged after
 //	                    it (a group that never stopped answers at once);
 //	                    the figure is the worst scenario
+//	stall               per scenario and group, the longest time from the
+//	                    cut to the recovery without a routed acknowledgement
 //	rejoin_s            per scenario, heal to both groups paired again
 package partition

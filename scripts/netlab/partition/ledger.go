@@ -133,3 +133,23 @@ func sandwiched(xs, ys []probeAck, window time.Duration) int {
 	}
 	return n
 }
+
+// maxGap is the longest time in [from, to] without an acknowledgement of
+// kind (from or to count as acknowledgements' bounds).
+func (l *ledger) maxGap(kind string, from, to time.Time) time.Duration {
+	l.mu.Lock()
+	var in []time.Time
+	for _, t := range l.ackTimes[kind] {
+		if t.After(from) && t.Before(to) {
+			in = append(in, t)
+		}
+	}
+	l.mu.Unlock()
+	sort.Slice(in, func(i, j int) bool { return in[i].Before(in[j]) })
+	prev, gap := from, time.Duration(0)
+	for _, t := range append(in, to) {
+		gap = max(gap, t.Sub(prev))
+		prev = t
+	}
+	return gap
+}

@@ -43,7 +43,7 @@ type Options struct {
 }
 
 // ScenarioNames lists every scenario, in the default order.
-var ScenarioNames = []string{"master-meta", "master-slave", "client-meta", "asymmetric", "slow"}
+var ScenarioNames = []string{"master-meta", "master-slave", "master-isolated", "client-meta", "asymmetric", "slow"}
 
 func (o *Options) withDefaults() {
 	if len(o.Scenarios) == 0 {
@@ -90,6 +90,9 @@ type ScenarioResult struct {
 	// Recovery is, per group, the heal to the group's first routed
 	// acknowledgement after it.
 	Recovery map[string]time.Duration
+	// Stall is, per group, the longest time from the cut to its recovery
+	// without a routed acknowledgement.
+	Stall map[string]time.Duration
 	// Rejoin is the heal to every group paired again (0: not within the
 	// bound; Err says why).
 	Rejoin time.Duration
@@ -200,7 +203,7 @@ func Run(o Options) (*Result, error) {
 	for _, name := range o.Scenarios {
 		sr := c.runScenario(o, led, name)
 		res.Scenarios = append(res.Scenarios, sr)
-		o.Logf("%s: recovery %v, rejoin %v, err %v", name, sr.Recovery, sr.Rejoin, sr.Err)
+		o.Logf("%s: recovery %v, longest stall %v, rejoin %v, err %v", name, sr.Recovery, sr.Stall, sr.Rejoin, sr.Err)
 	}
 
 	stdin.Close()

@@ -39,6 +39,17 @@ var scenarios = map[string]scenario{
 		}
 		return c.Lab.HealAll, nil
 	},
+	"master-isolated": func(c *Cluster, r roles) (func() error, error) {
+		for _, ms := range r {
+			if err := c.Lab.CutBoth(ms[0].host, "meta"); err != nil {
+				return nil, err
+			}
+			if err := c.Lab.CutBoth(ms[0].host, ms[1].host); err != nil {
+				return nil, err
+			}
+		}
+		return c.Lab.HealAll, nil
+	},
 	"client-meta": func(c *Cluster, r roles) (func() error, error) {
 		return c.Lab.HealAll, c.Lab.CutBoth("cli", "meta")
 	},
@@ -80,8 +91,8 @@ var kinds = map[string]string{RealtimeGroup: "r", DelayGroup: "d"}
 
 // runScenario waits for the groups to pair, cuts, holds, heals and
 // measures.
-func (c *Cluster) runScenario(o Options, led *ledger, name string) ScenarioResult {
-	sr := ScenarioResult{Name: name, Recovery: map[string]time.Duration{}}
+func (c *Cluster) runScenario(o Options, led *ledger, name string) (sr ScenarioResult) {
+	sr = ScenarioResult{Name: name, Recovery: map[string]time.Duration{}}
 	r := roles{}
 	for _, g := range c.groupNames() {
 		if err := waitFor(settleTimeout, g+" paired before "+name, func() error { return c.paired(g) }); err != nil {
@@ -108,12 +119,19 @@ func (c *Cluster) runScenario(o Options, led *ledger, name string) ScenarioResul
 		sr.Err = err
 		return sr
 	}
+	cut := time.Now()
 	time.Sleep(o.Hold)
 	if err := heal(); err != nil {
 		sr.Err = err
 		return sr
 	}
 	healed := time.Now()
+	defer func() {
+		sr.Stall = map[string]time.Duration{}
+		for _, g := range c.groupNames() {
+			sr.Stall[g] = led.maxGap(kinds[g], cut, healed.Add(sr.Recovery[g]))
+		}
+	}()
 	for _, g := range c.groupNames() {
 		kind := kinds[g]
 		if err := waitFor(settleTimeout, g+" acknowledging after the heal of "+name, func() error {
