@@ -274,3 +274,34 @@ func TestStaleLabRemoved(t *testing.T) {
 		t.Logf("new lab got number %d (stale was %d)", l2.id, l.id)
 	}
 }
+
+func TestIsolate(t *testing.T) {
+	l := newLab(t, "a", "b")
+	addr := echoServer(t, l, "b")
+	if err := l.Isolate("b", true); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := dial(t, l, "a", addr, 500*time.Millisecond); err == nil {
+		c.Close()
+		t.Fatal("dialled an isolated host")
+	}
+	if err := l.Isolate("b", false); err != nil {
+		t.Fatal(err)
+	}
+	// The port comes back up (poll: the bridge may take a moment).
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := dial(t, l, "a", addr, time.Second)
+		if err == nil {
+			err = roundTrip(c, bufio.NewReader(c), "back", 5*time.Second)
+			c.Close()
+			if err == nil {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b unreachable after Isolate(false): %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
