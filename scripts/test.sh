@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin:$(go env GOPATH 2>/dev/null)/bin"
 
 # Packages tested without -race (regular expression over import paths).
-HEAVY='/(delay/store|metaserver)($|/)'
+HEAVY='/(delay/store|metaserver|scripts/netlab/partition)($|/)'
 
 step() { printf '\n== %s\n' "$*"; }
 
