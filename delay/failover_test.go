@@ -595,6 +595,77 @@ func TestDelay_Switchover(t *testing.T) {
 	}
 }
 
+// A slave that won its group (a campaign stops its copy first) and is
+// later deposed copies again: after a switchover there and back, the first
+// slave holds what its old master takes.
+func TestDelay_SwitchoverThereAndBack(t *testing.T) {
+	t.Parallel()
+	ms := startMetaServer(t, func(o *metaserver.Options) { o.BrokerTTL = 2 * time.Second })
+	meta := []string{ms.Addr().String()}
+	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
+	rtAddr := rt.Addr().String()
+	opts := func(role string) delay.Options {
+		o := delay.NewOptions()
+		o.Addr, o.HTTPAddr, o.DataDir, o.Realtime, o.MetaServers = "127.0.0.1:0", "", t.TempDir(), []string{rtAddr}, meta
+		o.Role, o.SyncWait = role, 200*time.Millisecond
+		return o
+	}
+	a := startDelayWith(t, opts(delay.RoleMaster))
+	testutil.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if r := a.Replication(); r.Fenced || r.Epoch == 0 {
+			return fmt.Errorf("master not registered: %+v", r)
+		}
+		return nil
+	})
+	b := startDelayWith(t, opts(delay.RoleSlave))
+	c, err := transport.New(fastTransport, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	holds := func(master, slave *delay.Server, want int64) {
+		t.Helper()
+		testutil.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+			if n, m := slave.Stats().Pending, master.Stats().Pending; n != want || m != want {
+				return fmt.Errorf("master holds %d pending, slave %d, want %d", m, n, want)
+			}
+			return nil
+		})
+	}
+	send := func(to *delay.Server, prefix string) {
+		t.Helper()
+		p, err := producer.New(producer.WithResolver(route.NewStatic(route.Groups(rtAddr), route.Groups(to.Addr().String()))),
+			producer.WithTransportOptions(fastTransport))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close(context.Background())
+		sendDelayed(t, p, prefix, 10, time.Now().Add(time.Hour))
+	}
+	switchover := func(from, to *delay.Server) {
+		t.Helper()
+		epoch := from.Replication().Epoch
+		if _, err := c.Call(context.Background(), from.Addr().String(), protocol.CmdSwitchover,
+			protocol.AppendSwitchoverRequest(nil, &protocol.SwitchoverRequest{Group: "dl1", Epoch: epoch, Timeout: 5 * time.Second})); err != nil {
+			t.Fatalf("switchover: %v", err)
+		}
+		testutil.CheckFor(t, 15*time.Second, 20*time.Millisecond, func() error {
+			if rf, rt := from.Replication(), to.Replication(); rf.Role != delay.RoleSlave || rt.Role != delay.RoleMaster || rt.Fenced || rt.Epoch <= epoch {
+				return fmt.Errorf("after the switchover: old %+v, new %+v", rf, rt)
+			}
+			return nil
+		})
+	}
+	send(a, "there")
+	holds(a, b, 10)
+	switchover(a, b)
+	send(b, "back")
+	holds(b, a, 20)
+	switchover(b, a) // B won by a campaign: deposed now, it must copy again
+	send(a, "again")
+	holds(a, b, 30)
+}
+
 // A slave SIGKILLed while it catches up from empty, and restarted, ends with
 // an exact copy: its files are cut at their last whole record, it copies
 // the rest, and the copy opens as a master's store holding every hour with

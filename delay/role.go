@@ -78,6 +78,9 @@ func (s *Server) Demote() error {
 		s.lg.Warn("closing the deposed master", zap.Error(err))
 	}
 	cancel()
+	// A master that won its group as a slave stopped its copy for the
+	// campaign; demoted, it copies again (failover.Server.Demote).
+	s.copyStopped = false
 	s.reopenSlave()
 	return nil
 }

@@ -726,6 +726,43 @@ func TestFailover_Switchover(t *testing.T) {
 	}
 }
 
+// A slave that won its group (a campaign stops its copy first) and is
+// later deposed copies again: after a switchover there and back, the first
+// slave is the slave of its old master again and holds every write.
+func TestFailover_SwitchoverThereAndBack(t *testing.T) {
+	t.Parallel()
+	meta, _ := startFailoverMeta(t, failoverTTL)
+	metaAddr := meta.Addr().String()
+	aAddr, aHTTP, bAddr, bHTTP := testutil.ReusableAddr(t), testutil.ReusableAddr(t), testutil.ReusableAddr(t), testutil.ReusableAddr(t)
+	a := startNode(t, "A", t.TempDir(), aAddr, aHTTP, realtime.RoleMaster, metaAddr)
+	a.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(1))
+	b := startNode(t, "B", t.TempDir(), bAddr, bHTTP, realtime.RoleSlave, metaAddr)
+	waitSlaveHolds(t, a, 20*time.Second)
+	p, _ := newMetaClients(t, metaAddr)
+	l := startLoad(p, "thereandback", 2)
+	defer l.finish()
+	tr := newClient(t)
+	switchover := func(from *nodeChild, addr string) {
+		t.Helper()
+		epoch, err := from.gauge("qmq_realtime_epoch")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := protocol.AppendSwitchoverRequest(nil, &protocol.SwitchoverRequest{Group: failoverGroup, Epoch: uint64(epoch), Timeout: 10 * time.Second})
+		if _, err := tr.Call(context.Background(), addr, protocol.CmdSwitchover, body); err != nil {
+			t.Fatalf("switchover from %s: %v", from.name, err)
+		}
+	}
+	l.waitCount(t, 100, 30*time.Second)
+	switchover(a, aAddr)
+	b.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(1))
+	waitSlaveHolds(t, b, 30*time.Second)
+	l.waitCount(t, l.count()+100, 30*time.Second)
+	switchover(b, bAddr) // B won by a campaign: deposed now, it must copy again
+	a.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(1))
+	waitSlaveHolds(t, a, 30*time.Second)
+}
+
 // The master is frozen (SIGSTOP) past its lease: the slave wins. Resumed,
 // the old master never takes a write — its lease renewal is too old, then
 // the meta server refuses its heartbeat and it is deposed — and it rejoins

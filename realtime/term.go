@@ -171,6 +171,9 @@ func (b *Broker) Demote() error {
 	b.shutdownPulls()
 	b.stopTerm(t)
 	b.lg.Warn("demoted: reopening the store as a copy")
+	// A master that won its group as a slave stopped its copy for the
+	// campaign; demoted, it copies again (failover.Server.Demote).
+	b.copyStopped = false
 	return b.reopenAsSlave(t, nil)
 }
 
