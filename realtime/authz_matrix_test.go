@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -90,7 +91,7 @@ func startMatrixBroker(t *testing.T) *matrixBroker {
 	self := newIdentity(t, meta, api.IdentityRequest{Name: matrixGroup, Kind: "broker"})
 
 	o := realtime.NewOptions()
-	o.Group, o.Addr, o.HTTPAddr, o.DataDir = matrixGroup, "127.0.0.1:0", "", t.TempDir()
+	o.Group, o.Addr, o.HTTPAddr, o.DataDir = matrixGroup, "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
 	o.MetaServers, o.Role = []string{meta.Addr().String()}, realtime.RoleMaster
 	o.SegmentSize, o.ConsumerTimeout, o.RetryDelay = 8<<20, 2*time.Second, 100*time.Millisecond
 	o.Secure.RequireAuth, o.Secure.Credentials = true, self
@@ -364,6 +365,34 @@ func TestAuthzMatrix_RealtimeTCP(t *testing.T) {
 
 	if after := m.state(t, admin); after != before {
 		t.Fatalf("refused commands changed the broker:\nbefore %s\nafter  %s", before, after)
+	}
+	// The ops HTTP port: profiles (and the command line) need admin read.
+	for _, c := range []struct {
+		name, authz string
+		want        int
+	}{
+		{"no credential", "", http.StatusUnauthorized},
+		{"wrong secret", "Bearer " + m.app.Name + ":not-the-secret-of-billing", http.StatusUnauthorized},
+		{"application", "Bearer " + m.app.String(), http.StatusForbidden},
+		{"read admin", "Bearer " + m.viewer.String(), http.StatusOK},
+	} {
+		for _, path := range []string{"/debug/pprof/", "/debug/pprof/cmdline"} {
+			req, err := http.NewRequest("GET", "http://"+m.b.HTTPAddr().String()+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.authz != "" {
+				req.Header.Set("Authorization", c.authz)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != c.want {
+				t.Errorf("GET %s as %s: HTTP %d, want %d", path, c.name, resp.StatusCode, c.want)
+			}
+		}
 	}
 	// The same identities are served what they may do: the refusals were
 	// about the right, not a broken connection.
