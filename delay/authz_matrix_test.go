@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/qmq-go/qmq/metaserver"
 	"github.com/qmq-go/qmq/metaserver/api"
 	"github.com/qmq-go/qmq/pkg/auth"
+	"github.com/qmq-go/qmq/pkg/exposure"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/route"
 	"github.com/qmq-go/qmq/pkg/testutil"
@@ -109,7 +111,8 @@ func TestAuthzMatrix_DelayTCP(t *testing.T) {
 	self := delayIdentity(t, meta, api.IdentityRequest{Name: delayMatrixGroup, Kind: "broker"})
 
 	o := delay.NewOptions()
-	o.Group, o.Addr, o.HTTPAddr, o.DataDir = delayMatrixGroup, "127.0.0.1:0", "", t.TempDir()
+	// A data directory the server makes: its modes are checked after the run.
+	o.Group, o.Addr, o.HTTPAddr, o.DataDir = delayMatrixGroup, "127.0.0.1:0", "", filepath.Join(t.TempDir(), "data")
 	o.MetaServers, o.Role = []string{meta.Addr().String()}, delay.RoleMaster
 	o.Secure.RequireAuth, o.Secure.Credentials = true, self
 	// Nothing becomes due during the test: the realtime address is never dialled.
@@ -219,6 +222,44 @@ func TestAuthzMatrix_DelayTCP(t *testing.T) {
 	}
 	if after := delayState(s); after != before {
 		t.Fatalf("refused commands changed the server:\nbefore %s\nafter  %s", before, after)
+	}
+	// After the run (the WAL, schedule files, the policy copy): every file
+	// 0600, every directory 0700.
+	testutil.RequirePrivateTree(t, o.DataDir)
+}
+
+// A delay server refuses to listen on a non-loopback address (TCP or HTTP)
+// without TLS and --auth unless told --insecure.
+func TestSecure_DelayRefusesExposedListener(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		mod       func(*delay.Options)
+		wantError bool
+	}{
+		{"TCP on all interfaces", func(o *delay.Options) { o.Addr = "0.0.0.0:0" }, true},
+		{"HTTP on all interfaces", func(o *delay.Options) { o.HTTPAddr = "0.0.0.0:0" }, true},
+		{"TCP on all interfaces with --auth but no TLS", func(o *delay.Options) { o.Addr, o.Secure.RequireAuth = "0.0.0.0:0", true }, true},
+		{"TCP on all interfaces, --insecure", func(o *delay.Options) { o.Addr, o.Secure.Insecure = "0.0.0.0:0", true }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := delay.NewOptions()
+			o.Addr, o.HTTPAddr, o.DataDir = "127.0.0.1:0", "", t.TempDir()
+			c.mod(&o)
+			s, err := delay.New(o, nil, route.NewStatic(route.Groups("127.0.0.1:1"), nil), zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+			if !c.wantError {
+				if err != nil {
+					t.Fatalf("refused with --insecure: %v", err)
+				}
+				s.Close(context.Background())
+				return
+			}
+			if !errors.Is(err, exposure.ErrInsecureListener) {
+				if err == nil {
+					s.Close(context.Background())
+				}
+				t.Fatalf("New = %v, want ErrInsecureListener", err)
+			}
+		})
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/qmq-go/qmq/metaserver"
 	"github.com/qmq-go/qmq/metaserver/api"
 	"github.com/qmq-go/qmq/pkg/auth"
+	"github.com/qmq-go/qmq/pkg/exposure"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/testutil"
 	"github.com/qmq-go/qmq/pkg/transport"
@@ -50,6 +52,7 @@ type matrixBroker struct {
 	// admin, ops a write admin, other a broker of another group.
 	app, viewer, ops, other auth.Credentials
 	dead                    []string // ids of orders/billing's dead letters
+	dir                     string   // the data directory
 }
 
 func newIdentity(t *testing.T, meta *metaserver.Server, req api.IdentityRequest) auth.Credentials {
@@ -91,7 +94,8 @@ func startMatrixBroker(t *testing.T) *matrixBroker {
 	self := newIdentity(t, meta, api.IdentityRequest{Name: matrixGroup, Kind: "broker"})
 
 	o := realtime.NewOptions()
-	o.Group, o.Addr, o.HTTPAddr, o.DataDir = matrixGroup, "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
+	// A data directory the broker makes: its modes are checked after the run.
+	o.Group, o.Addr, o.HTTPAddr, o.DataDir = matrixGroup, "127.0.0.1:0", "127.0.0.1:0", filepath.Join(t.TempDir(), "data")
 	o.MetaServers, o.Role = []string{meta.Addr().String()}, realtime.RoleMaster
 	o.SegmentSize, o.ConsumerTimeout, o.RetryDelay = 8<<20, 2*time.Second, 100*time.Millisecond
 	o.Secure.RequireAuth, o.Secure.Credentials = true, self
@@ -103,7 +107,7 @@ func startMatrixBroker(t *testing.T) *matrixBroker {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close(context.Background()) })
-	m.b, m.addr = b, b.Addr().String()
+	m.b, m.addr, m.dir = b, b.Addr().String(), o.DataDir
 	testutil.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
 		if st := b.Replication(); st.Role != realtime.RoleMaster || st.Epoch == 0 {
 			return fmt.Errorf("not master yet: %+v", st)
@@ -401,6 +405,44 @@ func TestAuthzMatrix_RealtimeTCP(t *testing.T) {
 	}
 	if _, err := viewer.Call(context.Background(), m.addr, protocol.CmdBrokerStats, own["broker-stats"].body); err != nil {
 		t.Fatalf("stats as a read admin: %v", err)
+	}
+	// After the run (messages, dead letters, the policy copy, the epoch
+	// history): every file 0600, every directory 0700.
+	testutil.RequirePrivateTree(t, m.dir)
+}
+
+// A broker refuses to listen on a non-loopback address (TCP or HTTP)
+// without TLS and --auth unless told --insecure.
+func TestSecure_RealtimeRefusesExposedListener(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		mod       func(*realtime.Options)
+		wantError bool
+	}{
+		{"TCP on all interfaces", func(o *realtime.Options) { o.Addr = "0.0.0.0:0" }, true},
+		{"HTTP on all interfaces", func(o *realtime.Options) { o.HTTPAddr = "0.0.0.0:0" }, true},
+		{"TCP on all interfaces with --auth but no TLS", func(o *realtime.Options) { o.Addr, o.Secure.RequireAuth = "0.0.0.0:0", true }, true},
+		{"TCP on all interfaces, --insecure", func(o *realtime.Options) { o.Addr, o.Secure.Insecure = "0.0.0.0:0", true }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := realtime.NewOptions()
+			o.Addr, o.HTTPAddr, o.DataDir = "127.0.0.1:0", "", t.TempDir()
+			c.mod(&o)
+			b, err := realtime.New(o, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+			if !c.wantError {
+				if err != nil {
+					t.Fatalf("refused with --insecure: %v", err)
+				}
+				b.Close(context.Background())
+				return
+			}
+			if !errors.Is(err, exposure.ErrInsecureListener) {
+				if err == nil {
+					b.Close(context.Background())
+				}
+				t.Fatalf("New = %v, want ErrInsecureListener", err)
+			}
+		})
 	}
 }
 
