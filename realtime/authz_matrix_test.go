@@ -83,7 +83,7 @@ func clientAs(t *testing.T, c *auth.Credentials) *transport.Client {
 
 func startMatrixBroker(t *testing.T) *matrixBroker {
 	t.Helper()
-	meta, _ := startFailoverMeta(t, 3*time.Second)
+	meta, _ := startFailoverMeta(t, 10*time.Second) // a lease that outlasts a loaded machine's stalls
 	m := &matrixBroker{
 		app: newIdentity(t, meta, api.IdentityRequest{Name: "billing", Kind: "app", Grants: api.Grants{
 			Publish: []string{matrixSubject}, Consume: []string{matrixSubject}, Groups: []string{matrixCGroup}}}),
