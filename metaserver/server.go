@@ -121,6 +121,10 @@ func New(opts Options, lg *zap.Logger) (*Server, error) {
 	s.transport, s.caller = tr, tr
 	s.metrics = newMetrics(s)
 	s.refusals = newRefusals(s.metrics.reg, lg.Named("authz"))
+	// The TCP port's own refusals (before any handler: no identity yet, a
+	// failed CmdAuth) and bounds, as on the brokers: qmq_meta_refused_total
+	// and the rest (pkg/netserver LimitsCollector); read at each scrape.
+	s.metrics.reg.MustRegister(netserver.LimitsCollector("qmq_meta", func() *netserver.Server { return s.tcp }))
 	s.policyMetrics(s.metrics.reg)
 	mux := netserver.NewMux()
 	mux.HandleFunc(protocol.CmdPolicy, s.servePolicy)
