@@ -148,6 +148,7 @@ func waitWritableAlone(n *groupNode, timeout time.Duration) error {
 type ackLog struct {
 	mu     sync.Mutex
 	acks   [][]time.Time // per sender
+	ids    []string      // acknowledged
 	fails  int
 	errs   map[string]int // first words of the errors, counted
 	failAt []time.Time
@@ -179,6 +180,7 @@ func startSenders(ps []*producer.Producer, subject string, body int, timeout tim
 				l.mu.Lock()
 				if err == nil {
 					l.acks[g] = append(l.acks[g], now)
+					l.ids = append(l.ids, id)
 				} else {
 					l.fails++
 					l.failAt = append(l.failAt, now)
@@ -193,6 +195,13 @@ func startSenders(ps []*producer.Producer, subject string, body int, timeout tim
 		}()
 	}
 	return l
+}
+
+// ackedIDs returns the ids of the acknowledged messages.
+func (l *ackLog) ackedIDs() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.ids...)
 }
 
 // halt stops the senders and waits for them.
