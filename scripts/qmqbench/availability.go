@@ -22,26 +22,30 @@ import (
 	"github.com/qmq-go/qmq/producer"
 )
 
-// groupNode is one qmq-realtime broker of a group registered with the meta
-// servers; its addresses and directory outlive its processes, so a killed
-// node restarts as the same broker.
+// groupNode is one broker of a group (qmq-realtime, or qmq-delay when kind
+// is "delay") registered with the meta servers; its addresses and directory
+// outlive its processes, so a killed node restarts as the same broker.
 type groupNode struct {
 	name, group, dir, addr, http string
+	kind                         string   // "realtime" or "delay"
 	args                         []string // extra flags (--wait-slave, --role slave, ...)
 	env                          []string // extra environment (GOGC=...)
 	p                            *process
 }
 
 func newGroupNode(env *Env, name, group string, args ...string) *groupNode {
-	return &groupNode{name: name, group: group, dir: filepath.Join(env.Dir, name), addr: freeAddr(), http: freeAddr(), args: args}
+	return &groupNode{name: name, group: group, kind: "realtime", dir: filepath.Join(env.Dir, name), addr: freeAddr(), http: freeAddr(), args: args}
 }
+
+// role is the name of the node's role gauge (1 master, 2 slave).
+func (n *groupNode) role() string { return "qmq_" + n.kind + "_role" }
 
 // start runs the node's process against the meta servers metas and waits
 // for its /healthz.
 func (e *Env) startNode(n *groupNode, metas []string) error {
 	args := []string{"--group", n.group, "--addr", n.addr, "--http-addr", n.http, "--data-dir", n.dir,
 		"--meta", strings.Join(metas, ","), "--log-level", "warn"}
-	cmd := exec.Command(filepath.Join(e.Bin, "qmq-realtime"), append(args, n.args...)...)
+	cmd := exec.Command(filepath.Join(e.Bin, "qmq-"+n.kind), append(args, n.args...)...)
 	cmd.Env = append(os.Environ(), n.env...)
 	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -49,7 +53,7 @@ func (e *Env) startNode(n *groupNode, metas []string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", n.name, err)
 	}
-	p := &process{name: "qmq-realtime " + n.name, cmd: cmd, out: out, done: make(chan error, 1)}
+	p := &process{name: "qmq-" + n.kind + " " + n.name, cmd: cmd, out: out, done: make(chan error, 1)}
 	go func() { p.done <- cmd.Wait() }()
 	if err := p.waitHTTP("http://"+n.http+"/healthz", 60*time.Second); err != nil {
 		p.kill()
@@ -117,12 +121,12 @@ func waitRoles(master, slave *groupNode, timeout time.Duration) error {
 		if err != nil {
 			return err
 		}
-		srole, err := slave.metric("qmq_realtime_role")
+		srole, err := slave.metric(slave.role())
 		if err != nil {
 			return err
 		}
-		if m["qmq_realtime_role"] != 1 || srole != 2 || m["qmq_failover_eligible_slave"] != 1 || m["qmq_failover_write_state"] != 1 {
-			return fmt.Errorf("roles %v/%v, eligible slave %v, write state %v", m["qmq_realtime_role"], srole,
+		if m[master.role()] != 1 || srole != 2 || m["qmq_failover_eligible_slave"] != 1 || m["qmq_failover_write_state"] != 1 {
+			return fmt.Errorf("roles %v/%v, eligible slave %v, write state %v", m[master.role()], srole,
 				m["qmq_failover_eligible_slave"], m["qmq_failover_write_state"])
 		}
 		return nil
@@ -136,8 +140,8 @@ func waitWritableAlone(n *groupNode, timeout time.Duration) error {
 		if err != nil {
 			return err
 		}
-		if m["qmq_realtime_role"] != 1 || m["qmq_failover_writable"] != 1 {
-			return fmt.Errorf("role %v, writable %v", m["qmq_realtime_role"], m["qmq_failover_writable"])
+		if m[n.role()] != 1 || m["qmq_failover_writable"] != 1 {
+			return fmt.Errorf("role %v, writable %v", m[n.role()], m["qmq_failover_writable"])
 		}
 		return nil
 	})
@@ -147,8 +151,9 @@ func waitWritableAlone(n *groupNode, timeout time.Duration) error {
 // acknowledgements, and the failures.
 type ackLog struct {
 	mu     sync.Mutex
-	acks   [][]time.Time // per sender
-	ids    []string      // acknowledged
+	acks   [][]time.Time        // per sender
+	ids    []string             // acknowledged
+	due    map[string]time.Time // acknowledged delayed messages: when due
 	fails  int
 	errs   map[string]int // first words of the errors, counted
 	failAt []time.Time
@@ -158,9 +163,10 @@ type ackLog struct {
 
 // startSenders runs one goroutine per producer, each sending unique
 // messages to subject one at a time (Send waits for the acknowledgement),
-// with timeout per Send.
-func startSenders(ps []*producer.Producer, subject string, body int, timeout time.Duration) *ackLog {
-	l := &ackLog{acks: make([][]time.Time, len(ps)), errs: map[string]int{}, stop: make(chan struct{})}
+// with timeout per Send. The last `delayed` producers send messages due
+// delayBy after they are sent (to delay groups).
+func startSenders(ps []*producer.Producer, subject string, body int, timeout time.Duration, delayed int, delayBy time.Duration) *ackLog {
+	l := &ackLog{acks: make([][]time.Time, len(ps)), errs: map[string]int{}, due: map[string]time.Time{}, stop: make(chan struct{})}
 	payload := make([]byte, body)
 	for g, p := range ps {
 		l.wg.Add(1)
@@ -173,14 +179,21 @@ func startSenders(ps []*producer.Producer, subject string, body int, timeout tim
 				default:
 				}
 				id := fmt.Sprintf("p%d-%d", g, i)
+				msg := &producer.Message{Subject: subject, ID: id, Body: payload}
+				if g >= len(ps)-delayed {
+					msg.DeliverAt = time.Now().Add(delayBy)
+				}
 				ctx, cancel := context.WithTimeout(context.Background(), timeout)
-				err := p.Send(ctx, &producer.Message{Subject: subject, ID: id, Body: payload})
+				err := p.Send(ctx, msg)
 				cancel()
 				now := time.Now()
 				l.mu.Lock()
 				if err == nil {
 					l.acks[g] = append(l.acks[g], now)
 					l.ids = append(l.ids, id)
+					if !msg.DeliverAt.IsZero() {
+						l.due[id] = msg.DeliverAt
+					}
 				} else {
 					l.fails++
 					l.failAt = append(l.failAt, now)

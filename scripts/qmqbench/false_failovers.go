@@ -233,7 +233,7 @@ func runFalseFailovers(env *Env) error {
 		}
 		defer ps[i].Close(context.Background())
 	}
-	load := startSenders(ps, ffSubject, 256, ffSendWithin)
+	load := startSenders(ps, ffSubject, 256, ffSendWithin, 0, 0)
 	defer load.halt()
 	time.Sleep(3 * time.Second)
 

@@ -12,15 +12,21 @@ package main
 //	mo1  a master alone (no slave)
 //	mo2  master --wait-slave + slave (sync: every ack waits for the slave)
 //	mo3  master + slave without --wait-slave (async: leases)
+//	mo4  a qmq-delay master alone, forwarding due messages to the above
 //
 // Clients (this process, through one pkg/metaclient on both meta servers,
 // route refresh every second): 8 producers, each sending one 256-byte
 // message with a unique id at a time and waiting for its acknowledgement
-// (send timeout 5 s), and one consumer (consumer group "bench", 4 handlers,
+// (send timeout 5 s), six of them to the realtime groups and two delayed
+// by 2 s (to mo4), and one consumer (consumer group "bench", 4 handlers,
 // acknowledging each message on return). After five seconds of load both
 // meta servers and etcd are SIGKILLed, stay down -meta-outage-for (60 s),
 // start again on their data, and the load runs ten more seconds; then every
-// acknowledged message must be consumed.
+// acknowledged message must be consumed. With -meta-outage-kill-slave mo2's
+// slave is SIGKILLed halfway through the outage: mo2 cannot shrink its
+// eligible set, so it turns readonly and producers must move to the other
+// groups without failing a send; the slave restarts once the meta servers
+// are back.
 //
 //	meta_outage_failed_sends          sends that returned an error from the
 //	                                  kill to ten seconds after the restart
@@ -30,7 +36,11 @@ package main
 //	meta_outage_group_write_stall_ms  the longest time one group's master
 //	                                  stored no message in that span (each
 //	                                  master's messages_stored_total, read
-//	                                  every 100 ms)
+//	                                  every 100 ms; mo4's messages_received;
+//	                                  without mo2 under -meta-outage-kill-slave)
+//	meta_outage_delay_late_ms         the latest delivery of a delayed
+//	                                  message due in that span (consumed
+//	                                  minus due)
 //	meta_outage_role_changes          elections won and demotions in it (0)
 //	meta_outage_lost_acked            acknowledged messages never consumed (0)
 
@@ -55,7 +65,10 @@ import (
 	"github.com/qmq-go/qmq/producer"
 )
 
-var metaOutageFor = flag.Duration("meta-outage-for", 60*time.Second, "meta-outage: how long the meta servers and etcd stay down")
+var (
+	metaOutageFor       = flag.Duration("meta-outage-for", 60*time.Second, "meta-outage: how long the meta servers and etcd stay down")
+	metaOutageKillSlave = flag.Bool("meta-outage-kill-slave", false, "meta-outage: also SIGKILL mo2's slave halfway through the outage (restarted once the meta servers are back)")
+)
 
 const (
 	moMetaEnv    = "QMQBENCH_OUTAGE_META" // run a meta server child with its data in this directory
@@ -63,6 +76,8 @@ const (
 	moEtcdEnv    = "QMQBENCH_OUTAGE_ETCD" // the etcd endpoint of a meta server without its own
 	moSubject    = "bench.metaoutage"
 	moProducers  = 8
+	moDelayed    = 2 // of the producers, sending messages due in moDelayBy
+	moDelayBy    = 2 * time.Second
 	moSendWithin = 5 * time.Second
 )
 
@@ -188,8 +203,10 @@ func runMetaOutage(env *Env) error {
 	syncS := newGroupNode(env, "mo2-slave", "mo2", "--role", "slave", "--wait-slave")
 	asyncM := newGroupNode(env, "mo3-master", "mo3")
 	asyncS := newGroupNode(env, "mo3-slave", "mo3", "--role", "slave")
-	nodes := []*groupNode{alone, syncM, syncS, asyncM, asyncS}
-	masters := []*groupNode{alone, syncM, asyncM}
+	delayM := newGroupNode(env, "mo4-delay", "mo4")
+	delayM.kind = "delay"
+	nodes := []*groupNode{alone, syncM, syncS, asyncM, asyncS, delayM}
+	masters := []*groupNode{alone, syncM, asyncM, delayM}
 	defer func() {
 		for _, n := range nodes {
 			if n.p != nil {
@@ -205,10 +222,13 @@ func runMetaOutage(env *Env) error {
 			return err
 		}
 	}
-	for _, n := range []*groupNode{syncS, asyncS} {
+	for _, n := range []*groupNode{syncS, asyncS, delayM} {
 		if err := env.startNode(n, metas); err != nil {
 			return err
 		}
+	}
+	if err := waitWritableAlone(delayM, 30*time.Second); err != nil {
+		return err
 	}
 	if err := waitRoles(syncM, syncS, 60*time.Second); err != nil {
 		return err
@@ -223,7 +243,7 @@ func runMetaOutage(env *Env) error {
 	}
 	defer mc.Close()
 	var recvMu sync.Mutex
-	received := map[string]bool{}
+	received := map[string]time.Time{}
 	var recvTimes []time.Time
 	c, err := consumer.New(consumer.WithResolver(mc), consumer.WithConsumerID("bench-mo-c1"), consumer.WithRouteRefresh(time.Second))
 	if err != nil {
@@ -233,7 +253,9 @@ func runMetaOutage(env *Env) error {
 	if _, err := c.Subscribe(moSubject, "bench", func(ctx context.Context, m *consumer.Message) error {
 		now := time.Now()
 		recvMu.Lock()
-		received[m.ID] = true
+		if _, dup := received[m.ID]; !dup {
+			received[m.ID] = now
+		}
 		recvTimes = append(recvTimes, now)
 		recvMu.Unlock()
 		return nil
@@ -247,7 +269,7 @@ func runMetaOutage(env *Env) error {
 		}
 		defer ps[i].Close(context.Background())
 	}
-	load := startSenders(ps, moSubject, 256, moSendWithin)
+	load := startSenders(ps, moSubject, 256, moSendWithin, moDelayed, moDelayBy)
 	defer load.halt()
 
 	// Each master's stored count, every 100 ms: the longest time one group
@@ -272,7 +294,7 @@ func runMetaOutage(env *Env) error {
 			}
 			s := sample{at: time.Now(), stored: make([]float64, len(masters))}
 			for i, n := range masters {
-				v, err := n.metric("qmq_realtime_messages_stored_total")
+				v, err := n.metric(map[string]string{"realtime": "qmq_realtime_messages_stored_total", "delay": "qmq_delay_messages_received_total"}[n.kind])
 				if err != nil {
 					v = -1
 				}
@@ -321,8 +343,15 @@ func runMetaOutage(env *Env) error {
 	metaB.kill()
 	metaA.kill()
 	env.Logf("meta servers and etcd killed; down for %v", *metaOutageFor)
+	killAt := outage.Add(*metaOutageFor / 2)
 	for left := *metaOutageFor; left > 0; left -= 10 * time.Second {
-		time.Sleep(min(left, 10*time.Second))
+		if wake := outage.Add(*metaOutageFor - left + min(left, 10*time.Second)); *metaOutageKillSlave && syncS.p != nil && wake.After(killAt) {
+			time.Sleep(time.Until(killAt))
+			syncS.p.kill()
+			syncS.p = nil
+			env.Logf("%s SIGKILLed", syncS.name)
+		}
+		time.Sleep(time.Until(outage.Add(*metaOutageFor - left + min(left, 10*time.Second))))
 		acked, failed := load.total()
 		var states []string
 		for _, n := range masters {
@@ -330,7 +359,8 @@ func runMetaOutage(env *Env) error {
 			if err != nil {
 				return err
 			}
-			states = append(states, fmt.Sprintf("%s %v", n.group, m["qmq_failover_write_state"]))
+			states = append(states, fmt.Sprintf("%s %v (%v stored)", n.group, m["qmq_failover_write_state"],
+				m["qmq_realtime_messages_stored_total"]+m["qmq_delay_messages_received_total"]))
 		}
 		env.Logf("%v into the outage: %d acked, %d failed; write states %s", time.Since(outage).Round(time.Second), acked, failed, strings.Join(states, ", "))
 	}
@@ -342,6 +372,15 @@ func runMetaOutage(env *Env) error {
 	}
 	restarted := time.Now()
 	env.Logf("meta servers back after %v", restarted.Sub(outage).Round(time.Millisecond))
+	if syncS.p == nil {
+		if err := env.startNode(syncS, metas); err != nil {
+			return err
+		}
+		if err := waitRoles(syncM, syncS, 60*time.Second); err != nil {
+			return err
+		}
+		env.Logf("%s back as %s's eligible slave %v after the meta servers", syncS.name, syncM.name, time.Since(restarted).Round(time.Millisecond))
+	}
 	time.Sleep(10 * time.Second)
 	end := time.Now()
 	changesAfter, err := roleChanges()
@@ -381,7 +420,10 @@ func runMetaOutage(env *Env) error {
 
 	samplesMu.Lock()
 	writeStall := time.Duration(0)
-	for i := range masters {
+	for i, n := range masters {
+		if *metaOutageKillSlave && n == syncM {
+			continue // readonly while its slave is gone and the set cannot shrink
+		}
 		last := outage
 		for j, s := range samples {
 			if s.at.Before(outage) || j == 0 {
@@ -406,7 +448,7 @@ func runMetaOutage(env *Env) error {
 		defer recvMu.Unlock()
 		lost = 0
 		for _, id := range ids {
-			if !received[id] {
+			if _, ok := received[id]; !ok {
 				lost++
 			}
 		}
@@ -418,10 +460,22 @@ func runMetaOutage(env *Env) error {
 	if err != nil {
 		env.Logf("%v", err)
 	}
-	env.Logf("%d messages acknowledged in all, %d sends failed in all", len(ids), load.fails)
+	late := time.Duration(0)
+	recvMu.Lock()
+	load.mu.Lock()
+	for id, due := range load.due {
+		if at, ok := received[id]; ok && !due.Before(outage) && !due.After(end) {
+			late = max(late, at.Sub(due))
+		}
+	}
+	delayed := len(load.due)
+	load.mu.Unlock()
+	recvMu.Unlock()
+	env.Logf("%d messages acknowledged in all (%d delayed), %d sends failed in all", len(ids), delayed, load.fails)
 	env.Metric("meta_outage_failed_sends", float64(failed), "sends")
 	env.Metric("meta_outage_consume_stall_ms", float64(consumeStall.Milliseconds()), "ms")
 	env.Metric("meta_outage_group_write_stall_ms", float64(writeStall.Milliseconds()), "ms")
+	env.Metric("meta_outage_delay_late_ms", float64(late.Milliseconds()), "ms")
 	env.Metric("meta_outage_role_changes", changesAfter-changesBefore, "changes")
 	env.Metric("meta_outage_lost_acked", float64(lost), "messages")
 	return nil

@@ -20,14 +20,20 @@ package main
 // three more seconds, restarts the slave on its directory, waits until the
 // master counts on it again, and repeats (-slave-crash-kills times).
 //
+// With -slave-crash-policy readonly both brokers run --slave-down readonly,
+// the policy applied is state 3 (readonly), and a second group sc2 (a
+// master alone) shares the subject's route, so the writes the readonly
+// group refuses go there: the stall is how long producers take to move.
+//
 //	slave_crash_max_stall_ms       the longest time any producer waited
 //	                               between two acknowledgements from one
 //	                               second before a kill to three after, worst
 //	                               kill (target ≤ 500)
 //	slave_crash_baseline_stall_ms  the same over the two seconds before each
 //	                               kill (the machine's noise), worst kill
-//	slave_crash_policy_ms          SIGKILL to the master's state alone, worst
-//	                               kill (the issue: within 500 ms)
+//	slave_crash_policy_ms          SIGKILL to the master's state alone (or
+//	                               readonly), worst kill (the issue: within
+//	                               500 ms)
 //	slave_crash_failed_sends       sends that returned an error (target 0)
 
 import (
@@ -43,7 +49,10 @@ import (
 	"github.com/qmq-go/qmq/producer"
 )
 
-var slaveCrashKills = flag.Int("slave-crash-kills", 3, "slave-crash: how many times the slave is SIGKILLed")
+var (
+	slaveCrashKills  = flag.Int("slave-crash-kills", 3, "slave-crash: how many times the slave is SIGKILLed")
+	slaveCrashPolicy = flag.String("slave-crash-policy", "alone", "slave-crash: the master's --slave-down policy (alone, or readonly: a second group sc2, a master alone, takes the writes the readonly group refuses)")
+)
 
 const (
 	scGroup     = "sc"
@@ -63,10 +72,20 @@ func runSlaveCrash(env *Env) error {
 	}
 	defer stopMeta()
 	meta, _, _ := strings.Cut(addrs, " ")
-	master := newGroupNode(env, "sc-master", scGroup, "--wait-slave")
-	slave := newGroupNode(env, "sc-slave", scGroup, "--role", "slave", "--wait-slave")
+	var wantState float64
+	switch *slaveCrashPolicy {
+	case "alone":
+		wantState = 2
+	case "readonly":
+		wantState = 3
+	default:
+		return fmt.Errorf("-slave-crash-policy %q: want alone or readonly", *slaveCrashPolicy)
+	}
+	master := newGroupNode(env, "sc-master", scGroup, "--wait-slave", "--slave-down", *slaveCrashPolicy)
+	slave := newGroupNode(env, "sc-slave", scGroup, "--role", "slave", "--wait-slave", "--slave-down", *slaveCrashPolicy)
+	other := newGroupNode(env, "sc2-master", "sc2")
 	defer func() {
-		for _, n := range []*groupNode{master, slave} {
+		for _, n := range []*groupNode{master, slave, other} {
 			if n.p != nil {
 				n.p.stop()
 			}
@@ -77,6 +96,14 @@ func runSlaveCrash(env *Env) error {
 	}
 	if err := waitWritableAlone(master, 30*time.Second); err != nil {
 		return err
+	}
+	if wantState == 3 {
+		if err := env.startNode(other, []string{meta}); err != nil {
+			return err
+		}
+		if err := waitWritableAlone(other, 30*time.Second); err != nil {
+			return err
+		}
 	}
 	if err := env.startNode(slave, []string{meta}); err != nil {
 		return err
@@ -97,7 +124,7 @@ func runSlaveCrash(env *Env) error {
 		}
 		defer ps[i].Close(context.Background())
 	}
-	load := startSenders(ps, scSubject, 256, 10*time.Second)
+	load := startSenders(ps, scSubject, 256, 10*time.Second, 0, 0)
 	defer load.halt()
 
 	var worstStall, worstBase, worstPolicy time.Duration
@@ -113,7 +140,7 @@ func runSlaveCrash(env *Env) error {
 			if err != nil {
 				return err
 			}
-			if m["qmq_failover_write_state"] != 2 || m["qmq_failover_eligible_slave"] != 0 {
+			if m["qmq_failover_write_state"] != wantState || wantState == 2 && m["qmq_failover_eligible_slave"] != 0 {
 				return fmt.Errorf("write state %v, eligible slave %v", m["qmq_failover_write_state"], m["qmq_failover_eligible_slave"])
 			}
 			policy = time.Since(killed)
@@ -127,10 +154,11 @@ func runSlaveCrash(env *Env) error {
 		if err != nil {
 			return err
 		}
-		shrunk := m[`qmq_failover_write_state_changes_total{group="sc",kind="realtime",reason="set-shrunk",state="alone"}`]
+		shrunk := m[`qmq_failover_write_state_changes_total{group="sc",kind="realtime",reason="set-shrunk",state="alone"}`] +
+			m[`qmq_failover_write_state_changes_total{group="sc",kind="realtime",reason="slave-gone",state="readonly"}`]
 		acked, failed := load.total()
-		env.Logf("kill %d: policy applied after %v (state alone, set-shrunk changes %v), longest wait for an ack %v (before the kill %v); %d acked, %d failed so far",
-			kill, policy.Round(time.Millisecond), shrunk, stall.Round(time.Millisecond), base.Round(time.Millisecond), acked, failed)
+		env.Logf("kill %d: policy applied after %v (state %v, set-shrunk or slave-gone changes %v), longest wait for an ack %v (before the kill %v); %d acked, %d failed so far",
+			kill, policy.Round(time.Millisecond), wantState, shrunk, stall.Round(time.Millisecond), base.Round(time.Millisecond), acked, failed)
 		worstStall, worstBase, worstPolicy = max(worstStall, stall), max(worstBase, base), max(worstPolicy, policy)
 		if err := env.startNode(slave, []string{meta}); err != nil {
 			return fmt.Errorf("kill %d: restart the slave: %w", kill, err)
