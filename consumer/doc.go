@@ -49,6 +49,8 @@
 // A failed ack keeps its range for the next, which waits out a
 // back-off (50 ms doubling to 1 s): retried once per finished message,
 // acks to a restarting broker opened its circuit breaker for the pulls too.
+// AckEach instead acks each message with a request of its own, in order,
+// one in flight, and counts a message unfinished until its ack is answered.
 //
 // # Pulls in flight
 //
