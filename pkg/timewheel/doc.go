@@ -24,11 +24,12 @@
 //
 // Memory: a slot entry costs 4 bytes plus the size of T (with T's alignment:
 // 16 bytes for a 12-byte T of 32-bit fields); the heaps' entries 8 bytes plus
-// T. When T holds no pointers, a slot's array that outgrows a page lives in
-// anonymous mapped memory outside the Go heap (mmap; slot.go, memory.go): the
-// garbage collector neither scans it nor needs headroom for it, it grows by
-// doubling with only the pages written resident, and an emptied slot unmaps
-// it at once. Smaller arrays and values with pointers stay on the Go heap; an
-// emptied slot whose heap array grew past a few thousand entries releases it,
-// so a burst does not pin memory after it has fired. Free drops everything.
+// T. Slots keep their entries in fixed-size chunks of one page (slot.go,
+// chunks.go), so adding never copies and a slot leaves at most the rest of
+// one chunk unwritten. When T holds no pointers the chunks are carved from
+// 4 MiB anonymous mappings outside the Go heap (mmap; memory.go): the garbage
+// collector neither scans them nor needs headroom for them, and a chunk
+// whose entries have all fired has its page returned to the system at once
+// (madvise) and is reused. Otherwise chunks come from the Go heap. Free
+// drops every entry and unmaps everything.
 package timewheel

@@ -2,7 +2,11 @@
 
 package timewheel
 
-import "golang.org/x/sys/unix"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
 
 // mapMemory returns size bytes of private anonymous memory, outside the Go
 // heap. Pages cost memory only once written.
@@ -12,3 +16,16 @@ func mapMemory(size int) ([]byte, error) {
 
 // unmapMemory returns memory from mapMemory to the system.
 func unmapMemory(b []byte) { _ = unix.Munmap(b) }
+
+// dropMemory returns the whole pages of b, part of a mapping from
+// mapMemory, to the system; they read as zeros afterwards. Pages b shares
+// with neighbouring memory are left alone.
+func dropMemory(b []byte) {
+	page := uintptr(unix.Getpagesize())
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	from := (start + page - 1) &^ (page - 1)
+	to := (start + uintptr(len(b))) &^ (page - 1)
+	if to > from {
+		_ = unix.Madvise(b[from-start:to-start], unix.MADV_DONTNEED)
+	}
+}

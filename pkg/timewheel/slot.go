@@ -2,7 +2,7 @@ package timewheel
 
 import (
 	"slices"
-	"unsafe"
+	"sort"
 )
 
 // entry is what a slot keeps per value: its due time as an offset from the
@@ -13,83 +13,94 @@ type entry[T any] struct {
 	value  T
 }
 
-// slot holds the entries of one tick. Its array grows by doubling; once it
-// outgrows mappedFrom bytes and T holds no pointers, the array lives in
-// anonymous mapped memory (memory.go) instead of the Go heap: the garbage
-// collector neither scans nor doubles it, only the pages written count
-// towards the process's memory, and an emptied slot returns them at once.
+// slot holds the entries of one tick in a row of fixed-size chunks from
+// the wheel's pool (chunks.go): adding never copies, a slot wastes at most
+// the unwritten part of its last chunk (pages never written are not
+// resident), and chunks whose entries have all fired go back to the pool
+// while the rest of the slot fires.
 type slot[T any] struct {
-	entries []entry[T]
-	region  []byte // the mapping backing entries; nil when on the Go heap
-	head    int    // entries[:head] have fired
-	sorted  bool   // entries[head:] are in due order
+	chunks [][]entry[T]
+	head   int  // entries [0, head) of the chunks have fired
+	n      int  // entries [0, n) of the chunks are written
+	sorted bool // entries [head, n) are in due order
 }
 
-// mappedFrom is the array size, in bytes, from which a slot's entries are
-// mapped (when T allows): one page, so that the at most few thousand slots
-// that each hold a handful of entries stay on the Go heap.
-const mappedFrom = 4096
-
-// releaseCap is the capacity above which an emptied slot on the Go heap
-// drops its array.
-const releaseCap = 4096
+// at returns entry i of s; shift is the pool's chunk size as a power of two.
+func (s *slot[T]) at(i int, shift uint) *entry[T] {
+	return &s.chunks[i>>shift][i&(1<<shift-1)]
+}
 
 func (w *Wheel[T]) push(s *slot[T], e entry[T]) {
-	if len(s.entries) == cap(s.entries) {
-		w.grow(s)
+	if s.n == len(s.chunks)<<w.pool.shift {
+		s.chunks = append(s.chunks, w.pool.get())
 	}
-	if s.sorted && len(s.entries) > s.head && e.offset < s.entries[len(s.entries)-1].offset {
+	if s.sorted && s.n > s.head && e.offset < s.at(s.n-1, w.pool.shift).offset {
 		s.sorted = false
 	}
-	s.entries = append(s.entries, e)
+	*s.at(s.n, w.pool.shift) = e
+	s.n++
 }
 
-// grow doubles s's capacity, dropping the entries that have fired.
-func (w *Wheel[T]) grow(s *slot[T]) {
-	live := s.entries[s.head:]
-	newCap := max(2*len(live), 8)
-	var next []entry[T]
-	var region []byte
-	if w.mapped && newCap*w.entrySize > mappedFrom {
-		if b, err := mapMemory(newCap * w.entrySize); err == nil {
-			region = b
-			next = unsafe.Slice((*entry[T])(unsafe.Pointer(unsafe.SliceData(b))), newCap)[:0]
+// pop removes and returns the slot's first entry; the slot must hold one.
+func (w *Wheel[T]) pop(s *slot[T]) entry[T] {
+	p := s.at(s.head, w.pool.shift)
+	e := *p
+	*p = entry[T]{} // drop references held by value
+	s.head++
+	switch {
+	case s.head == s.n:
+		w.reset(s)
+	case s.head == w.pool.size:
+		w.pool.put(s.chunks[0])
+		s.chunks[0] = nil
+		s.chunks = s.chunks[1:]
+		s.head -= w.pool.size
+		s.n -= w.pool.size
+	}
+	return e
+}
+
+// first returns the slot's first entry, sorting the slot if needed.
+func (w *Wheel[T]) first(s *slot[T]) *entry[T] {
+	if !s.sorted {
+		if s.n <= w.pool.size {
+			slices.SortFunc(s.chunks[0][s.head:s.n], compareEntries[T])
+		} else {
+			sort.Sort(chunkedEntries[T]{s: s, shift: w.pool.shift})
 		}
+		s.sorted = true
 	}
-	if next == nil {
-		next = make([]entry[T], 0, newCap) // not mapped, or mapping failed
-	}
-	next = append(next, live...)
-	sorted := s.sorted
-	s.release()
-	s.entries, s.region, s.sorted = next, region, sorted
+	return s.at(s.head, w.pool.shift)
 }
 
-func (s *slot[T]) sort() {
-	if s.sorted {
-		return
-	}
-	slices.SortFunc(s.entries[s.head:], func(a, b entry[T]) int { return int(int64(a.offset) - int64(b.offset)) })
-	s.sorted = true
+func compareEntries[T any](a, b entry[T]) int { return int(int64(a.offset) - int64(b.offset)) }
+
+// chunkedEntries sorts a slot's unfired entries across its chunks.
+type chunkedEntries[T any] struct {
+	s     *slot[T]
+	shift uint
 }
 
-// reset empties the slot after its last entry fired.
-func (s *slot[T]) reset() {
-	if s.region != nil || cap(s.entries) > releaseCap {
-		s.release()
-		return
-	}
-	s.entries = s.entries[:0]
-	s.head = 0
-	s.sorted = true
+func (c chunkedEntries[T]) Len() int { return c.s.n - c.s.head }
+func (c chunkedEntries[T]) Less(i, j int) bool {
+	return c.s.at(c.s.head+i, c.shift).offset < c.s.at(c.s.head+j, c.shift).offset
+}
+func (c chunkedEntries[T]) Swap(i, j int) {
+	a, b := c.s.at(c.s.head+i, c.shift), c.s.at(c.s.head+j, c.shift)
+	*a, *b = *b, *a
 }
 
-// release drops the slot's array (unmapping it when mapped).
-func (s *slot[T]) release() {
-	if s.region != nil {
-		unmapMemory(s.region)
+// reset empties the slot, giving its chunks back to the pool.
+func (w *Wheel[T]) reset(s *slot[T]) {
+	for i, c := range s.chunks {
+		w.pool.put(c)
+		s.chunks[i] = nil
 	}
-	s.entries, s.region = nil, nil
-	s.head = 0
+	if cap(s.chunks) > 64 {
+		s.chunks = nil
+	} else {
+		s.chunks = s.chunks[:0]
+	}
+	s.head, s.n = 0, 0
 	s.sorted = true
 }

@@ -2,8 +2,12 @@ package timewheel
 
 import (
 	"math/rand"
+	"os"
 	"reflect"
+	"runtime"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -37,8 +41,8 @@ func TestHasPointers(t *testing.T) {
 
 // TestSlot_MappedSlotsKeepOrder fills a few slots far past a page, fires
 // part of them, adds more (the array moves while entries have fired) and
-// checks the order against a sorted reference; the slots were mapped and
-// emptied slots give their mapping back.
+// checks the order against a sorted reference; the chunks were mapped and
+// all of them are back in the pool once the slots are empty.
 func TestSlot_MappedSlotsKeepOrder(t *testing.T) {
 	seed := time.Now().UnixNano()
 	rng := rand.New(rand.NewSource(seed))
@@ -57,12 +61,19 @@ func TestSlot_MappedSlotsKeepOrder(t *testing.T) {
 	add(20_000, 0, 2000) // four ticks, 5,000 entries each
 	mapped := 0
 	for i := range w.slots {
-		if w.slots[i].region != nil {
+		for _, c := range w.slots[i].chunks {
+			if !w.pool.inArena(c) {
+				t.Fatalf("slot %d has a chunk outside the arenas", i)
+			}
 			mapped++
 		}
 	}
-	if mapped != 4 {
-		t.Fatalf("seed %d: %d slots mapped, want 4", seed, mapped)
+	chunks := 0
+	for i := range w.slots {
+		chunks += (w.slots[i].n + w.pool.size - 1) / w.pool.size
+	}
+	if mapped != chunks || w.pool.size != 256 {
+		t.Fatalf("seed %d: %d chunks of %d entries in use, want %d of 256", seed, mapped, w.pool.size, chunks)
 	}
 	var got []int64
 	collect := func(due int64, v compact) {
@@ -84,9 +95,12 @@ func TestSlot_MappedSlotsKeepOrder(t *testing.T) {
 		}
 	}
 	for i := range w.slots {
-		if w.slots[i].region != nil || w.slots[i].entries != nil {
-			t.Fatalf("slot %d keeps its array after emptying", i)
+		if len(w.slots[i].chunks) != 0 {
+			t.Fatalf("slot %d keeps its chunks after emptying", i)
 		}
+	}
+	if len(w.pool.free) != len(w.pool.arenas)*arenaBytes/chunkBytes {
+		t.Fatalf("%d chunks back in the pool, want all %d", len(w.pool.free), len(w.pool.arenas)*arenaBytes/chunkBytes)
 	}
 }
 
@@ -98,10 +112,8 @@ func TestSlot_PointerValuesStayOnTheGoHeap(t *testing.T) {
 	for i := range 10_000 {
 		w.Add(int64(i%400), "x")
 	}
-	for i := range w.slots {
-		if w.slots[i].region != nil {
-			t.Fatalf("slot %d of strings is mapped", i)
-		}
+	if len(w.pool.arenas) != 0 {
+		t.Fatal("a wheel of strings maps memory")
 	}
 	if n := w.Expire(400, 0, func(int64, string) {}); n != 10_000 {
 		t.Fatalf("expired %d", n)
@@ -131,4 +143,65 @@ func TestWheel_FreeEmpties(t *testing.T) {
 	if len(got) != 1 || got[0].a != 7 {
 		t.Fatalf("after Free: got %v", got)
 	}
+}
+
+// TestSlot_MemoryPerEntry loads pointer-free entries as the delay store
+// does (500 ms ticks, 2 million due within 10 minutes: 1,666 a slot) and
+// checks they cost the Go heap next to nothing and the process about their
+// 16 bytes each (a slot leaves at most the rest of one page unwritten), and
+// that Free gives the memory back.
+func TestSlot_MemoryPerEntry(t *testing.T) {
+	n, span := 2_000_000, int64(10*60*1000)
+	if testing.Short() {
+		n, span = 600_000, 3*60*1000
+	}
+	w, err := New[compact](500*time.Millisecond, 7201, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heap0, rss0 := heapInUse(), residentBytes(t)
+	rng := rand.New(rand.NewSource(1))
+	for i := range n {
+		w.Add(1000+rng.Int63n(span), compact{a: uint32(i)})
+	}
+	heap1, rss1 := heapInUse(), residentBytes(t)
+	perHeap := float64(heap1-heap0) / float64(n)
+	perRSS := float64(rss1-rss0) / float64(n)
+	t.Logf("%d entries: Go heap %+.2f B/entry, resident %+.2f B/entry", n, perHeap, perRSS)
+	if perHeap > 1 {
+		t.Errorf("the Go heap grew by %.2f B an entry, want the slots outside it", perHeap)
+	}
+	if perRSS > 20 {
+		t.Errorf("resident memory grew by %.2f B an entry, want about 16", perRSS)
+	}
+	w.Free()
+	if rss2 := residentBytes(t); rss2-rss0 > int64(n)*2 {
+		t.Errorf("after Free %d bytes are still resident of %d", rss2-rss0, rss1-rss0)
+	}
+}
+
+func heapInUse() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapInuse)
+}
+
+// residentBytes reads VmRSS from /proc/self/status.
+func residentBytes(t *testing.T) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Skip("no VmRSS")
+	return 0
 }

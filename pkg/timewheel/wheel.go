@@ -5,7 +5,6 @@ import (
 	"math"
 	"reflect"
 	"time"
-	"unsafe"
 )
 
 // Wheel is a hashed timing wheel of values of type T keyed by due time in
@@ -16,12 +15,9 @@ type Wheel[T any] struct {
 	slots    []slot[T]
 	cur      int64 // lowest tick that may still hold entries in a slot
 	count    int
-	late     minHeap[T] // entries whose tick had passed (< cur) when added
-	overflow minHeap[T] // entries due a rotation or more ahead
-	// mapped: T holds no pointers, so a slot that outgrows a page moves to
-	// memory mapped outside the Go heap (memory.go).
-	mapped    bool
-	entrySize int
+	late     minHeap[T]   // entries whose tick had passed (< cur) when added
+	overflow minHeap[T]   // entries due a rotation or more ahead
+	pool     chunkPool[T] // the slots' chunks
 }
 
 // New returns a wheel of tick granularity with at least slots slots (rounded
@@ -38,8 +34,7 @@ func New[T any](tick time.Duration, slots int, now int64) (*Wheel[T], error) {
 		n <<= 1
 	}
 	w := &Wheel[T]{tick: tick.Milliseconds(), mask: int64(n - 1), slots: make([]slot[T], n),
-		mapped:    !hasPointers(reflect.TypeFor[T]()),
-		entrySize: int(unsafe.Sizeof(entry[T]{}))}
+		pool: newChunkPool[T](!hasPointers(reflect.TypeFor[T]()))}
 	for i := range w.slots {
 		w.slots[i].sorted = true
 	}
@@ -117,22 +112,16 @@ func (w *Wheel[T]) Expire(now int64, max int, fn func(due int64, value T)) int {
 	}
 	for t := start; t <= last; t++ {
 		s := &w.slots[t&w.mask]
-		s.sort()
 		base := t * w.tick
-		for s.head < len(s.entries) && base+int64(s.entries[s.head].offset) <= now {
+		for s.head < s.n && base+int64(w.first(s).offset) <= now {
 			if max > 0 && n >= max {
 				w.cur = t
 				return n
 			}
-			e := s.entries[s.head]
-			s.entries[s.head] = entry[T]{} // drop references held by value
-			s.head++
+			e := w.pop(s)
 			w.count--
 			n++
 			fn(base+int64(e.offset), e.value)
-		}
-		if s.head == len(s.entries) {
-			s.reset()
 		}
 	}
 	// Every slot of the rotation has been visited when the clock jumped a
@@ -177,9 +166,8 @@ func (w *Wheel[T]) NextDue() (int64, bool) {
 	}
 	for t := w.cur; t < w.cur+int64(len(w.slots)); t++ {
 		s := &w.slots[t&w.mask]
-		if s.head < len(s.entries) {
-			s.sort()
-			return t*w.tick + int64(s.entries[s.head].offset), true
+		if s.head < s.n {
+			return t*w.tick + int64(w.first(s).offset), true
 		}
 	}
 	if w.overflow.len() > 0 {
@@ -188,12 +176,13 @@ func (w *Wheel[T]) NextDue() (int64, bool) {
 	return 0, false
 }
 
-// Free drops every entry and returns the memory the slots mapped. The wheel
-// stays usable (empty).
+// Free drops every entry and unmaps the slots' memory. The wheel stays
+// usable (empty).
 func (w *Wheel[T]) Free() {
 	for i := range w.slots {
-		w.slots[i].release()
+		w.reset(&w.slots[i])
 	}
+	w.pool.release()
 	w.late = minHeap[T]{}
 	w.overflow = minHeap[T]{}
 	w.count = 0
