@@ -35,7 +35,8 @@ import (
 // status (unauthenticated, or forbidden naming the subject where there is
 // one) and the broker's state (log ends, epoch and write state, every
 // group's cursor and consumers, the dead letters, what its slave copied) is
-// the same afterwards.
+// the same afterwards. Its ops HTTP port serves profiles to admin readers
+// only.
 
 const (
 	matrixGroup   = "authz"
