@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,7 +33,7 @@ import (
 // lack the right. Each is refused with its status (unauthenticated, or
 // forbidden; a send per message) and the server's state (role, epoch,
 // write state, the stored and pending messages, its slave's lag) is the
-// same afterwards.
+// same afterwards. Its ops HTTP port serves profiles to admin readers only.
 
 const delayMatrixGroup = "dauthz"
 
@@ -112,7 +113,7 @@ func TestAuthzMatrix_DelayTCP(t *testing.T) {
 
 	o := delay.NewOptions()
 	// A data directory the server makes: its modes are checked after the run.
-	o.Group, o.Addr, o.HTTPAddr, o.DataDir = delayMatrixGroup, "127.0.0.1:0", "", filepath.Join(t.TempDir(), "data")
+	o.Group, o.Addr, o.HTTPAddr, o.DataDir = delayMatrixGroup, "127.0.0.1:0", "127.0.0.1:0", filepath.Join(t.TempDir(), "data")
 	o.MetaServers, o.Role = []string{meta.Addr().String()}, delay.RoleMaster
 	o.Secure.RequireAuth, o.Secure.Credentials = true, self
 	// Nothing becomes due during the test: the realtime address is never dialled.
@@ -222,6 +223,35 @@ func TestAuthzMatrix_DelayTCP(t *testing.T) {
 	}
 	if after := delayState(s); after != before {
 		t.Fatalf("refused commands changed the server:\nbefore %s\nafter  %s", before, after)
+	}
+	// The ops HTTP port: profiles (and the command line) need admin read.
+	for _, c := range []struct {
+		name, authz string
+		want        int
+	}{
+		{"no credential", "", http.StatusUnauthorized},
+		{"wrong secret", "Bearer billing:not-the-secret-of-billing", http.StatusUnauthorized},
+		{"application", "Bearer " + app.String(), http.StatusForbidden},
+		{"broker of another group", "Bearer " + other.String(), http.StatusForbidden},
+		{"read admin", "Bearer " + viewer.String(), http.StatusOK},
+	} {
+		for _, path := range []string{"/debug/pprof/", "/debug/pprof/cmdline"} {
+			req, err := http.NewRequest("GET", "http://"+s.HTTPAddr().String()+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.authz != "" {
+				req.Header.Set("Authorization", c.authz)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != c.want {
+				t.Errorf("GET %s as %s: HTTP %d, want %d", path, c.name, resp.StatusCode, c.want)
+			}
+		}
 	}
 	// After the run (the WAL, schedule files, the policy copy): every file
 	// 0600, every directory 0700.

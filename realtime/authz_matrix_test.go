@@ -35,7 +35,8 @@ import (
 // status (unauthenticated, or forbidden naming the subject where there is
 // one) and the broker's state (log ends, epoch and write state, every
 // group's cursor and consumers, the dead letters, what its slave copied) is
-// the same afterwards.
+// the same afterwards. Its ops HTTP port serves profiles to admin readers
+// only.
 
 const (
 	matrixGroup   = "authz"
@@ -291,6 +292,8 @@ func expectRefused(t *testing.T, tc *transport.Client, addr, caller string, c ma
 	}
 }
 
+// TestAuthzMatrix_RealtimeTCP runs the matrix described at the top of the
+// file against one broker.
 func TestAuthzMatrix_RealtimeTCP(t *testing.T) {
 	m := startMatrixBroker(t)
 	admin := clientAs(t, &m.ops)
@@ -309,9 +312,7 @@ func TestAuthzMatrix_RealtimeTCP(t *testing.T) {
 	// No credential: every command is refused unauthenticated.
 	anon := clientAs(t, nil)
 	for _, c := range realtimeCommands(t, matrixSubject, matrixCGroup, m.dead) {
-		if c.perMessage {
-			c.perMessage = false // the whole request is refused
-		}
+		c.perMessage = false // the whole request is refused, not its messages
 		expectRefused(t, anon, m.addr, "no credential", c, protocol.StatusUnauthenticated)
 	}
 	// A wrong secret of a known identity, and an unknown identity: the
