@@ -132,8 +132,10 @@ func New(opts Options, lg *zap.Logger) (*Server, error) {
 	mux.HandleFunc(protocol.CmdRegister, s.serveRegister)
 	mux.HandleFunc(protocol.CmdClientHeartbeat, s.serveClientHeartbeat)
 	mux.HandleFunc(protocol.CmdEligible, s.serveEligible)
-	s.tcp, err = netserver.New(netserver.Options{Addr: opts.Addr, Auth: s.authority(), RequireAuth: opts.RequireAuth,
-		TLS: tlsCfg.server, Insecure: opts.Insecure}, mux, lg.Named("tcp"))
+	tcpOpts := netserver.Options{Addr: opts.Addr, Auth: s.authority(), RequireAuth: opts.RequireAuth,
+		TLS: tlsCfg.server, Insecure: opts.Insecure}
+	opts.Limits.Apply(&tcpOpts)
+	s.tcp, err = netserver.New(tcpOpts, mux, lg.Named("tcp"))
 	if err != nil {
 		tr.Close()
 		cli.Close()
