@@ -156,6 +156,11 @@ func (c *Cluster) runScenario(o Options, led *ledger, name string) (sr ScenarioR
 	})
 	if err != nil {
 		sr.Err = errors.Join(sr.Err, err)
+		for _, g := range c.groupNames() {
+			for _, s := range c.groups[g] {
+				o.Logf("%s: the end of %s's log:\n%s", name, s.name, c.logTail(s))
+			}
+		}
 	} else {
 		sr.Rejoin = time.Since(healed)
 	}
