@@ -33,7 +33,8 @@ package main
 //	                              (qmq_failover_demotions_total) (target 0)
 //	false_failovers_epoch_changes brokers whose qmq_realtime_epoch moved
 //	false_failovers_slave_drops   masters' write-state changes to alone or
-//	                              readonly (an eligible slave given up) (0)
+//	                              readonly (an eligible slave given up) or
+//	                              fenced (an async master's leases lapsed) (0)
 //	false_failovers_failed_sends  sends that returned an error
 //	false_failovers_msgs_per_s    acknowledged sends per second under stress
 
@@ -155,7 +156,8 @@ func ffRead(n *groupNode) (ffCounts, error) {
 		case strings.HasPrefix(k, "qmq_failover_elections_total{") && strings.Contains(k, `outcome="won"`):
 			c.changes += v
 		case strings.HasPrefix(k, "qmq_failover_write_state_changes_total{") &&
-			(strings.Contains(k, `state="alone"`) || strings.Contains(k, `state="readonly"`)) &&
+			(strings.Contains(k, `state="alone"`) || strings.Contains(k, `state="readonly"`) || strings.Contains(k, `state="fenced"`)) &&
+			!strings.Contains(k, `reason="not-registered"`) &&
 			!strings.Contains(k, `reason="no-eligible-slave"`) && !strings.Contains(k, `reason="standalone"`) && !strings.Contains(k, `reason="promoted"`):
 			c.drops += v
 		}

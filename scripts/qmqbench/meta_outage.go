@@ -4,9 +4,9 @@ package main
 // and consume load, then started again.
 //
 // Control plane (child processes of this binary, fixed loopback addresses
-// so they come back where brokers and clients look for them): meta server
-// A with an embedded single-node etcd, meta server B on A's etcd; broker
-// lease TTL 10 s (the default), new routes get all three groups. Brokers
+// so they come back where brokers and clients look for them): a
+// single-node etcd (pkg/devetcd) and meta servers A and B on it; broker
+// lease TTL 10 s (the default), new routes get all three realtime groups. Brokers
 // (qmq-realtime, durable flush, registered with both meta servers):
 //
 //	mo1  a master alone (no slave)
@@ -21,7 +21,8 @@ package main
 // by 2 s (to mo4), and one consumer (consumer group "bench", 4 handlers,
 // acknowledging each message on return). After five seconds of load both
 // meta servers and etcd are SIGKILLed, stay down -meta-outage-for (60 s),
-// start again on their data, and the load runs ten more seconds; then every
+// start again on their data, and the load runs ten more seconds
+// (-meta-outage-stop meta or etcd stops only those); then every
 // acknowledged message must be consumed. With -meta-outage-kill-slave mo2's
 // slave is SIGKILLed halfway through the outage: mo2 cannot shrink its
 // eligible set, so it turns readonly and producers must move to the other
@@ -67,6 +68,7 @@ import (
 
 var (
 	metaOutageFor       = flag.Duration("meta-outage-for", 60*time.Second, "meta-outage: how long the meta servers and etcd stay down")
+	metaOutageStop      = flag.String("meta-outage-stop", "all", "meta-outage: what is stopped: all (both meta servers and etcd), meta (the meta servers only) or etcd (etcd only)")
 	metaOutageKillSlave = flag.Bool("meta-outage-kill-slave", false, "meta-outage: also SIGKILL mo2's slave halfway through the outage (restarted once the meta servers are back)")
 )
 
@@ -108,6 +110,11 @@ func metaOutageServerMain(dir string, spec []string, etcd string) int {
 		o.EtcdEndpoints = e.Endpoints()
 	} else {
 		o.EtcdEndpoints = []string{etcd}
+	}
+	if spec[0] == "-" { // etcd alone
+		fmt.Println("ready")
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		return 0
 	}
 	s, err := metaserver.New(o, nil)
 	if err != nil {
@@ -188,12 +195,25 @@ func (m *moMeta) stop() {
 
 func runMetaOutage(env *Env) error {
 	etcdClient := freeAddr()
-	metaA := &moMeta{name: "A", dir: filepath.Join(env.Dir, "mo-meta-a"), spec: []string{freeAddr(), freeAddr(), etcdClient, freeAddr()}}
+	etcd := &moMeta{name: "etcd", dir: filepath.Join(env.Dir, "mo-etcd"), spec: []string{"-", "-", etcdClient, freeAddr()}}
+	metaA := &moMeta{name: "A", dir: filepath.Join(env.Dir, "mo-meta-a"), spec: []string{freeAddr(), freeAddr(), "-", "-"}, etcd: etcdClient}
 	metaB := &moMeta{name: "B", dir: filepath.Join(env.Dir, "mo-meta-b"), spec: []string{freeAddr(), freeAddr(), "-", "-"}, etcd: etcdClient}
 	metas := []string{metaA.spec[0], metaB.spec[0]}
-	defer metaB.stop()
+	var down []*moMeta // stopped for the outage, in this order
+	switch *metaOutageStop {
+	case "all":
+		down = []*moMeta{metaB, metaA, etcd}
+	case "meta":
+		down = []*moMeta{metaB, metaA}
+	case "etcd":
+		down = []*moMeta{etcd}
+	default:
+		return fmt.Errorf("-meta-outage-stop %q: want all, meta or etcd", *metaOutageStop)
+	}
+	defer etcd.stop()
 	defer metaA.stop()
-	for _, m := range []*moMeta{metaA, metaB} {
+	defer metaB.stop()
+	for _, m := range []*moMeta{etcd, metaA, metaB} {
 		if err := m.start(); err != nil {
 			return err
 		}
@@ -340,9 +360,12 @@ func runMetaOutage(env *Env) error {
 	env.Logf("before the outage: %d acked, %d failed", acked0, failed0)
 
 	outage := time.Now()
-	metaB.kill()
-	metaA.kill()
-	env.Logf("meta servers and etcd killed; down for %v", *metaOutageFor)
+	var names []string
+	for _, m := range down {
+		m.kill()
+		names = append(names, m.name)
+	}
+	env.Logf("%s killed; down for %v", strings.Join(names, ", "), *metaOutageFor)
 	killAt := outage.Add(*metaOutageFor / 2)
 	for left := *metaOutageFor; left > 0; left -= 10 * time.Second {
 		if wake := outage.Add(*metaOutageFor - left + min(left, 10*time.Second)); *metaOutageKillSlave && syncS.p != nil && wake.After(killAt) {
@@ -364,14 +387,13 @@ func runMetaOutage(env *Env) error {
 		}
 		env.Logf("%v into the outage: %d acked, %d failed; write states %s", time.Since(outage).Round(time.Second), acked, failed, strings.Join(states, ", "))
 	}
-	if err := metaA.start(); err != nil {
-		return err
-	}
-	if err := metaB.start(); err != nil {
-		return err
+	for i := len(down) - 1; i >= 0; i-- {
+		if err := down[i].start(); err != nil {
+			return err
+		}
 	}
 	restarted := time.Now()
-	env.Logf("meta servers back after %v", restarted.Sub(outage).Round(time.Millisecond))
+	env.Logf("%s back after %v", strings.Join(names, ", "), restarted.Sub(outage).Round(time.Millisecond))
 	if syncS.p == nil {
 		if err := env.startNode(syncS, metas); err != nil {
 			return err
@@ -425,6 +447,13 @@ func runMetaOutage(env *Env) error {
 			continue // readonly while its slave is gone and the set cannot shrink
 		}
 		last := outage
+		var worst time.Duration
+		var worstFrom time.Time
+		note := func(to time.Time) {
+			if d := to.Sub(last); d > worst {
+				worst, worstFrom = d, last
+			}
+		}
 		for j, s := range samples {
 			if s.at.Before(outage) || j == 0 {
 				continue
@@ -433,11 +462,14 @@ func runMetaOutage(env *Env) error {
 				break
 			}
 			if s.stored[i] > samples[j-1].stored[i] {
-				writeStall = max(writeStall, s.at.Sub(last))
+				note(s.at)
 				last = s.at
 			}
 		}
-		writeStall = max(writeStall, end.Sub(last))
+		note(end)
+		env.Logf("%s: longest time storing nothing %v, from %v after the kill (the restart was at %v)", n.group,
+			worst.Round(time.Millisecond), worstFrom.Sub(outage).Round(time.Millisecond), restarted.Sub(outage).Round(time.Millisecond))
+		writeStall = max(writeStall, worst)
 	}
 	samplesMu.Unlock()
 

@@ -24,6 +24,9 @@ package main
 // the policy applied is state 3 (readonly), and a second group sc2 (a
 // master alone) shares the subject's route, so the writes the readonly
 // group refuses go there: the stall is how long producers take to move.
+// With -slave-crash-kind delay the groups are qmq-delay servers (same flags)
+// and every message is delayed by 2 s, forwarded when due to a realtime
+// group sc-rt (a master alone).
 //
 //	slave_crash_max_stall_ms       the longest time any producer waited
 //	                               between two acknowledgements from one
@@ -51,6 +54,7 @@ import (
 
 var (
 	slaveCrashKills  = flag.Int("slave-crash-kills", 3, "slave-crash: how many times the slave is SIGKILLed")
+	slaveCrashKind   = flag.String("slave-crash-kind", "realtime", "slave-crash: the replicated group's servers: realtime, or delay (qmq-delay; every message delayed by 2 s, forwarded to a realtime group sc-rt)")
 	slaveCrashPolicy = flag.String("slave-crash-policy", "alone", "slave-crash: the master's --slave-down policy (alone, or readonly: a second group sc2, a master alone, takes the writes the readonly group refuses)")
 )
 
@@ -84,8 +88,24 @@ func runSlaveCrash(env *Env) error {
 	master := newGroupNode(env, "sc-master", scGroup, "--wait-slave", "--slave-down", *slaveCrashPolicy)
 	slave := newGroupNode(env, "sc-slave", scGroup, "--role", "slave", "--wait-slave", "--slave-down", *slaveCrashPolicy)
 	other := newGroupNode(env, "sc2-master", "sc2")
+	target := newGroupNode(env, "sc-rt-master", "sc-rt")
+	delayed := 0
+	switch *slaveCrashKind {
+	case "realtime":
+	case "delay":
+		master.kind, slave.kind, other.kind = "delay", "delay", "delay"
+		delayed = scProducers
+		if err := env.startNode(target, []string{meta}); err != nil {
+			return err
+		}
+		if err := waitWritableAlone(target, 30*time.Second); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("-slave-crash-kind %q: want realtime or delay", *slaveCrashKind)
+	}
 	defer func() {
-		for _, n := range []*groupNode{master, slave, other} {
+		for _, n := range []*groupNode{master, slave, other, target} {
 			if n.p != nil {
 				n.p.stop()
 			}
@@ -124,7 +144,7 @@ func runSlaveCrash(env *Env) error {
 		}
 		defer ps[i].Close(context.Background())
 	}
-	load := startSenders(ps, scSubject, 256, 10*time.Second, 0, 0)
+	load := startSenders(ps, scSubject, 256, 10*time.Second, delayed, 2*time.Second)
 	defer load.halt()
 
 	var worstStall, worstBase, worstPolicy time.Duration
@@ -154,8 +174,8 @@ func runSlaveCrash(env *Env) error {
 		if err != nil {
 			return err
 		}
-		shrunk := m[`qmq_failover_write_state_changes_total{group="sc",kind="realtime",reason="set-shrunk",state="alone"}`] +
-			m[`qmq_failover_write_state_changes_total{group="sc",kind="realtime",reason="slave-gone",state="readonly"}`]
+		shrunk := m[`qmq_failover_write_state_changes_total{group="sc",kind="`+master.kind+`",reason="set-shrunk",state="alone"}`] +
+			m[`qmq_failover_write_state_changes_total{group="sc",kind="`+master.kind+`",reason="slave-gone",state="readonly"}`]
 		acked, failed := load.total()
 		env.Logf("kill %d: policy applied after %v (state %v, set-shrunk or slave-gone changes %v), longest wait for an ack %v (before the kill %v); %d acked, %d failed so far",
 			kill, policy.Round(time.Millisecond), wantState, shrunk, stall.Round(time.Millisecond), base.Round(time.Millisecond), acked, failed)
