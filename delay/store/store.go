@@ -214,7 +214,7 @@ func (s *Store) Close() error {
 	s.wg.Wait()
 	close(s.due)
 	s.mu.Lock()
-	s.wheel.Free() // its large slots are mapped outside the Go heap
+	s.wheel.Free() // its chunks are mapped outside the Go heap
 	s.mu.Unlock()
 	s.closeFiles()
 	s.errMu.Lock()
