@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -15,9 +16,6 @@ import (
 // nacks with a retry-after and sees the retry, and sees an ack of an id it
 // no longer holds refused with a problem document (testdata/roundtrip.*).
 func TestClients_RoundTrip(t *testing.T) {
-	if testing.Short() {
-		t.Log("runs in -short too: the clients take a few seconds each")
-	}
 	cl := startCluster(t, 30*time.Second, nil)
 	for _, tc := range []struct {
 		name, runtime string
@@ -41,7 +39,12 @@ func TestClients_RoundTrip(t *testing.T) {
 			args = append(args, cl.url, "clients."+tc.name)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
+			start := time.Now()
 			out, err := exec.CommandContext(ctx, tc.runtime, args...).CombinedOutput()
+			t.Logf("%s client took %v", tc.name, time.Since(start).Round(time.Millisecond))
+			if os.Getenv("QMQ_TRACE") != "" {
+				t.Logf("%s", out)
+			}
 			if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "ok") {
 				t.Fatalf("%s client: %v\n%s", tc.name, err, out)
 			}

@@ -205,6 +205,8 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request, id *identity) *Pro
 		return p
 	}
 	defer ss.done()
+	s.mets.polls.Inc()
+	defer s.mets.polls.Dec()
 	ctx, cancel := s.waitContext(r, pp.wait)
 	defer cancel()
 	msgs, err := ss.puller.Pull(ctx, pp.max)
@@ -239,6 +241,8 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id *identity) *P
 		return p
 	}
 	defer ss.done()
+	s.mets.polls.Inc()
+	defer s.mets.polls.Dec()
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")

@@ -99,16 +99,30 @@ func New(opts Options, lg *zap.Logger) (*Server, error) {
 	return s, nil
 }
 
+// Routes lists the gateway's routes as "METHOD /path" (OpenAPI path
+// syntax), those of pkg/opsserver it serves included; openapi.json
+// documents exactly these.
+func Routes() []string {
+	return append([]string{"GET /openapi.json", "GET /healthz", "GET /readyz", "GET /metrics"}, apiRoutes...)
+}
+
+var apiRoutes = []string{
+	"POST /v1/publish",
+	"POST /v1/subjects/{subject}/publish",
+	"GET /v1/subjects/{subject}/groups/{group}/messages",
+	"GET /v1/subjects/{subject}/groups/{group}/stream",
+	"POST /v1/subjects/{subject}/groups/{group}/ack",
+	"POST /v1/subjects/{subject}/groups/{group}/nack",
+}
+
 // routes mounts the API on the operations server (which serves /metrics,
 // /healthz and /readyz).
 func (s *Server) routes() {
+	handlers := []handlerFunc{s.publish, s.publishRaw, s.pull, s.stream, s.ack, s.nack}
+	for i, pattern := range apiRoutes {
+		s.ops.Handle(pattern, s.handle(handlers[i]))
+	}
 	s.ops.Handle("GET /openapi.json", http.HandlerFunc(serveOpenAPI))
-	s.ops.Handle("POST /v1/publish", s.handle(s.publish))
-	s.ops.Handle("POST /v1/subjects/{subject}/publish", s.handle(s.publishRaw))
-	s.ops.Handle("GET /v1/subjects/{subject}/groups/{group}/messages", s.handle(s.pull))
-	s.ops.Handle("GET /v1/subjects/{subject}/groups/{group}/stream", s.handle(s.stream))
-	s.ops.Handle("POST /v1/subjects/{subject}/groups/{group}/ack", s.handle(s.ack))
-	s.ops.Handle("POST /v1/subjects/{subject}/groups/{group}/nack", s.handle(s.nack))
 	s.ops.Handle("/v1/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, newProblem(http.StatusNotFound, protocol.StatusNotFound,
 			fmt.Sprintf("no route %s %s (see /openapi.json)", r.Method, r.URL.Path)))

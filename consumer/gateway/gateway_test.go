@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -103,7 +104,7 @@ func problemOf(t *testing.T, code int, h http.Header, p gateway.Problem, wantCod
 // waiting past the limit, an ack of an unknown id; the message published
 // before all of them is still pulled once and acked.
 func TestGateway_BadInput(t *testing.T) {
-	cl := startCluster(t, 30*time.Second, func(o *gateway.Options) { o.MaxBodyBytes, o.MaxBatch = 64 << 10, 10 })
+	cl := startCluster(t, 30*time.Second, func(o *gateway.Options) { o.MaxBodyBytes, o.MaxBatch = 64<<10, 10 })
 	ids := publish(t, cl.url, gateway.PublishMessage{Subject: "bad.input", Body: "keep me"})
 	pubURL := cl.url + "/v1/publish"
 	pulls := cl.url + "/v1/subjects/bad.input/groups/g"
@@ -228,5 +229,52 @@ func TestGateway_RawPublishAndStream(t *testing.T) {
 	var ack gateway.AckResponse
 	if code, _ := call(t, "POST", cl.url+"/v1/subjects/raw/groups/g/ack", gateway.AckRequest{Consumer: "s1", IDs: []string{m.ID}}, &ack); code != 200 || ack.Done != 1 {
 		t.Fatalf("ack of a streamed message answered %d %+v", code, ack)
+	}
+}
+
+// Close ends a long poll at once (it answers, empty), and hands the
+// messages its consumers held back to the group at once: a consumer on
+// another gateway gets them long before the brokers' consumer timeout.
+func TestGateway_CloseHandsBack(t *testing.T) {
+	cl := startCluster(t, time.Minute, nil)
+	ids := publish(t, cl.url,
+		gateway.PublishMessage{Subject: "closing", Body: "one"},
+		gateway.PublishMessage{Subject: "closing", Body: "two"})
+	pullUntil(t, cl.url, "closing", "g", "leaver", ids...)
+	pollDone := make(chan int, 1)
+	go func() {
+		resp, err := http.Get(cl.url + "/v1/subjects/closing/groups/g/messages?consumer=leaver&wait=30s")
+		if err != nil {
+			pollDone <- -1
+			return
+		}
+		resp.Body.Close()
+		pollDone <- resp.StatusCode
+	}()
+	other := startGateway(t, []string{cl.meta.Addr().String()}, nil)
+	testutil.CheckFor(t, 30*time.Second, 5*time.Millisecond, func() error {
+		resp, err := http.Get(cl.url + "/metrics")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		if !strings.Contains(string(data), "\nqmq_gateway_long_polls 1\n") {
+			return fmt.Errorf("the long poll has not reached the gateway")
+		}
+		return nil
+	})
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cl.gateway.Close(ctx); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if code := <-pollDone; code != http.StatusOK {
+		t.Fatalf("the long poll in flight answered %d", code)
+	}
+	pullUntil(t, other.URL(), "closing", "g", "stayer", ids...)
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("the messages came back after %v: not handed back at close", d)
 	}
 }

@@ -10,6 +10,7 @@ type metrics struct {
 	acked     prometheus.Counter
 	nacked    prometheus.Counter
 	problems  *prometheus.CounterVec // by qmq status
+	polls     prometheus.Gauge       // pulls and streams waiting now
 }
 
 func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
@@ -29,8 +30,11 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		problems: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "qmq_gateway_problems_total", Help: "Requests answered with a problem document, by qmq status.",
 		}, []string{"status"}),
+		polls: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "qmq_gateway_long_polls", Help: "Pulls and streams in progress.",
+		}),
 	}
-	reg.MustRegister(m.published, m.pulled, m.acked, m.nacked, m.problems,
+	reg.MustRegister(m.published, m.pulled, m.acked, m.nacked, m.problems, m.polls,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "qmq_gateway_consumer_sessions", Help: "Open consumer sessions (consumer id, subject, group).",
 		}, func() float64 { return float64(s.sessionCount()) }),
