@@ -39,11 +39,13 @@ type Server struct {
 	closed     bool
 
 	reaperDone chan struct{}
+	forgetting sync.WaitGroup // refused identities' clients closing
 }
 
 // identity holds the clients of one identity: its producer, its meta
 // client (when routes come from meta servers) and its consumer sessions.
 type identity struct {
+	key      string // in Server.identities
 	name     string
 	creds    *auth.Credentials
 	meta     *metaclient.Client // nil with static brokers
@@ -68,6 +70,7 @@ func New(opts Options, lg *zap.Logger) (*Server, error) {
 		}
 		opts.serverTLS = cfg
 	}
+	opts.brokerTLS = opts.BrokerTLSConfig
 	if !opts.BrokerTLS.IsZero() && opts.brokerTLS == nil {
 		cfg, err := tlsconfig.Client(opts.BrokerTLS, "")
 		if err != nil {
@@ -140,6 +143,9 @@ func (s *Server) handle(h handlerFunc) http.Handler {
 			p = h(w, r, id)
 		}
 		if p != nil {
+			if id != nil && id.key != "" && p.Status == http.StatusUnauthorized {
+				s.forget(id) // a refused credential keeps no clients
+			}
 			s.mets.problems.WithLabelValues(p.QMQStatus).Inc()
 			writeProblem(w, p)
 		}
@@ -180,6 +186,7 @@ func (s *Server) identityOf(r *http.Request) (*identity, *Problem) {
 	if err != nil {
 		return nil, errorProblem(err)
 	}
+	id.key = key
 	s.identities[key] = id
 	return id, nil
 }
@@ -225,6 +232,27 @@ func (s *Server) newIdentity(c *auth.Credentials) (*identity, error) {
 	}
 	id.producer = p
 	return id, nil
+}
+
+// forget drops id's clients (a credential the cluster refused), so bad
+// credentials cannot fill the identity table.
+func (s *Server) forget(id *identity) {
+	s.mu.Lock()
+	if s.identities[id.key] != id {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.identities, id.key)
+	s.forgetting.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.forgetting.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := id.close(ctx); err != nil {
+			s.lg.Debug("closing a refused identity's clients", zap.String("identity", id.name), zap.Error(err))
+		}
+	}()
 }
 
 // consumerOptions are the options of the identity's consumer consumerID.
@@ -281,6 +309,7 @@ func (s *Server) Close(ctx context.Context) error {
 	s.identities = map[string]*identity{}
 	s.mu.Unlock()
 	<-s.reaperDone
+	s.forgetting.Wait()
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*len(ids)+1)
 	errs <- err

@@ -75,7 +75,11 @@ type Options struct {
 
 	Log logging.Options `yaml:"log"`
 
-	// Set by New from the files (tests may set them directly).
+	// BrokerTLSConfig, when set, is used for the connections to the
+	// cluster instead of one built from BrokerTLS (library users, tests).
+	BrokerTLSConfig *tls.Config `yaml:"-"`
+
+	// Set by New from the files.
 	serverTLS   *tls.Config
 	brokerTLS   *tls.Config
 	credentials *auth.Credentials
