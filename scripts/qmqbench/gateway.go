@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -53,7 +54,7 @@ const (
 	gatewayBatch        = 100
 	gatewayPublishConns = 16
 	gatewayConsumeTotal = 300000
-	gatewayConsumeConns = 4
+	gatewayConsumeConns = 8
 	gatewayE2ERate      = 5000
 )
 
@@ -112,12 +113,12 @@ func runGateway(env *Env) error {
 	// Consume.
 	cons, err := env.gatewayRun(filepath.Join(env.Dir, "consume"), func(url, broker string) (float64, error) {
 		var fill rateResult
-		if err := runWorker("produce", &fill, "-addr", broker, "-count", strconv.Itoa(gatewayConsumeTotal),
-			"-subject", "bench.gwc", "-subjects", "1"); err != nil {
+		if err := runWorkerProcs("gateway-publish", 0, &fill, "-url", url, "-subject", "bench.gwc",
+			"-count", strconv.Itoa(gatewayConsumeTotal)); err != nil {
 			return 0, err
 		}
 		var res rateResult
-		err := runWorkerProcs("gateway-consume", 0, &res, "-url", url, "-subject", "bench.gwc0",
+		err := runWorkerProcs("gateway-consume", 0, &res, "-url", url, "-subject", "bench.gwc",
 			"-total", strconv.Itoa(gatewayConsumeTotal))
 		env.Logf("gateway consume: %d messages in %v", res.Messages, res.Elapsed)
 		if err == nil && res.Messages < gatewayConsumeTotal {
@@ -208,6 +209,8 @@ func gatewayPublishWorker(args []string) (any, error) {
 	conns := fs.Int("conns", gatewayPublishConns, "clients, one keep-alive connection each")
 	batch := fs.Int("batch", gatewayBatch, "messages per request")
 	d := fs.Duration("duration", gatewayDuration, "how long to publish")
+	subject := fs.String("subject", "bench.gw", "subject")
+	count := fs.Int64("count", 0, "publish this many messages (a multiple of -batch) instead of for -duration")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -222,7 +225,7 @@ func gatewayPublishWorker(args []string) (any, error) {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			b.WriteString(`{"subject":"bench.gw","body":"` + body + `"}`)
+			b.WriteString(`{"subject":"` + *subject + `","body":"` + body + `"}`)
 		}
 		b.WriteString(`]}`)
 		payload, target, ctype = []byte(b.String()), *url+"/v1/publish", "application/json"
@@ -233,7 +236,7 @@ func gatewayPublishWorker(args []string) (any, error) {
 		return nil, fmt.Errorf("mode %q", *mode)
 	}
 	c := httpClient(*conns)
-	var ok, failed atomic.Int64
+	var ok, failed, sent atomic.Int64
 	var firstErr atomic.Value
 	start := time.Now()
 	deadline := start.Add(*d)
@@ -242,7 +245,14 @@ func gatewayPublishWorker(args []string) (any, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for time.Now().Before(deadline) {
+			for {
+				if *count > 0 {
+					if sent.Add(int64(*batch)) > *count {
+						break
+					}
+				} else if !time.Now().Before(deadline) {
+					break
+				}
 				code, data, err := post(c, target, ctype, payload)
 				if err != nil || code != http.StatusOK {
 					failed.Add(1)
@@ -314,27 +324,44 @@ func gatewayConsumeWorker(args []string) (any, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	c := httpClient(*conns)
-	var got atomic.Int64
+	c := httpClient(2 * *conns)
+	var got, pulls atomic.Int64
 	var firstErr atomic.Value
 	start := time.Now()
 	var wg sync.WaitGroup
+	defer func() {
+		fmt.Fprintf(os.Stderr, "# gateway-consume: %d messages in %d pulls\n", got.Load(), pulls.Load())
+	}()
 	for i := range *conns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			id := fmt.Sprintf("bench-c%d", i)
-			idle := time.Now()
-			for got.Load() < *total && time.Since(idle) < 5*time.Second {
-				p, err := pullOnce(c, *url, *subject, id, gatewayBatch, time.Second)
-				if err == nil && len(p.Messages) > 0 {
-					idle = time.Now()
-					err = ackAll(c, *url, *subject, id, p)
+			// Acks go from a goroutine of their own, so the next pull
+			// does not wait for the last one's ack.
+			acks := make(chan *pulled, 4)
+			acked := make(chan struct{})
+			go func() {
+				defer close(acked)
+				for p := range acks {
+					if err := ackAll(c, *url, *subject, id, p); err != nil {
+						firstErr.CompareAndSwap(nil, err.Error())
+					}
 					got.Add(int64(len(p.Messages)))
 				}
+			}()
+			defer func() { close(acks); <-acked }()
+			idle := time.Now()
+			for got.Load() < *total && time.Since(idle) < 5*time.Second && firstErr.Load() == nil {
+				p, err := pullOnce(c, *url, *subject, id, gatewayBatch, time.Second)
+				pulls.Add(1)
 				if err != nil {
 					firstErr.CompareAndSwap(nil, err.Error())
 					return
+				}
+				if len(p.Messages) > 0 {
+					idle = time.Now()
+					acks <- p
 				}
 			}
 		}()
