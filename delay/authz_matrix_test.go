@@ -25,6 +25,15 @@ import (
 	"go.uber.org/zap/zaptest"
 )
 
+// matrixTransport is fastTransport with a long dial: a first CmdAuth of
+// an identity costs the server its slow secret hash (seconds under the race
+// detector on a loaded machine, one at a time), and the dial waits for it.
+var matrixTransport = func() transport.Options {
+	o := fastTransport
+	o.DialTimeout = 30 * time.Second
+	return o
+}()
+
 // The authorization matrix of a delay server's TCP port (issue 29): a
 // master that requires authentication, its policy from a meta server, is
 // sent every command it serves (the Mux registration in server.go: send,
@@ -52,7 +61,7 @@ func delayIdentity(t *testing.T, meta *metaserver.Server, req api.IdentityReques
 
 func delayClientAs(t *testing.T, c *auth.Credentials) *transport.Client {
 	t.Helper()
-	o := fastTransport
+	o := matrixTransport
 	o.Credentials = c
 	tc, err := transport.New(o, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
 	if err != nil {

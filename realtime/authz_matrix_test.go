@@ -26,6 +26,15 @@ import (
 	"go.uber.org/zap/zaptest"
 )
 
+// matrixTransport is fastTransport with a long dial: a first CmdAuth of
+// an identity costs the server its slow secret hash (seconds under the race
+// detector on a loaded machine, one at a time), and the dial waits for it.
+var matrixTransport = func() transport.Options {
+	o := fastTransport
+	o.DialTimeout = 30 * time.Second
+	return o
+}()
+
 // The authorization matrix of a realtime broker's TCP port (issue 29): a
 // broker that requires authentication, its policy from a meta server, is
 // sent every command it serves (the Mux registration in broker.go: send,
@@ -72,7 +81,7 @@ func newIdentity(t *testing.T, meta *metaserver.Server, req api.IdentityRequest)
 // clientAs returns a transport that authenticates as c (nil: none).
 func clientAs(t *testing.T, c *auth.Credentials) *transport.Client {
 	t.Helper()
-	o := fastTransport
+	o := matrixTransport
 	o.Credentials = c
 	tc, err := transport.New(o, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
 	if err != nil {
@@ -128,13 +137,13 @@ func startMatrixBroker(t *testing.T) *matrixBroker {
 
 	// State to protect: messages, a group with a cursor, dead letters.
 	p, err := producer.New(producer.WithBrokers(m.addr), producer.WithCredentials(m.app),
-		producer.WithTransportOptions(fastTransport), producer.WithSendTimeout(20*time.Second))
+		producer.WithTransportOptions(matrixTransport), producer.WithSendTimeout(20*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close(context.Background())
 	c, err := consumer.New(consumer.WithBrokers(m.addr), consumer.WithConsumerID("c1"), consumer.WithCredentials(m.app),
-		consumer.WithTransportOptions(fastTransport), consumer.WithRouteRefresh(200*time.Millisecond))
+		consumer.WithTransportOptions(matrixTransport), consumer.WithRouteRefresh(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
