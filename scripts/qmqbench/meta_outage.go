@@ -27,7 +27,9 @@ package main
 // slave is SIGKILLed halfway through the outage: mo2 cannot shrink its
 // eligible set, so it turns readonly and producers must move to the other
 // groups without failing a send; the slave restarts once the meta servers
-// are back.
+// are back. With -meta-outage-restart-alone mo1's master is SIGKILLed and
+// restarted halfway through: it cannot register while the meta servers are
+// down.
 //
 //	meta_outage_failed_sends          sends that returned an error from the
 //	                                  kill to ten seconds after the restart
@@ -38,7 +40,8 @@ package main
 //	                                  stored no message in that span (each
 //	                                  master's messages_stored_total, read
 //	                                  every 100 ms; mo4's messages_received;
-//	                                  without mo2 under -meta-outage-kill-slave)
+//	                                  without mo2 under -meta-outage-kill-slave,
+//	                                  mo1 under -meta-outage-restart-alone)
 //	meta_outage_delay_late_ms         the latest delivery of a delayed
 //	                                  message due in that span (consumed
 //	                                  minus due)
@@ -67,9 +70,10 @@ import (
 )
 
 var (
-	metaOutageFor       = flag.Duration("meta-outage-for", 60*time.Second, "meta-outage: how long the meta servers and etcd stay down")
-	metaOutageStop      = flag.String("meta-outage-stop", "all", "meta-outage: what is stopped: all (both meta servers and etcd), meta (the meta servers only) or etcd (etcd only)")
-	metaOutageKillSlave = flag.Bool("meta-outage-kill-slave", false, "meta-outage: also SIGKILL mo2's slave halfway through the outage (restarted once the meta servers are back)")
+	metaOutageFor          = flag.Duration("meta-outage-for", 60*time.Second, "meta-outage: how long the meta servers and etcd stay down")
+	metaOutageStop         = flag.String("meta-outage-stop", "all", "meta-outage: what is stopped: all (both meta servers and etcd), meta (the meta servers only) or etcd (etcd only)")
+	metaOutageRestartAlone = flag.Bool("meta-outage-restart-alone", false, "meta-outage: also SIGKILL and restart mo1's master (no slave) halfway through the outage")
+	metaOutageKillSlave    = flag.Bool("meta-outage-kill-slave", false, "meta-outage: also SIGKILL mo2's slave halfway through the outage (restarted once the meta servers are back)")
 )
 
 const (
@@ -367,12 +371,23 @@ func runMetaOutage(env *Env) error {
 	}
 	env.Logf("%s killed; down for %v", strings.Join(names, ", "), *metaOutageFor)
 	killAt := outage.Add(*metaOutageFor / 2)
+	restartedAlone := false
 	for left := *metaOutageFor; left > 0; left -= 10 * time.Second {
-		if wake := outage.Add(*metaOutageFor - left + min(left, 10*time.Second)); *metaOutageKillSlave && syncS.p != nil && wake.After(killAt) {
+		if wake := outage.Add(*metaOutageFor - left + min(left, 10*time.Second)); *metaOutageKillSlave && syncS.p != nil && !wake.Before(killAt) {
 			time.Sleep(time.Until(killAt))
 			syncS.p.kill()
 			syncS.p = nil
 			env.Logf("%s SIGKILLed", syncS.name)
+		}
+		if wake := outage.Add(*metaOutageFor - left + min(left, 10*time.Second)); *metaOutageRestartAlone && !restartedAlone && !wake.Before(killAt) {
+			restartedAlone = true
+			time.Sleep(time.Until(killAt))
+			alone.p.kill()
+			alone.p = nil
+			if err := env.startNode(alone, metas); err != nil {
+				return err
+			}
+			env.Logf("%s SIGKILLed and restarted in %v", alone.name, time.Since(killAt).Round(time.Millisecond))
 		}
 		time.Sleep(time.Until(outage.Add(*metaOutageFor - left + min(left, 10*time.Second))))
 		acked, failed := load.total()
@@ -443,7 +458,7 @@ func runMetaOutage(env *Env) error {
 	samplesMu.Lock()
 	writeStall := time.Duration(0)
 	for i, n := range masters {
-		if *metaOutageKillSlave && n == syncM {
+		if *metaOutageKillSlave && n == syncM || *metaOutageRestartAlone && n == alone {
 			continue // readonly while its slave is gone and the set cannot shrink
 		}
 		last := outage
