@@ -16,7 +16,8 @@ import (
 // pulls and acks, and refuses every ack (StatusBusy) if asked to.
 type backlogBroker struct {
 	*netserver.Server
-	acks, pulls atomic.Int64 // pulls of the subject (not its retry subject)
+	acks, pulls atomic.Int64              // pulls of the subject (not its retry subject)
+	onAck       func(protocol.AckRequest) // if set, sees every ack request before its answer
 
 	mu     sync.Mutex
 	served int // pull seqs handed out
@@ -57,6 +58,14 @@ func startBacklogBroker(t *testing.T, subject string, total int, refuseAcks bool
 	})
 	mux.HandleFunc(protocol.CmdAck, func(r *netserver.Request) {
 		b.acks.Add(1)
+		if b.onAck != nil {
+			a, err := protocol.DecodeAckRequest(r.Body)
+			if err != nil {
+				r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
+				return
+			}
+			b.onAck(a)
+		}
 		if !refuseAcks {
 			r.Reply(protocol.StatusOK, nil)
 			return
@@ -150,5 +159,71 @@ func waitHandled(t *testing.T, handled *atomic.Int64, n int64) {
 			t.Fatalf("%d of %d handled", handled.Load(), n)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestAckEach: with AckEach every message is acked by a request naming that
+// message alone, in pull-sequence order, and a message counts against
+// MaxUnacked until its ack is answered (so no more than MaxUnacked are ever
+// handled and not yet acked).
+func TestAckEach(t *testing.T) {
+	const total, maxUnacked = 200, 32
+	b := startBacklogBroker(t, "s", total, false)
+	var mu sync.Mutex
+	var ranges [][2]uint64
+	b.onAck = func(a protocol.AckRequest) {
+		if a.First > a.Last {
+			return // a heartbeat or a release
+		}
+		mu.Lock()
+		ranges = append(ranges, [2]uint64{a.First, a.Last})
+		mu.Unlock()
+	}
+	c, err := New(WithBrokers(b.Addr().String()), WithConsumerID("c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handled, worst atomic.Int64
+	if _, err := c.Subscribe("s", "g", func(context.Context, *Message) error {
+		n := handled.Add(1)
+		mu.Lock()
+		ahead := n - int64(len(ranges))
+		mu.Unlock()
+		if ahead > worst.Load() {
+			worst.Store(ahead)
+		}
+		return nil
+	}, AckEach(), PullBatch(8), MaxUnacked(maxUnacked), Concurrency(4)); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	waitHandled(t, &handled, total)
+	t.Logf("handled in %v (the test broker answers an empty pull of the retry subject after 20 ms, and acks queue behind it)", time.Since(t0))
+	start := time.Now()
+	for {
+		mu.Lock()
+		n := len(ranges)
+		mu.Unlock()
+		if n >= total {
+			break
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("%d of %d messages acked", n, total)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.Close(context.Background())
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ranges) != total {
+		t.Fatalf("%d ack requests for %d messages", len(ranges), total)
+	}
+	for i, r := range ranges {
+		if r[0] != uint64(i) || r[1] != uint64(i) {
+			t.Fatalf("ack request %d named %d..%d, want %d..%d", i, r[0], r[1], i, i)
+		}
+	}
+	if w := worst.Load(); w > maxUnacked {
+		t.Fatalf("%d messages handled ahead of their acks, MaxUnacked %d", w, maxUnacked)
 	}
 }

@@ -43,16 +43,14 @@
 // ack requests as pulls). A pull loop stops pulling while too many of its
 // messages are unfinished (MaxUnacked), which bounds memory; acks do not
 // gate it. At that bound it pulls again once a batch has room (or half of
-// MaxUnacked, if less), not when one message finishes: with handlers slower
-// than a round trip that asked for one message a pull. A finished message
-// wakes the ack loop only when no timer of the ack loop's will take it or
-// an ack is due at once, and wakes the pull loop only when it has room to
-// pull: on a 2-vCPU VM, where every thread wake-up is a hypervisor exit, a
-// consumer whose handler sleeps 1 ms spent 310 µs of CPU and 12 context
-// switches a message before, 145 µs and 6 after (scaling suite 6.55 → 7.5–8.1).
+// MaxUnacked, if less), not when one message finishes, and a finished
+// message wakes the ack and pull loops only when they have work: a consumer
+// with slow handlers costs few wake-ups a message.
 // A failed ack keeps its range for the next, which waits out a
 // back-off (50 ms doubling to 1 s): retried once per finished message,
 // acks to a restarting broker opened its circuit breaker for the pulls too.
+// AckEach instead acks each message with a request of its own, in order,
+// one in flight, and counts a message unfinished until its ack is answered.
 //
 // # Pulls in flight
 //
@@ -65,25 +63,12 @@
 // A failed pull drops the answers still in flight (the broker re-delivers
 // their messages to the next plain pull, in order) and the loop goes back
 // to one pull at a time. Pulls in flight never ask for more than MaxUnacked
-// leaves room for. On the consume suite two pulls in flight instead of one
-// took a single consumer from 685k to 910k msg/s.
+// leaves room for.
 //
 // # Pull API
 //
 // Callers who want to drive consumption themselves use Consumer.Puller and
 // Puller.Pull(ctx, max), then Message.Ack or Message.Nack on each message.
-//
-// # Cost per message
-//
-// A pull's messages are built together (pullBatch): one allocation holds
-// all its deliveries and their Messages, one string all its ids, tags and
-// properties, and the decoded response entries reuse one slice; a message
-// keeps its pull's batch alive until it is dropped. Pull loops hand
-// messages over and handler loops take them without a select while the
-// buffer allows, and pulls and acks take their deadline from the
-// transport's clock rather than a context and timer each. Before this the
-// garbage collector and allocation took a third of a busy consumer's CPU
-// and selects a tenth.
 //
 // # Security
 //

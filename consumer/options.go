@@ -132,6 +132,7 @@ type subConfig struct {
 	maxUnacked   int
 	heartbeat    time.Duration
 	retrySubject bool
+	ackEach      bool
 }
 
 func defaultSubConfig() subConfig {
@@ -225,3 +226,15 @@ func PullTimeout(d time.Duration) SubscribeOption { return func(s *subConfig) { 
 // MaxUnacked bounds the pulled but unfinished messages per broker group
 // (default 256); at the bound the subscription stops pulling from it.
 func MaxUnacked(n int) SubscribeOption { return func(s *subConfig) { s.maxUnacked = n } }
+
+// AckEach acks every message with an ack request of its own, naming only
+// that message, in pull-sequence order with one ack in flight per broker
+// group (the broker treats an ack above an un-acked message as a lost ack,
+// so per-message acks may not overtake each other), instead of the default
+// range acks (one request for the longest finished prefix, up to half of
+// MaxUnacked messages). A message then counts against MaxUnacked until its
+// ack was answered, as a message in flight does in nsqd (until FIN) or
+// JetStream (MaxAckPending). It costs a round trip per message: for
+// comparisons with peers that ack each message, and for brokers of the
+// older protocol; range acks are the faster default.
+func AckEach() SubscribeOption { return func(s *subConfig) { s.ackEach = true } }

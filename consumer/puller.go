@@ -358,7 +358,12 @@ func (p *puller) refill() int {
 // can cost a thread wake-up, and on a virtual machine a hypervisor exit,
 // per message.
 func (p *puller) done(seq uint64) {
-	unfinished := p.received.Load() - p.finished.Add(1)
+	var unfinished int64
+	if p.s.cfg.ackEach {
+		unfinished = p.unfinished() // finished once acked (ackLoop's sendEach)
+	} else {
+		unfinished = p.received.Load() - p.finished.Add(1)
+	}
 	p.doneMu.Lock()
 	p.doneSeqs = append(p.doneSeqs, seq)
 	n, armed := len(p.doneSeqs), p.ackArmed
@@ -369,11 +374,16 @@ func (p *puller) done(seq uint64) {
 		default:
 		}
 	}
-	if unfinished <= int64(p.s.cfg.maxUnacked-p.refill()) {
-		select {
-		case p.progress <- struct{}{}:
-		default:
-		}
+	if !p.s.cfg.ackEach && unfinished <= int64(p.s.cfg.maxUnacked-p.refill()) {
+		p.signalProgress()
+	}
+}
+
+// signalProgress tells pullLoop there may be room for its next pull.
+func (p *puller) signalProgress() {
+	select {
+	case p.progress <- struct{}{}:
+	default:
 	}
 }
 
@@ -500,6 +510,36 @@ func (p *puller) ackLoop() {
 		failures, retryAt = 0, time.Time{}
 		next = end
 	}
+	// sendEach (AckEach) acks the finished prefix one message a request,
+	// each answered before the next is sent, counting each message
+	// finished once its ack was answered. It stops at the first failure
+	// (the rest wait out the back-off) or when the loop is stopping.
+	sendEach := func(final bool) {
+		for next < end {
+			req := protocol.AckRequest{Subject: p.subject, Group: s.group, ConsumerID: s.c.id, First: next, Last: next}
+			if s.cfg.broadcast {
+				req.Flags |= protocol.AckBroadcast
+			}
+			body = protocol.AppendAckRequest(body[:0], &req)
+			_, err := s.c.transport.CallTimeout(context.Background(), p.currentGroup().Addr, protocol.CmdAck, body, 5*time.Second)
+			lastSent = time.Now()
+			if err != nil {
+				failures++
+				retryAt = lastSent.Add(ackBackoff(failures))
+				if final {
+					p.lg.Warn("final ack failed; the broker will re-deliver", zap.Error(err))
+				} else if failures == 1 || failures%20 == 0 {
+					p.lg.Debug("ack failed", zap.Int("failures", failures), zap.Error(err))
+				}
+				return
+			}
+			failures, retryAt = 0, time.Time{}
+			next++
+			if p.received.Load()-p.finished.Add(1) <= int64(s.cfg.maxUnacked-p.refill()) {
+				p.signalProgress()
+			}
+		}
+	}
 	// backingOff reports whether a failed ack's back-off still runs, and
 	// then makes sure the delay timer calls again when it ends.
 	backingOff := func() bool {
@@ -518,6 +558,10 @@ func (p *puller) ackLoop() {
 	// enough, and otherwise makes sure the delay timer will call again.
 	maybeSend := func() {
 		if !started || end == next || backingOff() {
+			return
+		}
+		if s.cfg.ackEach {
+			sendEach(false)
 			return
 		}
 		waited := time.Since(readySince)
@@ -550,7 +594,11 @@ func (p *puller) ackLoop() {
 			maybeSend()
 		case <-heartbeat.C:
 			if started && !backingOff() {
-				send(false)
+				if s.cfg.ackEach && end > next {
+					sendEach(false)
+				} else {
+					send(false)
+				}
 			} else if time.Since(lastSent) >= s.cfg.heartbeat {
 				lastSent = time.Now()
 			}
@@ -558,6 +606,12 @@ func (p *puller) ackLoop() {
 			spare = p.takeDone(spare, false)
 			for _, seq := range spare {
 				absorb(seq)
+			}
+			if started && s.cfg.ackEach {
+				sendEach(true)
+				// Whatever failed is re-delivered: the final request
+				// (the release, if any) names no range.
+				end = next
 			}
 			if started || p.release.Load() {
 				send(true)

@@ -152,6 +152,7 @@ func TestAuthz_RefusedRequestsChangeNothing(t *testing.T) {
 		{"POST", "/groups/g1/readonly", `{}`},
 		{"DELETE", "/groups/g1/readonly", ``},
 		{"POST", "/groups/g1/switchover", `{"timeoutMillis":1000}`},
+		{"POST", "/groups/g1/failover", `{"force":true}`},
 		{"POST", "/consumers/orders/billing/reset", `{"to":"earliest"}`},
 		{"POST", "/consumers/orders/billing/c1/offline", ``},
 		{"POST", "/consumers/orders/billing/c1/online", ``},

@@ -139,7 +139,9 @@
 // logged when missing); never from the command line, never logged.
 //
 // TCP (authz.go): a connection proves its identity with CmdAuth. A lookup
-// needs any identity, a registration a broker of its group, a consumer
+// needs any identity (and, where it would give a subject its first route,
+// the right to publish it, or to consume it as the lookup's group), a
+// registration a broker of its group, a consumer
 // heartbeat an identity that may consume the subject as the group, and
 // CmdPolicy a broker or admin. Without Options.RequireAuth (--auth) a
 // connection that named no identity may do all of it but fetch the
@@ -152,7 +154,11 @@
 // --auth and nothing otherwise; 401 without a (valid) credential, 403
 // without the right, before anything is touched. Refusals on both ports
 // are counted (qmq_meta_refusals_total by port and reason) and logged at
-// most 20 a minute.
+// most 20 a minute; the TCP port also counts what pkg/netserver refuses
+// before a command is served (qmq_meta_refused_total{reason}: no identity
+// under --auth, a failed CmdAuth) and its connection bounds
+// (qmq_meta_connections_closed_total, _partial_frame_bytes,
+// _tls_handshake_failures_total).
 //
 // Brokers keep the policy: they long-poll CmdPolicy (policy.go) through
 // pkg/metaclient.PolicyCache, which persists it, so a broker authenticates

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/qmq-go/qmq/pkg/auth"
 	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"go.uber.org/zap"
@@ -17,7 +18,9 @@ import (
 var replyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
 // Who may send what (authz.go): a lookup needs an authenticated identity
-// (any), a registration a broker of the group it registers, a consumer
+// (any) where the subject has a route, and the right to publish (a
+// producer) or consume as the group (a consumer) the subject where the
+// lookup would create its first route; a registration a broker of the group it registers, a consumer
 // heartbeat an identity that may consume the subject as the group. Without
 // Options.RequireAuth a connection that named no identity runs as
 // auth.Open, which may do all of it.
@@ -28,7 +31,8 @@ func (s *Server) serveLookup(r *netserver.Request) {
 		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
 		return
 	}
-	if p := s.tcpPrincipal(r); p == nil {
+	p := s.tcpPrincipal(r)
+	if p == nil {
 		s.refuseTCP(r, p, "look up routes")
 		return
 	}
@@ -47,6 +51,12 @@ func (s *Server) serveLookup(r *netserver.Request) {
 			s.replyLookup(r, &resp)
 			return
 		}
+	}
+	// No route yet: the lookup would give the subject its first one,
+	// which only an identity that may use the subject may cause.
+	if !mayCreateRoute(p, req) {
+		s.refuseTCP(r, p, "create the first route of "+req.Subject+" (needs the right to "+lookupRight(req)+" it)")
+		return
 	}
 	go func() {
 		resp, err := s.lookup(context.Background(), req)
@@ -107,4 +117,23 @@ func (s *Server) serveClientHeartbeat(r *netserver.Request) {
 		}
 		r.Reply(protocol.StatusOK, protocol.AppendClientHeartbeatResponse(nil, &resp))
 	}()
+}
+
+// mayCreateRoute reports whether p may cause req's subject its first
+// route: a producer's identity may publish it, a consumer's may consume it
+// as the request's group (system subjects follow their subject and group,
+// pkg/auth).
+func mayCreateRoute(p *auth.Principal, req protocol.LookupRequest) bool {
+	if req.ClientType == protocol.ClientConsumer {
+		return p.CanConsume(req.Subject, req.Group)
+	}
+	return p.CanPublish(req.Subject)
+}
+
+// lookupRight names the right mayCreateRoute checks.
+func lookupRight(req protocol.LookupRequest) string {
+	if req.ClientType == protocol.ClientConsumer {
+		return "consume as group " + req.Group
+	}
+	return "publish"
 }

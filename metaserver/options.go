@@ -10,6 +10,7 @@ import (
 	"github.com/qmq-go/qmq/pkg/auth"
 	"github.com/qmq-go/qmq/pkg/exposure"
 	"github.com/qmq-go/qmq/pkg/logging"
+	"github.com/qmq-go/qmq/pkg/secure"
 	"github.com/qmq-go/qmq/pkg/tlsconfig"
 )
 
@@ -93,6 +94,11 @@ type Options struct {
 	// and RequireAuth (see pkg/exposure). Default false: such a server
 	// refuses to start.
 	Insecure bool `yaml:"insecure"`
+	// Limits bound the TCP port's connections: connections in all and per
+	// identity, bytes held in partial frames, idle timeout and minimum read
+	// rate (pkg/secure Limits; zero fields take pkg/netserver's defaults:
+	// 10,000, 1,000, 256 MiB, 10 min, 4 KiB/s over 20 s).
+	Limits secure.Limits `yaml:"limits"`
 	// EtcdTimeout bounds each etcd request. Default 3 s.
 	EtcdTimeout time.Duration `yaml:"etcd_timeout"`
 	// BrokerTimeout bounds each admin request relayed to a broker. Default 5 s.
@@ -137,6 +143,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	o.TLS.AddFlags(fs, "tls-", "the meta server's")
 	o.EtcdTLS.AddFlags(fs, "etcd-tls-", "the meta server's etcd client")
 	fs.BoolVar(&o.Insecure, "insecure", o.Insecure, "listen on a non-loopback address without TLS and --auth (anyone who reaches the port may use it)")
+	o.Limits.AddFlags(fs)
 	fs.DurationVar(&o.EtcdTimeout, "etcd-timeout", o.EtcdTimeout, "timeout of each etcd request")
 	fs.DurationVar(&o.BrokerTimeout, "broker-timeout", o.BrokerTimeout, "timeout of each admin request relayed to a broker")
 	o.Log.AddFlags(fs)
@@ -231,6 +238,9 @@ func (o *Options) Validate() error {
 	}
 	if err := o.EtcdTLS.Validate(); err != nil {
 		return bad("etcd_tls: %v", err)
+	}
+	if err := o.Limits.Validate(); err != nil {
+		return bad("limits: %v", err)
 	}
 	tlsOn := o.TLS.Cert != ""
 	for _, a := range []string{o.Addr, o.HTTPAddr} {

@@ -23,6 +23,7 @@ func TestOptions_Validate(t *testing.T) {
 		"short ttl":       func(o *Options) { o.BrokerTTL = 10 * time.Millisecond },
 		"no groups":       func(o *Options) { o.MinGroups = 0 },
 		"bad log level":   func(o *Options) { o.Log.Level = "loud" },
+		"negative conns":  func(o *Options) { o.Limits.MaxConns = -1 },
 	}
 	for name, mod := range bad {
 		o := NewOptions()
@@ -52,5 +53,22 @@ func TestOptions_FileAndFlags(t *testing.T) {
 	}
 	if o.MinGroups != 5 || o.BrokerTTL != 4*time.Second || o.Prefix != "/other/" || len(o.EtcdEndpoints) != 2 || o.EtcdEndpoints[1] != "y:2" {
 		t.Fatalf("parsed %+v", o)
+	}
+}
+
+func TestOptions_ConnectionBoundFlags(t *testing.T) {
+	t.Parallel()
+	o := NewOptions()
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	o.AddFlags(fs)
+	args := []string{"--max-conns", "50", "--max-conns-per-identity", "5", "--max-partial-bytes", "1048576",
+		"--idle-timeout", "30s", "--min-read-rate", "100", "--read-rate-window", "5s"}
+	if err := config.Parse(fs, args, &o); err != nil {
+		t.Fatal(err)
+	}
+	l := o.Limits
+	if l.MaxConns != 50 || l.MaxConnsPerIdentity != 5 || l.MaxPartialBytes != 1<<20 ||
+		l.IdleTimeout != 30*time.Second || l.MinReadRate != 100 || l.ReadRateWindow != 5*time.Second {
+		t.Fatalf("parsed %+v", l)
 	}
 }

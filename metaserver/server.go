@@ -121,6 +121,10 @@ func New(opts Options, lg *zap.Logger) (*Server, error) {
 	s.transport, s.caller = tr, tr
 	s.metrics = newMetrics(s)
 	s.refusals = newRefusals(s.metrics.reg, lg.Named("authz"))
+	// The TCP port's own refusals (before any handler: no identity yet, a
+	// failed CmdAuth) and bounds, as on the brokers: qmq_meta_refused_total
+	// and the rest (pkg/netserver LimitsCollector); read at each scrape.
+	s.metrics.reg.MustRegister(netserver.LimitsCollector("qmq_meta", func() *netserver.Server { return s.tcp }))
 	s.policyMetrics(s.metrics.reg)
 	mux := netserver.NewMux()
 	mux.HandleFunc(protocol.CmdPolicy, s.servePolicy)
@@ -128,8 +132,10 @@ func New(opts Options, lg *zap.Logger) (*Server, error) {
 	mux.HandleFunc(protocol.CmdRegister, s.serveRegister)
 	mux.HandleFunc(protocol.CmdClientHeartbeat, s.serveClientHeartbeat)
 	mux.HandleFunc(protocol.CmdEligible, s.serveEligible)
-	s.tcp, err = netserver.New(netserver.Options{Addr: opts.Addr, Auth: s.authority(), RequireAuth: opts.RequireAuth,
-		TLS: tlsCfg.server, Insecure: opts.Insecure}, mux, lg.Named("tcp"))
+	tcpOpts := netserver.Options{Addr: opts.Addr, Auth: s.authority(), RequireAuth: opts.RequireAuth,
+		TLS: tlsCfg.server, Insecure: opts.Insecure}
+	opts.Limits.Apply(&tcpOpts)
+	s.tcp, err = netserver.New(tcpOpts, mux, lg.Named("tcp"))
 	if err != nil {
 		tr.Close()
 		cli.Close()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -621,5 +622,62 @@ func TestAdminAPI_BadInput(t *testing.T) {
 		if resp.StatusCode != tc.want {
 			t.Errorf("%s %s %s: HTTP %d (%s), want %d", tc.method, tc.path, tc.body, resp.StatusCode, e.Error, tc.want)
 		}
+	}
+}
+
+// TestServer_TCPConnectionBounds: the meta server's TCP port takes the
+// bounds of its options: an idle connection is closed after IdleTimeout,
+// and past MaxConns a new connection is closed at once; the server keeps
+// answering the connections it holds.
+func TestServer_TCPConnectionBounds(t *testing.T) {
+	eps := startEtcd(t)
+	s := startServer(t, eps, func(o *Options) { o.Limits.IdleTimeout = 500 * time.Millisecond })
+	addr := s.Addr().String()
+	idle, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	start := time.Now()
+	_ = idle.SetReadDeadline(time.Now().Add(15 * time.Second))
+	if _, err := idle.Read(make([]byte, 1)); err == nil {
+		t.Fatal("an idle connection got bytes, want it closed")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("an idle connection was not closed within 15 s (IdleTimeout 500ms)")
+	}
+	if d := time.Since(start); d < 400*time.Millisecond {
+		t.Fatalf("closed after %v, before IdleTimeout", d)
+	}
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	eventually(t, 10*time.Second, "the idle connection released", func() bool { return s.tcp.Stats().Conns == 0 })
+	if st := s.tcp.Stats(); st.ClosedIdle != 1 {
+		t.Fatalf("ClosedIdle %d, want 1", st.ClosedIdle)
+	}
+
+	s = startServer(t, eps, func(o *Options) { o.Limits.MaxConns = 2 })
+	addr = s.Addr().String()
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	eventually(t, 10*time.Second, "two connections open", func() bool { return s.tcp.Stats().Conns == 2 })
+	extra, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	_ = extra.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := extra.Read(make([]byte, 1)); err == nil {
+		t.Fatal("a connection past MaxConns got bytes, want it closed")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("a connection past MaxConns stayed open")
 	}
 }

@@ -59,6 +59,15 @@ func TestTLS_EveryPortAndCertificateIdentities(t *testing.T) {
 	if err := call(ca.ClientConfig(&app), protocol.CmdRegister, reg("rt1")); !errors.Is(err, protocol.ErrForbidden) {
 		t.Fatalf("an app certificate registering a broker: %v, want forbidden", err)
 	}
+	// The app certificate names an identity with no policy entry: no
+	// grants, so it may not give the subject its first route; once a
+	// broker did, it may look the route up.
+	if err := call(ca.ClientConfig(&app), protocol.CmdLookup, lookup); !errors.Is(err, protocol.ErrForbidden) {
+		t.Fatalf("first-route lookup by an app certificate without grants: %v, want forbidden", err)
+	}
+	if err := call(ca.ClientConfig(&broker), protocol.CmdLookup, lookup); err != nil {
+		t.Fatalf("lookup by a broker certificate: %v", err)
+	}
 	if err := call(ca.ClientConfig(&app), protocol.CmdLookup, lookup); err != nil {
 		t.Fatalf("lookup by an app certificate: %v", err)
 	}

@@ -58,10 +58,8 @@
 // (no hand-off to sendLoop). While it waits it polls the connection for the
 // answer for up to WithSendSpin (default 30 µs) before it blocks in the
 // read: on a fast path the answer comes while the caller's thread still
-// runs, which took the sync suite (Send one at a time, async flush) from
-// about nsqd's rate to 1.5 times it (pkg/transport, "Spin"). A broker whose
-// answers take longer (a durable flush, a remote host) costs a few spins,
-// then one now and then.
+// runs (pkg/transport, "Spin"). A broker whose answers take longer (a
+// durable flush, a remote host) costs a few spins, then one now and then.
 //
 // # Failures and retries
 //

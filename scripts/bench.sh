@@ -14,11 +14,11 @@ if [ $# -eq 0 ]; then
   exit 2
 fi
 mkdir -p bin
-go build -o bin/ ./scripts/qmqbench ./realtime/cmd/qmq-realtime ./delay/cmd/qmq-delay
+go build -o bin/ ./scripts/qmqbench ./realtime/cmd/qmq-realtime ./delay/cmd/qmq-delay ./consumer/cmd/qmq-gateway
 peers=""
 for s in "$@"; do
   case "$s" in
-    produce|consume|sync|delay) peers=yes ;;
+    produce|consume|sync|delay|gateway) peers=yes ;;
   esac
 done
 if [ -n "$peers" ] && [ -x scripts/peers/build.sh ]; then

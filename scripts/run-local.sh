@@ -7,7 +7,8 @@
 #
 # Ports (override with QMQ_PORT_BASE, default 20880): meta TCP base, meta HTTP
 # base+100, etcd base+200/+201, realtime rt1 base+1 (HTTP base+11), rt2
-# base+2 (HTTP base+12), delay base+3 (HTTP base+13).
+# base+2 (HTTP base+12), delay base+3 (HTTP base+13), HTTP gateway
+# (qmq-gateway) base+20.
 #
 # QMQ_SLAVES=1 also starts a slave for each group (rt1 base+4, rt2 base+5,
 # dl1 base+6; HTTP +10 each): kill a master and its slave takes the group
@@ -28,7 +29,8 @@ mkdir -p "$DATA" bin
 DATA=$(cd "$DATA" && pwd)
 
 echo "building binaries into bin/ ..."
-go build -o bin/ ./metaserver/cmd/qmq-metaserver ./metaserver/cmd/qmqctl ./realtime/cmd/qmq-realtime ./delay/cmd/qmq-delay
+go build -o bin/ ./metaserver/cmd/qmq-metaserver ./metaserver/cmd/qmqctl ./realtime/cmd/qmq-realtime ./delay/cmd/qmq-delay \
+  ./consumer/cmd/qmq-gateway
 
 # The meta server generates the admin token into this file (mode 0600) on
 # its first run; a file an older run left world-readable is made private.
@@ -146,16 +148,33 @@ secure: TLS on every port, --auth everywhere (certificates and keys in $TLS)
                     producer.WithCredentialsFile(\"$TLS/demo.credentials\"))   (metaclient and consumer alike)"
 fi
 
+# The HTTP gateway (plain HTTP on loopback; in secure mode it reaches the
+# cluster over TLS as the identity demo, or as the bearer credential a
+# request carries).
+GATEWAY="127.0.0.1:$((BASE + 20))"
+GATEWAY_FLAGS=()
+if [ "${QMQ_SECURE:-0}" = 1 ]; then
+  GATEWAY_FLAGS=(--broker-tls-ca "$TLS/ca.pem" --credentials-file "$TLS/demo.credentials")
+fi
+last=gateway
+start gateway bin/qmq-gateway --addr "$GATEWAY" --meta "$META" "${GATEWAY_FLAGS[@]}"
+SECURE_CURL=("${CURL[@]}"); CURL=(curl -fs)
+wait_ready gateway "http://$GATEWAY/readyz"
+CURL=("${SECURE_CURL[@]}")
+
 cat <<EOF2
 ready: QMQ-Go local cluster (data in $DATA, logs in $DATA/*.log)
   meta server   $META (clients and brokers), admin API $META_HTTP
   console       $SCHEME://$META_HTTP/
   realtime      rt1 127.0.0.1:$((BASE + 1)), rt2 127.0.0.1:$((BASE + 2))
   delay         dl1 127.0.0.1:$((BASE + 3))$SLAVES
+  HTTP gateway  http://$GATEWAY (API at http://$GATEWAY/openapi.json)
   admin token   in $TOKEN_FILE (mode 0600; qmqctl --token-file $TOKEN_FILE, or export QMQ_TOKEN=\$(cat $TOKEN_FILE))$SECURE_NOTE
 try it:
   $EXAMPLE       # sends a message and a delayed one, receives both
   $CTL --token-file $TOKEN_FILE status
+  curl -s -X POST http://$GATEWAY/v1/publish -d '{"messages":[{"subject":"demo","body":"hi"}]}'
+  curl -s 'http://$GATEWAY/v1/subjects/demo/groups/g/messages?consumer=c1&start=earliest'
 Ctrl-C stops everything.
 EOF2
 wait

@@ -84,15 +84,17 @@
 // segments) as soon as a checkpoint covers it, long before messages are due.
 //
 // The wheel (pkg/timewheel, 500 ms ticks) holds only index entries — due
-// time, hour, offset and size, 24 bytes each — and only for messages due
-// within Window (default 30 min): each hour has a load mark, and its
-// messages due at or before the mark are in the wheel (or handed out, or
-// dispatched). When an hour's start comes within the window its file is
-// scanned (minus its dispatch log) up to now+Window, and scanned again each
-// time the window has moved on by Window/6, adding what falls due in between;
-// so a message enters the wheel between Window and 5/6 Window before it is
-// due (or when it is stored, if later), and memory follows the messages due
-// within the window, not everything pending. The price is that each hour
+// time, hour, offset and size, 16 bytes each (entry.go; no pointers, so the
+// wheel keeps its large slots in mapped memory outside the Go heap, where
+// only the pages written are resident and the collector never looks) —
+// and only for messages due within Window (default 30 min): each hour has
+// a load mark, and its messages due at or before the mark are in the wheel
+// (or handed out, or dispatched). When an hour's start comes within the
+// window its file is scanned (minus its dispatch log) up to now+Window, and
+// scanned again each time the window has moved on by Window/6, adding what
+// falls due in between; so a message enters the wheel between Window and 5/6
+// Window before it is due (or when it is stored, if later), and memory
+// follows the messages due within the window, not everything pending. The price is that each hour
 // file is read about thirteen times while the window passes over it, mostly
 // from the page cache. A replayed message due at or before its hour's mark goes straight
 // into the wheel. Hours that have already ended when they are loaded (after

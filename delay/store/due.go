@@ -108,7 +108,7 @@ func (s *Store) Postpone(refs []Ref, at time.Time) {
 	ms := at.UnixMilli()
 	s.mu.Lock()
 	for _, r := range refs {
-		s.wheel.Add(ms, entry{hour: int32(r.hour), size: r.size, offset: r.offset})
+		s.wheel.Add(ms, newEntry(r.hour, r.offset, int(r.size)))
 		if b := s.inflight[r.batch]; b != nil {
 			if b.outstanding--; b.outstanding <= 0 {
 				delete(s.inflight, r.batch)

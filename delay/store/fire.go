@@ -77,10 +77,10 @@ func (s *Store) readFired(fired []firedEntry) []Due {
 	}
 	sort.Slice(order, func(a, b int) bool {
 		x, y := fired[order[a]].e, fired[order[b]].e
-		if x.hour != y.hour {
-			return x.hour < y.hour
+		if x.hour() != y.hour() {
+			return x.hour() < y.hour()
 		}
-		return x.offset < y.offset
+		return x.offset() < y.offset()
 	})
 	buf := make([]byte, total)
 	pos := make([]int, len(fired)) // where each entry's record is in buf; -1 if unread
@@ -88,17 +88,17 @@ func (s *Store) readFired(fired []firedEntry) []Due {
 	for i := 0; i < len(order); {
 		first := fired[order[i]].e
 		j := i
-		end := first.offset + scheduleHeaderSize + int64(first.size)
+		end := first.offset() + scheduleHeaderSize + int64(first.size)
 		for j+1 < len(order) {
 			nx := fired[order[j+1]].e
-			if nx.hour != first.hour || nx.offset != end || end-first.offset >= readRunBytes {
+			if nx.hour() != first.hour() || nx.offset() != end || end-first.offset() >= readRunBytes {
 				break
 			}
 			end += scheduleHeaderSize + int64(nx.size)
 			j++
 		}
-		n := int(end - first.offset)
-		err := s.readRun(int64(first.hour), first.offset, buf[p:p+n])
+		n := int(end - first.offset())
+		err := s.readRun(first.hour(), first.offset(), buf[p:p+n])
 		for k := i; k <= j; k++ {
 			if err != nil {
 				pos[order[k]] = -1
@@ -108,8 +108,8 @@ func (s *Store) readFired(fired []firedEntry) []Due {
 			p += scheduleHeaderSize + int(fired[order[k]].e.size)
 		}
 		if err != nil {
-			s.lg.Error("read due messages failed", zap.String("hour", hourName(int64(first.hour))),
-				zap.Int64("offset", first.offset), zap.Int("messages", j-i+1), zap.Error(err))
+			s.lg.Error("read due messages failed", zap.String("hour", hourName(first.hour())),
+				zap.Int64("offset", first.offset()), zap.Int("messages", j-i+1), zap.Error(err))
 			p += n
 		}
 		i = j + 1
@@ -123,12 +123,12 @@ func (s *Store) readFired(fired []firedEntry) []Due {
 		msg, err := checkScheduleRecord(buf[pos[i] : pos[i]+scheduleHeaderSize+int(f.e.size)])
 		if err != nil {
 			s.counters.corrupt.Add(1)
-			s.lg.Error("due message is corrupt; left undispatched", zap.String("hour", hourName(int64(f.e.hour))),
-				zap.Int64("offset", f.e.offset), zap.Error(err))
+			s.lg.Error("due message is corrupt; left undispatched", zap.String("hour", hourName(f.e.hour())),
+				zap.Int64("offset", f.e.offset()), zap.Error(err))
 			continue
 		}
 		out = append(out, Due{
-			Ref:       Ref{hour: int64(f.e.hour), offset: f.e.offset, size: f.e.size},
+			Ref:       Ref{hour: f.e.hour(), offset: f.e.offset(), size: f.e.size},
 			DueMillis: dueOf(msg),
 			Message:   msg[:len(msg):len(msg)],
 		})

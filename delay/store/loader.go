@@ -81,7 +81,7 @@ func (s *Store) loadHour(h int64, to int64) error {
 	if err != nil {
 		return err
 	}
-	limit := st.size
+	limit := min(st.size, maxScheduleFile) // the replay writes no more (entry.go)
 	// Only entries inside the file count (there should be none outside: a
 	// slave's copy takes an entry only once it holds the record).
 	inside := sort.Search(len(offs), func(i int) bool { return offs[i] >= limit })
@@ -126,7 +126,7 @@ func (s *Store) loadHour(h int64, to int64) error {
 		if j < len(offs) && offs[j] == off {
 			return
 		}
-		batch = append(batch, wheelAdd{due: due, e: entry{hour: int32(h), size: uint32(len(msg)), offset: off}})
+		batch = append(batch, wheelAdd{due: due, e: newEntry(h, off, len(msg))})
 		loaded++
 		if len(batch) == loadBatch {
 			flush()

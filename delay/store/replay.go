@@ -55,6 +55,7 @@ func (s *Store) replay() {
 		clear(bufs)
 		adds = adds[:0]
 		n, size := 0, 0
+		var tooBig error
 		maxBytes := replayBatchBytes
 		if s.indexFailure() != nil {
 			maxBytes = stalledBatchBytes
@@ -82,16 +83,27 @@ func (s *Store) replay() {
 				bufs[h] = hb
 			}
 			off := hb.base + int64(len(hb.buf))
+			if !entryFits(h, off, scheduleHeaderSize+int64(len(msg))) {
+				// Never expected (an hour file of 1 TiB): refuse rather
+				// than schedule a message the wheel cannot name.
+				tooBig = fmt.Errorf("schedule file %s cannot take a record of %d bytes at offset %d: an hour file holds at most %d bytes",
+					hourName(h), len(msg), off, int64(maxScheduleFile))
+				break
+			}
 			hb.buf = appendScheduleRecord(hb.buf, rec.offset, msg)
 			hb.count++
 			if due <= st.loadedTo {
-				adds = append(adds, wheelAdd{due: due, e: entry{hour: int32(h), size: uint32(len(msg)), offset: off}})
+				adds = append(adds, wheelAdd{due: due, e: newEntry(h, off, len(msg))})
 			}
 			n++
 			size += len(msg)
 		}
 		for h, hb := range bufs {
-			if err := s.writeSchedule(h, hb); err != nil {
+			err := tooBig
+			if err == nil {
+				err = s.writeSchedule(h, hb)
+			}
+			if err != nil {
 				// Nothing of the batch is counted: the files are cut back to
 				// their hours' sizes (a partial write's bytes would hold the
 				// space a full disk lacks; a restart would cut them back to

@@ -113,14 +113,6 @@ func (st *hourState) loaded() bool { return st.loadedTo != notLoaded }
 // mark (a message of hour h is due before the hour ends).
 func (st *hourState) full(h int64) bool { return st.loadedTo >= hourStart(h+1)-1 }
 
-// entry is what the wheel keeps per message besides its due time: 16 bytes,
-// 24 with the due time.
-type entry struct {
-	hour   int32 // hours since the Unix epoch
-	size   uint32
-	offset int64
-}
-
 type counters struct {
 	appended, rejected, fired, dispatched, corrupt atomic.Uint64
 }
@@ -190,6 +182,7 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 		return nil, err
 	}
 	if err := s.recover(); err != nil {
+		s.wheel.Free()
 		s.closeFiles()
 		return nil, fmt.Errorf("delay/store: recover %s: %w", dir, err)
 	}
@@ -220,6 +213,9 @@ func (s *Store) Close() error {
 	close(s.quit)
 	s.wg.Wait()
 	close(s.due)
+	s.mu.Lock()
+	s.wheel.Free() // its chunks are mapped outside the Go heap
+	s.mu.Unlock()
 	s.closeFiles()
 	s.errMu.Lock()
 	defer s.errMu.Unlock()

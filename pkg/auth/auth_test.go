@@ -135,6 +135,46 @@ func TestAuthority_CachesPerVersion(t *testing.T) {
 	}
 }
 
+// A policy change that leaves an identity's secret alone (a grant added,
+// another identity created) keeps its verified secret: a reconnect costs no
+// slow hash. A new secret does not match the cached one.
+func TestAuthority_CacheOutlivesUnrelatedPolicyChanges(t *testing.T) {
+	p1 := testPolicy(t, 1)
+	a := NewAuthority(p1)
+	if _, err := a.Authenticate("billing", "billing-secret-0123"); err != nil {
+		t.Fatal(err)
+	}
+	if n := a.slowHashes.Load(); n != 1 {
+		t.Fatalf("%d slow hashes, want 1", n)
+	}
+	e := p1.entries["billing"]
+	grants := e.Grants
+	grants.Publish = append(append([]string(nil), grants.Publish...), "more.*")
+	p2, err := NewPolicy(2, []Entry{{Name: "billing", Kind: KindApp, Secret: e.Secret, Grants: grants}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Update(p2) {
+		t.Fatal("Update refused a newer policy")
+	}
+	pr, err := a.Authenticate("billing", "billing-secret-0123")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := a.slowHashes.Load(); n != 1 {
+		t.Fatalf("%d slow hashes after an unrelated policy change, want still 1", n)
+	}
+	if pr.Version != 2 {
+		t.Fatalf("principal of version %d, want the new policy's", pr.Version)
+	}
+	if _, err := a.Authenticate("billing", "wrong-secret-00000"); !errors.Is(err, ErrBadSecret) {
+		t.Fatalf("a wrong secret: %v", err)
+	}
+	if n := a.slowHashes.Load(); n != 2 {
+		t.Fatalf("%d slow hashes after a wrong secret, want 2", n)
+	}
+}
+
 func TestAuthority_Refresh(t *testing.T) {
 	a := NewAuthority(testPolicy(t, 1))
 	old, err := a.Authenticate("billing", "billing-secret-0123")

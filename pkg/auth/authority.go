@@ -15,11 +15,17 @@ type Authority struct {
 	mu       sync.Mutex
 	verified map[string]verifiedSecret // name → the secret verified last
 	slow     chan struct{}             // one slow verification at a time
+
+	slowHashes atomic.Int64 // slow verifications run (tests)
 }
 
+// verifiedSecret is a secret that passed the slow hash: the SHA-256 of the
+// secret, and the stored hash it was checked against (a new secret for the
+// identity gets a new salt and hash, so the entry stops matching; a policy
+// change that leaves the secret alone keeps it).
 type verifiedSecret struct {
-	version uint64
-	sum     [sha256.Size]byte
+	stored *SecretHash
+	sum    [sha256.Size]byte
 }
 
 // maxVerified bounds the verification cache; past it the cache starts over.
@@ -65,8 +71,10 @@ func (a *Authority) Update(p *Policy) bool {
 func (a *Authority) Replace(p *Policy) { a.policy.Store(p) }
 
 // Authenticate checks credentials against the current policy. A secret
-// verified before under the same policy version costs a SHA-256; a new one
-// costs the slow hash, and slow hashes run one at a time, so a client
+// verified before against the same stored hash (the identity's secret has
+// not changed since, whatever else the policy changed) costs a SHA-256, so
+// a storm of reconnecting clients does not pay the slow hash again; a new
+// one costs the slow hash, and slow hashes run one at a time, so a client
 // guessing secrets can hold at most one CPU.
 func (a *Authority) Authenticate(name, secret string) (*Principal, error) {
 	p := a.policy.Load()
@@ -86,10 +94,11 @@ func (a *Authority) Authenticate(name, secret string) (*Principal, error) {
 	a.mu.Lock()
 	v, hit := a.verified[name]
 	a.mu.Unlock()
-	if hit && v.version == p.version && v.sum == sum {
+	if hit && v.sum == sum && v.stored.Equal(e.Secret) {
 		return p.principal(e), nil
 	}
 	a.slow <- struct{}{}
+	a.slowHashes.Add(1)
 	ok = e.Secret.Verify(secret)
 	<-a.slow
 	if !ok {
@@ -99,7 +108,7 @@ func (a *Authority) Authenticate(name, secret string) (*Principal, error) {
 	if len(a.verified) >= maxVerified {
 		clear(a.verified)
 	}
-	a.verified[name] = verifiedSecret{version: p.version, sum: sum}
+	a.verified[name] = verifiedSecret{stored: e.Secret, sum: sum}
 	a.mu.Unlock()
 	return p.principal(e), nil
 }

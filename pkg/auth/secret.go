@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"bytes"
 	"crypto/pbkdf2"
 	"crypto/rand"
 	"crypto/sha256"
@@ -88,6 +89,19 @@ func (h *SecretHash) Verify(secret string) bool {
 	}
 	key, err := pbkdf2.Key(sha256.New, secret, h.Salt, h.Iterations, len(h.Hash))
 	return err == nil && subtle.ConstantTimeCompare(key, h.Hash) == 1
+}
+
+// Equal reports whether h and o are the same stored hash (algorithm,
+// rounds, salt and key).
+func (h *SecretHash) Equal(o *SecretHash) bool {
+	if h == o {
+		return true
+	}
+	if h == nil || o == nil {
+		return false
+	}
+	return h.Algorithm == o.Algorithm && h.Iterations == o.Iterations &&
+		bytes.Equal(h.Salt, o.Salt) && bytes.Equal(h.Hash, o.Hash)
 }
 
 func (h *SecretHash) validate() error {

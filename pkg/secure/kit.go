@@ -71,9 +71,7 @@ func (k *Kit) Listener(o *netserver.Options, a *auth.Authority) {
 	}
 	o.RequireAuth = k.opts.RequireAuth
 	o.Insecure = k.opts.Insecure
-	l := k.opts.Limits
-	o.MaxConns, o.MaxConnsPerIdentity, o.MaxPartialBytes = l.MaxConns, l.MaxConnsPerIdentity, l.MaxPartialBytes
-	o.IdleTimeout, o.MinReadRate, o.ReadRateWindow = l.IdleTimeout, l.MinReadRate, l.ReadRateWindow
+	k.opts.Limits.Apply(o)
 }
 
 // Client sets the security fields of a transport's options: TLS and

@@ -56,6 +56,30 @@ type Limits struct {
 	ReadRateWindow time.Duration `yaml:"read_rate_window"`
 }
 
+// AddFlags binds the bounds to fs: --max-conns, --max-conns-per-identity,
+// --max-partial-bytes, --idle-timeout, --min-read-rate, --read-rate-window.
+func (l *Limits) AddFlags(fs *flag.FlagSet) {
+	fs.IntVar(&l.MaxConns, "max-conns", l.MaxConns, "open TCP connections at most (0: 10000)")
+	fs.IntVar(&l.MaxConnsPerIdentity, "max-conns-per-identity", l.MaxConnsPerIdentity, "TCP connections of one identity at most (0: 1000)")
+	fs.Int64Var(&l.MaxPartialBytes, "max-partial-bytes", l.MaxPartialBytes, "bytes held in incomplete frames over all connections at most (0: 256 MiB)")
+	fs.DurationVar(&l.IdleTimeout, "idle-timeout", l.IdleTimeout, "close a TCP connection idle this long (0: 10m, negative: never)")
+	fs.IntVar(&l.MinReadRate, "min-read-rate", l.MinReadRate, "close a connection whose frame arrives slower, bytes/s (0: 4096, negative: never)")
+	fs.DurationVar(&l.ReadRateWindow, "read-rate-window", l.ReadRateWindow, "span --min-read-rate is measured over (0: 20s)")
+}
+
+// Apply sets the bounds of a TCP listener's options.
+func (l Limits) Apply(o *netserver.Options) {
+	o.MaxConns, o.MaxConnsPerIdentity, o.MaxPartialBytes = l.MaxConns, l.MaxConnsPerIdentity, l.MaxPartialBytes
+	o.IdleTimeout, o.MinReadRate, o.ReadRateWindow = l.IdleTimeout, l.MinReadRate, l.ReadRateWindow
+}
+
+// Validate checks the bounds as netserver would.
+func (l Limits) Validate() error {
+	var o netserver.Options
+	l.Apply(&o)
+	return o.Validate()
+}
+
 // EnvCredentials is the environment variable the binaries read
 // credentials from ("name:secret").
 const EnvCredentials = "QMQ_CREDENTIALS"
@@ -70,12 +94,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.RequireAuth, "auth", o.RequireAuth, "require every TCP connection to prove an identity (TLS client certificate or credentials)")
 	fs.BoolVar(&o.Insecure, "insecure", o.Insecure, "listen on a non-loopback address without TLS and --auth (anyone who reaches the port may use it)")
 	fs.StringVar(&o.CredentialsFile, "credentials-file", o.CredentialsFile, "file holding name:secret this broker presents to other servers, mode 0600 (env "+EnvCredentials+")")
-	fs.IntVar(&o.Limits.MaxConns, "max-conns", o.Limits.MaxConns, "open TCP connections at most (0: 10000)")
-	fs.IntVar(&o.Limits.MaxConnsPerIdentity, "max-conns-per-identity", o.Limits.MaxConnsPerIdentity, "TCP connections of one identity at most (0: 1000)")
-	fs.Int64Var(&o.Limits.MaxPartialBytes, "max-partial-bytes", o.Limits.MaxPartialBytes, "bytes held in incomplete frames over all connections at most (0: 256 MiB)")
-	fs.DurationVar(&o.Limits.IdleTimeout, "idle-timeout", o.Limits.IdleTimeout, "close a TCP connection idle this long (0: 10m, negative: never)")
-	fs.IntVar(&o.Limits.MinReadRate, "min-read-rate", o.Limits.MinReadRate, "close a connection whose frame arrives slower, bytes/s (0: 4096, negative: never)")
-	fs.DurationVar(&o.Limits.ReadRateWindow, "read-rate-window", o.Limits.ReadRateWindow, "span --min-read-rate is measured over (0: 20s)")
+	o.Limits.AddFlags(fs)
 }
 
 // FromEnvironment takes Credentials from QMQ_CREDENTIALS (getenv is
@@ -106,10 +125,7 @@ func (o *Options) Validate(addrs ...string) error {
 			return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 		}
 	}
-	l := netserver.Options{MaxConns: o.Limits.MaxConns, MaxConnsPerIdentity: o.Limits.MaxConnsPerIdentity,
-		MaxPartialBytes: o.Limits.MaxPartialBytes, IdleTimeout: o.Limits.IdleTimeout,
-		MinReadRate: o.Limits.MinReadRate, ReadRateWindow: o.Limits.ReadRateWindow}
-	if err := l.Validate(); err != nil {
+	if err := o.Limits.Validate(); err != nil {
 		return fmt.Errorf("%w: limits: %w", ErrInvalidOptions, err)
 	}
 	return nil

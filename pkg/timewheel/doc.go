@@ -3,10 +3,13 @@
 //
 // Time is cut into ticks (500 ms for the delay server). The wheel has a power
 // of two number of slots; an entry due in tick t lives in slot t mod slots as
-// long as t is within one rotation of the wheel's current tick. Entries due
-// further out wait in an overflow min-heap and move into their slot when the
-// wheel turns close enough, so a slot only ever holds entries of one tick
-// (plus, in the current slot, entries that were already due when added).
+// long as t is within one rotation of the wheel's current tick, so a slot only
+// ever holds entries of one tick and keeps each entry's due time as a 32-bit
+// offset from the start of that tick. Entries due further out wait in an
+// overflow min-heap and move into their slot when the wheel turns close
+// enough; entries whose tick has already passed when they are added (late:
+// due in the past, or a clock that went back) wait in a second min-heap, and
+// come out before anything in the slots (they are due earlier).
 //
 // A tick is only the unit of hashing, not the precision: Expire(now) fires an
 // entry only when its due time is <= now, in due-time order, and NextDue says
@@ -19,7 +22,14 @@
 // delay store holds its mutex around every call) and keeps one timer set to
 // NextDue.
 //
-// Memory: each entry costs 8 bytes of due time plus the size of T in its
-// slot's slice; an emptied slot whose slice grew past a few thousand entries
-// releases it, so a burst does not pin memory after it has fired.
+// Memory: a slot entry costs 4 bytes plus the size of T (with T's alignment:
+// 16 bytes for a 12-byte T of 32-bit fields); the heaps' entries 8 bytes plus
+// T. Slots keep their entries in fixed-size chunks of one page (slot.go,
+// chunks.go), so adding never copies and a slot leaves at most the rest of
+// one chunk unwritten. When T holds no pointers the chunks are carved from
+// 4 MiB anonymous mappings outside the Go heap (mmap; memory.go): the garbage
+// collector neither scans them nor needs headroom for them, and a chunk
+// whose entries have all fired has its page returned to the system at once
+// (madvise) and is reused. Otherwise chunks come from the Go heap. Free
+// drops every entry and unmaps everything.
 package timewheel

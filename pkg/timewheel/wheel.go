@@ -2,7 +2,8 @@ package timewheel
 
 import (
 	"fmt"
-	"sort"
+	"math"
+	"reflect"
 	"time"
 )
 
@@ -12,30 +13,18 @@ type Wheel[T any] struct {
 	tick     int64 // milliseconds per tick
 	mask     int64
 	slots    []slot[T]
-	cur      int64 // lowest tick that may still hold entries
+	cur      int64 // lowest tick that may still hold entries in a slot
 	count    int
-	overflow overflowHeap[T] // entries due a rotation or more ahead
+	late     minHeap[T]   // entries whose tick had passed (< cur) when added
+	overflow minHeap[T]   // entries due a rotation or more ahead
+	pool     chunkPool[T] // the slots' chunks
 }
-
-type item[T any] struct {
-	due   int64
-	value T
-}
-
-type slot[T any] struct {
-	items  []item[T]
-	head   int  // items[:head] have fired
-	sorted bool // items[head:] are in due order
-}
-
-// releaseCap is the capacity above which an emptied slot drops its slice.
-const releaseCap = 4096
 
 // New returns a wheel of tick granularity with at least slots slots (rounded
 // up to a power of two), whose current tick holds now (Unix milliseconds).
 func New[T any](tick time.Duration, slots int, now int64) (*Wheel[T], error) {
-	if tick < time.Millisecond {
-		return nil, fmt.Errorf("timewheel: tick must be at least 1ms, got %v", tick)
+	if tick < time.Millisecond || tick.Milliseconds() > math.MaxUint32 {
+		return nil, fmt.Errorf("timewheel: tick must be in 1ms..%v, got %v", time.Duration(math.MaxUint32)*time.Millisecond, tick)
 	}
 	if slots < 1 || slots > 1<<24 {
 		return nil, fmt.Errorf("timewheel: slots must be in 1..%d, got %d", 1<<24, slots)
@@ -44,7 +33,8 @@ func New[T any](tick time.Duration, slots int, now int64) (*Wheel[T], error) {
 	for n < slots {
 		n <<= 1
 	}
-	w := &Wheel[T]{tick: tick.Milliseconds(), mask: int64(n - 1), slots: make([]slot[T], n)}
+	w := &Wheel[T]{tick: tick.Milliseconds(), mask: int64(n - 1), slots: make([]slot[T], n),
+		pool: newChunkPool[T](!hasPointers(reflect.TypeFor[T]()))}
 	for i := range w.slots {
 		w.slots[i].sorted = true
 	}
@@ -75,18 +65,14 @@ func (w *Wheel[T]) Add(due int64, value T) {
 
 func (w *Wheel[T]) place(it item[T]) {
 	t := w.tickOf(it.due)
-	if t < w.cur {
-		t = w.cur
-	}
-	if t-w.cur >= int64(len(w.slots)) {
+	switch {
+	case t < w.cur:
+		w.late.push(it)
+	case t-w.cur >= int64(len(w.slots)):
 		w.overflow.push(it)
-		return
+	default:
+		w.push(&w.slots[t&w.mask], entry[T]{offset: uint32(it.due - t*w.tick), value: it.value})
 	}
-	s := &w.slots[t&w.mask]
-	if s.sorted && len(s.items) > s.head && it.due < s.items[len(s.items)-1].due {
-		s.sorted = false
-	}
-	s.items = append(s.items, it)
 }
 
 // Expire calls fn, in due-time order, for entries whose due time is <= now
@@ -94,13 +80,28 @@ func (w *Wheel[T]) place(it item[T]) {
 // number of entries expired. A clock that went back since the last call
 // fires nothing that is not due at now.
 func (w *Wheel[T]) Expire(now int64, max int, fn func(due int64, value T)) int {
-	if w.count == 0 {
-		if nt := w.tickOf(now); nt > w.cur {
-			w.cur = nt
+	n := 0
+	// Late entries are due before any slot's tick: they come first, and
+	// while one of them is not due, nothing else is.
+	for w.late.len() > 0 {
+		if w.late.min().due > now {
+			return n
 		}
-		return 0
+		if max > 0 && n >= max {
+			return n
+		}
+		it := w.late.pop()
+		w.count--
+		n++
+		fn(it.due, it.value)
 	}
 	nowTick := w.tickOf(now)
+	if w.count == 0 {
+		if nowTick > w.cur {
+			w.cur = nowTick
+		}
+		return n
+	}
 	start := w.cur
 	last := nowTick
 	if last < start {
@@ -109,24 +110,18 @@ func (w *Wheel[T]) Expire(now int64, max int, fn func(due int64, value T)) int {
 	if rotationEnd := start + int64(len(w.slots)) - 1; last > rotationEnd {
 		last = rotationEnd
 	}
-	n := 0
 	for t := start; t <= last; t++ {
 		s := &w.slots[t&w.mask]
-		s.sort()
-		for s.head < len(s.items) && s.items[s.head].due <= now {
+		base := t * w.tick
+		for s.head < s.n && base+int64(w.first(s).offset) <= now {
 			if max > 0 && n >= max {
 				w.cur = t
 				return n
 			}
-			it := s.items[s.head]
-			s.items[s.head] = item[T]{} // drop references held by value
-			s.head++
+			e := w.pop(s)
 			w.count--
 			n++
-			fn(it.due, it.value)
-		}
-		if s.head == len(s.items) {
-			s.reset()
+			fn(base+int64(e.offset), e.value)
 		}
 	}
 	// Every slot of the rotation has been visited when the clock jumped a
@@ -166,11 +161,13 @@ func (w *Wheel[T]) NextDue() (int64, bool) {
 	if w.count == 0 {
 		return 0, false
 	}
+	if w.late.len() > 0 {
+		return w.late.min().due, true
+	}
 	for t := w.cur; t < w.cur+int64(len(w.slots)); t++ {
 		s := &w.slots[t&w.mask]
-		if s.head < len(s.items) {
-			s.sort()
-			return s.items[s.head].due, true
+		if s.head < s.n {
+			return t*w.tick + int64(w.first(s).offset), true
 		}
 	}
 	if w.overflow.len() > 0 {
@@ -179,67 +176,35 @@ func (w *Wheel[T]) NextDue() (int64, bool) {
 	return 0, false
 }
 
-func (s *slot[T]) sort() {
-	if s.sorted {
-		return
+// Free drops every entry and unmaps the slots' memory. The wheel stays
+// usable (empty).
+func (w *Wheel[T]) Free() {
+	for i := range w.slots {
+		w.reset(&w.slots[i])
 	}
-	rest := s.items[s.head:]
-	sort.Slice(rest, func(i, j int) bool { return rest[i].due < rest[j].due })
-	s.sorted = true
+	w.pool.release()
+	w.late = minHeap[T]{}
+	w.overflow = minHeap[T]{}
+	w.count = 0
 }
 
-func (s *slot[T]) reset() {
-	if cap(s.items) > releaseCap {
-		s.items = nil
-	} else {
-		s.items = s.items[:0]
-	}
-	s.head = 0
-	s.sorted = true
-}
-
-// overflowHeap is a binary min-heap by due time.
-type overflowHeap[T any] struct{ items []item[T] }
-
-func (h *overflowHeap[T]) len() int     { return len(h.items) }
-func (h *overflowHeap[T]) min() item[T] { return h.items[0] }
-
-func (h *overflowHeap[T]) push(it item[T]) {
-	h.items = append(h.items, it)
-	i := len(h.items) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if h.items[p].due <= h.items[i].due {
-			break
+// hasPointers reports whether values of type t hold pointers the garbage
+// collector must see (so they cannot live in mapped memory).
+func hasPointers(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
+		return false
+	case reflect.Array:
+		return t.Len() > 0 && hasPointers(t.Elem())
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if hasPointers(t.Field(i).Type) {
+				return true
+			}
 		}
-		h.items[p], h.items[i] = h.items[i], h.items[p]
-		i = p
+		return false
 	}
-}
-
-func (h *overflowHeap[T]) pop() item[T] {
-	top := h.items[0]
-	last := len(h.items) - 1
-	h.items[0] = h.items[last]
-	h.items[last] = item[T]{}
-	h.items = h.items[:last]
-	i := 0
-	for {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < len(h.items) && h.items[l].due < h.items[m].due {
-			m = l
-		}
-		if r < len(h.items) && h.items[r].due < h.items[m].due {
-			m = r
-		}
-		if m == i {
-			break
-		}
-		h.items[m], h.items[i] = h.items[i], h.items[m]
-		i = m
-	}
-	if len(h.items) == 0 {
-		h.items = nil
-	}
-	return top
+	return true
 }

@@ -105,75 +105,13 @@
 //
 // # What a durable append waits for
 //
-// Measured on 2026-12-01 on a 2-vCPU VM whose kernel runs under a
-// pagetable-based hypervisor (every context switch and interrupt costs an
-// exit: in the latency suite 47% of the broker's perf samples were in
-// pvm_irq_enable, where a switched-in thread resumes, and 15% in
-// iowrite16, the virtio kick of each disk request). A lone writer's
-// pwrite+fdatasync of 5 KB on a fallocated segment: p50 0.41 ms, p99
-// 0.69 ms; the same beside two spinning processes: p50 0.66, p90 2.6,
-// p99 10 ms, because the thread the disk's completion wakes waits for a
-// CPU. Inside the broker at the latency suite's 20,000 msg/s (strace of
-// its fdatasyncs): p50 0.60, p99 2.6, max 15.5 ms, and the suite's e2e p99
-// was 8–12 ms, as the messages of a slow sync and of the one behind it
-// wait for both. Tried and not kept, in alternating runs of the suite's
-// workload:
-//
-//   - Writing zeros over the first 96 MiB of a new segment (so an
-//     fdatasync overwrites written blocks and needs no metadata write for
-//     the extent conversion): a lone writer's sync fell to p50 0.23 ms, p99
-//     0.52 ms, and the suite's e2e p50 to 1.31–1.75 ms against 1.79–2.37,
-//     but its p99 stayed 8.5–13.9 ms against 7.1–9.4 with the broker on
-//     two Go processors. (On a machine whose fdatasync is slow on its own,
-//     an earlier try with a whole 1 GiB segment zeroed by dd made the p99
-//     worse, 74–85 ms: the zeros' writeback and discards were still going.)
-//     Done ahead of the writer instead (Zero filling, below) and with the
-//     broker on one processor at this load (pkg/procs), it is kept.
-//   - Syncing the action log every second instead of every 50 ms: no
-//     change (p99 8.2–9.6 ms against 7.8–12.3). Zero filling the action
-//     log ahead too (2026-12-02, with the message log's fill on): e2e p99
-//     6.1, 4.0, 5.6, 7.0, 7.8, 5.9, 5.6 ms against 10.4, 4.8, 6.8, 6.5,
-//     5.5, 10.2, 4.4 in alternating 5 s runs, no better.
-//   - The broker on one Go processor (GOMAXPROCS=1: no idle processor for
-//     the runtime to wake a thread for whenever a goroutine becomes
-//     ready): p99 4.9–5.2 ms against 8.3 in two alternating pairs of 5 s
-//     runs, but 10.7 against 11.9 in the suite itself half an hour later,
-//     and the produce suite lost a third of its rate (311k against 466k
-//     msg/s). Not kept as it is: pkg/procs sizes the processors to the
-//     load instead (qmq-realtime --adaptive-procs, on by default: its
-//     doc.go has the figures and why).
-//
-// What the broker can do about that tail is spend fewer wake-ups and less
-// CPU per message while the machine's other work competes for it, and
-// fewer device round trips per sync.
-//
-// Traced on 2026-12-02 (block and scheduler tracepoints, same VM): each
-// fdatasync of the message log was four device requests in a row, the
-// data, two metadata blocks (the extent conversion of the preallocated
-// segment, and the inode), and a cache flush; every 100 ms or so one
-// request took 4–6 ms at the device, and the syncs of those moments made
-// the e2e p99. On two Go processors the broker also spent 0.8 of a core at
-// 20,000 msg/s, a fifth of it in the runtime's sysmon thread polling every
-// 20 µs (each fdatasync that blocks restarts its fast polling) and much of
-// the rest in threads woken to find nothing to run; on one processor, 0.35
-// of a core.
-//
-// Deleting files stalls the disk too, on a file system mounted with
-// discard (as this VM's ext4 is): right after a gigabyte of segments was
-// deleted, the latency workload's p99 read 78–100 ms, its fdatasyncs
-// stalling ~100 ms every two seconds or so, for longer than the ten
-// seconds measured; 7.5 ms once the disk had settled. Retention deletes
-// whole 1 GiB segments, and ext4 without a journal discards a file's
-// blocks inside its unlink: removing a written 1 GiB file took 370–420 ms
-// on this VM. Until 2026-12-02 the message log did that holding its lock,
-// so every append, sync and read of the log waited for it; since then a
-// deleted segment leaves the log at once and its file is renamed, cut down
-// 32 MiB every 10 ms and removed without the lock (segment.Log.DeleteBefore,
-// pkg/segment doc.go), which also lets the disk serve syncs between the
-// discards (a writer syncing every millisecond beside the deletion: its
-// slowest sync 47–73 ms against 103–144 ms with one unlink). Recycling
-// deleted segments as new ones would avoid the discards altogether (not
-// done).
+// A durable append waits for its group commit's fdatasync; on a shared VM
+// the tail of that wait is the disk's slow requests and the wake-up of the
+// thread it completes. The broker's levers are fewer wake-ups and less CPU
+// per message, fewer device requests per sync (Zero filling, below), and
+// never deleting files under the log's lock (segment.Log.DeleteBefore trims
+// a deleted segment in steps without the lock). What was measured and
+// tried: NOTES.md.
 //
 // # Zero filling
 //
@@ -188,11 +126,8 @@
 // each sync, and zeros that kept up doubled the disk's writes (one
 // producer flat out on one subject stored a fifth to a third fewer
 // messages a second). qmq-realtime --zero-fill-ahead sets the distance
-// (negative: off). Measured in the latency suite, alternating
-// runs, with the broker's --adaptive-procs: e2e p50 0.51–0.57 ms and p99
-// 3.3–5.3 ms with the fill, against p50 1.0–2.0 and p99 6.3–10.2 without
-// it; without the governor (two processors) the fill alone left the p99 at
-// 7.8–20 ms. Where direct I/O is refused (tmpfs) the loop logs it once and
+// (negative: off); its effect on the latency suite: NOTES.md.
+// Where direct I/O is refused (tmpfs) the loop logs it once and
 // stops. Stats.ZeroFilled counts the bytes.
 //
 // # Consumer groups

@@ -1,22 +1,42 @@
 package main
 
-// The consume suite: one consumer process drains a backlog of 256-byte
-// messages of one subject for one consumer group, acking every message.
-// Ours: a backlog of 2,000,000 filled first (not measured), then the time to
-// receive and ack all of them. nsqd: a backlog filled by bench_writer, then
-// bench_reader (FIN per message) for a time short enough that it does not
-// drain the backlog. JetStream: `nats bench js consume` over a stream of
-// 2,000,000 messages.
+// The consume suite: one consumer process (one core, GOMAXPROCS=1) drains
+// a backlog of 256-byte messages of one subject, filled first and not
+// measured, acking every message.
 //
-//	consume_msgs_per_s             ours
-//	consume_nsqd_msgs_per_s        bench_reader
-//	consume_vs_nsqd_ratio          ours / nsqd (target ≥ 1.0)
-//	consume_jetstream_msgs_per_s   nats bench js consume
-//	consume_vs_jetstream_ratio     ours / JetStream (target ≥ 2.0)
+// Ours: a backlog of 2,000,000; consumer pulls of 256, up to 2,048
+// messages un-acked, PullDepth 2, one handler goroutine; the time runs from
+// Subscribe until Close returned (every ack answered). Twice, as two
+// consumer groups of the same backlog:
+//   - range acks (the consumer's default): one ack request for the longest
+//     finished prefix (up to 1,024 messages), one in flight: all 2,000,000;
+//   - per-message acks (consumer.AckEach): one ack request per message,
+//     naming that message only, each answered before the next is sent (a
+//     message counts as un-acked until then): the first
+//     consumePerMessageCount messages.
+//
+// nsqd (in memory: --mem-queue-size=20,000,000, its /stats must show no
+// message in its disk queue): a backlog of ≥ 2,000,000 filled by
+// bench_writer, then bench_reader, its own tool: RDY 2,500, one FIN per
+// message (FIN has no reply: acks are not waited for), for a time short
+// enough that it does not drain the backlog.
+//
+// JetStream (file storage, sync_interval at its default: fsync every
+// 2 minutes): `nats bench js consume` over a stream of 2,000,000: a durable
+// consumer with explicit acks, one ack per message (not waited for), max
+// ack pending 500.
+//
+//	consume_rangeack_msgs_per_s             ours, range acks
+//	consume_permsg_ack_msgs_per_s           ours, per-message acks
+//	consume_nsqd_msgs_per_s                 bench_reader
+//	consume_permsg_ack_vs_nsqd_ratio        per-message acks / nsqd (target ≥ 1.5)
+//	consume_rangeack_vs_nsqd_ratio          range acks / nsqd
+//	consume_jetstream_msgs_per_s            nats bench js consume
+//	consume_permsg_ack_vs_jetstream_ratio   per-message acks / JetStream
+//	consume_rangeack_vs_jetstream_ratio     range acks / JetStream
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"net/http"
@@ -27,7 +47,13 @@ import (
 	"github.com/qmq-go/qmq/consumer"
 )
 
-const consumeBacklog = 2_000_000
+const (
+	consumeBacklog = 2_000_000
+	// consumePerMessageCount is what the per-message-ack group consumes:
+	// at one ack round trip a message it takes far longer than the range
+	// ack run, so not the whole backlog.
+	consumePerMessageCount = 300_000
+)
 
 func init() {
 	register("consume", runConsume)
@@ -35,52 +61,67 @@ func init() {
 }
 
 func runConsume(env *Env) error {
-	ours, err := env.consumeOurs(filepath.Join(env.Dir, "qmq"))
+	ranged, each, err := env.consumeOurs(filepath.Join(env.Dir, "qmq"))
 	if err != nil {
 		return err
 	}
-	env.Metric("consume_msgs_per_s", ours, "msg/s")
+	env.Metric("consume_rangeack_msgs_per_s", ranged, "msg/s")
+	env.Metric("consume_permsg_ack_msgs_per_s", each, "msg/s")
 	nsq, err := env.consumeNSQ(filepath.Join(env.Dir, "nsq"))
 	if err != nil {
 		return err
 	}
 	env.Metric("consume_nsqd_msgs_per_s", nsq, "msg/s")
-	env.Metric("consume_vs_nsqd_ratio", ours/nsq, "x")
+	env.Metric("consume_permsg_ack_vs_nsqd_ratio", each/nsq, "x")
+	env.Metric("consume_rangeack_vs_nsqd_ratio", ranged/nsq, "x")
 	js, err := env.consumeJetStream(filepath.Join(env.Dir, "nats"))
 	if err != nil {
 		return err
 	}
 	env.Metric("consume_jetstream_msgs_per_s", js, "msg/s")
-	env.Metric("consume_vs_jetstream_ratio", ours/js, "x")
+	env.Metric("consume_permsg_ack_vs_jetstream_ratio", each/js, "x")
+	env.Metric("consume_rangeack_vs_jetstream_ratio", ranged/js, "x")
 	return nil
 }
 
-func (e *Env) consumeOurs(dir string) (float64, error) {
+// consumeOurs fills the backlog and consumes it with range acks (group
+// bench), then its first consumePerMessageCount with per-message acks
+// (group bench-each).
+func (e *Env) consumeOurs(dir string) (ranged, each float64, err error) {
 	b, addr, err := e.startRealtime(dir)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer b.stop()
 	var fill rateResult
 	if err := runWorker("produce", &fill, "-addr", addr, "-count", fmt.Sprint(consumeBacklog), "-subject", "bench.c"); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	e.Logf("qmq: backlog of %d filled in %v", fill.Messages, fill.Elapsed)
 	var res rateResult
-	if err := runWorker("consume", &res, "-addr", addr, "-subject", "bench.c0", "-count", fmt.Sprint(consumeBacklog)); err != nil {
-		return 0, err
+	if err := runWorker("consume", &res, "-addr", addr, "-subject", "bench.c0", "-group", "bench",
+		"-count", fmt.Sprint(consumeBacklog)); err != nil {
+		return 0, 0, err
 	}
-	e.Logf("qmq: consumed %d in %v", res.Messages, res.Elapsed)
-	return res.rate(), nil
+	e.Logf("qmq range acks: consumed %d in %v", res.Messages, res.Elapsed)
+	ranged = res.rate()
+	if err := runWorker("consume", &res, "-addr", addr, "-subject", "bench.c0", "-group", "bench-each", "-ack-each",
+		"-count", fmt.Sprint(consumePerMessageCount)); err != nil {
+		return 0, 0, err
+	}
+	e.Logf("qmq per-message acks: consumed %d in %v", res.Messages, res.Elapsed)
+	return ranged, res.rate(), nil
 }
 
 func consumeWorker(args []string) (any, error) {
 	fs := flag.NewFlagSet("consume", flag.ContinueOnError)
 	addr := fs.String("addr", "", "broker address")
 	subject := fs.String("subject", "", "subject")
+	group := fs.String("group", "bench", "consumer group")
 	count := fs.Int64("count", 0, "messages to receive")
 	concurrency := fs.Int("concurrency", 1, "handler concurrency")
 	work := fs.Duration("work", 0, "time each handler call takes")
+	ackEach := fs.Bool("ack-each", false, "ack each message with a request of its own (consumer.AckEach)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up after")
 	sec := addClientSecurity(fs)
 	if err := fs.Parse(args); err != nil {
@@ -96,8 +137,13 @@ func consumeWorker(args []string) (any, error) {
 	}
 	var got atomic.Int64
 	done := make(chan struct{})
+	subOpts := []consumer.SubscribeOption{consumer.StartEarliest(), consumer.Concurrency(*concurrency),
+		consumer.PullBatch(256), consumer.MaxUnacked(2048)}
+	if *ackEach {
+		subOpts = append(subOpts, consumer.AckEach())
+	}
 	start := time.Now()
-	_, err = c.Subscribe(*subject, "bench", func(ctx context.Context, m *consumer.Message) error {
+	_, err = c.Subscribe(*subject, *group, func(ctx context.Context, m *consumer.Message) error {
 		if *work > 0 {
 			time.Sleep(*work)
 		}
@@ -105,7 +151,7 @@ func consumeWorker(args []string) (any, error) {
 			close(done)
 		}
 		return nil
-	}, consumer.StartEarliest(), consumer.Concurrency(*concurrency), consumer.PullBatch(256), consumer.MaxUnacked(2048))
+	}, subOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -114,9 +160,12 @@ func consumeWorker(args []string) (any, error) {
 	case <-time.After(*timeout):
 		return nil, fmt.Errorf("received %d of %d in %v", got.Load(), *count, *timeout)
 	}
-	elapsed := time.Since(start)
-	c.Close(context.Background())
-	return rateResult{Messages: got.Load(), Elapsed: elapsed}, nil
+	// Close sends the last acks and waits for their answers: the time
+	// includes every ack.
+	if err := c.Close(context.Background()); err != nil {
+		return nil, err
+	}
+	return rateResult{Messages: got.Load(), Elapsed: time.Since(start)}, nil
 }
 
 func (e *Env) consumeNSQ(dir string) (float64, error) {
@@ -150,6 +199,9 @@ func (e *Env) consumeNSQ(dir string) (float64, error) {
 			return 0, err
 		}
 	}
+	if _, err := nsqMemoryOnly(httpAddr); err != nil {
+		return 0, err
+	}
 	out, err := runToolEnv(context.Background(), []string{"GOMAXPROCS=1"}, br, "--nsqd-tcp-address="+tcp, "--size=256",
 		"--channel=ch", "--topic=sub_bench", "--runfor=4s")
 	if err != nil {
@@ -163,28 +215,22 @@ func (e *Env) consumeNSQ(dir string) (float64, error) {
 	if left == 0 {
 		e.Logf("nsqd: bench_reader drained the backlog; its rate is a lower bound")
 	}
+	if _, err := nsqMemoryOnly(httpAddr); err != nil {
+		return 0, err
+	}
 	return parseRate(nsqOpsRe, out)
 }
 
 // nsqDepth returns the depth of channel ch of topic sub_bench.
 func nsqDepth(httpAddr string) (int64, error) {
-	resp, err := http.Get("http://" + httpAddr + "/stats?format=json&topic=sub_bench")
+	st, err := readNSQStats(httpAddr)
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
-	var st struct {
-		Topics []struct {
-			Channels []struct {
-				Name  string `json:"channel_name"`
-				Depth int64  `json:"depth"`
-			} `json:"channels"`
-		} `json:"topics"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return 0, err
-	}
 	for _, t := range st.Topics {
+		if t.Name != "sub_bench" {
+			continue
+		}
 		for _, c := range t.Channels {
 			if c.Name == "ch" {
 				return c.Depth, nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -25,14 +26,23 @@ func TestProcessCPU_GrowsWhileBusy(t *testing.T) {
 	}
 	acct := newCPUAccount(os.Getpid(), -1) // -1: no such process, counted 0
 	a := acct.sample()
-	start := time.Now()
+	start, startCPU := time.Now(), rusageCPU(t)
 	x := 0
-	for time.Since(start) < 200*time.Millisecond { // busy
-		x += int(time.Since(start)) & 7
+	// Busy until the process has used 300 ms of CPU by getrusage's count
+	// (on a loaded machine that takes longer than 300 ms of wall time).
+	for rusageCPU(t)-startCPU < 300*time.Millisecond && time.Since(start) < 30*time.Second {
+		for range 100_000 {
+			x += int(time.Since(start)) & 7
+		}
 	}
-	acct.add(a, acct.sample(), time.Since(start))
-	if got := acct.cores(0); got < 0.2 || got > 4 {
-		t.Fatalf("a busy loop used %.2f cores (x=%d)", got, x)
+	span := time.Since(start)
+	used := rusageCPU(t) - startCPU
+	acct.add(a, acct.sample(), span)
+	// The account's CPU over the span must be what getrusage saw, give or
+	// take a few clock ticks.
+	got := time.Duration(acct.cores(0) * float64(span))
+	if got < used/2 || got > used*2+50*time.Millisecond {
+		t.Fatalf("the account saw %v of CPU over %v, getrusage %v (x=%d)", got, span, used, x)
 	}
 	if got := acct.cores(1); got != 0 {
 		t.Fatalf("a missing process used %.2f cores", got)
@@ -52,4 +62,14 @@ func TestCPUAccount(t *testing.T) {
 	if got := c.cores(2); got != 0 {
 		t.Fatalf("cores of an unknown process = %v", got)
 	}
+}
+
+// rusageCPU is the process's user and system CPU time by getrusage.
+func rusageCPU(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -1,0 +1,85 @@
+// Package gateway is qmq-gateway, an HTTP/1.1 + JSON gateway to a QMQ-Go
+// cluster for programs in any language: publish, long-poll pull, ack and
+// nack, and a server-sent-events stream, described by the OpenAPI 3
+// document served at /openapi.json (openapi.json beside this file, kept
+// true by TestOpenAPI_MatchesGateway).
+//
+// # Layout
+//
+// The gateway is a client of the cluster, built on the Go producer and
+// consumer and the meta server's routes (pkg/metaclient), so it lives under
+// the client part that holds its state, consumer/: this package holds the
+// handlers as a library (New, Start, Addr, URL, Close) and
+// consumer/cmd/qmq-gateway/main.go only wires flags to Options. It imports
+// no server package; its tests start a whole cluster in process.
+//
+// # Routes
+//
+//	POST /v1/publish                                   JSON batch {"messages":[…]}
+//	POST /v1/subjects/{subject}/publish                raw body + QMQ-* headers (one message)
+//	GET  /v1/subjects/{subject}/groups/{group}/messages?consumer=&max=&wait=&encoding=&start=
+//	GET  /v1/subjects/{subject}/groups/{group}/stream  (same parameters; text/event-stream)
+//	POST /v1/subjects/{subject}/groups/{group}/ack     {"consumer":"c1","ids":[…]}
+//	POST /v1/subjects/{subject}/groups/{group}/nack    {"consumer":"c1","ids":[…],"retryAfter":"10s"}
+//	GET  /openapi.json, /metrics, /healthz, /readyz    (pkg/opsserver)
+//
+// # Publish
+//
+// Bodies are UTF-8 text, or base64 with "bodyEncoding":"base64"; "delay"
+// (a Go duration) or "deliverAt" (RFC 3339) make a delayed message, which
+// the producer sends to a delay group. A publish answers once every message
+// is stored as producer.Send stores it (durable by default) or failed: 200
+// when all are stored; a problem document when all failed with one status
+// (its "results" list each message); 207 with a status per message
+// otherwise. Statuses are the broker's names (protocol.Status): "ok",
+// "duplicate", "invalid", "too large", "busy", "beyond horizon", ….
+// The broker has no schedule keys, expiry or cancel yet, so neither has
+// the gateway.
+//
+// # Consume
+//
+// A consumer is an id the HTTP client chooses and keeps. (consumer id,
+// subject, group) is a session: a consumer.Puller under a consumer.Consumer
+// with that consumer id, so brokers see the HTTP consumer as a native one,
+// and the messages the session handed out and that are not acked or nacked
+// yet, by message id. A pull waits up to wait (default 5 s, at most
+// MaxWait) for at least one message and answers up to max. Ack and nack
+// name message ids; nack's retryAfter chooses when the message comes back
+// (default: the consumer's back-off), with its attempts raised. An id the
+// session does not hold (never pulled, already acked, handed back) is
+// named in a 404 problem's "unknown" list; the others are still done.
+// start=earliest makes a new consumer group start at the oldest message.
+//
+// A session with no pull, ack or nack for ConsumerTimeout closes: its
+// un-acked messages go back to the group at once. A gateway that dies
+// leaves them to the brokers' consumer timeout, as a dead Go consumer does.
+// Close ends long polls and streams (they answer what they have), waits
+// for requests in flight, hands every session's un-acked messages back and
+// flushes the producers.
+//
+// Any number of gateways can run behind a load balancer: they share no
+// state. A consumer id's acks must reach the gateway that served its pulls
+// (route by consumer id, or keep the connection): another gateway does
+// not hold its messages and answers 404.
+//
+// # Errors and back-pressure
+//
+// Every error is an RFC 9457 application/problem+json document whose
+// qmqStatus is the broker's status name. JSON is decoded strictly
+// (unknown fields, trailing data: 400); bodies over MaxBodyBytes and
+// batches over MaxBatch are 413; more than MaxInFlight messages being
+// published, a busy broker or a full producer queue are 429 with
+// Retry-After; an unavailable cluster is 503 with Retry-After.
+//
+// # Identities
+//
+// A request's Authorization header (Bearer name:secret, or Basic) is
+// passed on to the cluster: the gateway keeps a producer, a meta client and
+// consumers per identity, presenting that credential as a native client
+// does (producer.WithCredentials), so brokers enforce the identity's
+// permissions and a refusal comes back as 401 or 403. Requests without
+// one use the gateway's own identity (--credentials-file), or are refused
+// with --require-credentials. Connections to the cluster use TLS with
+// --broker-tls-ca (and a client certificate with --broker-tls-cert); the
+// HTTP listener serves HTTPS with --tls-cert and --tls-key.
+package gateway

@@ -1,0 +1,155 @@
+package gateway
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/producer"
+)
+
+// Raw publish headers (POST /v1/subjects/{subject}/publish): the body is
+// the message body as is.
+const (
+	headerID         = "QMQ-Id"
+	headerTags       = "QMQ-Tags"       // comma-separated
+	headerProperties = "QMQ-Properties" // URL query encoding: a=1&b=2
+	headerDeliverAt  = "QMQ-Deliver-At" // RFC 3339
+	headerDelay      = "QMQ-Delay"      // Go duration
+)
+
+// publish serves POST /v1/publish: a JSON batch.
+func (s *Server) publish(w http.ResponseWriter, r *http.Request, id *identity) *Problem {
+	var req PublishRequest
+	if p := decodeJSON(w, r, s.opts.MaxBodyBytes, &req); p != nil {
+		return p
+	}
+	switch n := len(req.Messages); {
+	case n == 0:
+		return badRequest("messages: at least one message")
+	case n > s.opts.MaxBatch:
+		return newProblem(http.StatusRequestEntityTooLarge, protocol.StatusTooLarge,
+			fmt.Sprintf("%d messages in one request, the gateway's limit is %d", n, s.opts.MaxBatch))
+	}
+	now := time.Now()
+	msgs := make([]*protocol.Message, len(req.Messages))
+	errs := make([]error, len(req.Messages))
+	for i := range req.Messages {
+		msgs[i], errs[i] = req.Messages[i].toMessage(now)
+	}
+	return s.sendAll(w, id, msgs, errs)
+}
+
+// publishRaw serves POST /v1/subjects/{subject}/publish: one message whose
+// body is the request body, described by QMQ-* headers.
+func (s *Server) publishRaw(w http.ResponseWriter, r *http.Request, id *identity) *Problem {
+	pm := PublishMessage{
+		Subject: r.PathValue("subject"), ID: r.Header.Get(headerID), Delay: r.Header.Get(headerDelay),
+	}
+	if t := r.Header.Get(headerTags); t != "" {
+		pm.Tags = splitList(t)
+	}
+	if h := r.Header.Get(headerProperties); h != "" {
+		q, err := url.ParseQuery(h)
+		if err != nil {
+			return badRequest(headerProperties + ": want URL query encoding (a=1&b=2): " + err.Error())
+		}
+		pm.Properties = make(map[string]string, len(q))
+		for k, v := range q {
+			pm.Properties[k] = strings.Join(v, ",")
+		}
+	}
+	if h := r.Header.Get(headerDeliverAt); h != "" {
+		t, err := time.Parse(time.RFC3339Nano, h)
+		if err != nil {
+			return badRequest(headerDeliverAt + ": want an RFC 3339 time: " + err.Error())
+		}
+		pm.DeliverAt = &t
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		return jsonProblem(err)
+	}
+	m, err := pm.toMessage(time.Now())
+	if m != nil {
+		m.Body = body
+	}
+	return s.sendAll(w, id, []*protocol.Message{m}, []error{err})
+}
+
+// sendAll sends msgs (those without an error in errs) and answers with
+// every message's outcome once each is stored or failed: 200 when all are
+// stored, a problem when all failed alike (429 with Retry-After for
+// back-pressure), 207 with the per-message statuses otherwise.
+func (s *Server) sendAll(w http.ResponseWriter, id *identity, msgs []*protocol.Message, errs []error) *Problem {
+	n := int64(len(msgs))
+	if s.inFlight.Add(n) > int64(s.opts.MaxInFlight) {
+		s.inFlight.Add(-n)
+		return busy(fmt.Sprintf("the gateway is publishing %d messages, its limit", s.opts.MaxInFlight))
+	}
+	defer s.inFlight.Add(-n)
+	var wg sync.WaitGroup
+	for i, m := range msgs {
+		if errs[i] != nil {
+			continue
+		}
+		wg.Add(1)
+		err := id.producer.SendAsync(m, func(_ *producer.Message, err error) {
+			errs[i] = err
+			wg.Done()
+		})
+		if err != nil {
+			errs[i] = err
+			wg.Done()
+		}
+	}
+	wg.Wait()
+	res := PublishResponse{Results: make([]PublishResult, len(msgs))}
+	failed, same := 0, protocol.StatusOK
+	for i, err := range errs {
+		st := statusOf(err)
+		r := PublishResult{Status: st.String()}
+		if msgs[i] != nil {
+			r.ID = msgs[i].ID
+		}
+		if err != nil {
+			r.Error = err.Error()
+			if failed == 0 {
+				same = st
+			} else if st != same {
+				same = protocol.StatusInternal // mixed
+			}
+			failed++
+		}
+		s.mets.published.WithLabelValues(r.Status).Inc()
+		res.Results[i] = r
+	}
+	switch {
+	case failed == 0:
+		writeJSON(w, http.StatusOK, res)
+		return nil
+	case failed == len(errs) && same != protocol.StatusInternal:
+		p := newProblem(httpStatus(same), same, fmt.Sprintf("%d of %d messages failed: %s", failed, len(errs), firstError(res.Results)))
+		if p.Status == http.StatusTooManyRequests || p.Status == http.StatusServiceUnavailable {
+			p.RetryAfterSeconds = 1
+		}
+		p.Results = res.Results
+		return p
+	}
+	writeJSON(w, http.StatusMultiStatus, res)
+	return nil
+}
+
+func firstError(rs []PublishResult) string {
+	for _, r := range rs {
+		if r.Error != "" {
+			return r.Error
+		}
+	}
+	return ""
+}

@@ -1,0 +1,215 @@
+package gateway
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/qmq-go/qmq/consumer"
+	"github.com/qmq-go/qmq/pkg/protocol"
+)
+
+// The JSON shapes of the API; openapi.json describes the same.
+
+// PublishRequest is the body of POST /v1/publish.
+type PublishRequest struct {
+	Messages []PublishMessage `json:"messages"`
+}
+
+// PublishMessage is one message to publish. Body is UTF-8 text unless
+// BodyEncoding is "base64". DeliverAt (RFC 3339) or Delay (a Go duration:
+// "1500ms", "2h") makes it a delayed message; at most one of them.
+type PublishMessage struct {
+	Subject      string            `json:"subject"`
+	ID           string            `json:"id,omitempty"`
+	Tags         []string          `json:"tags,omitempty"`
+	Properties   map[string]string `json:"properties,omitempty"`
+	Body         string            `json:"body"`
+	BodyEncoding string            `json:"bodyEncoding,omitempty"`
+	DeliverAt    *time.Time        `json:"deliverAt,omitempty"`
+	Delay        string            `json:"delay,omitempty"`
+}
+
+// PublishResponse answers a publish: one result per message, in order.
+type PublishResponse struct {
+	Results []PublishResult `json:"results"`
+}
+
+// PublishResult is one message's outcome: Status is "ok" (stored
+// durably), "duplicate" (stored before) or a broker failure status, with
+// Error saying why.
+type PublishResult struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	Error  string `json:"error,omitempty"`
+}
+
+// PulledMessage is a message in a pull answer or an SSE event.
+type PulledMessage struct {
+	ID           string            `json:"id"`
+	Subject      string            `json:"subject"`
+	Tags         []string          `json:"tags,omitempty"`
+	Properties   map[string]string `json:"properties,omitempty"`
+	Body         string            `json:"body"`
+	BodyEncoding string            `json:"bodyEncoding"`
+	Created      time.Time         `json:"created"`
+	DeliverAt    *time.Time        `json:"deliverAt,omitempty"`
+	Attempts     int               `json:"attempts"`
+	BrokerGroup  string            `json:"brokerGroup"`
+}
+
+// PullResponse answers a pull; Messages is empty when the wait ended first.
+type PullResponse struct {
+	Messages []PulledMessage `json:"messages"`
+}
+
+// AckRequest is the body of ack and nack. RetryAfter (a Go duration) is
+// for nack only: when the messages come back (default: the consumer's
+// back-off, 5 s doubling).
+type AckRequest struct {
+	Consumer   string   `json:"consumer"`
+	IDs        []string `json:"ids"`
+	RetryAfter string   `json:"retryAfter,omitempty"`
+}
+
+// AckResponse counts the messages acked or nacked.
+type AckResponse struct {
+	Done int `json:"done"`
+}
+
+const (
+	encodingUTF8   = "utf8"
+	encodingBase64 = "base64"
+)
+
+// decodeJSON reads a JSON body into v strictly: unknown fields, trailing
+// data and bodies over the limit are errors, as a problem document.
+func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) *Problem {
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonProblem(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return jsonProblem(err)
+		}
+		return badRequest("malformed JSON: data after the document")
+	}
+	return nil
+}
+
+func jsonProblem(err error) *Problem {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return newProblem(http.StatusRequestEntityTooLarge, protocol.StatusTooLarge,
+			fmt.Sprintf("request body over the gateway's limit of %d bytes", tooBig.Limit))
+	}
+	if errors.Is(err, io.EOF) {
+		return badRequest("malformed JSON: empty body")
+	}
+	if strings.HasPrefix(err.Error(), "json: unknown field") {
+		return badRequest("unknown field: " + strings.TrimPrefix(err.Error(), "json: unknown field "))
+	}
+	return badRequest("malformed JSON: " + err.Error())
+}
+
+// toMessage checks pm and builds the message to send; now anchors Delay.
+func (pm *PublishMessage) toMessage(now time.Time) (*protocol.Message, error) {
+	if err := protocol.DefaultLimits.CheckSubject(pm.Subject); err != nil {
+		return nil, err
+	}
+	m := &protocol.Message{Subject: pm.Subject, ID: pm.ID, Tags: pm.Tags}
+	switch pm.BodyEncoding {
+	case "", encodingUTF8:
+		m.Body = []byte(pm.Body)
+	case encodingBase64:
+		b, err := base64.StdEncoding.DecodeString(pm.Body)
+		if err != nil {
+			return nil, protocol.Errorf(protocol.StatusInvalid, "body is not valid base64: "+err.Error())
+		}
+		m.Body = b
+	default:
+		return nil, protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf("bodyEncoding %q: want utf8 or base64", pm.BodyEncoding))
+	}
+	if len(pm.Properties) > 0 {
+		m.Properties = make([]protocol.Property, 0, len(pm.Properties))
+		for k, v := range pm.Properties {
+			m.Properties = append(m.Properties, protocol.Property{Key: k, Value: v})
+		}
+	}
+	at, err := deliverAt(pm.DeliverAt, pm.Delay, now)
+	if err != nil {
+		return nil, err
+	}
+	m.DeliverAt = at
+	return m, nil
+}
+
+// deliverAt turns a deliverAt time or a delay into the due time (zero: now).
+func deliverAt(at *time.Time, delay string, now time.Time) (time.Time, error) {
+	switch {
+	case at != nil && delay != "":
+		return time.Time{}, protocol.Errorf(protocol.StatusInvalid, "give deliverAt or delay, not both")
+	case at != nil:
+		return *at, nil
+	case delay != "":
+		d, err := time.ParseDuration(delay)
+		if err != nil || d < 0 {
+			return time.Time{}, protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf("delay %q: want a non-negative duration such as 1500ms or 2h", delay))
+		}
+		if d == 0 {
+			return time.Time{}, nil
+		}
+		return now.Add(d), nil
+	}
+	return time.Time{}, nil
+}
+
+// pulledMessage renders m: base64 when encoding asks for it or when the body
+// is not UTF-8 text, utf8 otherwise.
+func pulledMessage(m *consumer.Message, encoding string) PulledMessage {
+	pm := PulledMessage{
+		ID: m.ID, Subject: m.Subject, Tags: m.Tags, Created: m.Created.UTC(),
+		Attempts: m.Attempts, BrokerGroup: m.BrokerGroup,
+	}
+	if len(m.Properties) > 0 {
+		pm.Properties = make(map[string]string, len(m.Properties))
+		for _, p := range m.Properties {
+			pm.Properties[p.Key] = p.Value
+		}
+	}
+	if !m.DeliverAt.IsZero() {
+		t := m.DeliverAt.UTC()
+		pm.DeliverAt = &t
+	}
+	if encoding != encodingBase64 {
+		// utf8 (asked for or chosen) only for text that is UTF-8.
+		encoding = encodingUTF8
+		if !utf8.Valid(m.Body) {
+			encoding = encodingBase64
+		}
+	}
+	pm.BodyEncoding = encoding
+	if encoding == encodingBase64 {
+		pm.Body = base64.StdEncoding.EncodeToString(m.Body)
+	} else {
+		pm.Body = string(m.Body)
+	}
+	return pm
+}
+
+// writeJSON answers v with code.
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
