@@ -212,7 +212,7 @@ func residentBytes(t *testing.T) int64 {
 // TestSlot_LongTickSortsAcrossChunks covers the comparison sort a slot
 // spanning chunks gets when its tick is too long to count offsets cheaply.
 func TestSlot_LongTickSortsAcrossChunks(t *testing.T) {
-	for _, tick := range []time.Duration{time.Minute, 2 * time.Minute} { // counted when dense enough; compared beyond 65.5 s
+	for _, tick := range []time.Duration{time.Minute, 2 * time.Minute} { // too sparse to count; too long a tick
 		w, err := New[compact](tick, 4, 0)
 		if err != nil {
 			t.Fatal(err)
