@@ -16,7 +16,10 @@
 // exactly when the next entry falls due, so the owner can sleep precisely
 // until then. A slot is sorted by due time the first time the wheel looks into
 // it, and consumed from the front, so a slot holding a million entries due in
-// the same second costs one sort and then O(1) per entry.
+// the same second costs one sort and then O(1) per entry; a slot spanning
+// several chunks is sorted by counting its offsets (O(entries + tick) when
+// the tick is at most 65.5 s and the slot dense enough), keeping entries of
+// the same due time in the order they were added.
 //
 // A Wheel is not safe for concurrent use: its owner serialises access (the
 // delay store holds its mutex around every call) and keeps one timer set to
@@ -28,8 +31,9 @@
 // chunks.go), so adding never copies and a slot leaves at most the rest of
 // one chunk unwritten. When T holds no pointers the chunks are carved from
 // 4 MiB anonymous mappings outside the Go heap (mmap; memory.go): the garbage
-// collector neither scans them nor needs headroom for them, and a chunk
-// whose entries have all fired has its page returned to the system at once
-// (madvise) and is reused. Otherwise chunks come from the Go heap. Free
-// drops every entry and unmaps everything.
+// collector neither scans them nor needs headroom for them. A chunk whose
+// entries have all fired goes back to the wheel's pool, which keeps a few
+// resident for reuse (at most an eighth of those in use, or 256) and
+// returns the pages of the rest to the system (madvise). Otherwise chunks
+// come from the Go heap. Free drops every entry and unmaps everything.
 package timewheel

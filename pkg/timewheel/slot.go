@@ -63,14 +63,57 @@ func (w *Wheel[T]) pop(s *slot[T]) entry[T] {
 // first returns the slot's first entry, sorting the slot if needed.
 func (w *Wheel[T]) first(s *slot[T]) *entry[T] {
 	if !s.sorted {
-		if s.n <= w.pool.size {
+		switch live := s.n - s.head; {
+		case s.n <= w.pool.size:
 			slices.SortFunc(s.chunks[0][s.head:s.n], compareEntries[T])
-		} else {
+		case w.tick <= maxCountingTick && int64(live) >= w.tick/4:
+			w.countingSort(s)
+		default:
 			sort.Sort(chunkedEntries[T]{s: s, shift: w.pool.shift})
 		}
 		s.sorted = true
 	}
 	return s.at(s.head, w.pool.shift)
+}
+
+// maxCountingTick is the longest tick (ms) for which slots that span
+// chunks are sorted by counting their entries' offsets.
+const maxCountingTick = 1 << 16
+
+// countingSort sorts s's unfired entries into new chunks by counting
+// their offsets (a slot holds one tick: at most w.tick of them), keeping
+// entries with the same due time in the order they were added, and gives
+// the old chunks back: O(entries + tick), where a comparison sort of a
+// slot holding a burst costs a multiple of that.
+func (w *Wheel[T]) countingSort(s *slot[T]) {
+	if len(w.counts) < int(w.tick)+1 {
+		w.counts = make([]int32, w.tick+1)
+	}
+	counts := w.counts[:w.tick+1]
+	clear(counts)
+	for i := s.head; i < s.n; i++ {
+		counts[s.at(i, w.pool.shift).offset+1]++
+	}
+	for k := 1; k < len(counts); k++ {
+		counts[k] += counts[k-1]
+	}
+	live := s.n - s.head
+	sorted := make([][]entry[T], (live+w.pool.size-1)>>w.pool.shift)
+	for i := range sorted {
+		sorted[i] = w.pool.get()
+	}
+	mask := w.pool.size - 1
+	for i := s.head; i < s.n; i++ {
+		e := s.at(i, w.pool.shift)
+		pos := counts[e.offset]
+		counts[e.offset]++
+		sorted[pos>>w.pool.shift][int(pos)&mask] = *e
+	}
+	for i, c := range s.chunks {
+		w.pool.put(c)
+		s.chunks[i] = nil
+	}
+	s.chunks, s.head, s.n = sorted, 0, live
 }
 
 func compareEntries[T any](a, b entry[T]) int { return int(int64(a.offset) - int64(b.offset)) }

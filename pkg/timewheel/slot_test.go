@@ -99,8 +99,11 @@ func TestSlot_MappedSlotsKeepOrder(t *testing.T) {
 			t.Fatalf("slot %d keeps its chunks after emptying", i)
 		}
 	}
-	if len(w.pool.free) != len(w.pool.arenas)*arenaBytes/chunkBytes {
-		t.Fatalf("%d chunks back in the pool, want all %d", len(w.pool.free), len(w.pool.arenas)*arenaBytes/chunkBytes)
+	if back, all := len(w.pool.free)+len(w.pool.dropped), len(w.pool.arenas)*arenaBytes/chunkBytes; back != all || w.pool.inUse != 0 {
+		t.Fatalf("%d chunks back in the pool, want all %d (%d in use)", back, all, w.pool.inUse)
+	}
+	if len(w.pool.free) > keepChunks {
+		t.Fatalf("%d free chunks resident, want at most %d", len(w.pool.free), keepChunks)
 	}
 }
 
@@ -204,4 +207,38 @@ func residentBytes(t *testing.T) int64 {
 	}
 	t.Skip("no VmRSS")
 	return 0
+}
+
+// TestSlot_LongTickSortsAcrossChunks covers the comparison sort a slot
+// spanning chunks gets when its tick is too long to count offsets cheaply.
+func TestSlot_LongTickSortsAcrossChunks(t *testing.T) {
+	for _, tick := range []time.Duration{time.Minute, 2 * time.Minute} { // too sparse to count; too long a tick
+		w, err := New[compact](tick, 4, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewSource(2))
+		want := make([]int64, 0, 2000)
+		for range 2000 {
+			due := rng.Int63n(tick.Milliseconds())
+			w.Add(due, compact{a: uint32(due)})
+			want = append(want, due)
+		}
+		sort.Slice(want, func(i, j int) bool { return want[i] < want[j] })
+		var got []int64
+		w.Expire(tick.Milliseconds(), 0, func(due int64, v compact) {
+			if uint32(due) != v.a {
+				t.Fatalf("tick %v: entry due %d carries %d", tick, due, v.a)
+			}
+			got = append(got, due)
+		})
+		if len(got) != len(want) {
+			t.Fatalf("tick %v: fired %d of %d", tick, len(got), len(want))
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("tick %v: entry %d due %d, want %d", tick, i, got[i], want[i])
+			}
+		}
+	}
 }

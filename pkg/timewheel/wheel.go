@@ -18,6 +18,7 @@ type Wheel[T any] struct {
 	late     minHeap[T]   // entries whose tick had passed (< cur) when added
 	overflow minHeap[T]   // entries due a rotation or more ahead
 	pool     chunkPool[T] // the slots' chunks
+	counts   []int32      // countingSort's table, one per millisecond of a tick
 }
 
 // New returns a wheel of tick granularity with at least slots slots (rounded
