@@ -254,6 +254,37 @@ func is(want float64) func(float64) bool { return func(v float64) bool { return 
 // waitSlaveHolds waits until master's slave holds both of its logs up to
 // its committed ends and the master no longer serves alone, and the ends
 // stay put past an action flush (actions are committed every 50 ms).
+// waitSlaveCopies waits until master is a master with its slave (not
+// serving alone) and the slave's durable end has passed the master's
+// message end as it stood when that first held: the slave copies while
+// writes go on (waitSlaveHolds needs the writes to pause).
+func waitSlaveCopies(t *testing.T, master *nodeChild, timeout time.Duration) {
+	t.Helper()
+	target := -1.0
+	testutil.CheckFor(t, timeout, 100*time.Millisecond, func() error {
+		vals := map[string]float64{}
+		for _, g := range []string{"qmq_realtime_role", "qmq_realtime_serving_alone", "qmq_realtime_slave_offset_bytes",
+			"qmq_realtime_message_end_bytes"} {
+			v, err := master.gauge(g)
+			if err != nil {
+				return err
+			}
+			vals[g] = v
+		}
+		if vals["qmq_realtime_role"] != 1 || vals["qmq_realtime_serving_alone"] != 0 {
+			target = -1
+			return fmt.Errorf("%s: %v", master.name, vals)
+		}
+		if target < 0 {
+			target = vals["qmq_realtime_message_end_bytes"]
+		}
+		if vals["qmq_realtime_slave_offset_bytes"] < target {
+			return fmt.Errorf("%s: slave at %v, waiting for it to pass %v", master.name, vals["qmq_realtime_slave_offset_bytes"], target)
+		}
+		return nil
+	})
+}
+
 func waitSlaveHolds(t *testing.T, master *nodeChild, timeout time.Duration) {
 	t.Helper()
 	var last map[string]float64
@@ -288,6 +319,7 @@ func waitSlaveHolds(t *testing.T, master *nodeChild, timeout time.Duration) {
 type load struct {
 	p     *producer.Producer
 	stop  chan struct{}
+	once  sync.Once
 	wg    sync.WaitGroup
 	mu    sync.Mutex
 	acked []string
@@ -344,7 +376,7 @@ func (l *load) firstAckAfter(t time.Time) (time.Time, bool) {
 }
 
 func (l *load) finish() []string {
-	close(l.stop)
+	l.once.Do(func() { close(l.stop) })
 	l.wg.Wait()
 	return l.acked
 }
@@ -760,11 +792,14 @@ func TestFailover_SwitchoverThereAndBack(t *testing.T) {
 	l.waitCount(t, 100, 30*time.Second)
 	switchover(a, aAddr)
 	b.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(1))
-	waitSlaveHolds(t, b, 30*time.Second)
+	waitSlaveCopies(t, b, 30*time.Second)
 	l.waitCount(t, l.count()+100, 30*time.Second)
 	switchover(b, bAddr) // B won by a campaign: deposed now, it must copy again
 	a.waitGauge(t, 20*time.Second, "qmq_realtime_role", is(1))
-	waitSlaveHolds(t, a, 30*time.Second)
+	waitSlaveCopies(t, a, 30*time.Second)
+	l.waitCount(t, l.count()+100, 30*time.Second)
+	l.finish()
+	waitSlaveHolds(t, a, 30*time.Second) // writes stopped: B holds all of them
 }
 
 // The master is frozen (SIGSTOP) past its lease: the slave wins. Resumed,
