@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/qmq-go/qmq/consumer"
 	"github.com/qmq-go/qmq/pkg/protocol"
@@ -129,7 +130,10 @@ func (pm *PublishMessage) toMessage(now time.Time) (*protocol.Message, error) {
 	m := &protocol.Message{Subject: pm.Subject, ID: pm.ID, Tags: pm.Tags}
 	switch pm.BodyEncoding {
 	case "", encodingUTF8:
-		m.Body = []byte(pm.Body)
+		// The producer encodes the message in SendAsync, before it
+		// returns, and never writes to Body: the decoded string's bytes
+		// serve as the body without a second copy.
+		m.Body = unsafe.Slice(unsafe.StringData(pm.Body), len(pm.Body))
 	case encodingBase64:
 		b, err := base64.StdEncoding.DecodeString(pm.Body)
 		if err != nil {
@@ -204,6 +208,49 @@ func pulledMessage(m *consumer.Message, encoding string) PulledMessage {
 		pm.Body = string(m.Body)
 	}
 	return pm
+}
+
+// writePublishResponse answers res with code, encoded by hand: a publish
+// answer is built for every request, and reflection cost more than the
+// rest of the answer (ids and statuses need no escaping; errors do).
+func writePublishResponse(w http.ResponseWriter, code int, res *PublishResponse) {
+	b := make([]byte, 0, 16+len(res.Results)*48)
+	b = append(b, `{"results":[`...)
+	for i, r := range res.Results {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"id":`...)
+		b = appendJSONString(b, r.ID)
+		b = append(b, `,"status":`...)
+		b = appendJSONString(b, r.Status)
+		if r.Error != "" {
+			b = append(b, `,"error":`...)
+			b = appendJSONString(b, r.Error)
+		}
+		b = append(b, '}')
+	}
+	b = append(b, "]}\n"...)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	w.Write(b)
+}
+
+// appendJSONString appends s as a JSON string: plain when it holds only
+// printable ASCII without quotes or backslashes (message ids, status
+// names), through encoding/json otherwise.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // writeJSON answers v with code.
