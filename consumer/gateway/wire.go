@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -177,7 +179,8 @@ func deliverAt(at *time.Time, delay string, now time.Time) (time.Time, error) {
 	return time.Time{}, nil
 }
 
-// pulledMessage renders m: base64 when encoding asks for it or when the body
+// pulledMessage renders m as a PulledMessage (appendPulled writes the same
+// JSON by hand; its test holds them equal): base64 when encoding asks for it or when the body
 // is not UTF-8 text, utf8 otherwise.
 func pulledMessage(m *consumer.Message, encoding string) PulledMessage {
 	pm := PulledMessage{
@@ -208,6 +211,62 @@ func pulledMessage(m *consumer.Message, encoding string) PulledMessage {
 		pm.Body = string(m.Body)
 	}
 	return pm
+}
+
+// appendPulled appends m as a PulledMessage (the same JSON as
+// json.Marshal(pulledMessage(m, encoding)), encoded by hand: reflection
+// took a fifth of a busy consumer's gateway CPU).
+func appendPulled(b []byte, m *consumer.Message, encoding string) []byte {
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, m.ID)
+	b = append(b, `,"subject":`...)
+	b = appendJSONString(b, m.Subject)
+	if len(m.Tags) > 0 {
+		b = append(b, `,"tags":[`...)
+		for i, t := range m.Tags {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, t)
+		}
+		b = append(b, ']')
+	}
+	if len(m.Properties) > 0 {
+		props := slices.Clone(m.Properties)
+		slices.SortFunc(props, func(x, y protocol.Property) int { return strings.Compare(x.Key, y.Key) })
+		b = append(b, `,"properties":{`...)
+		for i, p := range props {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, p.Key)
+			b = append(b, ':')
+			b = appendJSONString(b, p.Value)
+		}
+		b = append(b, '}')
+	}
+	if encoding != encodingBase64 && utf8.Valid(m.Body) {
+		b = append(b, `,"body":`...)
+		b = appendJSONString(b, string(m.Body))
+		b = append(b, `,"bodyEncoding":"utf8"`...)
+	} else {
+		b = append(b, `,"body":"`...)
+		b = base64.StdEncoding.AppendEncode(b, m.Body)
+		b = append(b, `","bodyEncoding":"base64"`...)
+	}
+	b = append(b, `,"created":"`...)
+	b = m.Created.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, '"')
+	if !m.DeliverAt.IsZero() {
+		b = append(b, `,"deliverAt":"`...)
+		b = m.DeliverAt.UTC().AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
+	}
+	b = append(b, `,"attempts":`...)
+	b = strconv.AppendInt(b, int64(m.Attempts), 10)
+	b = append(b, `,"brokerGroup":`...)
+	b = appendJSONString(b, m.BrokerGroup)
+	return append(b, '}')
 }
 
 // writePublishResponse answers res with code, encoded by hand: a publish
