@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -215,11 +214,20 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request, id *identity) *Pro
 	}
 	ss.hold(msgs)
 	s.mets.pulled.Add(float64(len(msgs)))
-	res := PullResponse{Messages: make([]PulledMessage, len(msgs))}
+	b := make([]byte, 0, 64+len(msgs)*512)
+	b = append(b, `{"messages":[`...)
 	for i, m := range msgs {
-		res.Messages[i] = pulledMessage(m, pp.encoding)
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendPulled(b, m, pp.encoding)
 	}
-	writeJSON(w, http.StatusOK, res)
+	b = append(b, "]}\n"...)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
 	return nil
 }
 
@@ -266,11 +274,16 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id *identity) *P
 		}
 		ss.hold(msgs)
 		s.mets.pulled.Add(float64(len(msgs)))
+		var b []byte
 		for _, m := range msgs {
-			data, _ := json.Marshal(pulledMessage(m, pp.encoding))
-			if _, err := fmt.Fprintf(w, "id: %s\nevent: message\ndata: %s\n\n", m.ID, data); err != nil {
-				return nil // held messages go back with the session
-			}
+			b = append(b, "id: "...)
+			b = append(b, m.ID...)
+			b = append(b, "\nevent: message\ndata: "...)
+			b = appendPulled(b, m, pp.encoding)
+			b = append(b, "\n\n"...)
+		}
+		if _, err := w.Write(b); err != nil {
+			return nil // held messages go back with the session
 		}
 		fl.Flush()
 	}

@@ -80,6 +80,16 @@
 // permissions and a refusal comes back as 401 or 403. Requests without
 // one use the gateway's own identity (--credentials-file), or are refused
 // with --require-credentials. Connections to the cluster use TLS with
-// --broker-tls-ca (and a client certificate with --broker-tls-cert); the
-// HTTP listener serves HTTPS with --tls-cert and --tls-key.
+// --broker-tls-ca (and a client certificate with --broker-tls-cert: the
+// gateway's own certificate identity); the HTTP listener serves HTTPS with
+// --tls-cert and --tls-key. An HTTP client's own certificate cannot be
+// presented to the cluster (the gateway lacks its key), so client
+// certificates on the HTTP side are not mapped to identities yet: such a
+// client sends its bearer credential.
+//
+// # Performance
+//
+// scripts/bench.sh gateway measures publish, consume and end-to-end
+// latency against the native clients and nsqd's HTTP /mpub; NOTES.md
+// keeps dated figures.
 package gateway

@@ -131,7 +131,7 @@ func (s *Server) sendAll(w http.ResponseWriter, id *identity, msgs []*protocol.M
 	}
 	switch {
 	case failed == 0:
-		writeJSON(w, http.StatusOK, res)
+		writePublishResponse(w, http.StatusOK, &res)
 		return nil
 	case failed == len(errs) && same != protocol.StatusInternal:
 		p := newProblem(httpStatus(same), same, fmt.Sprintf("%d of %d messages failed: %s", failed, len(errs), firstError(res.Results)))
@@ -141,7 +141,7 @@ func (s *Server) sendAll(w http.ResponseWriter, id *identity, msgs []*protocol.M
 		p.Results = res.Results
 		return p
 	}
-	writeJSON(w, http.StatusMultiStatus, res)
+	writePublishResponse(w, http.StatusMultiStatus, &res)
 	return nil
 }
 

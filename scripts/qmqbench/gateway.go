@@ -18,11 +18,14 @@ package main
 //	                                  bodies), nsqd in memory
 //	                                  (--mem-queue-size 1,000,000)
 //	gateway_vs_nsqd_http_pub_ratio    ours / nsqd (target ≥ 1.0)
-//	gateway_consume_msgs_per_s        300,000 messages stored first (native
-//	                                  producer); 4 clients, each its own
-//	                                  consumer id in one group, pull max=100
-//	                                  (wait 1s) then ack the pull's 100 ids
-//	                                  in one request (target ≥ 100,000)
+//	gateway_consume_msgs_per_s        300,000 messages published first
+//	                                  through the gateway (text bodies); 8
+//	                                  clients, each its own consumer id in
+//	                                  one group, pull max=100 (wait 1s) and
+//	                                  hand each pull's 100 ids to an ack
+//	                                  goroutine of their own (one ack
+//	                                  request per pull, on its own
+//	                                  connection) (target ≥ 100,000)
 //	gateway_e2e_p50_ms, _p99_ms       5,000 msg/s, one message per publish
 //	                                  request from 4 clients on an absolute
 //	                                  schedule; 2 long-polling consumers

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -23,6 +24,7 @@ func main() {
 	opts := gateway.NewOptions()
 	fs := flag.NewFlagSet("qmq-gateway", flag.ExitOnError)
 	opts.AddFlags(fs)
+	gcPercent := fs.Int("gc-percent", 400, "GOGC of the process: the gateway's garbage is short-lived request data, and the default 100 spent a tenth of its CPU collecting it (ignored when GOGC is set)")
 	if err := config.Parse(fs, os.Args[1:], &opts); err != nil {
 		fmt.Fprintln(os.Stderr, "qmq-gateway:", err)
 		os.Exit(2)
@@ -30,6 +32,9 @@ func main() {
 	if err := opts.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "qmq-gateway:", err)
 		os.Exit(2)
+	}
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(*gcPercent)
 	}
 	lg, _, err := logging.New(opts.Log)
 	if err != nil {

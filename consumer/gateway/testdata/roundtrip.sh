@@ -7,7 +7,9 @@ set -euo pipefail
 BASE=$1 SUBJECT=$2 GROUP=curl CONSUMER=curl-consumer-1
 PULLS="$BASE/v1/subjects/$SUBJECT/groups/$GROUP"
 fail() { echo "FAIL: $*" >&2; exit 1; }
-field() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+# The interpreter itself, not a version manager's shim (pyenv's costs a second a call on a busy machine).
+PY=$(python3 -c 'import sys; print(sys.executable)')
+field() { "$PY" -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 
 # One message as a raw body, described by headers.
 out=$(curl -sS -f -X POST "$BASE/v1/subjects/$SUBJECT/publish" -H 'QMQ-Tags: t1,t2' \
@@ -33,7 +35,7 @@ pull_until() { # ids…
       [ -n "$id" ] || continue
       seen[$id]=$(date +%s%N); attempts[$id]=$n
       [ "$id" != "$HELLO" ] || [ "$body" = hello ] || fail "hello came back as $body"
-    done < <(echo "$out" | python3 -c 'import json,sys
+    done < <(echo "$out" | "$PY" -c 'import json,sys
 for m in json.load(sys.stdin)["messages"]: print(m["id"], m["body"], m["attempts"])')
   done
   fail "pulled ${!seen[*]}, want $*"
