@@ -253,3 +253,36 @@ func TestAckEach(t *testing.T) {
 		t.Fatalf("%d messages handled ahead of their answered acks, MaxUnacked %d", w, maxUnacked)
 	}
 }
+
+// TestAckEachBackoff: with AckEach, acks that fail are sent again after
+// the back-off, not once per finished message, and Close does not wait
+// for them forever.
+func TestAckEachBackoff(t *testing.T) {
+	const total = 500
+	b := startBacklogBroker(t, "s", total, true)
+	c, err := New(WithBrokers(b.Addr().String()), WithConsumerID("c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handled atomic.Int64
+	if _, err := c.Subscribe("s", "g", func(context.Context, *Message) error {
+		handled.Add(1)
+		return nil
+	}, AckEach(), MaxUnacked(2*total)); err != nil { // room for all: none is ever acked
+		t.Fatal(err)
+	}
+	start := time.Now()
+	waitHandled(t, &handled, total)
+	time.Sleep(300 * time.Millisecond) // a few back-offs
+	took := time.Since(start)
+	acks := b.acks.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	closeStart := time.Now()
+	c.Close(ctx) // its final acks fail too
+	limit := int64(took/(50*time.Millisecond)) + 4
+	t.Logf("%d messages handled; %d acks tried in %v (limit %d); Close took %v", total, acks, took, limit, time.Since(closeStart))
+	if acks > limit {
+		t.Fatalf("%d acks tried in %v while the broker refused them", acks, took)
+	}
+}
