@@ -527,6 +527,7 @@ func (p *puller) ackLoop() {
 	// loop hands it the finished prefix and keeps next at end, so its own
 	// requests are heartbeats and the final release only.
 	offerEach := func() {
+		next = end // the pipe owns the range: send only heartbeats here
 		if w := pipe.backoff(); w > 0 {
 			if !delayArmed {
 				delay.Reset(w)
@@ -534,9 +535,6 @@ func (p *puller) ackLoop() {
 				p.armAck(true)
 			}
 			return
-		}
-		if next < end {
-			next = end
 		}
 		pipe.offer(eachFrom, end)
 	}
@@ -609,9 +607,7 @@ func (p *puller) ackLoop() {
 				absorb(seq)
 			}
 			if pipe != nil && started {
-				if next < end {
-					next = end
-				}
+				next = end
 				pipe.offer(eachFrom, end)
 				pipe.drain(10 * time.Second)
 				// Whatever failed is re-delivered: the final request
