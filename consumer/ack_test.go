@@ -18,15 +18,22 @@ type backlogBroker struct {
 	*netserver.Server
 	acks, pulls atomic.Int64              // pulls of the subject (not its retry subject)
 	onAck       func(protocol.AckRequest) // if set, sees every ack request before its answer
+	// ackDelay (nanoseconds), if set, answers each ack that much later,
+	// off the connection's serve loop; ackOutstanding counts the acks
+	// received and not yet answered, ackMaxOutstanding its peak.
+	ackDelay, ackOutstanding, ackMaxOutstanding atomic.Int64
 
 	mu     sync.Mutex
 	served int // pull seqs handed out
 	total  int
 }
 
-func startBacklogBroker(t *testing.T, subject string, total int, refuseAcks bool) *backlogBroker {
+func startBacklogBroker(t *testing.T, subject string, total int, refuseAcks bool, setup ...func(*backlogBroker)) *backlogBroker {
 	t.Helper()
 	b := &backlogBroker{total: total}
+	for _, f := range setup {
+		f(b) // before the server starts: its handlers read what f sets
+	}
 	mux := netserver.NewMux()
 	mux.HandleFunc(protocol.CmdPull, func(r *netserver.Request) {
 		req, err := protocol.DecodePullRequest(r.Body)
@@ -65,6 +72,16 @@ func startBacklogBroker(t *testing.T, subject string, total int, refuseAcks bool
 				return
 			}
 			b.onAck(a)
+		}
+		if d := time.Duration(b.ackDelay.Load()); d > 0 && !refuseAcks {
+			n := b.ackOutstanding.Add(1)
+			for m := b.ackMaxOutstanding.Load(); n > m && !b.ackMaxOutstanding.CompareAndSwap(m, n); m = b.ackMaxOutstanding.Load() {
+			}
+			time.AfterFunc(d, func() {
+				b.ackOutstanding.Add(-1)
+				r.Reply(protocol.StatusOK, nil)
+			})
+			return
 		}
 		if !refuseAcks {
 			r.Reply(protocol.StatusOK, nil)
@@ -163,22 +180,25 @@ func waitHandled(t *testing.T, handled *atomic.Int64, n int64) {
 }
 
 // TestAckEach: with AckEach every message is acked by a request naming that
-// message alone, in pull-sequence order, and a message counts against
-// MaxUnacked until its ack is answered (so no more than MaxUnacked are ever
-// handled and not yet acked).
+// message alone, in pull-sequence order, several in flight at once (the
+// test broker answers each ack 2 ms late: one at a time would take 400 ms
+// for 200), and a message counts against MaxUnacked until its ack is
+// answered (so no more than MaxUnacked are ever handled and not yet acked).
 func TestAckEach(t *testing.T) {
 	const total, maxUnacked = 200, 32
-	b := startBacklogBroker(t, "s", total, false)
 	var mu sync.Mutex
 	var ranges [][2]uint64
-	b.onAck = func(a protocol.AckRequest) {
-		if a.First > a.Last {
-			return // a heartbeat or a release
+	b := startBacklogBroker(t, "s", total, false, func(b *backlogBroker) {
+		b.ackDelay.Store(int64(2 * time.Millisecond))
+		b.onAck = func(a protocol.AckRequest) {
+			if a.First > a.Last {
+				return // a heartbeat or a release
+			}
+			mu.Lock()
+			ranges = append(ranges, [2]uint64{a.First, a.Last})
+			mu.Unlock()
 		}
-		mu.Lock()
-		ranges = append(ranges, [2]uint64{a.First, a.Last})
-		mu.Unlock()
-	}
+	})
 	c, err := New(WithBrokers(b.Addr().String()), WithConsumerID("c1"))
 	if err != nil {
 		t.Fatal(err)
@@ -186,9 +206,7 @@ func TestAckEach(t *testing.T) {
 	var handled, worst atomic.Int64
 	if _, err := c.Subscribe("s", "g", func(context.Context, *Message) error {
 		n := handled.Add(1)
-		mu.Lock()
-		ahead := n - int64(len(ranges))
-		mu.Unlock()
+		ahead := n - (b.acks.Load() - b.ackOutstanding.Load()) // handled less acks answered
 		if ahead > worst.Load() {
 			worst.Store(ahead)
 		}
@@ -204,7 +222,7 @@ func TestAckEach(t *testing.T) {
 		mu.Lock()
 		n := len(ranges)
 		mu.Unlock()
-		if n >= total {
+		if n >= total && b.ackOutstanding.Load() == 0 {
 			break
 		}
 		if time.Since(start) > 20*time.Second {
@@ -223,7 +241,48 @@ func TestAckEach(t *testing.T) {
 			t.Fatalf("ack request %d named %d..%d, want %d..%d", i, r[0], r[1], i, i)
 		}
 	}
+	peak := b.ackMaxOutstanding.Load()
+	t.Logf("up to %d acks in flight", peak)
+	if peak < 2 {
+		t.Fatalf("at most %d ack in flight: not pipelined", peak)
+	}
+	if peak > maxUnacked {
+		t.Fatalf("%d acks in flight, MaxUnacked %d", peak, maxUnacked)
+	}
 	if w := worst.Load(); w > maxUnacked {
-		t.Fatalf("%d messages handled ahead of their acks, MaxUnacked %d", w, maxUnacked)
+		t.Fatalf("%d messages handled ahead of their answered acks, MaxUnacked %d", w, maxUnacked)
+	}
+}
+
+// TestAckEachBackoff: with AckEach, acks that fail are sent again after
+// the back-off, not once per finished message, and Close does not wait
+// for them forever.
+func TestAckEachBackoff(t *testing.T) {
+	const total = 500
+	b := startBacklogBroker(t, "s", total, true)
+	c, err := New(WithBrokers(b.Addr().String()), WithConsumerID("c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handled atomic.Int64
+	if _, err := c.Subscribe("s", "g", func(context.Context, *Message) error {
+		handled.Add(1)
+		return nil
+	}, AckEach(), MaxUnacked(2*total)); err != nil { // room for all: none is ever acked
+		t.Fatal(err)
+	}
+	start := time.Now()
+	waitHandled(t, &handled, total)
+	time.Sleep(300 * time.Millisecond) // a few back-offs
+	took := time.Since(start)
+	acks := b.acks.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	closeStart := time.Now()
+	c.Close(ctx) // its final acks fail too
+	limit := int64(took/(50*time.Millisecond)) + 4
+	t.Logf("%d messages handled; %d acks tried in %v (limit %d); Close took %v", total, acks, took, limit, time.Since(closeStart))
+	if acks > limit {
+		t.Fatalf("%d acks tried in %v while the broker refused them", acks, took)
 	}
 }

@@ -1,21 +1,112 @@
 package consumer_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/qmq-go/qmq/consumer"
+	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/producer"
 	"github.com/qmq-go/qmq/realtime"
 )
 
+// ackWatch is a TCP proxy in front of a broker that reads the frames going
+// through: the acks of one subject, in the order sent, and how many were
+// in flight (sent, not yet answered) at most.
+type ackWatch struct {
+	ln      net.Listener
+	target  string
+	subject string
+
+	mu      sync.Mutex
+	firsts  []uint64 // First of each non-empty ack of subject, in order
+	pending map[uint64]bool
+	peak    int
+}
+
+func startAckWatch(t *testing.T, target, subject string) *ackWatch {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &ackWatch{ln: ln, target: target, subject: subject, pending: map[uint64]bool{}}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			go w.copyFrames(out, in, true)
+			go w.copyFrames(in, out, false)
+		}
+	}()
+	return w
+}
+
+// copyFrames forwards whole frames from src to dst, watching acks
+// (requests when toBroker, else their answers).
+func (w *ackWatch) copyFrames(dst, src net.Conn, toBroker bool) {
+	defer dst.Close()
+	defer src.Close()
+	br, bw := bufio.NewReaderSize(src, 64<<10), bufio.NewWriterSize(dst, 64<<10)
+	hb := make([]byte, protocol.HeaderSize)
+	var body []byte
+	for {
+		if _, err := io.ReadFull(br, hb); err != nil {
+			return
+		}
+		h, err := protocol.ParseHeader(hb, protocol.DefaultMaxFrameSize)
+		if err != nil {
+			return
+		}
+		if cap(body) < int(h.BodyLen) {
+			body = make([]byte, h.BodyLen)
+		}
+		body = body[:h.BodyLen]
+		if _, err := io.ReadFull(br, body); err != nil {
+			return
+		}
+		w.mu.Lock()
+		switch {
+		case toBroker && !h.IsResponse() && h.Command() == protocol.CmdAck:
+			if a, err := protocol.DecodeAckRequest(body); err == nil && a.Subject == w.subject && a.First <= a.Last {
+				w.firsts = append(w.firsts, a.First)
+				w.pending[h.RequestID] = true
+				w.peak = max(w.peak, len(w.pending))
+			}
+		case !toBroker && h.IsResponse():
+			delete(w.pending, h.RequestID)
+		}
+		w.mu.Unlock()
+		bw.Write(hb)
+		bw.Write(body)
+		if br.Buffered() == 0 {
+			if err := bw.Flush(); err != nil {
+				return
+			}
+		}
+	}
+}
+
 // TestAckEachBroker: against a real broker, per-message acks from handlers
-// that finish out of order (Concurrency 4) reach it in order: every message
-// is delivered once and the broker never takes an ack as one above a lost
-// ack (which would send the messages below it to the retry subject).
+// that finish out of order (Concurrency 4) go out one request per message,
+// in pull-seq order, many in flight at once, and the broker applies them in
+// order: every message is delivered once and the broker never takes an ack
+// as one above a lost ack (which would send the messages below it to the
+// retry subject).
 func TestAckEachBroker(t *testing.T) {
 	const total = 3000
 	o := realtime.NewOptions()
@@ -30,6 +121,7 @@ func TestAckEachBroker(t *testing.T) {
 	}
 	defer b.Close(context.Background())
 	addr := b.Addr().String()
+	watch := startAckWatch(t, addr, "s")
 
 	p, err := producer.New(producer.WithBrokers(addr))
 	if err != nil {
@@ -50,7 +142,7 @@ func TestAckEachBroker(t *testing.T) {
 
 	var mu sync.Mutex
 	seen := map[string]int{}
-	c, err := consumer.New(consumer.WithBrokers(addr), consumer.WithConsumerID("c1"))
+	c, err := consumer.New(consumer.WithBrokers(watch.ln.Addr().String()), consumer.WithConsumerID("c1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,5 +193,19 @@ func TestAckEachBroker(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("no qmq_realtime_messages_lost_ack_retried_total metric")
+	}
+	watch.mu.Lock()
+	defer watch.mu.Unlock()
+	if len(watch.firsts) != total {
+		t.Fatalf("%d ack requests for %d messages", len(watch.firsts), total)
+	}
+	for i, f := range watch.firsts {
+		if i > 0 && f != watch.firsts[i-1]+1 {
+			t.Fatalf("ack request %d named pull seq %d after %d", i, f, watch.firsts[i-1])
+		}
+	}
+	t.Logf("up to %d acks in flight", watch.peak)
+	if watch.peak < 2 {
+		t.Fatalf("at most %d ack in flight: not pipelined", watch.peak)
 	}
 }

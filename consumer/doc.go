@@ -49,8 +49,12 @@
 // A failed ack keeps its range for the next, which waits out a
 // back-off (50 ms doubling to 1 s): retried once per finished message,
 // acks to a restarting broker opened its circuit breaker for the pulls too.
-// AckEach instead acks each message with a request of its own, in order,
-// one in flight, and counts a message unfinished until its ack is answered.
+// AckEach instead acks each message with a request of its own, in
+// pull-sequence order, many in flight (up to MaxUnacked, at most 1,024; the
+// broker applies one consumer's acks in the order they arrive), and counts
+// a message unfinished until its ack is answered. After the first, acks are
+// sent from the answers' callbacks, so those of a batch of answers leave in
+// one write. A failed ack is sent again after the back-off.
 //
 // # Pulls in flight
 //

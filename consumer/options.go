@@ -228,13 +228,16 @@ func PullTimeout(d time.Duration) SubscribeOption { return func(s *subConfig) { 
 func MaxUnacked(n int) SubscribeOption { return func(s *subConfig) { s.maxUnacked = n } }
 
 // AckEach acks every message with an ack request of its own, naming only
-// that message, in pull-sequence order with one ack in flight per broker
-// group (the broker treats an ack above an un-acked message as a lost ack,
-// so per-message acks may not overtake each other), instead of the default
-// range acks (one request for the longest finished prefix, up to half of
-// MaxUnacked messages). A message then counts against MaxUnacked until its
-// ack was answered, as a message in flight does in nsqd (until FIN) or
-// JetStream (MaxAckPending). It costs a round trip per message: for
-// comparisons with peers that ack each message, and for brokers of the
-// older protocol; range acks are the faster default.
+// that message, sent in pull-sequence order with up to MaxUnacked (at most
+// 1,024) in flight per broker group — the broker applies one consumer's
+// acks in the order they arrive, so pipelined acks never look like lost
+// ones — instead of the default range acks (one request for the longest
+// finished prefix, up to half of MaxUnacked messages). A message then
+// counts against MaxUnacked until its ack was answered, as a message in
+// flight does in nsqd (until FIN) or JetStream (MaxAckPending). A failed
+// ack is sent again after a back-off (50 ms doubling to 1 s); the acks sent
+// after it may have been applied, and the broker then retries its message
+// as one whose ack was lost (at least once). It costs a request per
+// message: for comparisons with peers that ack each message; range acks
+// are the cheaper default.
 func AckEach() SubscribeOption { return func(s *subConfig) { s.ackEach = true } }

@@ -379,6 +379,14 @@ func (p *puller) done(seq uint64) {
 	}
 }
 
+// wakeAcks wakes ackLoop (an AckEach ack failed: it arms the back-off).
+func (p *puller) wakeAcks() {
+	select {
+	case p.doneSig <- struct{}{}:
+	default:
+	}
+}
+
 // signalProgress tells pullLoop there may be room for its next pull.
 func (p *puller) signalProgress() {
 	select {
@@ -450,13 +458,18 @@ func (p *puller) ackLoop() {
 	failures := 0
 	var retryAt time.Time
 	var spare []uint64
-	var body []byte // the ack request, reused
+	var body []byte   // the ack request, reused
+	var pipe *ackPipe // AckEach (see offerEach)
+	var eachFrom uint64
+	if s.cfg.ackEach {
+		pipe = newAckPipe(p)
+	}
 	absorb := func(seq uint64) {
 		if !started {
 			// Acks start at the first pull seq received, which is not
 			// always the first one finished.
 			next, started = uint64(p.firstSeq.Load()), true
-			end = next
+			end, eachFrom = next, next
 		}
 		switch {
 		case seq < end:
@@ -510,35 +523,20 @@ func (p *puller) ackLoop() {
 		failures, retryAt = 0, time.Time{}
 		next = end
 	}
-	// sendEach (AckEach) acks the finished prefix one message a request,
-	// each answered before the next is sent, counting each message
-	// finished once its ack was answered. It stops at the first failure
-	// (the rest wait out the back-off) or when the loop is stopping.
-	sendEach := func(final bool) {
-		for next < end {
-			req := protocol.AckRequest{Subject: p.subject, Group: s.group, ConsumerID: s.c.id, First: next, Last: next}
-			if s.cfg.broadcast {
-				req.Flags |= protocol.AckBroadcast
+	// AckEach: the pipe sends one ack per message (ackpipe.go); this
+	// loop hands it the finished prefix and keeps next at end, so its own
+	// requests are heartbeats and the final release only.
+	offerEach := func() {
+		next = end // the pipe owns the range: send only heartbeats here
+		if w := pipe.backoff(); w > 0 {
+			if !delayArmed {
+				delay.Reset(w)
+				delayArmed = true
+				p.armAck(true)
 			}
-			body = protocol.AppendAckRequest(body[:0], &req)
-			_, err := s.c.transport.CallTimeout(context.Background(), p.currentGroup().Addr, protocol.CmdAck, body, 5*time.Second)
-			lastSent = time.Now()
-			if err != nil {
-				failures++
-				retryAt = lastSent.Add(ackBackoff(failures))
-				if final {
-					p.lg.Warn("final ack failed; the broker will re-deliver", zap.Error(err))
-				} else if failures == 1 || failures%20 == 0 {
-					p.lg.Debug("ack failed", zap.Int("failures", failures), zap.Error(err))
-				}
-				return
-			}
-			failures, retryAt = 0, time.Time{}
-			next++
-			if p.received.Load()-p.finished.Add(1) <= int64(s.cfg.maxUnacked-p.refill()) {
-				p.signalProgress()
-			}
+			return
 		}
+		pipe.offer(eachFrom, end)
 	}
 	// backingOff reports whether a failed ack's back-off still runs, and
 	// then makes sure the delay timer calls again when it ends.
@@ -557,11 +555,13 @@ func (p *puller) ackLoop() {
 	// maybeSend acks once the range is full enough or has waited long
 	// enough, and otherwise makes sure the delay timer will call again.
 	maybeSend := func() {
-		if !started || end == next || backingOff() {
+		if pipe != nil {
+			if started {
+				offerEach()
+			}
 			return
 		}
-		if s.cfg.ackEach {
-			sendEach(false)
+		if !started || end == next || backingOff() {
 			return
 		}
 		waited := time.Since(readySince)
@@ -593,12 +593,11 @@ func (p *puller) ackLoop() {
 			}
 			maybeSend()
 		case <-heartbeat.C:
+			if pipe != nil && started {
+				offerEach()
+			}
 			if started && !backingOff() {
-				if s.cfg.ackEach && end > next {
-					sendEach(false)
-				} else {
-					send(false)
-				}
+				send(false)
 			} else if time.Since(lastSent) >= s.cfg.heartbeat {
 				lastSent = time.Now()
 			}
@@ -607,11 +606,12 @@ func (p *puller) ackLoop() {
 			for _, seq := range spare {
 				absorb(seq)
 			}
-			if started && s.cfg.ackEach {
-				sendEach(true)
+			if pipe != nil && started {
+				next = end
+				pipe.offer(eachFrom, end)
+				pipe.drain(10 * time.Second)
 				// Whatever failed is re-delivered: the final request
 				// (the release, if any) names no range.
-				end = next
 			}
 			if started || p.release.Load() {
 				send(true)

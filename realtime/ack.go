@@ -21,8 +21,10 @@ import (
 // the read's write, which saves the two goroutine hand-offs and the
 // wake-up of the loop for the reply that an ack otherwise costs, about as
 // much as its work. Anything else (a release, a broadcast subscriber's
-// ack, a gap, a busy group, an error to report) is detached and served on
-// its own goroutine (serveAck).
+// ack, a gap, a busy group, an error to report) is detached to its
+// consumer's ack queue (ackorder.go), and so is every later ack of that
+// consumer until the queue ran dry: a consumer's acks are applied in the
+// order they arrived, so pipelined acks never look like lost ones.
 func (b *Broker) serveAckInline(r *netserver.Request) {
 	a, err := protocol.DecodeAckRequest(r.Body)
 	if err != nil {
@@ -34,6 +36,10 @@ func (b *Broker) serveAckInline(r *netserver.Request) {
 		return
 	}
 	if !mayConsume(r, a.Subject, a.Group) {
+		return
+	}
+	key := consumerKey{a.Subject, a.Group, a.ConsumerID}
+	if b.acks.joinQueue(key, r, a) {
 		return
 	}
 	if a.Flags == 0 && a.Last <= 1<<62 {
@@ -49,29 +55,33 @@ func (b *Broker) serveAckInline(r *netserver.Request) {
 			return
 		}
 	}
-	d := r.Detach()
-	go b.serveAck(d, a)
+	if q := b.acks.enqueue(key, r, a); q != nil {
+		go b.ackQueueLoop(key, q)
+	}
 }
 
-// serveAck serves an ack that may wait (see serveAckInline) on its own
-// goroutine.
+// serveAck serves an ack that may wait (see serveAckInline) off the loop.
 func (b *Broker) serveAck(r *netserver.Request, a protocol.AckRequest) {
+	r.ReplyError(b.applyAck(a))
+}
+
+// applyAck applies an ack (its range, then its release flag) and returns
+// the error to answer with, nil for StatusOK.
+func (b *Broker) applyAck(a protocol.AckRequest) error {
 	broadcast := a.Flags&protocol.AckBroadcast != 0
 	if !broadcast {
 		b.live.touch(a.Subject, a.Group, a.ConsumerID)
 	}
 	if a.First <= a.Last {
 		if a.Last > 1<<62 {
-			r.ReplyError(protocol.Errorf(protocol.StatusInvalid, "ack range out of bounds"))
-			return
+			return protocol.Errorf(protocol.StatusInvalid, "ack range out of bounds")
 		}
 		res, err := b.st().Ack(store.AckRequest{
 			Subject: a.Subject, Group: a.Group, Consumer: a.ConsumerID,
 			First: int64(a.First), Last: int64(a.Last), Broadcast: broadcast,
 		})
 		if err != nil {
-			r.ReplyError(pullStatus(err))
-			return
+			return pullStatus(err)
 		}
 		b.metrics.acked.Inc()
 		if len(res.Gap) > 0 {
@@ -86,7 +96,7 @@ func (b *Broker) serveAck(r *netserver.Request, a protocol.AckRequest) {
 	if a.Flags&protocol.AckRelease != 0 && !broadcast {
 		b.release(a.Subject, a.Group, a.ConsumerID, "consumer left")
 	}
-	r.Reply(protocol.StatusOK)
+	return nil
 }
 
 // release hands a consumer's un-acked entries back to its group. It goes

@@ -41,6 +41,7 @@ type Broker struct {
 	policies *metaclient.PolicyCache
 	sched    *actor.Scheduler
 	live     *liveness
+	acks     *ackOrder // each consumer's acks in arrival order
 	// term is the role the broker serves in, with what it owns in it (the
 	// store, log shipping, the dedupe table); handlers load it once per
 	// request (cur).
@@ -101,6 +102,7 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 		lg:        lg,
 		limits:    protocol.DefaultLimits,
 		live:      newLiveness(),
+		acks:      newAckOrder(),
 		actors:    map[actorKey]*pullActor{},
 		bySubject: map[string][]*pullActor{},
 		stop:      make(chan struct{}),

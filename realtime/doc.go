@@ -65,6 +65,10 @@
 // consumer's un-acked messages back at once; a consumer silent for the
 // consumer timeout (default 30 s) loses them the same way (livenessLoop).
 // Acks that store.TryAck applies without waiting are answered on the loop.
+// A consumer's acks are applied in the order they arrived (ackorder.go):
+// once one is detached (the group's lock busy, a gap, a release), its later
+// acks queue behind it on one goroutine until the queue runs dry, so a
+// consumer may pipeline single-message acks without any looking lost.
 //
 // # Replication
 //

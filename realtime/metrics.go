@@ -15,6 +15,7 @@ type metrics struct {
 	rejected    *prometheus.CounterVec
 	pulled      prometheus.Counter
 	acked       prometheus.Counter
+	ackQueued   prometheus.Counter
 	pullDropped prometheus.Counter
 	pipelined   prometheus.Counter
 	inline      prometheus.Counter
@@ -45,6 +46,8 @@ func newMetrics(reg prometheus.Registerer, group string) *metrics {
 			Help: "Messages handed to consumers.", ConstLabels: labels}),
 		acked: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_realtime_acks_total",
 			Help: "Ack requests served.", ConstLabels: labels}),
+		ackQueued: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_realtime_acks_queued_total",
+			Help: "Ack requests served off the event loop from their consumer's ack queue, in the order they arrived (behind an ack that could not be applied at once).", ConstLabels: labels}),
 		pullDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_realtime_pulls_dropped_total",
 			Help: "Pull requests answered retry-later because they could not be served before their deadline.", ConstLabels: labels}),
 		pipelined: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_realtime_pulls_pipelined_total",
@@ -67,7 +70,7 @@ func newMetrics(reg prometheus.Registerer, group string) *metrics {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "qmq_realtime_requests_total",
 			Help: "Requests received, by command (malformed frames and unknown commands are not counted).", ConstLabels: labels}, []string{"command"}),
 	}
-	reg.MustRegister(m.received, m.stored, m.duplicates, m.rejected, m.pulled, m.acked, m.pullDropped,
+	reg.MustRegister(m.received, m.stored, m.duplicates, m.rejected, m.pulled, m.acked, m.ackQueued, m.pullDropped,
 		m.pipelined, m.inline, m.inlineSlow, m.parked, m.returned, m.retried, m.appendSecs, m.dedupeSeeded, m.requests)
 	return m
 }

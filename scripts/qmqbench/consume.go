@@ -11,8 +11,9 @@ package main
 //   - range acks (the consumer's default): one ack request for the longest
 //     finished prefix (up to 1,024 messages), one in flight: all 2,000,000;
 //   - per-message acks (consumer.AckEach): one ack request per message,
-//     naming that message only, each answered before the next is sent (a
-//     message counts as un-acked until then): the first
+//     naming that message only, in pull-sequence order, up to 1,024 in
+//     flight (pipelined, not waited for one by one; a message counts as
+//     un-acked until its ack is answered): the first
 //     consumePerMessageCount messages.
 //
 // nsqd (in memory: --mem-queue-size=20,000,000, its /stats must show no
