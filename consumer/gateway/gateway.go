@@ -39,6 +39,7 @@ type Server struct {
 	closed     bool
 
 	reaperDone chan struct{}
+	started    atomic.Bool    // Start ran the reaper
 	forgetting sync.WaitGroup // refused identities' clients closing
 }
 
@@ -96,10 +97,22 @@ func New(opts Options, lg *zap.Logger) (*Server, error) {
 	s.mets = newMetrics(reg, s)
 	s.ops = opsserver.New(opsserver.Options{
 		Addr: opts.Addr, Registry: reg, Ready: s.rd.Err, TLS: opts.serverTLS,
-		Insecure: opts.Insecure || opts.serverTLS != nil,
+		Authorize: loopbackOnly, Insecure: opts.Insecure,
 	}, lg)
 	s.routes()
 	return s, nil
+}
+
+// loopbackOnly guards the operations endpoints that change the process or
+// reveal its insides (PUT /loglevel, /debug/pprof/): the gateway has no
+// admin identity of its own, so only callers on the same host get them.
+// The API authenticates by passing credentials on to the cluster instead.
+func loopbackOnly(r *http.Request, _ bool) error {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if ip := net.ParseIP(host); err == nil && ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return protocol.Errorf(protocol.StatusForbidden, "operations endpoints answer loopback callers only")
 }
 
 // Routes lists the gateway's routes as "METHOD /path" (OpenAPI path
@@ -277,6 +290,7 @@ func (s *Server) Start() error {
 	if err := s.ops.Start(); err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
+	s.started.Store(true)
 	go s.reaperLoop()
 	s.rd.SetReady()
 	s.lg.Info("gateway started", zap.Stringer("addr", s.ops.Addr()))
@@ -308,7 +322,9 @@ func (s *Server) Close(ctx context.Context) error {
 	ids := s.identities
 	s.identities = map[string]*identity{}
 	s.mu.Unlock()
-	<-s.reaperDone
+	if s.started.Load() {
+		<-s.reaperDone
+	}
 	s.forgetting.Wait()
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*len(ids)+1)

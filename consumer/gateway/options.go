@@ -70,7 +70,8 @@ type Options struct {
 	// RequireCredentials refuses requests without a bearer credential
 	// (401) instead of serving them as the gateway's own identity.
 	RequireCredentials bool `yaml:"require_credentials"`
-	// Insecure allows a non-loopback listener without TLS.
+	// Insecure allows a non-loopback listener without TLS (refused
+	// otherwise, as on every QMQ-Go server).
 	Insecure bool `yaml:"insecure"`
 
 	Log logging.Options `yaml:"log"`
