@@ -150,9 +150,8 @@
 // Done, the limits, the drain on Close. Differences: AfterWrite runs once
 // the reader has written the read's replies or handed them to the writer;
 // ReplyRetained copies (crypto/tls copies every byte into its records
-// anyway); Spin applies to each connection on its own (the reader that
-// answered a read itself polls the socket for the next request before it
-// blocks in the TLS read; other connections have readers of their own).
+// anyway); Spin does not apply (Go's scheduler spins before it parks a
+// thread).
 //
 // The handshake runs on the connection's goroutine within
 // HandshakeTimeout, so a slow one holds up nobody; the config is used as

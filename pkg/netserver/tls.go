@@ -11,7 +11,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/qmq-go/qmq/pkg/busypoll"
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
@@ -226,40 +225,14 @@ func (c *Conn) tlsReadLoop() error {
 			if ok {
 				filled, ok = c.keepTLSPartial(buf, consumed, filled)
 			}
-			direct := c.endRead(frames)
+			c.endRead(frames)
 			if !ok {
 				return nil
-			}
-			if direct && filled == 0 {
-				c.spinTLS()
 			}
 		}
 		if err != nil {
 			return err
 		}
-	}
-}
-
-// spinTLS waits a moment for the client's next request after the reader
-// answered a read itself (see "Spin" in doc.go): it polls the TCP socket
-// without blocking for up to Spin, so a request-at-a-time client's next
-// request finds the reader's thread awake instead of parked. It spins only
-// with nothing of the connection still with a handler, no unsent bytes,
-// and while its spins catch requests (busypoll.Budget).
-func (c *Conn) spinTLS() {
-	s, t := c.srv, c.tls
-	if s.opts.Spin <= 0 || t.sock == nil || c.held.Load() != 0 || s.closing.Load() ||
-		t.sock.unsent() != 0 || !c.spin.Should() {
-		return
-	}
-	s.spins.Add(1)
-	caught := false
-	if err := t.sock.rc.Control(func(fd uintptr) { caught = busypoll.Poll(int(fd), s.opts.Spin) }); err != nil {
-		return
-	}
-	c.spin.Record(caught)
-	if caught {
-		s.spinsCaught.Add(1)
 	}
 }
 
@@ -299,13 +272,10 @@ func (c *Conn) keepTLSPartial(buf []byte, consumed, filled int) (int, bool) {
 // blocks on a client that does not read: its socket's writes never wait
 // (tlsSocket), and the unsent replies, the loop's included, are bounded by
 // MaxOutboundBytes.
-// It reports whether the reader wrote the replies itself.
-func (c *Conn) endRead(frames int) bool {
-	direct := false
+func (c *Conn) endRead(frames int) {
 	if len(c.loopOut) > 0 {
 		if frames <= directWriteFrames && c.tls.sock != nil && c.writerIdle() {
 			c.writeLoopOut()
-			direct = true
 		} else {
 			c.handLoopOut()
 		}
@@ -313,7 +283,6 @@ func (c *Conn) endRead(frames int) bool {
 	if len(c.afterWrite) > 0 {
 		c.runAfterWrites()
 	}
-	return direct
 }
 
 // writerIdle reports whether nothing waits for the writer goroutine.

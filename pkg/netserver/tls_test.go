@@ -57,7 +57,6 @@ func TestTLS_SameAsPlaintext(t *testing.T) {
 		{"AfterWrite_RunsOnceTheReplyIsWritten", TestRequest_AfterWrite_RunsOnceTheReplyIsWritten},
 		{"AfterWrite_OffLoopAndPanics", TestRequest_AfterWrite_OffLoopAndPanics},
 		{"ServeWorkers_OneConnDoesNotBlockAnother", TestServer_ServeWorkers_OneConnDoesNotBlockAnother},
-		{"Spin_CatchesTheNextRequest", TestSpin_CatchesTheNextRequestOfALoneConnection},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			useTLS(t)
