@@ -96,12 +96,18 @@ func (f *largeFrame) remaining() int { return f.body - f.filled }
 
 // reservePartial counts n more bytes held in partial frames, or reports
 // false (and counts nothing) when that would pass MaxPartialBytes.
+// The count never passes the cap, not even for a moment (a compare and
+// swap, not an add taken back), so Stats.PartialBytes is a true bound.
 func (s *Server) reservePartial(n int64) bool {
-	if s.partialBytes.Add(n) > s.opts.MaxPartialBytes {
-		s.partialBytes.Add(-n)
-		return false
+	for {
+		cur := s.partialBytes.Load()
+		if cur+n > s.opts.MaxPartialBytes {
+			return false
+		}
+		if s.partialBytes.CompareAndSwap(cur, cur+n) {
+			return true
+		}
 	}
-	return true
 }
 
 // space returns where the next body bytes of c's large frame go: the free
