@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -198,16 +196,16 @@ func TestAuthzMatrix_DelayTCP(t *testing.T) {
 	// A wrong secret, an unknown identity: the CmdAuth and every command
 	// after it on the connection are refused.
 	for _, creds := range []auth.Credentials{{Name: "billing", Secret: "not-the-secret-of-billing"}, {Name: "nobody", Secret: "whatever-secret-it-is"}} {
-		rc := dialDelayRaw(t, addr)
+		rc := testutil.DialRaw(t, addr)
 		body, err := protocol.AppendAuthRequest(nil, &protocol.AuthRequest{Name: creds.Name, Secret: creds.Secret})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st, msg := rc.call(protocol.CmdAuth, body); st != protocol.StatusUnauthenticated {
+		if st, msg := rc.Call(protocol.CmdAuth, body); st != protocol.StatusUnauthenticated {
 			t.Fatalf("auth as %s with a wrong secret: %v %s", creds.Name, st, msg)
 		}
 		for _, n := range names {
-			if st, msg := rc.call(own[n].cmd, own[n].body); st != protocol.StatusUnauthenticated {
+			if st, msg := rc.Call(own[n].cmd, own[n].body); st != protocol.StatusUnauthenticated {
 				t.Errorf("%s after a failed auth as %s: %v %s, want unauthenticated", n, creds.Name, st, msg)
 			}
 		}
@@ -300,44 +298,4 @@ func TestSecure_DelayRefusesExposedListener(t *testing.T) {
 			}
 		})
 	}
-}
-
-// delayRaw speaks frames directly, one request at a time: for commands
-// after a refused CmdAuth, which a transport would not send.
-type delayRaw struct {
-	t  *testing.T
-	nc net.Conn
-	id uint64
-}
-
-func dialDelayRaw(t *testing.T, addr string) *delayRaw {
-	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	return &delayRaw{t: t, nc: nc}
-}
-
-func (c *delayRaw) call(cmd protocol.Command, body []byte) (protocol.Status, string) {
-	c.t.Helper()
-	c.id++
-	_ = c.nc.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.nc.Write(protocol.AppendRequest(nil, cmd, c.id, body)); err != nil {
-		c.t.Fatalf("write: %v", err)
-	}
-	var hdr [protocol.HeaderSize]byte
-	if _, err := io.ReadFull(c.nc, hdr[:]); err != nil {
-		c.t.Fatalf("read: %v", err)
-	}
-	h, err := protocol.ParseHeader(hdr[:], 64<<20)
-	if err != nil || !h.IsResponse() || h.RequestID != c.id {
-		c.t.Fatalf("answer %+v: %v", h, err)
-	}
-	resp := make([]byte, h.BodyLen)
-	if _, err := io.ReadFull(c.nc, resp); err != nil {
-		c.t.Fatalf("read: %v", err)
-	}
-	return h.Status(), string(resp)
 }

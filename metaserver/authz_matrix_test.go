@@ -3,15 +3,13 @@ package metaserver
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/qmq-go/qmq/metaserver/api"
 	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/testutil"
 )
 
 // TestAuthzMatrix_MetaTCP is the authorization matrix of the meta server's
@@ -106,17 +104,17 @@ func TestAuthzMatrix_MetaTCP(t *testing.T) {
 	// A wrong group credential, an unknown identity: the CmdAuth is
 	// refused, and every command after it on the connection.
 	for _, creds := range []string{"g1:not-the-secret-of-g1-xx", "g3:a-broker-nobody-created"} {
-		rc := dialMetaRaw(t, addr)
+		rc := testutil.DialRaw(t, addr)
 		name, secret, _ := strings.Cut(creds, ":")
 		body, err := protocol.AppendAuthRequest(nil, &protocol.AuthRequest{Name: name, Secret: secret})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st, msg := rc.call(protocol.CmdAuth, body); st != protocol.StatusUnauthenticated {
+		if st, msg := rc.Call(protocol.CmdAuth, body); st != protocol.StatusUnauthenticated {
 			t.Fatalf("auth as %s with a wrong secret: %v %s", name, st, msg)
 		}
 		for _, c := range every {
-			if st, msg := rc.call(c.cmd, c.body); st != protocol.StatusUnauthenticated {
+			if st, msg := rc.Call(c.cmd, c.body); st != protocol.StatusUnauthenticated {
 				t.Errorf("%s after a failed auth as %s: %v %s, want unauthenticated", c.name, name, st, msg)
 			}
 		}
@@ -208,44 +206,4 @@ func metaRefusalCounts(t *testing.T, s *Server) map[string]float64 {
 		t.Fatalf("no refusal counters in /metrics:\n%s", truncate(body, 2000))
 	}
 	return out
-}
-
-// metaRaw speaks frames directly, one request at a time: for commands
-// after a refused CmdAuth, which a transport would not send.
-type metaRaw struct {
-	t  *testing.T
-	nc net.Conn
-	id uint64
-}
-
-func dialMetaRaw(t *testing.T, addr string) *metaRaw {
-	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	return &metaRaw{t: t, nc: nc}
-}
-
-func (c *metaRaw) call(cmd protocol.Command, body []byte) (protocol.Status, string) {
-	c.t.Helper()
-	c.id++
-	_ = c.nc.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.nc.Write(protocol.AppendRequest(nil, cmd, c.id, body)); err != nil {
-		c.t.Fatalf("write: %v", err)
-	}
-	var hdr [protocol.HeaderSize]byte
-	if _, err := io.ReadFull(c.nc, hdr[:]); err != nil {
-		c.t.Fatalf("read: %v", err)
-	}
-	h, err := protocol.ParseHeader(hdr[:], 64<<20)
-	if err != nil || !h.IsResponse() || h.RequestID != c.id {
-		c.t.Fatalf("answer %+v: %v", h, err)
-	}
-	resp := make([]byte, h.BodyLen)
-	if _, err := io.ReadFull(c.nc, resp); err != nil {
-		c.t.Fatalf("read: %v", err)
-	}
-	return h.Status(), string(resp)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -328,16 +326,16 @@ func TestAuthzMatrix_RealtimeTCP(t *testing.T) {
 	// CmdAuth is refused, and so is every command after it on the same
 	// connection.
 	for _, creds := range []auth.Credentials{{Name: m.app.Name, Secret: "not-the-secret-of-billing"}, {Name: "nobody", Secret: "whatever-secret-it-is"}} {
-		rc := dialRaw(t, m.addr)
+		rc := testutil.DialRaw(t, m.addr)
 		body, err := protocol.AppendAuthRequest(nil, &protocol.AuthRequest{Name: creds.Name, Secret: creds.Secret})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st, msg := rc.call(protocol.CmdAuth, body); st != protocol.StatusUnauthenticated {
+		if st, msg := rc.Call(protocol.CmdAuth, body); st != protocol.StatusUnauthenticated {
 			t.Fatalf("auth as %s with a wrong secret: %v %s", creds.Name, st, msg)
 		}
 		for _, c := range realtimeCommands(t, matrixSubject, matrixCGroup, m.dead) {
-			if st, msg := rc.call(c.cmd, c.body); st != protocol.StatusUnauthenticated {
+			if st, msg := rc.Call(c.cmd, c.body); st != protocol.StatusUnauthenticated {
 				t.Errorf("%s after a failed auth as %s: %v %s, want unauthenticated", c.name, creds.Name, st, msg)
 			}
 		}
@@ -467,46 +465,4 @@ func pick(cs map[string]matrixCommand, names ...string) []matrixCommand {
 		out = append(out, c)
 	}
 	return out
-}
-
-// rawConn is a connection that speaks frames directly, one request at a
-// time: for what a transport would not send (commands after a refused
-// CmdAuth).
-type rawConn struct {
-	t  *testing.T
-	nc net.Conn
-	id uint64
-}
-
-func dialRaw(t *testing.T, addr string) *rawConn {
-	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	return &rawConn{t: t, nc: nc}
-}
-
-// call sends one request and returns the answer's status and body.
-func (c *rawConn) call(cmd protocol.Command, body []byte) (protocol.Status, string) {
-	c.t.Helper()
-	c.id++
-	_ = c.nc.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.nc.Write(protocol.AppendRequest(nil, cmd, c.id, body)); err != nil {
-		c.t.Fatalf("write: %v", err)
-	}
-	var hdr [protocol.HeaderSize]byte
-	if _, err := io.ReadFull(c.nc, hdr[:]); err != nil {
-		c.t.Fatalf("read: %v", err)
-	}
-	h, err := protocol.ParseHeader(hdr[:], 64<<20)
-	if err != nil || !h.IsResponse() || h.RequestID != c.id {
-		c.t.Fatalf("answer %+v: %v", h, err)
-	}
-	resp := make([]byte, h.BodyLen)
-	if _, err := io.ReadFull(c.nc, resp); err != nil {
-		c.t.Fatalf("read: %v", err)
-	}
-	return h.Status(), string(resp)
 }
