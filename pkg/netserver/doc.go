@@ -255,39 +255,9 @@
 //
 // # Design notes
 //
-//   - One event loop per four CPUs by default (Options.EventLoops). The loop
-//     only frames bytes and writes replies; handlers run on other
-//     goroutines (on the 2-core machine two loops were slower than one).
-//   - The cost of the off-loop path is its two hand-offs, not the copying
-//     (NOTES.md). A handler whose work is itself a non-blocking hand-off
-//     (decode, then push into a queue with a select/default, replying
-//     later) may register with HandleInline and skip both.
-//   - Keep-alive (Options.TCPKeepAlive) is set on each connection in OnOpen,
-//     not with gnet.WithTCPKeepAlive: with that option gnet v2.9.7 sets it on
-//     the listener's descriptor even after a failed bind has closed it, so
-//     an address in use was reported as "setsockopt: bad file descriptor"
-//     (seen as a rare CI failure of a test whose picked port another test
-//     took), and a descriptor number reused meanwhile by another goroutine
-//     would have become gnet's listener, to be closed under its owner.
-//   - gnet v2.9.7's Conn.Context, RemoteAddr and Write are not safe off the
-//     loop: Conn captures the remote address in OnOpen, and off-loop code
-//     uses only AsyncWritev and Close.
-//   - An off-loop AsyncWritev or Close after the engine stopped (a reply
-//     that passed the closed check just before OnClose, after the drain
-//     timed out) calls gnet's Poller.Trigger on a closed poller. That is
-//     harmless in v2.9.7, read in its source: every loop exits by running
-//     the engine's shutdown task, which returns before the poller clears
-//     its wake-up flag, so a later Trigger only queues a task nobody runs
-//     and never writes to the eventfd's (closed, perhaps reused)
-//     descriptor number. A gnet upgrade must keep that true, or netserver
-//     must stop calling into gnet once Close stops the engine.
-//   - gnet logs through the server's logger until Close, then through a
-//     no-op logger (gnet keeps its logger process-wide).
-//   - Each time a gnet v2.9.7 loop runs out of events it polls once more
-//     and calls runtime.Gosched before it blocks; with an idle P that wakes
-//     a second OS thread (a futex, and an IPI to an idle vCPU) which finds
-//     nothing to do, once per request with one request in flight. No gnet
-//     option avoids it, and a local copy of gnet without the call did not
-//     stay faster (NOTES.md); Spin (above) takes the wake-up out of the way
-//     instead.
+// One event loop per four CPUs by default (Options.EventLoops); the loop
+// only frames bytes and writes replies. Keep-alive is set per connection in
+// OnOpen, and off-loop code uses only AsyncWritev and Close (gnet v2.9.7's
+// Conn is not safe off the loop otherwise). Why, and the gnet behaviours a
+// gnet upgrade must keep true: NOTES.md, "Design notes".
 package netserver
