@@ -39,9 +39,10 @@
 //
 // Segment files are named by their base (pkg/segment); names longer than
 // 200 bytes are hashed (h-<sha256/16>). Byte layouts are drawn next to the
-// code that writes them: segment records in pkg/segment, message records in
-// record.go, consume-log entries in entry.go, pull-log entries in group.go,
-// actions in actionlog.go, the checkpoint in checkpoint.go.
+// code that writes them, one file per log: segment records in pkg/segment,
+// message records in messagelog.go, consume-log entries in consumelog.go,
+// pull-log entries in pulllog.go, actions in actionlog.go, the checkpoint
+// in checkpoint.go.
 //
 // # Write path and flush policy
 //
