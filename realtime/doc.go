@@ -93,7 +93,7 @@
 // the master's committed end, and the slave indexes records only below it.
 // A failed write or fdatasync cuts the master's log back to its committed
 // end, recorded with a generation (store.MessageCuts) before truncating; the
-// slave cuts its tail in place (store.CutReplicaTail). Invariant: a copy's
+// slave cuts its tail in place (store.Replica.CutTail). Invariant: a copy's
 // consume logs and checkpoints hold durable master records only.
 //
 // Waiting for the slave (--wait-slave): while the role loop counts on a

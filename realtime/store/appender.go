@@ -157,7 +157,7 @@ func (s *Store) appendAsync(msgs [][]byte, done func([]Result), block bool) erro
 	return nil
 }
 
-// appendLoop is the message log's writer (with TryAppendNow, under
+// appendLoop is the message log's writer (with tryAppendNow, under
 // direct.mu): it takes every request that has arrived (up to
 // MaxBatchBytes), assigns sequences, writes the records with one write, and
 // hands the group to syncLoop (FlushSync) or publishes it (FlushAsync).

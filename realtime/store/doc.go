@@ -16,8 +16,9 @@
 //	s.Ack(store.AckRequest{...}) (store.AckResult, error)   // AckResult.Gap: lost acks to retry
 //	s.ReturnUnacked / RemoveConsumer / ResetGroup / Read    // consumers, offsets, tools
 //	s.Stats(); s.Checkpoint(); s.RunRetention(); s.Close()
-//	s.ReadMessageTailInto / ReadActionLog, s.ReplicateMessages / ReplicateActions,
-//	s.CommittedEnds, s.CommitSignal, s.Promote, store.Truncate   // replication, failover
+//	s.Source().ReadMessageTailInto / ReadActionLogInto / CommitSignal  // a master's side
+//	s.Replica().ReplicateMessages / ReplicateActions / Ends           // a slave's side
+//	s.CommittedEnds(), s.Promote(), store.Truncate(...)              // failover
 //
 // Messages are encoded pkg/protocol messages; Append validates each
 // (ParseMessage with its CRC, Limits.CheckView) and stores exactly those
@@ -53,7 +54,7 @@
 // publishes them in order: consume-log entries become visible, callbacks
 // run, OnAppend fires. Under FlushAsync the appender publishes after the
 // write and flushLoop fdatasyncs every FlushInterval; a caller with nothing
-// queued may append on its own goroutine (TryAppendNow, or TryWriteViewsNow
+// queued may append on its own goroutine (TryWriteViewsNow
 // then PublishWritten, so a server can reply in between). Readers see only
 // published entries, so under FlushSync no consumer receives a message a
 // crash could take back. Consume-log entries are buffered per subject and
@@ -131,11 +132,11 @@
 // # Replication
 //
 // A slave's store (Options.Replica) refuses client changes (ErrReplica)
-// and is fed the master's two logs byte for byte: ReadMessageTailInto /
-// ReadActionLog on the master give LogChunks (whole records of one
+// and is fed the master's two logs byte for byte: Source's
+// ReadMessageTailInto and ReadActionLogInto on the master give LogChunks (whole records of one
 // segment, as stored, up to the committed end, and for the message log a
 // tentative tail past it so the slave's fdatasync overlaps the master's);
-// ReplicateMessages checks every record's CRC, writes the chunk at the
+// Replica.ReplicateMessages checks every record's CRC, writes the chunk at the
 // master's offsets, fdatasyncs and indexes it with recovery's code (the
 // tentative tail only once a later chunk's End passes it, so a cut of it is
 // a reset alone); ReplicateActions applies each action as a live one is.

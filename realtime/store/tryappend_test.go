@@ -41,14 +41,14 @@ func TestTryAppendAsync(t *testing.T) {
 	}
 }
 
-// TryAppendNow appends on the caller's goroutine only under FlushAsync, for
+// tryAppendNow appends on the caller's goroutine only under FlushAsync, for
 // subjects the store knows, and stores exactly what AppendAsync would: the
 // sequences continue, the messages are readable, OnAppend fires, invalid
 // messages fail alone.
 func TestTryAppendNow(t *testing.T) {
 	durable := openStore(t, t.TempDir(), testOptions())
 	appendAll(t, durable, encode(t, "s", "a", []byte("x")))
-	if _, ok := durable.TryAppendNow([][]byte{encode(t, "s", "b", []byte("y"))}); ok {
+	if _, ok := durable.tryAppendNow([][]byte{encode(t, "s", "b", []byte("y"))}); ok {
 		t.Fatal("appended now under FlushSync")
 	}
 	if err := durable.Close(); err != nil {
@@ -66,7 +66,7 @@ func TestTryAppendNow(t *testing.T) {
 	s := openStore(t, t.TempDir(), opts)
 	defer s.Close()
 	s.Watch("s")
-	if _, ok := s.TryAppendNow([][]byte{encode(t, "s", "new", []byte("x"))}); ok {
+	if _, ok := s.tryAppendNow([][]byte{encode(t, "s", "new", []byte("x"))}); ok {
 		t.Fatal("appended now to a subject the store does not have yet")
 	}
 	appendAll(t, s, encode(t, "s", "first", []byte("x")))
@@ -78,7 +78,7 @@ func TestTryAppendNow(t *testing.T) {
 	var res []Result
 	ok := false
 	for deadline := time.Now().Add(5 * time.Second); !ok && time.Now().Before(deadline); {
-		if res, ok = s.TryAppendNow([][]byte{encode(t, "s", "now-1", []byte("y")), bad, encode(t, "s", "now-2", []byte("w"))}); !ok {
+		if res, ok = s.tryAppendNow([][]byte{encode(t, "s", "now-1", []byte("y")), bad, encode(t, "s", "now-2", []byte("w"))}); !ok {
 			time.Sleep(time.Millisecond)
 		}
 	}
@@ -101,7 +101,7 @@ func TestTryAppendNow(t *testing.T) {
 	big := encode(t, "s", "big", make([]byte, 900<<10))
 	refused := false
 	for range 20 {
-		res, ok := s.TryAppendNow([][]byte{big})
+		res, ok := s.tryAppendNow([][]byte{big})
 		if !ok {
 			refused = true
 			break
@@ -141,7 +141,7 @@ func TestTryAppendNow_InterleavesWithTheAppender(t *testing.T) {
 				subject := []string{"a", "b"}[(w+i)%2]
 				m := [][]byte{encode(t, subject, fmt.Sprintf("w%d-%d", w, i), []byte("x"))}
 				if i%3 != 0 {
-					if res, ok := s.TryAppendNow(m); ok {
+					if res, ok := s.tryAppendNow(m); ok {
 						now.Add(1)
 						if res[0].Err != nil {
 							t.Error(res[0].Err)
@@ -181,7 +181,7 @@ func TestTryAppendNow_InterleavesWithTheAppender(t *testing.T) {
 	}
 }
 
-// TryAppendViewsNow stores pre-parsed messages like TryAppendNow, leaves a
+// tryAppendViewsNow stores pre-parsed messages like tryAppendNow, leaves a
 // message whose result already holds an error alone, touches no result when
 // it refuses (a new subject), and allocates nothing for a lone message.
 func TestTryAppendViewsNow(t *testing.T) {
@@ -202,7 +202,7 @@ func TestTryAppendViewsNow(t *testing.T) {
 	results := []Result{{}, {Err: rejected}, {}}
 	ok := false
 	for deadline := time.Now().Add(5 * time.Second); !ok && time.Now().Before(deadline); {
-		if ok = s.TryAppendViewsNow(views, results); !ok {
+		if ok = s.tryAppendViewsNow(views, results); !ok {
 			time.Sleep(time.Millisecond)
 		}
 	}
@@ -214,7 +214,7 @@ func TestTryAppendViewsNow(t *testing.T) {
 	}
 
 	fresh := []Result{{Seq: 99}}
-	if s.TryAppendViewsNow([]protocol.View{view("new", "n-1")}, fresh) {
+	if s.tryAppendViewsNow([]protocol.View{view("new", "n-1")}, fresh) {
 		t.Fatal("appended now to a subject the store does not have yet")
 	}
 	if fresh[0].Seq != 99 {
@@ -225,7 +225,7 @@ func TestTryAppendViewsNow(t *testing.T) {
 	res := make([]Result, 1)
 	allocs := testing.AllocsPerRun(50, func() {
 		res[0] = Result{}
-		if !s.TryAppendViewsNow(one, res) || res[0].Err != nil {
+		if !s.tryAppendViewsNow(one, res) || res[0].Err != nil {
 			t.Fatalf("append now: %+v", res[0])
 		}
 	})
@@ -280,7 +280,7 @@ func TestTryWriteViewsNow_PublishWritten(t *testing.T) {
 	if woken.Load() != 1 {
 		t.Fatalf("OnAppend saw next %d before PublishWritten", woken.Load())
 	}
-	if s.TryAppendViewsNow(views, make([]Result, 1)) {
+	if s.tryAppendViewsNow(views, make([]Result, 1)) {
 		t.Fatal("appended now while a write waited to be published")
 	}
 	queued := make(chan []Result, 1)
