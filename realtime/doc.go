@@ -16,7 +16,7 @@
 // (group commit under the default sync flush). Small requests are checked
 // on the event loop; under --flush=async a lone send is written and answered
 // on the loop (store.TryWriteViewsNow), otherwise requests are queued
-// (store.TryAppendAsync) or handed to a goroutine. The dedupe table's two
+// (store.AppendAsync with NoWait) or handed to a goroutine. The dedupe table's two
 // generations share one array on transparent huge pages, and a batch's
 // slots are looked up in one pass so its cache misses overlap.
 //

@@ -39,7 +39,7 @@ func noDone([]Result) {}
 // other append queued or running, every subject already known, and the
 // records fitting in the current message-log segment. Otherwise it stores
 // nothing and reports false; the caller then queues the append with
-// AppendAsync or TryAppendAsync. It saves the hand-off to the appender and
+// AppendAsync. It saves the hand-off to the appender and
 // back for a lone request, which is most of the cost of a small send when
 // a producer has one message in flight; a server's event loop may call it.
 // msgs are copied into the log before it returns.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,17 +13,17 @@ import (
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
-// TryAppendAsync stores like AppendAsync when the queue has room, and fails
-// like it once the store is closed. (The full-queue branch is a select with
-// a default: it queues nothing and returns ErrWouldBlock.)
-func TestTryAppendAsync(t *testing.T) {
+// AppendAsync with NoWait stores like AppendAsync when the queue has room,
+// and fails like it once the store is closed. (The full-queue branch is a
+// select with a default: it queues nothing and returns ErrWouldBlock.)
+func TestAppendAsync_NoWait(t *testing.T) {
 	dir := t.TempDir()
 	s, err := Open(dir, testOptions(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan []Result, 1)
-	if err := s.TryAppendAsync([][]byte{encode(t, "s", "id-1", []byte("x"))}, func(r []Result) { done <- r }); err != nil {
+	if err := s.AppendAsync([][]byte{encode(t, "s", "id-1", []byte("x"))}, func(r []Result) { done <- r }, NoWait); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -36,7 +37,7 @@ func TestTryAppendAsync(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.TryAppendAsync([][]byte{encode(t, "s", "id-2", []byte("y"))}, func([]Result) {}); !errors.Is(err, ErrClosed) {
+	if err := s.AppendAsync([][]byte{encode(t, "s", "id-2", []byte("y"))}, func([]Result) {}, NoWait); !errors.Is(err, ErrClosed) {
 		t.Fatalf("after Close: %v", err)
 	}
 }
@@ -325,5 +326,44 @@ func TestTryWriteViewsNow_PublishWritten(t *testing.T) {
 	})
 	if allocs != 0 && !raceEnabled {
 		t.Errorf("a lone write and publish allocated %.1f times", allocs)
+	}
+}
+
+// AppendAsync with Checked reads the headers of a known subject's messages
+// without checking them again (the caller did), and still checks in full a
+// message for a subject the store does not have.
+func TestAppendAsync_Checked(t *testing.T) {
+	s := openStore(t, t.TempDir(), testOptions())
+	defer s.Close()
+	appendAll(t, s, encode(t, "a", "first", []byte("x")))
+
+	flipped := encode(t, "a", "flipped", []byte("body"))
+	flipped[len(flipped)-1] ^= 0xff // the CRC no longer matches
+	wide := protocol.DefaultLimits
+	wide.MaxSubject = 1000
+	long, err := protocol.AppendMessage(nil, &protocol.Message{Subject: strings.Repeat("n", 300), ID: "long", Body: []byte("x"), Created: time.UnixMilli(1)}, wide)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(opts ...AppendOption) []Result {
+		done := make(chan []Result, 1)
+		if err := s.AppendAsync([][]byte{flipped, long, encode(t, "b", "new", []byte("y"))}, func(r []Result) { done <- r }, opts...); err != nil {
+			t.Fatal(err)
+		}
+		return <-done
+	}
+	unchecked := run()
+	if unchecked[0].Err == nil || unchecked[1].Err == nil || unchecked[2].Err != nil {
+		t.Fatalf("without Checked: %v, %v, %v; want the bad CRC and the long subject refused", unchecked[0].Err, unchecked[1].Err, unchecked[2].Err)
+	}
+	checked := run(Checked)
+	if checked[0].Err != nil {
+		t.Fatalf("with Checked, a known subject's message was checked again: %v", checked[0].Err)
+	}
+	if checked[1].Err == nil {
+		t.Fatal("with Checked, a message for a new subject over the limits was stored")
+	}
+	if got := pullAll(t, s, "a", "g"); len(got) != 2 || got["flipped"] == nil {
+		t.Fatalf("subject a holds %d messages, want first and flipped", len(got))
 	}
 }
