@@ -257,6 +257,11 @@ func (s *Subscription) retry(d *delivery, cause error, done func()) {
 	}
 	pm.Attempts = uint16(min(attempts, 65535))
 	pm.DeliverAt = time.Time{}
+	failure := protocol.Failure{Error: errorText(cause), FailedAt: s.c.cfg.now()}
+	if attempts >= s.cfg.maxAttempts {
+		failure.DeadWhy = fmt.Sprintf("%d attempts failed (max attempts %d)", attempts, s.cfg.maxAttempts)
+	}
+	protocol.RecordFailure(pm, failure)
 	if attempts >= s.cfg.maxAttempts {
 		pm.Subject = protocol.DeadSubject(s.subject, s.group)
 		s.lg.Warn("message goes to dead letters", zap.String("id", m.ID), zap.Int("attempts", attempts), zap.Error(cause))
@@ -283,6 +288,14 @@ func (s *Subscription) retry(d *delivery, cause error, done func()) {
 		}
 	}
 	send()
+}
+
+// errorText is the text a retried or dead copy records for cause.
+func errorText(cause error) string {
+	if cause == nil {
+		return "handler failed"
+	}
+	return cause.Error()
 }
 
 // retryLocal re-runs a broadcast handler after delay, up to MaxAttempts.

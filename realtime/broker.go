@@ -45,13 +45,14 @@ type Broker struct {
 	// term is the role the broker serves in, with what it owns in it (the
 	// store, log shipping, the dedupe table); handlers load it once per
 	// request (cur).
-	term    atomic.Pointer[term]
-	metrics *metrics
-	reg     *prometheus.Registry
-	keeper  *metaclient.Keeper // registration of a slave with a fixed master
-	dead    *deadLetters       // re-driven and purged dead letters
-	rates   metaclient.Rates   // in and out rates reported to the meta servers
-	fair    *fairShare         // deliveries per pull actor, to hold the greedy
+	term       atomic.Pointer[term]
+	metrics    *metrics
+	reg        *prometheus.Registry
+	keeper     *metaclient.Keeper // registration of a slave with a fixed master
+	dead       *deadLetters       // re-driven and purged dead letters
+	deadCounts deadCounts         // dead letters per dead subject, for stats and metrics
+	rates      metaclient.Rates   // in and out rates reported to the meta servers
+	fair       *fairShare         // deliveries per pull actor, to hold the greedy
 
 	// Failover: member runs the group's role loop (with meta servers and no
 	// fixed master); gate is its write gate (always open for a standalone

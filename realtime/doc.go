@@ -123,7 +123,8 @@
 // inline), acks and append time; series read at each scrape (collector.go):
 // connections, subjects, groups, consumers, disk, consume-log buffers, syncs
 // and corrupt reads, and per consumer group its backlog, un-acked messages
-// and qmq_realtime_backlog_at_risk_messages (alert on it); replication and
+// and qmq_realtime_backlog_at_risk_messages (alert on it), qmq_realtime_dead_letters
+// per group (deadcount.go, masters only); replication and
 // qmq_failover_* series. A scrape walks every subject and group.
 // CmdConsumerManage resets offsets and takes consumers offline or online,
 // CmdBrokerStats reports, CmdDeadLetters lists, re-drives and purges: admin
