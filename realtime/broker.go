@@ -153,6 +153,8 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 	mux.Handle(protocol.CmdBrokerStats, b.counted(protocol.CmdBrokerStats,
 		b.allowed(adminRead, "read broker stats (admin read)", b.serveBrokerStats)))
 	mux.Handle(protocol.CmdDeadLetters, b.counted(protocol.CmdDeadLetters, b.masterOnly(b.serveDeadLetters)))
+	mux.Handle(protocol.CmdFindMessages, b.counted(protocol.CmdFindMessages,
+		b.allowed(adminRead, "look messages up (admin read)", b.serveFindMessages)))
 	copying := "copy group " + opts.Group + "'s logs (a broker of the group)"
 	mux.Handle(protocol.CmdSyncLog, b.counted(protocol.CmdSyncLog, b.allowed(brokerOf(opts.Group), copying, b.serveSync)))
 	mux.Handle(protocol.CmdSyncEpoch, b.counted(protocol.CmdSyncEpoch, b.allowed(brokerOf(opts.Group), copying, b.serveSyncEpoch)))
@@ -205,6 +207,7 @@ func storeOptions(opts Options, replica bool, onAppend func(subject string, next
 	sopts.FlushInterval = opts.FlushInterval
 	sopts.SegmentSize = opts.SegmentSize
 	sopts.ZeroFillAhead = opts.ZeroFillAhead
+	sopts.NoMessageIndex = opts.NoMessageIndex
 	sopts.RetentionAge = opts.RetentionAge
 	sopts.RetentionBytes = opts.RetentionBytes
 	sopts.Limits = limits

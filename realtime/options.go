@@ -89,6 +89,10 @@ type Options struct {
 	// written with zeros under the durable flush (default 16 MiB; negative:
 	// off; store.Options.ZeroFillAhead, store doc.go "Zero filling").
 	ZeroFillAhead int64 `yaml:"zero_fill_ahead"`
+	// NoMessageIndex turns off the index of stored messages by id and key
+	// (store.Options.NoMessageIndex; on by default): CmdFindMessages then
+	// answers StatusUnknownCommand.
+	NoMessageIndex bool `yaml:"no_message_index"`
 
 	// MaxFrameSize bounds a request (default 16 MiB).
 	MaxFrameSize int `yaml:"max_frame_size"`
