@@ -127,7 +127,8 @@
 // per group (deadcount.go, masters only); replication and
 // qmq_failover_* series. A scrape walks every subject and group.
 // CmdConsumerManage resets offsets and takes consumers offline or online,
-// CmdBrokerStats reports, CmdDeadLetters lists, re-drives and purges: admin
+// CmdBrokerStats reports, CmdDeadLetters lists, re-drives and purges,
+// CmdFindMessages finds stored messages by id or key (lookup.go): admin
 // identities only.
 //
 // # Lifecycle

@@ -21,6 +21,7 @@
 //	s.ReadMessageLog/ReadActionLog(+Into), s.ReplicateMessages/ReplicateActions,
 //	s.CommittedEnds, s.CommitSignal, s.Promote   // replication, see below
 //	s.FlushActions; store.Truncate(dir, opts, message, action, lg) // failover
+//	s.FindByID(id), s.FindByKey(key) ([]store.Found, error) // msgindex.go
 //
 // Messages are encoded pkg/protocol messages; Append validates each with
 // protocol.ParseMessage (CRC) and Limits.CheckView and stores exactly those
@@ -47,6 +48,7 @@
 //	dir/actionlog/%020d.seg                    action log, 64 MiB segments
 //	dir/consumelog/n-<subject>/%020d.seg       40-byte entries, 2^18 per file
 //	dir/pulllog/n-<subject>/n-<group>/n-<consumer>/%020d.seg   8-byte entries, 2^18 per file
+//	dir/index/%020d.run                         message index by id and key (msgindex.go)
 //
 // Segment files are named by their base (byte offset or entry sequence),
 // see pkg/segment. Names longer than 200 bytes are hashed (h-<sha256/16>).
