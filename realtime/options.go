@@ -214,6 +214,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&o.RetentionBytes, "retention-bytes", o.RetentionBytes, "delete the oldest segments past this total size (0: no limit)")
 	fs.Int64Var(&o.SegmentSize, "segment-size", o.SegmentSize, "message-log segment size in bytes")
 	fs.Int64Var(&o.ZeroFillAhead, "zero-fill-ahead", o.ZeroFillAhead, "bytes of the message log kept written with zeros ahead of its end under durable flush, so syncs overwrite written blocks (negative: off)")
+	fs.BoolVar(&o.NoMessageIndex, "no-message-index", o.NoMessageIndex, "keep no index of messages by id and key (lookups and traces then find nothing on this broker)")
 	fs.IntVar(&o.MaxBody, "max-body", o.MaxBody, "largest message body in bytes")
 	fs.DurationVar(&o.Spin, "spin", o.Spin, "how long the event loop polls a lone connection for its next request before sleeping (negative: off; at most 1ms)")
 	fs.StringVar(&o.Role, "role", o.Role, "replication role: master or slave (with --meta and no --master, the role to start in: roles then follow the group's election)")
