@@ -18,7 +18,9 @@ import (
 // beforehand, and retry and dead-letter copies live on other routes), the
 // answers merged. A trace is read from the copies the brokers keep anyway:
 // the original (sent, stored), each retry copy (attempt, the handler's
-// error, next due), each dead letter (why, when) and each re-driven copy.
+// error, next due), each dead letter (why, when) and each re-driven copy,
+// and for the original and every retry copy where it stands in each
+// consumer group (waiting, pulled by a consumer, acked: store.Deliveries).
 // Bodies are shown only to identities with the read bodies right; nothing
 // found is 404 not found.
 
@@ -123,6 +125,14 @@ func storedMessage(group string, f protocol.FoundMessage) api.StoredMessage {
 			sm.Properties[p.Key] = p.Value
 		}
 	}
+	for _, d := range f.Deliveries {
+		ad := api.Delivery{Group: d.Group, State: d.State.String(), Consumer: d.Consumer, PullSeq: d.PullSeq}
+		if d.LastSeen > 0 {
+			at := time.UnixMilli(d.LastSeen).UTC()
+			ad.LastSeen = &at
+		}
+		sm.Deliveries = append(sm.Deliveries, ad)
+	}
 	if !sm.BodyHidden {
 		if utf8.Valid(m.Body) {
 			sm.Body = string(m.Body)
@@ -167,15 +177,18 @@ func traceOf(id string, copies []api.StoredMessage, errs []api.BrokerFailure) ap
 				api.TraceEvent{At: c.CreatedAt, Event: "sent", Detail: "created by the producer"},
 				api.TraceEvent{At: c.StoredAt, Event: "stored", BrokerGroup: c.BrokerGroup,
 					Detail: fmt.Sprintf("%s seq %d, offset %d", c.StoredSubject, c.Seq, c.Offset)})
+			t.Events = append(t.Events, deliveryEvents(c)...)
 		case "retry":
 			if deadSeen[c.Group] && c.Attempts == 0 {
 				deadSeen[c.Group] = false
 				t.Events = append(t.Events, api.TraceEvent{At: c.StoredAt, Event: "redriven", Group: c.Group, BrokerGroup: c.BrokerGroup,
 					Detail: "re-driven from dead letters with a fresh attempt count"})
+				t.Events = append(t.Events, deliveryEvents(c)...)
 				continue
 			}
 			t.Events = append(t.Events, api.TraceEvent{At: failedAt, Event: "retried", Group: c.Group, BrokerGroup: c.BrokerGroup,
 				Attempt: int(c.Attempts), Error: c.LastError, NextDue: c.DeliverAt})
+			t.Events = append(t.Events, deliveryEvents(c)...)
 		case "dead":
 			deadSeen[c.Group] = true
 			t.Events = append(t.Events, api.TraceEvent{At: failedAt, Event: "dead", Group: c.Group, BrokerGroup: c.BrokerGroup,
@@ -184,4 +197,28 @@ func traceOf(id string, copies []api.StoredMessage, errs []api.BrokerFailure) ap
 	}
 	sort.SliceStable(t.Events, func(i, j int) bool { return t.Events[i].At.Before(t.Events[j].At) })
 	return t
+}
+
+// deliveryEvents are the events of a copy's deliveries, at the copy's time
+// (or its due time when later).
+func deliveryEvents(c api.StoredMessage) []api.TraceEvent {
+	at := c.StoredAt
+	if c.DeliverAt != nil && c.DeliverAt.After(at) {
+		at = *c.DeliverAt
+	}
+	var out []api.TraceEvent
+	for _, d := range c.Deliveries {
+		e := api.TraceEvent{At: at, Group: d.Group, BrokerGroup: c.BrokerGroup, Attempt: int(c.Attempts) + 1}
+		switch d.State {
+		case protocol.DeliveryUnacked.String():
+			e.Event, e.Consumer = "pulled", d.Consumer
+			e.Detail = fmt.Sprintf("by %s, not acked yet (pull seq %d)", d.Consumer, d.PullSeq)
+		case protocol.DeliveryDone.String():
+			e.Event, e.Detail = "acked", "taken by the group and acked (or skipped by its tag filter)"
+		default:
+			e.Event, e.Detail = "waiting", "not pulled by the group yet"
+		}
+		out = append(out, e)
+	}
+	return out
 }

@@ -21,7 +21,7 @@ func events(t api.Trace) string {
 	var out []string
 	for _, e := range t.Events {
 		s := e.Event
-		if e.Attempt > 0 {
+		if e.Attempt > 0 && (e.Event == "retried" || e.Event == "dead") {
 			s += fmt.Sprint(e.Attempt)
 		}
 		out = append(out, s)
@@ -117,24 +117,70 @@ func TestE2E_LookupAndTrace(t *testing.T) {
 		}
 	}
 
-	tr, err := admin.TraceID(ctx, "o-plain")
-	if err != nil || events(tr) != "sent stored" {
-		t.Fatalf("trace o-plain: %q, %v", events(tr), err)
+	trace := func(id, want string) api.Trace {
+		t.Helper()
+		var tr api.Trace
+		var err error
+		// Acks reach the brokers a few milliseconds after the handler.
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			if tr, err = admin.TraceID(ctx, id); err == nil && events(tr) == want {
+				return tr
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("trace %s: %q, %v; want %q", id, events(tr), err, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
-	tr, err = admin.TraceID(ctx, "o-retry")
-	if err != nil || events(tr) != "sent stored retried1 retried2" {
-		t.Fatalf("trace o-retry: %q, %v", events(tr), err)
-	}
-	if e := tr.Events[3]; e.Error != "inventory busy (try 2)" || e.Group != "billing" || e.NextDue == nil {
+	trace("o-plain", "sent stored acked")
+	tr := trace("o-retry", "sent stored acked retried1 acked retried2 acked")
+	if e := tr.Events[5]; e.Error != "inventory busy (try 2)" || e.Group != "billing" || e.NextDue == nil {
 		t.Fatalf("second retry: %+v", e)
 	}
-	tr, err = admin.TraceID(ctx, "o-dead")
-	if err != nil || events(tr) != "sent stored retried1 retried2 dead3 redriven" {
-		t.Fatalf("trace o-dead: %q, %v", events(tr), err)
-	}
-	if e := tr.Events[4]; e.Error != "card declined" || e.Detail == "" {
+	tr = trace("o-dead", "sent stored acked retried1 acked retried2 acked dead3 redriven acked")
+	if e := tr.Events[7]; e.Error != "card declined" || e.Detail == "" {
 		t.Fatalf("dead event: %+v", e)
 	}
+	// A message a consumer holds un-acked is traced as pulled by it, one
+	// no consumer took yet as waiting.
+	var release sync.WaitGroup
+	release.Add(1)
+	pulled := make(chan struct{})
+	c2, err := consumer.New(consumer.WithResolver(cl.mc), consumer.WithConsumerID("holder"), consumer.WithRouteRefresh(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c2.Subscribe("orders", "audit", func(_ context.Context, m *consumer.Message) error {
+		if m.ID == "o-held" {
+			close(pulled)
+			release.Wait()
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "audit group created", func() bool {
+		gs, _ := admin.Consumers(ctx, "orders")
+		for _, g := range gs {
+			if g.Group == "audit" && len(g.PerBroker) > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	if err := p.Send(ctx, &producer.Message{Subject: "orders", ID: "o-held", Body: []byte("held")}); err != nil {
+		t.Fatal(err)
+	}
+	<-pulled
+	tr = trace("o-held", "sent stored pulled acked")
+	if e := tr.Events[2]; e.Group != "audit" || e.Consumer != "holder" {
+		t.Fatalf("pulled event: %+v", e)
+	}
+	release.Done()
+	if err := c2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	trace("o-held", "sent stored acked acked")
 
 	tok := tokenFlag(t, "t")
 	qmqctl := func(want int, args ...string) string {

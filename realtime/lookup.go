@@ -12,7 +12,9 @@ import (
 // (store/msgindex.go): the stored messages with an id (the original and its
 // retry and dead-letter copies) or a key (protocol.PropKey), oldest first.
 // Admin read; an identity that may not read bodies gets each message
-// re-encoded with an empty body and FoundBodyHidden set. No match is an
+// re-encoded with an empty body and FoundBodyHidden set. Each message on a
+// subject consumer groups pull (not a dead letter) says where it stands in
+// each of them (store.Deliveries). No match is an
 // empty answer, not an error (the meta server asks every group).
 func (b *Broker) serveFindMessages(r *netserver.Request) {
 	q, err := protocol.DecodeFindMessagesRequest(r.Body)
@@ -38,6 +40,9 @@ func (b *Broker) serveFindMessages(r *netserver.Request) {
 	var resp protocol.FindMessagesResponse
 	for _, f := range found {
 		fm := protocol.FoundMessage{Offset: f.Offset, Seq: f.Seq, Stored: f.Stored.UnixMilli(), Message: f.Message}
+		if kind, _, _, system := protocol.ParseSystemSubject(f.Subject); !system || kind == protocol.KindRetry {
+			fm.Deliveries = b.deliveries(f.Subject, f.Seq)
+		}
 		if !bodies {
 			m, err := protocol.DecodeMessage(f.Message)
 			if err != nil {
@@ -52,4 +57,28 @@ func (b *Broker) serveFindMessages(r *netserver.Request) {
 		resp.Messages = append(resp.Messages, fm)
 	}
 	r.Reply(protocol.StatusOK, protocol.AppendFindMessagesResponse(nil, &resp))
+}
+
+// deliveries reports where the message at seq of subject stands in each of
+// its consumer groups (none when they cannot be read: a lookup still
+// answers where it is stored).
+func (b *Broker) deliveries(subject string, seq int64) []protocol.GroupDelivery {
+	ds, err := b.st().Deliveries(subject, seq)
+	if err != nil {
+		return nil
+	}
+	out := make([]protocol.GroupDelivery, 0, len(ds))
+	for _, d := range ds {
+		gd := protocol.GroupDelivery{Group: d.Group, Consumer: d.Consumer, PullSeq: d.PullSeq}
+		switch d.State {
+		case store.DeliveryWaiting:
+			gd.State = protocol.DeliveryWaiting
+		case store.DeliveryUnacked:
+			gd.State, gd.LastSeen = protocol.DeliveryUnacked, d.LastSeen.UnixMilli()
+		default:
+			gd.State = protocol.DeliveryDone
+		}
+		out = append(out, gd)
+	}
+	return out
 }

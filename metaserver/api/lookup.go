@@ -32,6 +32,20 @@ type StoredMessage struct {
 	Body          string            `json:"body"`                 // UTF-8 text, or base64 when BodyBase64
 	BodyBase64    bool              `json:"bodyBase64,omitempty"` // Body is base64
 	BodyHidden    bool              `json:"bodyHidden,omitempty"` // the caller may not read bodies
+	// Deliveries: where this copy stands in each consumer group of the
+	// subject it is stored under (none for dead letters).
+	Deliveries []Delivery `json:"deliveries,omitempty"`
+}
+
+// Delivery is where a stored copy stands in one consumer group: waiting
+// (not taken yet), unacked (Consumer holds it) or acked (taken, and no
+// consumer holds it: acked, or skipped by the group's tag filter).
+type Delivery struct {
+	Group    string     `json:"group"`
+	State    string     `json:"state"`
+	Consumer string     `json:"consumer,omitempty"`
+	PullSeq  int64      `json:"pullSeq,omitempty"`
+	LastSeen *time.Time `json:"lastSeen,omitempty"`
 }
 
 // Lookup is what GET /messages answers: every stored copy of the messages
@@ -45,11 +59,14 @@ type Lookup struct {
 }
 
 // TraceEvent is one step of a message's life, as the broker's records show
-// it: sent, stored, retried (attempt, error text, next due), dead (why),
-// re-driven.
+// it: sent, stored, then per consumer group waiting (not pulled yet),
+// pulled (by a consumer that has not acked it) or acked, retried
+// (attempt, error text, next due), dead (why), re-driven. When a group
+// acked a copy is not recorded: an acked event carries the copy's time.
 type TraceEvent struct {
 	At          time.Time  `json:"at"`
-	Event       string     `json:"event"` // sent, stored, retried, dead, redriven
+	Event       string     `json:"event"` // sent, stored, pulled, acked, waiting, retried, dead, redriven
+	Consumer    string     `json:"consumer,omitempty"`
 	Group       string     `json:"group,omitempty"`
 	BrokerGroup string     `json:"brokerGroup,omitempty"`
 	Attempt     int        `json:"attempt,omitempty"`

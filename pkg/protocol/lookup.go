@@ -36,17 +36,55 @@ type FindMessagesRequest struct {
 
 // FoundMessage is one stored message a broker found.
 //
-//	offset i64 | seq i64 | stored ms i64 | flags u8 | len u32 | message
+//	offset i64 | seq i64 | stored ms i64 | flags u8 | len u32 | message |
+//	delivery count u16 | count × (group s8 | state u8 | consumer s8 |
+//	  pull seq i64 | last seen ms i64)
 //
 // flags bit0 (FoundBodyHidden): the caller may not read bodies, and the
 // message was re-encoded with an empty body. The subject is the message's
 // own (a retry or dead-letter subject for copies).
 type FoundMessage struct {
-	Offset  int64
-	Seq     int64
-	Stored  int64 // Unix ms
-	Flags   uint8
-	Message []byte
+	Offset     int64
+	Seq        int64
+	Stored     int64 // Unix ms
+	Flags      uint8
+	Message    []byte
+	Deliveries []GroupDelivery
+}
+
+// GroupDelivery is where a found message stands in one consumer group of
+// the subject it is stored under (none for dead letters).
+type GroupDelivery struct {
+	Group    string
+	State    DeliveryState
+	Consumer string // DeliveryUnacked: who holds it
+	PullSeq  int64  // DeliveryUnacked: its pull sequence there
+	LastSeen int64  // DeliveryUnacked: the consumer's last activity, Unix ms
+}
+
+// DeliveryState says where a message stands in a consumer group.
+type DeliveryState uint8
+
+const (
+	// DeliveryWaiting: the group has not taken it yet.
+	DeliveryWaiting DeliveryState = 1
+	// DeliveryUnacked: a consumer took it and has not acked it.
+	DeliveryUnacked DeliveryState = 2
+	// DeliveryDone: the group took it and no consumer holds it: acked,
+	// or skipped by the group's tag filter.
+	DeliveryDone DeliveryState = 3
+)
+
+func (s DeliveryState) String() string {
+	switch s {
+	case DeliveryWaiting:
+		return "waiting"
+	case DeliveryUnacked:
+		return "unacked"
+	case DeliveryDone:
+		return "acked"
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
 }
 
 // FoundBodyHidden in FoundMessage.Flags: the body was left out.
@@ -90,6 +128,14 @@ func AppendFindMessagesResponse(dst []byte, r *FindMessagesResponse) []byte {
 		dst = append(dst, m.Flags)
 		dst = binary.BigEndian.AppendUint32(dst, uint32(len(m.Message)))
 		dst = append(dst, m.Message...)
+		dst = binary.BigEndian.AppendUint16(dst, uint16(len(m.Deliveries)))
+		for _, d := range m.Deliveries {
+			dst = appendString8(dst, d.Group)
+			dst = append(dst, byte(d.State))
+			dst = appendString8(dst, d.Consumer)
+			dst = binary.BigEndian.AppendUint64(dst, uint64(d.PullSeq))
+			dst = binary.BigEndian.AppendUint64(dst, uint64(d.LastSeen))
+		}
 	}
 	return dst
 }
@@ -102,6 +148,11 @@ func DecodeFindMessagesResponse(body []byte) (FindMessagesResponse, error) {
 	for i := uint32(0); i < n && r.err == nil; i++ {
 		m := FoundMessage{Offset: int64(r.u64()), Seq: int64(r.u64()), Stored: int64(r.u64()), Flags: r.u8()}
 		m.Message = r.bytes32()
+		nd := r.u16()
+		for j := uint16(0); j < nd && r.err == nil; j++ {
+			m.Deliveries = append(m.Deliveries, GroupDelivery{Group: r.string8(), State: DeliveryState(r.u8()), Consumer: r.string8(),
+				PullSeq: int64(r.u64()), LastSeen: int64(r.u64())})
+		}
 		out.Messages = append(out.Messages, m)
 	}
 	if err := r.done(); err != nil {
