@@ -8,7 +8,7 @@
 "use strict";
 
 const TOKEN_KEY = "qmq.token";
-const pages = { overview, groups, subjects, consumers, dead, identities };
+const pages = { overview, groups, subjects, consumers, dead, find, identities };
 let refreshTimer = null;
 let me = null; // the /whoami answer for the stored credential
 
@@ -262,6 +262,49 @@ async function dead(arg) {
     el("p", {},
       changeButton({ "data-action": "redrive-all", onclick: () => confirm("Re-drive every dead letter of " + s0 + "/" + g0 + " (" + d.total + ") back to the group?") && act("re-drive all", "POST", base + "/redrive", {}) }, "Re-drive all"), " ",
       changeButton({ "data-action": "purge-all", onclick: () => confirm("Purge every dead letter of " + s0 + "/" + g0 + "?") && act("purge all", "POST", base + "/purge", {}) }, "Purge all")));
+  return out;
+}
+
+// find is the "Find a message" page: a message id or key, from the hash
+// (#find/id/<id> or #find/key/<key>), its life (trace) and its stored
+// copies, bodies only for identities that may read them.
+async function find(arg) {
+  const [by0, ...v] = (arg || "").split("/");
+  const value0 = decodeURIComponent(v.join("/"));
+  const by = el("select", { id: "find-by" }, el("option", { value: "id" }, "message id"), el("option", { value: "key" }, "key"));
+  by.value = by0 === "key" ? "key" : "id";
+  const value = el("input", { id: "find-value", placeholder: "message id or key", value: value0, required: true, size: 40 });
+  const form = el("form", { class: "inline", id: "find-form", onsubmit: e => { e.preventDefault(); location.hash = "find/" + by.value + "/" + enc(value.value); } },
+    by, value, el("button", { type: "submit" }, "Find"));
+  const out = [el("h2", {}, "Find a message"), form];
+  if (!value0) return out;
+  const q = (by.value === "key" ? "key=" : "id=") + enc(value0);
+  let traces, found;
+  try {
+    [traces, found] = await Promise.all([api("GET", "/trace?" + q), api("GET", "/messages?" + q)]);
+  } catch (err) {
+    out.push(el("p", { id: "find-result", class: err.status === 404 ? "muted" : "err" }, err.status === 404 ? "not found: no message with " + by.value + " " + value0 : err.message));
+    return out;
+  }
+  if (!Array.isArray(traces)) traces = [traces];
+  const div = el("div", { id: "find-result" });
+  for (const t of traces) {
+    const rows = t.events.map(e => el("tr", { "data-event": e.event },
+      el("td", {}, localTime(e.at)), el("td", { class: "event" }, e.event), el("td", {}, e.group || "-"), el("td", {}, e.consumer || "-"),
+      el("td", {}, e.brokerGroup || "-"), el("td", {}, e.attempt || "-"),
+      el("td", {}, e.error ? el("span", { class: "state-unavailable" }, "error: " + e.error) : null, e.error && e.detail ? " — " : null, e.detail || null,
+        e.nextDue ? " (next due " + localTime(e.nextDue) + ")" : null)));
+    div.append(el("h3", { "data-id": t.id }, "Message " + t.id + " of " + t.subject),
+      table(["time", "event", "group", "consumer", "broker group", "attempt", "detail"], rows));
+  }
+  const copies = found.messages.map(m => el("tr", { "data-id": m.id, "data-kind": m.kind },
+    el("td", {}, m.id), el("td", {}, m.kind + (m.group ? " (" + m.group + ")" : "")), el("td", {}, m.storedSubject),
+    el("td", {}, m.brokerGroup + " @" + m.offset), el("td", {}, localTime(m.storedAt)), el("td", {}, m.attempts),
+    el("td", {}, Object.entries(m.properties || {}).map(([k, v]) => el("div", {}, k + "=" + v))),
+    el("td", {}, m.bodyHidden ? el("span", { class: "muted body-hidden" }, "hidden (needs read bodies)") : el("pre", {}, m.bodyBase64 ? "base64: " + m.body : m.body))));
+  div.append(el("h3", {}, "Stored copies"), table(["id", "kind", "stored as", "where", "stored", "attempts", "properties", "body"], copies));
+  for (const e of found.errors || []) div.append(el("p", { class: "muted" }, "broker group " + e.brokerGroup + " did not answer: " + e.error));
+  out.push(div);
   return out;
 }
 
