@@ -209,21 +209,26 @@ func (s *Subscription) handle(d *delivery) {
 			return
 		}
 	}
-	err := s.safeHandle(m)
+	var err error
+	if s.c.cfg.tracer != nil {
+		err = s.handleTraced(m)
+	} else {
+		err = s.safeHandle(s.handlerCx, m)
+	}
 	if ic != nil {
 		ic.End(s.handlerCx, m, err)
 	}
 	d.finish(err)
 }
 
-func (s *Subscription) safeHandle(m *Message) (err error) {
+func (s *Subscription) safeHandle(ctx context.Context, m *Message) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("consumer: handler panicked: %v", r)
 			s.lg.Error("handler panicked", zap.String("id", m.ID), zap.Any("panic", r))
 		}
 	}()
-	return s.handler(s.handlerCx, m)
+	return s.handler(ctx, m)
 }
 
 // backoff returns the retry delay after attempts failed deliveries.

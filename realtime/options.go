@@ -1,6 +1,8 @@
 package realtime
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"flag"
 	"fmt"
 	"time"
@@ -93,6 +95,12 @@ type Options struct {
 	// (store.Options.NoMessageIndex; on by default): CmdFindMessages then
 	// answers StatusUnknownCommand.
 	NoMessageIndex bool `yaml:"no_message_index"`
+	// TracerProvider, when set, records a "store <subject>" span for every
+	// stored message that carries a trace context (pkg/tracing), from the
+	// request's arrival to the durable append. nil (the default): off.
+	// qmq-realtime sets it from the OTEL_* variables
+	// (otlp.FromEnvironment (pkg/tracing/otlp)).
+	TracerProvider trace.TracerProvider `yaml:"-"`
 
 	// MaxFrameSize bounds a request (default 16 MiB).
 	MaxFrameSize int `yaml:"max_frame_size"`
