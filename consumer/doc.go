@@ -60,6 +60,13 @@
 // sent from the answers' callbacks, so those of a batch of answers leave in
 // one write. A failed ack is sent again after the back-off.
 //
+// # Tracing
+//
+// WithTracerProvider turns OpenTelemetry on (pkg/tracing): a handle span
+// per delivery of a message that carries a trace context, a child of the
+// producer's send span, whose context the handler receives. Off by
+// default.
+//
 // # Pulls in flight
 //
 // While a broker group answers full batches (a backlog), a pull loop keeps

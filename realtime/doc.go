@@ -128,8 +128,11 @@
 // qmq_failover_* series. A scrape walks every subject and group.
 // CmdConsumerManage resets offsets and takes consumers offline or online,
 // CmdBrokerStats reports, CmdDeadLetters lists, re-drives and purges,
-// CmdFindMessages finds stored messages by id or key (lookup.go): admin
-// identities only.
+// CmdFindMessages finds stored messages by id or key (lookup.go) with where
+// each stands in its consumer groups (store.Deliveries): admin identities
+// only. Options.TracerProvider (off by default; qmq-realtime takes it from
+// OTEL_*) records a store span per stored message that carries a trace
+// context (tracing.go).
 //
 // # Lifecycle
 //
