@@ -31,7 +31,11 @@
 // may choose the time with RetryAfter(d). Past MaxAttempts deliveries
 // (default 16) the message goes to the dead-letter subject
 // %DEAD%<subject>%<group> instead, which the admin tools list, re-drive or
-// purge. Retries with a due time travel through the delay server when the
+// purge. Each copy says why (protocol.RecordFailure): the handler's error
+// text (qmq.error, at most 1 KiB), when it failed (qmq.failed.at) and, on a
+// dead letter, why it died (qmq.dead.why); its Attempts field counts the
+// failed deliveries. A handler sees them on the retried message's
+// Properties. Retries with a due time travel through the delay server when the
 // cluster has one and through the retry subject's realtime groups otherwise;
 // either way no handler sees a message before its deliver-at time: the
 // consumer holds messages that arrive early.
@@ -55,6 +59,13 @@
 // a message unfinished until its ack is answered. After the first, acks are
 // sent from the answers' callbacks, so those of a batch of answers leave in
 // one write. A failed ack is sent again after the back-off.
+//
+// # Tracing
+//
+// WithTracerProvider turns OpenTelemetry on (pkg/tracing): a handle span
+// per delivery of a message that carries a trace context, a child of the
+// producer's send span, whose context the handler receives. Off by
+// default.
 //
 // # Pulls in flight
 //

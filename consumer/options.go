@@ -1,6 +1,8 @@
 package consumer
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -26,6 +28,7 @@ type config struct {
 	consumerID    string
 	routeRefresh  time.Duration
 	now           func() time.Time
+	tracer        trace.Tracer // nil: tracing off (tracing.go)
 }
 
 func defaultConfig() config {

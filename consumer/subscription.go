@@ -209,21 +209,26 @@ func (s *Subscription) handle(d *delivery) {
 			return
 		}
 	}
-	err := s.safeHandle(m)
+	var err error
+	if s.c.cfg.tracer != nil {
+		err = s.handleTraced(m)
+	} else {
+		err = s.safeHandle(s.handlerCx, m)
+	}
 	if ic != nil {
 		ic.End(s.handlerCx, m, err)
 	}
 	d.finish(err)
 }
 
-func (s *Subscription) safeHandle(m *Message) (err error) {
+func (s *Subscription) safeHandle(ctx context.Context, m *Message) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("consumer: handler panicked: %v", r)
 			s.lg.Error("handler panicked", zap.String("id", m.ID), zap.Any("panic", r))
 		}
 	}()
-	return s.handler(s.handlerCx, m)
+	return s.handler(ctx, m)
 }
 
 // backoff returns the retry delay after attempts failed deliveries.
@@ -257,6 +262,11 @@ func (s *Subscription) retry(d *delivery, cause error, done func()) {
 	}
 	pm.Attempts = uint16(min(attempts, 65535))
 	pm.DeliverAt = time.Time{}
+	failure := protocol.Failure{Error: errorText(cause), FailedAt: s.c.cfg.now()}
+	if attempts >= s.cfg.maxAttempts {
+		failure.DeadWhy = fmt.Sprintf("%d attempts failed (max attempts %d)", attempts, s.cfg.maxAttempts)
+	}
+	protocol.RecordFailure(pm, failure)
 	if attempts >= s.cfg.maxAttempts {
 		pm.Subject = protocol.DeadSubject(s.subject, s.group)
 		s.lg.Warn("message goes to dead letters", zap.String("id", m.ID), zap.Int("attempts", attempts), zap.Error(cause))
@@ -283,6 +293,14 @@ func (s *Subscription) retry(d *delivery, cause error, done func()) {
 		}
 	}
 	send()
+}
+
+// errorText is the text a retried or dead copy records for cause.
+func errorText(cause error) string {
+	if cause == nil {
+		return "handler failed"
+	}
+	return cause.Error()
 }
 
 // retryLocal re-runs a broadcast handler after delay, up to MaxAttempts.

@@ -173,7 +173,9 @@
 // backlog, dead letters) are relayed over TCP to the master of each group
 // on the subject's route with protocol.CmdConsumerManage, CmdBrokerStats and
 // CmdDeadLetters (bodies in pkg/protocol/admin.go); the answer lists the
-// groups that failed. A switchover is relayed to one group's master with
+// groups that failed. Lookups and traces (GET /messages, /trace; lookup.go)
+// ask every realtime master with CmdFindMessages (pkg/protocol/lookup.go)
+// and build a message's life from the copies found. A switchover is relayed to one group's master with
 // protocol.CmdSwitchover (pkg/protocol/switchover.go). The web console (console/, embedded with go:embed) is
 // plain HTML and JavaScript over the same API; qmqctl (package ctl) is the
 // command line over it.

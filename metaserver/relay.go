@@ -176,8 +176,17 @@ func (s *Server) consumerGroups(ctx context.Context, subject string) ([]api.Cons
 		for _, ss := range st.Subjects {
 			kind, real, retryGroup, system := protocol.ParseSystemSubject(ss.Subject)
 			switch {
+			case system && kind == protocol.KindDead:
+				// A dead subject's letters come as its group's backlog
+				// there (realtime/deadcount.go).
+				for _, gs := range ss.Groups {
+					if gs.Group == retryGroup && (subject == "" || real == subject) {
+						get(cgKey{real, gs.Group}).DeadLetters += gs.Backlog
+					}
+				}
+				continue
 			case system && kind != protocol.KindRetry:
-				continue // dead letters are listed on their own
+				continue
 			case !system:
 				real = ss.Subject
 			}
@@ -256,6 +265,13 @@ func decodeDeadLetter(group string, l protocol.DeadLetter) api.DeadLetter {
 		return d
 	}
 	d.ID, d.Subject, d.Tags, d.Attempts, d.CreatedAt = m.ID, m.Subject, m.Tags, m.Attempts, m.Created
+	if f, ok := protocol.FailureOf(m.Properties); ok {
+		d.LastError, d.DeadWhy = f.Error, f.DeadWhy
+		if !f.FailedAt.IsZero() {
+			at := f.FailedAt.UTC()
+			d.FailedAt = &at
+		}
+	}
 	if len(m.Properties) > 0 {
 		d.Properties = make(map[string]string, len(m.Properties))
 		for _, p := range m.Properties {

@@ -72,4 +72,12 @@
 // the same group is dropped by the broker's dedupe window. Non-retryable
 // statuses (invalid, too large, beyond the delay horizon) fail at once.
 // Close stops taking messages, sends everything queued and waits for it.
+//
+// # Keys and tracing
+//
+// SetKey gives a message a business key (property qmq.key) that realtime
+// brokers index: qmqctl lookup --key and trace --key find its messages.
+// WithTracerProvider turns OpenTelemetry on (pkg/tracing: a send span per
+// message, its W3C trace context written into the message's properties);
+// off by default, when it costs a nil check.
 package producer

@@ -1,6 +1,8 @@
 package producer
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"crypto/tls"
 	"fmt"
 	"time"
@@ -35,6 +37,7 @@ type config struct {
 	delayFallback bool
 	spin          time.Duration
 	now           func() time.Time
+	tracer        trace.Tracer // nil: tracing off (tracing.go)
 }
 
 func defaultConfig() config {

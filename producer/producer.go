@@ -120,6 +120,13 @@ func New(opts ...Option) (*Producer, error) {
 // Send sends msg and waits until a broker has stored it, ctx ends, or the
 // send timeout passes. It fills in msg.ID and msg.Created when empty.
 func (p *Producer) Send(ctx context.Context, msg *Message) error {
+	if p.cfg.tracer != nil {
+		return p.sendTraced(ctx, msg)
+	}
+	return p.send(ctx, msg)
+}
+
+func (p *Producer) send(ctx context.Context, msg *Message) error {
 	now := p.cfg.now()
 	// The message is encoded into the request buffer's scratch space: the
 	// direct path's request is copied by the transport, so only a message
@@ -160,6 +167,9 @@ func (p *Producer) Send(ctx context.Context, msg *Message) error {
 // unless the producer was built WithNonBlocking, when it returns
 // ErrQueueFull. An invalid message fails at once, as the returned error.
 func (p *Producer) SendAsync(msg *Message, callback func(*Message, error)) error {
+	if p.cfg.tracer != nil {
+		return p.sendAsyncTraced(msg, callback)
+	}
 	return p.enqueue(context.Background(), msg, callback, nil)
 }
 

@@ -66,6 +66,23 @@ func (b *Broker) serveBrokerStats(r *netserver.Request) {
 		}
 		groups[g.Subject] = append(groups[g.Subject], gs)
 	}
+	// A dead subject's letters are answered as its group's backlog there
+	// (deadcount.go).
+	asked := st.Subjects
+	if q.Subject != "" {
+		asked = nil
+		for _, s := range st.Subjects {
+			if s.Subject == q.Subject {
+				asked = append(asked, s)
+			}
+		}
+	}
+	for subject, n := range b.deadLetterCounts(asked) {
+		_, _, group, _ := protocol.ParseSystemSubject(subject)
+		if q.Group == "" || q.Group == group {
+			groups[subject] = append(groups[subject], protocol.GroupStats{Group: group, Backlog: uint64(n)})
+		}
+	}
 	for _, s := range st.Subjects {
 		if q.Subject != "" && s.Subject != q.Subject {
 			continue

@@ -15,6 +15,7 @@ import (
 //	pull, ack             consume the subject as the group
 //	consumer-manage       admin write
 //	broker-stats          admin read
+//	find-messages         admin read; bodies only with read bodies
 //	dead-letters          list and inspect (message bodies): read bodies;
 //	                      re-drive and purge: admin write
 //	switchover            admin write

@@ -45,13 +45,14 @@ type Broker struct {
 	// term is the role the broker serves in, with what it owns in it (the
 	// store, log shipping, the dedupe table); handlers load it once per
 	// request (cur).
-	term    atomic.Pointer[term]
-	metrics *metrics
-	reg     *prometheus.Registry
-	keeper  *metaclient.Keeper // registration of a slave with a fixed master
-	dead    *deadLetters       // re-driven and purged dead letters
-	rates   metaclient.Rates   // in and out rates reported to the meta servers
-	fair    *fairShare         // deliveries per pull actor, to hold the greedy
+	term       atomic.Pointer[term]
+	metrics    *metrics
+	reg        *prometheus.Registry
+	keeper     *metaclient.Keeper // registration of a slave with a fixed master
+	dead       *deadLetters       // re-driven and purged dead letters
+	deadCounts deadCounts         // dead letters per dead subject, for stats and metrics
+	rates      metaclient.Rates   // in and out rates reported to the meta servers
+	fair       *fairShare         // deliveries per pull actor, to hold the greedy
 
 	// Failover: member runs the group's role loop (with meta servers and no
 	// fixed master); gate is its write gate (always open for a standalone
@@ -152,6 +153,8 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 	mux.Handle(protocol.CmdBrokerStats, b.counted(protocol.CmdBrokerStats,
 		b.allowed(adminRead, "read broker stats (admin read)", b.serveBrokerStats)))
 	mux.Handle(protocol.CmdDeadLetters, b.counted(protocol.CmdDeadLetters, b.masterOnly(b.serveDeadLetters)))
+	mux.Handle(protocol.CmdFindMessages, b.counted(protocol.CmdFindMessages,
+		b.allowed(adminRead, "look messages up (admin read)", b.serveFindMessages)))
 	copying := "copy group " + opts.Group + "'s logs (a broker of the group)"
 	mux.Handle(protocol.CmdSyncLog, b.counted(protocol.CmdSyncLog, b.allowed(brokerOf(opts.Group), copying, b.serveSync)))
 	mux.Handle(protocol.CmdSyncEpoch, b.counted(protocol.CmdSyncEpoch, b.allowed(brokerOf(opts.Group), copying, b.serveSyncEpoch)))
@@ -204,6 +207,7 @@ func storeOptions(opts Options, replica bool, onAppend func(subject string, next
 	sopts.FlushInterval = opts.FlushInterval
 	sopts.SegmentSize = opts.SegmentSize
 	sopts.ZeroFillAhead = opts.ZeroFillAhead
+	sopts.NoMessageIndex = opts.NoMessageIndex
 	sopts.RetentionAge = opts.RetentionAge
 	sopts.RetentionBytes = opts.RetentionBytes
 	sopts.Limits = limits

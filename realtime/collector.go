@@ -3,6 +3,7 @@ package realtime
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/realtime/store"
 )
 
@@ -19,6 +20,7 @@ type brokerCollector struct {
 	connections, inFlight                                *prometheus.Desc
 	subjects, groups, consumers                          *prometheus.Desc
 	backlog, unacked, atRisk                             *prometheus.Desc
+	deadLetters                                          *prometheus.Desc
 	broadcastBacklog                                     *prometheus.Desc
 	logBytes, logSegments, actionLogBytes                *prometheus.Desc
 	openFiles                                            *prometheus.Desc
@@ -45,6 +47,8 @@ func newBrokerCollector(b *Broker) *brokerCollector {
 		unacked: d("unacked_messages", "Messages a consumer group's consumers took and have not acked.", perGroup...),
 		atRisk: d("backlog_at_risk_messages", "Messages of a consumer group's backlog that the next retention pass would delete.",
 			perGroup...),
+		deadLetters: d("dead_letters", "Dead letters a consumer group holds (not re-driven nor purged); masters only.",
+			perGroup...),
 		broadcastBacklog: d("broadcast_backlog_messages", "Messages broadcast subscribers have not taken yet, summed over them."),
 		logBytes:         d("message_log_bytes", "Disk taken by the kept message log (whole preallocated segments)."),
 		logSegments:      d("message_log_segments", "Segments of the kept message log."),
@@ -64,7 +68,7 @@ func newBrokerCollector(b *Broker) *brokerCollector {
 // Describe implements prometheus.Collector.
 func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.connections, c.inFlight, c.subjects, c.groups, c.consumers,
-		c.backlog, c.unacked, c.atRisk, c.broadcastBacklog, c.logBytes, c.logSegments, c.actionLogBytes,
+		c.backlog, c.unacked, c.atRisk, c.deadLetters, c.broadcastBacklog, c.logBytes, c.logSegments, c.actionLogBytes,
 		c.openFiles, c.bufferBytes, c.bufferBytesInUse, c.syncs, c.failedAppends, c.corruptReads, c.corruptRanges, c.checkpoints, c.zeroFilled} {
 		ch <- d
 	}
@@ -95,6 +99,10 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.backlog, float64(g.Backlog), g.Subject, g.Group)
 		gauge(c.unacked, float64(unackedOf(g)), g.Subject, g.Group)
 		gauge(c.atRisk, float64(g.AtRisk), g.Subject, g.Group)
+	}
+	for subject, n := range c.b.deadLetterCounts(st.Subjects) {
+		_, real, group, _ := protocol.ParseSystemSubject(subject)
+		gauge(c.deadLetters, float64(n), real, group)
 	}
 	gauge(c.groups, float64(groups))
 	gauge(c.consumers, float64(consumers))

@@ -123,11 +123,16 @@
 // inline), acks and append time; series read at each scrape (collector.go):
 // connections, subjects, groups, consumers, disk, consume-log buffers, syncs
 // and corrupt reads, and per consumer group its backlog, un-acked messages
-// and qmq_realtime_backlog_at_risk_messages (alert on it); replication and
+// and qmq_realtime_backlog_at_risk_messages (alert on it), qmq_realtime_dead_letters
+// per group (deadcount.go, masters only); replication and
 // qmq_failover_* series. A scrape walks every subject and group.
 // CmdConsumerManage resets offsets and takes consumers offline or online,
-// CmdBrokerStats reports, CmdDeadLetters lists, re-drives and purges: admin
-// identities only.
+// CmdBrokerStats reports, CmdDeadLetters lists, re-drives and purges,
+// CmdFindMessages finds stored messages by id or key (lookup.go) with where
+// each stands in its consumer groups (store.Deliveries): admin identities
+// only. Options.TracerProvider (off by default; qmq-realtime takes it from
+// OTEL_*) records a store span per stored message that carries a trace
+// context (tracing.go).
 //
 // # Lifecycle
 //

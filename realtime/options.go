@@ -1,6 +1,8 @@
 package realtime
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"flag"
 	"fmt"
 	"time"
@@ -89,6 +91,16 @@ type Options struct {
 	// written with zeros under the durable flush (default 16 MiB; negative:
 	// off; store.Options.ZeroFillAhead, store doc.go "Zero filling").
 	ZeroFillAhead int64 `yaml:"zero_fill_ahead"`
+	// NoMessageIndex turns off the index of stored messages by id and key
+	// (store.Options.NoMessageIndex; on by default): CmdFindMessages then
+	// answers StatusUnknownCommand.
+	NoMessageIndex bool `yaml:"no_message_index"`
+	// TracerProvider, when set, records a "store <subject>" span for every
+	// stored message that carries a trace context (pkg/tracing), from the
+	// request's arrival to the durable append. nil (the default): off.
+	// qmq-realtime sets it from the OTEL_* variables
+	// (otlp.FromEnvironment (pkg/tracing/otlp)).
+	TracerProvider trace.TracerProvider `yaml:"-"`
 
 	// MaxFrameSize bounds a request (default 16 MiB).
 	MaxFrameSize int `yaml:"max_frame_size"`
@@ -210,6 +222,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&o.RetentionBytes, "retention-bytes", o.RetentionBytes, "delete the oldest segments past this total size (0: no limit)")
 	fs.Int64Var(&o.SegmentSize, "segment-size", o.SegmentSize, "message-log segment size in bytes")
 	fs.Int64Var(&o.ZeroFillAhead, "zero-fill-ahead", o.ZeroFillAhead, "bytes of the message log kept written with zeros ahead of its end under durable flush, so syncs overwrite written blocks (negative: off)")
+	fs.BoolVar(&o.NoMessageIndex, "no-message-index", o.NoMessageIndex, "keep no index of messages by id and key (lookups and traces then find nothing on this broker)")
 	fs.IntVar(&o.MaxBody, "max-body", o.MaxBody, "largest message body in bytes")
 	fs.DurationVar(&o.Spin, "spin", o.Spin, "how long the event loop polls a lone connection for its next request before sleeping (negative: off; at most 1ms)")
 	fs.StringVar(&o.Role, "role", o.Role, "replication role: master or slave (with --meta and no --master, the role to start in: roles then follow the group's election)")

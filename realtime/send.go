@@ -308,6 +308,9 @@ func (s *sendCall) settle(results []store.Result) int {
 		b.metrics.rejected.WithLabelValues(s.statuses[i].String()).Inc()
 	}
 	s.stored = stored
+	if b.opts.TracerProvider != nil {
+		b.traceStored(s.batch, results, s.start)
+	}
 	return stored
 }
 

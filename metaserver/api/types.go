@@ -116,10 +116,13 @@ type ConsumerGroup struct {
 	Consumers []Consumer `json:"consumers"`
 	// Backlog is the messages of the subject the group has yet to take or
 	// ack; RetryBacklog those waiting on its retry subject (%RETRY%…).
-	Backlog      uint64          `json:"backlog"`
-	RetryBacklog uint64          `json:"retryBacklog"`
-	PerBroker    []GroupBacklog  `json:"perBroker"`
-	Errors       []BrokerFailure `json:"errors,omitempty"`
+	Backlog      uint64 `json:"backlog"`
+	RetryBacklog uint64 `json:"retryBacklog"`
+	// DeadLetters counts the group's dead letters (%DEAD%…) not re-driven
+	// nor purged.
+	DeadLetters uint64          `json:"deadLetters"`
+	PerBroker   []GroupBacklog  `json:"perBroker"`
+	Errors      []BrokerFailure `json:"errors,omitempty"`
 }
 
 // GroupBacklog is one broker group's share of a consumer group's backlog.
@@ -206,6 +209,12 @@ type DeadLetter struct {
 	BodyHidden bool   `json:"bodyHidden,omitempty"`
 	Size       int    `json:"size"`
 	Error      string `json:"error,omitempty"` // the stored bytes did not parse
+	// Why it died, as the consumer recorded it (protocol.RecordFailure):
+	// the handler's last error text, when that delivery failed, and why
+	// it went to dead letters. Empty for letters of older consumers.
+	LastError string     `json:"lastError,omitempty"`
+	FailedAt  *time.Time `json:"failedAt,omitempty"`
+	DeadWhy   string     `json:"deadWhy,omitempty"`
 }
 
 // DeadLetters is a listing, or the outcome of a re-drive or purge.

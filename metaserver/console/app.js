@@ -8,7 +8,7 @@
 "use strict";
 
 const TOKEN_KEY = "qmq.token";
-const pages = { overview, groups, subjects, consumers, dead, identities };
+const pages = { overview, groups, subjects, consumers, dead, find, identities };
 let refreshTimer = null;
 let me = null; // the /whoami answer for the stored credential
 
@@ -104,9 +104,33 @@ async function overview() {
       card("msg/s in", st.inPerSec, "n-in"),
       card("msg/s out", st.outPerSec, "n-out")),
     el("h2", {}, "Meta servers"),
-    table(["TCP", "HTTP", "up since"], st.metaServers.map(m => el("tr", {}, el("td", {}, m.tcp), el("td", {}, m.http), el("td", {}, m.startedAt)))),
+    table(["TCP", "HTTP", "up since"], st.metaServers.map(m => el("tr", {}, el("td", {}, m.tcp), el("td", {}, m.http), el("td", {}, localTime(m.startedAt))))),
     el("p", { class: "muted" }, "etcd revision " + st.revision + ", key prefix " + st.prefix),
+    el("h2", {}, "Groups with dead letters"),
+    await deadOverview(),
   ];
+}
+
+// deadOverview lists every consumer group that holds dead letters, each
+// linking to its dead-letter page.
+async function deadOverview() {
+  let cgs;
+  try {
+    cgs = await api("GET", "/consumers");
+  } catch (err) {
+    return el("p", { class: "muted", id: "dead-overview" }, "cannot ask the brokers: " + err.message);
+  }
+  const rows = cgs.filter(cg => cg.deadLetters > 0).map(cg => el("tr", { "data-subject": cg.subject, "data-group": cg.group },
+    el("td", {}, cg.subject), el("td", {}, cg.group),
+    el("td", { class: "dead-count" }, el("a", { href: "#dead/" + enc(cg.subject) + "/" + enc(cg.group) }, cg.deadLetters))));
+  return el("div", { id: "dead-overview" }, table(["subject", "group", "dead letters"], rows));
+}
+
+// localTime shows an RFC 3339 time of the API in the browser's time zone.
+function localTime(iso) {
+  if (!iso) return "-";
+  const d = new Date(iso);
+  return isNaN(d) ? iso : d.toLocaleString();
 }
 
 // bytes prints a byte count with a binary unit.
@@ -162,7 +186,7 @@ async function groups() {
     el("td", {}, b.group), el("td", { class: "role" }, b.role), el("td", {}, b.kind), stateCell(b.state),
     el("td", { class: "epoch" }, b.epoch || "-"), el("td", {}, b.brokerId), el("td", {}, b.address),
     el("td", { class: "lag" }, lag(b.load.replicaLagBytes, b.load.replicaLagMillis)),
-    el("td", {}, b.load.inPerSec), el("td", {}, b.load.outPerSec), el("td", {}, b.registeredAt)));
+    el("td", {}, b.load.inPerSec), el("td", {}, b.load.outPerSec), el("td", {}, localTime(b.registeredAt))));
   return [el("h2", {}, "Broker groups"),
     table(["group", "kind", "state", "writes", "epoch", "master", "slave", "eligible", "replica lag", "routes", "in msg/s", "out msg/s", "pending (delay)", "readonly for", ""], rows),
     el("h2", {}, "Brokers"),
@@ -194,6 +218,7 @@ async function consumers() {
   const cgs = await api("GET", "/consumers");
   const rows = cgs.map(cg => el("tr", { "data-subject": cg.subject, "data-group": cg.group },
     el("td", {}, cg.subject), el("td", {}, cg.group), el("td", { class: "backlog" }, cg.backlog), el("td", { class: "retry-backlog" }, cg.retryBacklog),
+    el("td", { class: "dead-count" }, cg.deadLetters ? el("a", { href: "#dead/" + enc(cg.subject) + "/" + enc(cg.group) }, cg.deadLetters) : "0"),
     el("td", {}, cg.perBroker.map(p => p.brokerGroup + ": " + p.backlog).join(", ") || "-"),
     el("td", {}, cg.consumers.length ? cg.consumers.map(c => el("div", {},
       c.clientId + " ", el("span", { class: c.online ? "state-rw" : "state-unavailable" }, c.online ? "online" : "offline"), " ",
@@ -208,7 +233,7 @@ async function consumers() {
   const form = el("form", { class: "inline", id: "reset-form", onsubmit: e => { e.preventDefault(); act("reset " + subject.value + "/" + group.value + " to " + to.value, "POST", "/consumers/" + enc(subject.value) + "/" + enc(group.value) + "/reset", { to: to.value }); } },
     subject, group, to, changeButton({ type: "submit" }, "Reset offset"));
   const errs = cgs.length && cgs[0].errors ? cgs[0].errors.map(e => el("p", { class: "muted" }, "broker group " + e.brokerGroup + " did not answer: " + e.error)) : [];
-  return [el("h2", {}, "Consumer groups"), table(["subject", "group", "backlog", "retrying", "per broker group", "consumers"], rows), ...errs,
+  return [el("h2", {}, "Consumer groups"), table(["subject", "group", "backlog", "retrying", "dead", "per broker group", "consumers"], rows), ...errs,
     el("h2", {}, "Reset a group's offset"), form];
 }
 
@@ -225,16 +250,61 @@ async function dead(arg) {
   const base = "/deadletters/" + enc(s0) + "/" + enc(g0);
   const d = await api("GET", base + "?max=100");
   const rows = d.letters.map(l => el("tr", { "data-id": l.id },
-    el("td", {}, l.brokerGroup), el("td", {}, l.seq), el("td", {}, l.id), el("td", {}, l.attempts), el("td", {}, l.createdAt),
+    el("td", {}, l.brokerGroup), el("td", {}, l.seq), el("td", {}, l.id), el("td", {}, l.attempts), el("td", {}, localTime(l.createdAt)),
+    el("td", { class: "died" }, localTime(l.failedAt)), el("td", { class: "dead-why" }, l.deadWhy || "-"),
+    el("td", { class: "last-error" }, l.lastError ? el("pre", {}, l.lastError) : "-"),
     el("td", {}, l.bodyHidden ? el("span", { class: "muted body-hidden" }, "hidden (needs read bodies)") : el("pre", {}, l.bodyBase64 ? "base64: " + l.body : l.body)),
     el("td", {},
       changeButton({ "data-action": "redrive", onclick: () => act("re-drive " + l.id, "POST", base + "/redrive", { ids: [l.id] }) }, "Re-drive"), " ",
       changeButton({ "data-action": "purge", onclick: () => confirm("Purge " + l.id + "?") && act("purge " + l.id, "POST", base + "/purge", { ids: [l.id] }) }, "Purge"))));
   out.push(el("p", { id: "dead-total" }, d.total + " dead letters in " + s0 + "/" + g0),
-    table(["broker group", "seq", "id", "attempts", "created", "body", ""], rows),
+    table(["broker group", "seq", "id", "attempts", "created", "died", "why", "last error", "body", ""], rows),
     el("p", {},
-      changeButton({ "data-action": "redrive-all", onclick: () => act("re-drive all", "POST", base + "/redrive", {}) }, "Re-drive all"), " ",
+      changeButton({ "data-action": "redrive-all", onclick: () => confirm("Re-drive every dead letter of " + s0 + "/" + g0 + " (" + d.total + ") back to the group?") && act("re-drive all", "POST", base + "/redrive", {}) }, "Re-drive all"), " ",
       changeButton({ "data-action": "purge-all", onclick: () => confirm("Purge every dead letter of " + s0 + "/" + g0 + "?") && act("purge all", "POST", base + "/purge", {}) }, "Purge all")));
+  return out;
+}
+
+// find is the "Find a message" page: a message id or key, from the hash
+// (#find/id/<id> or #find/key/<key>), its life (trace) and its stored
+// copies, bodies only for identities that may read them.
+async function find(arg) {
+  const [by0, ...v] = (arg || "").split("/");
+  const value0 = decodeURIComponent(v.join("/"));
+  const by = el("select", { id: "find-by" }, el("option", { value: "id" }, "message id"), el("option", { value: "key" }, "key"));
+  by.value = by0 === "key" ? "key" : "id";
+  const value = el("input", { id: "find-value", placeholder: "message id or key", value: value0, required: true, size: 40 });
+  const form = el("form", { class: "inline", id: "find-form", onsubmit: e => { e.preventDefault(); location.hash = "find/" + by.value + "/" + enc(value.value); } },
+    by, value, el("button", { type: "submit" }, "Find"));
+  const out = [el("h2", {}, "Find a message"), form];
+  if (!value0) return out;
+  const q = (by.value === "key" ? "key=" : "id=") + enc(value0);
+  let traces, found;
+  try {
+    [traces, found] = await Promise.all([api("GET", "/trace?" + q), api("GET", "/messages?" + q)]);
+  } catch (err) {
+    out.push(el("p", { id: "find-result", class: err.status === 404 ? "muted" : "err" }, err.status === 404 ? "not found: no message with " + by.value + " " + value0 : err.message));
+    return out;
+  }
+  if (!Array.isArray(traces)) traces = [traces];
+  const div = el("div", { id: "find-result" });
+  for (const t of traces) {
+    const rows = t.events.map(e => el("tr", { "data-event": e.event },
+      el("td", {}, localTime(e.at)), el("td", { class: "event" }, e.event), el("td", {}, e.group || "-"), el("td", {}, e.consumer || "-"),
+      el("td", {}, e.brokerGroup || "-"), el("td", {}, e.attempt || "-"),
+      el("td", {}, e.error ? el("span", { class: "state-unavailable" }, "error: " + e.error) : null, e.error && e.detail ? " — " : null, e.detail || null,
+        e.nextDue ? " (next due " + localTime(e.nextDue) + ")" : null)));
+    div.append(el("h3", { "data-id": t.id }, "Message " + t.id + " of " + t.subject),
+      table(["time", "event", "group", "consumer", "broker group", "attempt", "detail"], rows));
+  }
+  const copies = found.messages.map(m => el("tr", { "data-id": m.id, "data-kind": m.kind },
+    el("td", {}, m.id), el("td", {}, m.kind + (m.group ? " (" + m.group + ")" : "")), el("td", {}, m.storedSubject),
+    el("td", {}, m.brokerGroup + " @" + m.offset), el("td", {}, localTime(m.storedAt)), el("td", {}, m.attempts),
+    el("td", {}, Object.entries(m.properties || {}).map(([k, v]) => el("div", {}, k + "=" + v))),
+    el("td", {}, m.bodyHidden ? el("span", { class: "muted body-hidden" }, "hidden (needs read bodies)") : el("pre", {}, m.bodyBase64 ? "base64: " + m.body : m.body))));
+  div.append(el("h3", {}, "Stored copies"), table(["id", "kind", "stored as", "where", "stored", "attempts", "properties", "body"], copies));
+  for (const e of found.errors || []) div.append(el("p", { class: "muted" }, "broker group " + e.brokerGroup + " did not answer: " + e.error));
+  out.push(div);
   return out;
 }
 

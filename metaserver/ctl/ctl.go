@@ -182,6 +182,7 @@ func NewCommand(out io.Writer) *cobra.Command {
 	root.AddCommand(statusCmd(g), brokersCmd(g), groupsCmd(g), routesCmd(g), routeCmd(g), readonlyCmd(g),
 		switchoverCmd(g), consumersCmd(g), offsetCmd(g), consumerCmd(g), deadCmd(g),
 		whoamiCmd(g), identityCmd(g), grantCmd(g), revokeCmd(g))
+	root.AddCommand(lookupCmd(g), traceCmd(g))
 	return root
 }
 
@@ -495,7 +496,7 @@ func consumersCmd(g *globals) *cobra.Command {
 				return err
 			}
 			return g.print(cgs, func(w *tabwriter.Writer) {
-				fmt.Fprintln(w, "SUBJECT\tGROUP\tBACKLOG\tRETRYING\tCONSUMERS\tOFFLINE\tBROKER GROUPS")
+				fmt.Fprintln(w, "SUBJECT\tGROUP\tBACKLOG\tRETRYING\tDEAD\tCONSUMERS\tOFFLINE\tBROKER GROUPS")
 				for _, x := range cgs {
 					var ids, off, per []string
 					for _, c := range x.Consumers {
@@ -507,7 +508,7 @@ func consumersCmd(g *globals) *cobra.Command {
 					for _, p := range x.PerBroker {
 						per = append(per, p.BrokerGroup+"="+strconv.FormatUint(p.Backlog, 10))
 					}
-					fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", x.Subject, x.Group, x.Backlog, x.RetryBacklog, dash(strings.Join(ids, ",")),
+					fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", x.Subject, x.Group, x.Backlog, x.RetryBacklog, x.DeadLetters, dash(strings.Join(ids, ",")),
 						dash(strings.Join(off, ",")), dash(strings.Join(per, " ")))
 				}
 				if len(cgs) > 0 {
@@ -584,7 +585,7 @@ func deadTable(w *tabwriter.Writer, d api.DeadLetters) {
 	}
 	fmt.Fprintln(w)
 	if len(d.Letters) > 0 {
-		fmt.Fprintln(w, "BROKER GROUP\tSEQ\tID\tATTEMPTS\tCREATED\tSIZE\tBODY")
+		fmt.Fprintln(w, "BROKER GROUP\tSEQ\tID\tATTEMPTS\tCREATED\tDIED\tLAST ERROR\tSIZE\tBODY")
 		for _, l := range d.Letters {
 			body := l.Body
 			if l.BodyBase64 {
@@ -593,7 +594,8 @@ func deadTable(w *tabwriter.Writer, d api.DeadLetters) {
 			if len(body) > 60 {
 				body = body[:60] + "…"
 			}
-			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%d\t%q\n", l.BrokerGroup, l.Seq, l.ID, l.Attempts, l.CreatedAt.Format(time.RFC3339), l.Size, body)
+			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t%d\t%q\n", l.BrokerGroup, l.Seq, l.ID, l.Attempts, l.CreatedAt.Format(time.RFC3339),
+				diedAt(l), dash(shorten(l.LastError, 60)), l.Size, body)
 		}
 	}
 	for _, e := range d.Errors {
@@ -634,6 +636,7 @@ func deadCmd(g *globals) *cobra.Command {
 				for _, l := range d.Letters {
 					fmt.Fprintf(w, "broker group\t%s\nseq\t%d\nid\t%s\nsubject\t%s\nattempts\t%d\ncreated\t%s\ntags\t%s\n",
 						l.BrokerGroup, l.Seq, l.ID, l.Subject, l.Attempts, l.CreatedAt.Format(time.RFC3339), dash(strings.Join(l.Tags, ",")))
+					fmt.Fprintf(w, "died\t%s\nwhy\t%s\nlast error\t%s\n", diedAt(l), dash(l.DeadWhy), dash(l.LastError))
 					for k, v := range l.Properties {
 						fmt.Fprintf(w, "property\t%s=%s\n", k, v)
 					}

@@ -35,7 +35,9 @@ import (
 // messages is the subject's consume-log length (its next sequence); cursor is
 // the group's next consume sequence; backlog is messages − cursor plus the
 // group's un-acked entries. consumer flags bit0 (ConsumerOffline): taken
-// offline by an admin.
+// offline by an admin. A dead-letter subject %DEAD%<subject>%<group> lists
+// its group with cursor 0 and backlog the dead letters it holds (neither
+// re-driven nor purged; masters only).
 //
 // DeadLettersRequest (CmdDeadLetters):
 //

@@ -19,6 +19,7 @@
 //	s.Source().ReadMessageTailInto / ReadActionLogInto / CommitSignal  // a master's side
 //	s.Replica().ReplicateMessages / ReplicateActions / Ends           // a slave's side
 //	s.CommittedEnds(), s.Promote(), store.Truncate(...)              // failover
+//	s.FindByID(id), s.FindByKey(key) ([]store.Found, error)     // the message index (msgindex.go)
 //
 // Messages are encoded pkg/protocol messages; Append validates each
 // (ParseMessage with its CRC, Limits.CheckView) and stores exactly those
@@ -37,6 +38,7 @@
 //	dir/actionlog/%020d.seg                    action log, 64 MiB segments
 //	dir/consumelog/n-<subject>/%020d.seg       40-byte entries, 2^18 per file
 //	dir/pulllog/n-<subject>/n-<group>/n-<consumer>/%020d.seg   8-byte entries, 2^18 per file
+//	dir/index/%020d.run                         message index by id and key (msgindex.go)
 //
 // Segment files are named by their base (pkg/segment); names longer than
 // 200 bytes are hashed (h-<sha256/16>). Byte layouts are drawn next to the

@@ -92,6 +92,10 @@ type Options struct {
 	// checkpoints must keep segments from (a slave still copying them), or
 	// a negative value for none.
 	ActionLogFloor func() int64
+	// NoMessageIndex turns off the index of messages by id and key
+	// (msgindex.go; on by default): FindByID and FindByKey then fail with
+	// ErrNoIndex.
+	NoMessageIndex bool
 }
 
 // DefaultOptions holds every default.

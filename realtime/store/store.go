@@ -56,6 +56,7 @@ type Store struct {
 	stop      chan struct{}
 	wg        sync.WaitGroup // appendLoop, syncLoop
 	bg        sync.WaitGroup // the other loops
+	index     *messageIndex  // nil with Options.NoMessageIndex (msgindex.go)
 
 	ckptMu sync.Mutex
 	retMu  sync.Mutex
@@ -158,6 +159,14 @@ func Open(dir string, opts Options, lg *zap.Logger) (*Store, error) {
 	if opts.RetentionInterval > 0 {
 		s.bg.Add(1)
 		go s.retentionLoop()
+	}
+	if !opts.NoMessageIndex {
+		if s.index, err = s.openMessageIndex(); err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.bg.Add(1)
+		go s.indexLoop()
 	}
 	return s, nil
 }
@@ -445,6 +454,9 @@ func (s *Store) Close() error {
 	s.wg.Wait()
 	close(s.stop)
 	s.bg.Wait()
+	if s.index != nil {
+		s.index.close()
+	}
 	s.closing.Store(true)
 	s.ckptMu.Lock()
 	err := s.checkpointLocked()

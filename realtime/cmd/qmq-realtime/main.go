@@ -15,6 +15,7 @@ import (
 	"github.com/qmq-go/qmq/pkg/config"
 	"github.com/qmq-go/qmq/pkg/logging"
 	"github.com/qmq-go/qmq/pkg/procs"
+	"github.com/qmq-go/qmq/pkg/tracing/otlp"
 	"github.com/qmq-go/qmq/realtime"
 	"go.uber.org/zap"
 )
@@ -42,6 +43,12 @@ func main() {
 		os.Exit(2)
 	}
 	defer lg.Sync()
+	tp, stopTracing, err := otlp.FromEnvironment(context.Background())
+	if err != nil {
+		lg.Fatal("cannot set up tracing from OTEL_* variables", zap.Error(err))
+	}
+	defer stopTracing(context.Background())
+	opts.TracerProvider = tp
 	b, err := realtime.New(opts, lg)
 	if err != nil {
 		lg.Fatal("cannot open broker", zap.Error(err))

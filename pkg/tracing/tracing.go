@@ -1,0 +1,93 @@
+// Package tracing carries OpenTelemetry trace context in message
+// properties (W3C Trace Context: the properties traceparent and
+// tracestate) and builds a tracer provider from the standard OTEL_*
+// environment variables.
+//
+// Tracing is off unless a tracer provider is given to the producer,
+// consumer or broker (their WithTracerProvider options and
+// realtime.Options.TracerProvider); off, no property is read or written
+// and no span is made, so it costs a nil check. On, the producer starts a
+// "send <subject>" span (kind producer) and injects its context into the
+// message; the broker records a "store <subject>" span (kind server) from
+// a message's arrival to its durable append, and the consumer a "handle
+// <subject>" span (kind consumer) around the handler, each a child of the
+// context the message carries, so one trace id runs from producer to
+// consumer. Sampling is the producer's (the sampled flag travels; the
+// broker's and consumer's default samplers follow their parent).
+//
+// Package otlp (pkg/tracing/otlp) builds a tracer provider that exports
+// over OTLP from the standard OTEL_* variables; it is apart so that
+// clients that do not export link no gRPC.
+package tracing
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+)
+
+// Instrumentation is the name every QMQ tracer is made with.
+const Instrumentation = "github.com/qmq-go/qmq"
+
+var propagator = propagation.TraceContext{}
+
+// carrier reads and writes a message's properties.
+type carrier struct{ props *[]protocol.Property }
+
+func (c carrier) Get(key string) string {
+	for _, p := range *c.props {
+		if p.Key == key {
+			return p.Value
+		}
+	}
+	return ""
+}
+
+func (c carrier) Set(key, value string) {
+	for i, p := range *c.props {
+		if p.Key == key {
+			(*c.props)[i].Value = value
+			return
+		}
+	}
+	*c.props = append(*c.props, protocol.Property{Key: key, Value: value})
+}
+
+func (c carrier) Keys() []string {
+	keys := make([]string, 0, len(*c.props))
+	for _, p := range *c.props {
+		keys = append(keys, p.Key)
+	}
+	return keys
+}
+
+// Inject writes the span context of ctx into props (traceparent and, when
+// set, tracestate), replacing earlier values.
+func Inject(ctx context.Context, props *[]protocol.Property) {
+	propagator.Inject(ctx, carrier{props})
+}
+
+// Extract returns ctx with the remote span context props carry, if any.
+func Extract(ctx context.Context, props []protocol.Property) context.Context {
+	return propagator.Extract(ctx, carrier{&props})
+}
+
+// ExtractView is Extract for a parsed message, without decoding it.
+func ExtractView(ctx context.Context, v *protocol.View) context.Context {
+	if v.PropertyCount() == 0 {
+		return ctx
+	}
+	var props []protocol.Property
+	v.Properties(func(k, val []byte) bool {
+		if ks := string(k); ks == "traceparent" || ks == "tracestate" {
+			props = append(props, protocol.Property{Key: ks, Value: string(val)})
+		}
+		return true
+	})
+	if len(props) == 0 {
+		return ctx
+	}
+	return Extract(ctx, props)
+}

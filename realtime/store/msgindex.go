@@ -1,0 +1,582 @@
+package store
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/segment"
+)
+
+// Message index: find stored messages by id or by key (the property
+// protocol.PropKey) without reading the log.
+//
+// indexLoop follows the committed message log (ReadMessageLogInto, as a
+// slave does: it costs appends nothing but the CPU of reading what they
+// wrote) and keeps, for every record, an entry per name it is found by:
+//
+//	hash u64 (FNV-1a 64 of a kind byte, 'i' or 'k', then the id or key) |
+//	message-log offset i64
+//
+// Entries collect in memory (at most indexRunEntries) and are written, sorted
+// by hash, as a run file when that many collected, when the log moves to
+// its next segment (a run never spans two), on Close and after an idle
+// second with entries waiting (indexIdleSpill):
+//
+//	dir/index/%020d.run   named by the first offset it covers
+//
+//	0          8          16         24          28           32
+//	+----------+----------+----------+-----------+------------+
+//	| "QMQIDX1\n" | from i64 | to i64 | count u32 | fences u32 |
+//	+----------+----------+----------+-----------+------------+
+//	32: count × (hash u64 | offset i64), sorted by hash, then offset
+//	    fences × hash u64: the hash of every indexFence-th entry
+//	    crc32c u32 over the header and the fences
+//
+// A run covers the message-log records in [from, to). It is written to a
+// temporary file, fsynced and renamed (then the directory fsynced), so it is
+// whole or absent. Open keeps the runs that chain from the oldest without a
+// gap and whose header and fences check, drops the others, drops runs past
+// the committed end (a truncated log) and indexes the log again from the
+// end of the last run kept: what a crash lost (the entries still in memory)
+// is rebuilt from the message log. Retention deletes a run once the
+// message log no longer keeps any of its records.
+//
+// A lookup reads, from each run, the block of entries between two fences
+// holding the hash (one pread), then each candidate's record (CRC checked)
+// and keeps it only when the message's id or key is the one asked for: a
+// hash collision or a damaged entry can hide nothing it should find as long
+// as the entry is right, and never returns a wrong message. It first waits
+// (at most indexCatchUp) for the index to reach the committed end it saw,
+// so a message acknowledged before the lookup is found.
+const (
+	indexDir               = "index"
+	indexMagic             = "QMQIDX1\n"
+	indexHeaderSize        = 32
+	indexEntrySize         = 16
+	indexFence             = 256
+	indexRunEntriesDefault = 1 << 20
+	indexReadBytes         = 1 << 20
+	indexIdleSpill         = time.Second
+	indexCatchUp           = 2 * time.Second
+	indexKindID            = 'i'
+	indexKindKey           = 'k'
+	indexMaxFound          = 1000
+	indexRunFileMode       = 0o600
+)
+
+// indexRunEntries is the most entries kept in memory before a run is
+// written (tests lower it).
+var indexRunEntries = indexRunEntriesDefault
+
+// ErrNoIndex: the store was opened with Options.NoMessageIndex.
+var ErrNoIndex = errors.New("store: message index off")
+
+// Found is one stored message a lookup found.
+type Found struct {
+	Offset  int64     // its message-log record
+	Subject string    // the subject it was stored under
+	Seq     int64     // its consume-log sequence there
+	Stored  time.Time // when the store appended it
+	Message []byte    // the encoded message (a copy)
+}
+
+type indexEntry struct {
+	hash uint64
+	off  int64
+}
+
+type indexRun struct {
+	from, to int64
+	count    int
+	fences   []uint64
+	f        *os.File
+	path     string
+}
+
+type messageIndex struct {
+	dir string
+	lg  *zap.Logger
+
+	mu      sync.RWMutex
+	runs    []*indexRun  // by from
+	mem     []indexEntry // entries not in a run yet, for [memFrom, end)
+	memFrom int64
+	memSeg  int64 // base of the segment mem's records lie in, -1 when empty
+	end     atomic.Int64
+	lastAdd time.Time
+}
+
+func indexHash(kind byte, v []byte) uint64 {
+	const offset64, prime64 = 14695981039346656037, 1099511628211
+	h := uint64(offset64)
+	h ^= uint64(kind)
+	h *= prime64
+	for _, c := range v {
+		h ^= uint64(c)
+		h *= prime64
+	}
+	return h
+}
+
+// openMessageIndex loads the runs and returns the index, its end set to
+// where indexing resumes.
+func (s *Store) openMessageIndex() (*messageIndex, error) {
+	x := &messageIndex{dir: filepath.Join(s.dir, indexDir), lg: s.lg.Named("index"), memSeg: -1}
+	if err := os.MkdirAll(x.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	entries, err := os.ReadDir(x.dir)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	var names []string
+	for _, e := range entries {
+		switch {
+		case strings.HasSuffix(e.Name(), ".tmp"):
+			_ = os.Remove(filepath.Join(x.dir, e.Name()))
+		case strings.HasSuffix(e.Name(), ".run"):
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names) // %020d: by from
+	start, committed := s.msgLog.Start(), s.committedMessages()
+	next, gap := int64(-1), false
+	for _, name := range names {
+		path := filepath.Join(x.dir, name)
+		r, err := openIndexRun(path)
+		keep := err == nil && !gap && (next < 0 || r.from == next) && r.to <= committed
+		if !keep {
+			if err != nil {
+				x.lg.Warn("index run damaged: indexing again from the log", zap.String("path", path), zap.Error(err))
+			}
+			if r != nil {
+				r.f.Close()
+			}
+			_ = os.Remove(path)
+			gap = true // every later run goes too
+			continue
+		}
+		if r.to <= start {
+			r.f.Close()
+			_ = os.Remove(path)
+			continue
+		}
+		x.runs = append(x.runs, r)
+		next = r.to
+	}
+	resume := start
+	if n := len(x.runs); n > 0 {
+		resume = max(resume, x.runs[n-1].to)
+	}
+	x.end.Store(resume)
+	x.memFrom = resume
+	return x, nil
+}
+
+func openIndexRun(path string) (*indexRun, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	r := &indexRun{f: f, path: path}
+	var h [indexHeaderSize]byte
+	if _, err := f.ReadAt(h[:], 0); err != nil {
+		return r, err
+	}
+	if string(h[:8]) != indexMagic {
+		return r, errors.New("bad magic")
+	}
+	r.from, r.to = int64(binary.BigEndian.Uint64(h[8:])), int64(binary.BigEndian.Uint64(h[16:]))
+	r.count = int(binary.BigEndian.Uint32(h[24:]))
+	nf := int(binary.BigEndian.Uint32(h[28:]))
+	if nf != (r.count+indexFence-1)/indexFence || r.to < r.from {
+		return r, errors.New("bad header")
+	}
+	fb := make([]byte, nf*8+4)
+	if _, err := f.ReadAt(fb, int64(indexHeaderSize+r.count*indexEntrySize)); err != nil {
+		return r, err
+	}
+	crc := crc32.Update(protocol.Checksum(h[:]), crc32.MakeTable(crc32.Castagnoli), fb[:nf*8])
+	if crc != binary.BigEndian.Uint32(fb[nf*8:]) {
+		return r, errors.New("bad checksum")
+	}
+	r.fences = make([]uint64, nf)
+	for i := range r.fences {
+		r.fences[i] = binary.BigEndian.Uint64(fb[i*8:])
+	}
+	return r, nil
+}
+
+// indexLoop follows the committed message log into the index.
+func (s *Store) indexLoop() {
+	defer s.bg.Done()
+	x := s.index
+	buf := make([]byte, indexReadBytes)
+	var batch []indexEntry
+	for {
+		sig := s.Source().CommitSignal()
+		progressed := false
+		for {
+			from := x.end.Load()
+			c, err := s.Source().ReadMessageLogInto(buf, from, indexReadBytes)
+			if err != nil {
+				x.lg.Warn("index: cannot read the message log", zap.Int64("offset", from), zap.Error(err))
+				break
+			}
+			if len(c.Data) == 0 {
+				if c.Offset > from { // padding, or retention passed it
+					x.advance(s, nil, c.Offset, c.Offset)
+				}
+				break
+			}
+			batch = batch[:0]
+			off := c.Offset
+			for p := 0; p < len(c.Data); {
+				kind, payload, n := splitRecord(c.Data[p:])
+				if kind == recordMessage {
+					if _, _, msg, err := parseRecordPayload(payload); err == nil {
+						batch = appendIndexEntries(batch, msg, off+int64(p))
+					}
+				}
+				p += n
+			}
+			x.advance(s, batch, c.Offset, c.Offset+int64(len(c.Data)))
+			progressed = true
+		}
+		x.retain(s.msgLog.Start())
+		if !progressed {
+			x.mu.Lock()
+			if len(x.mem) > 0 && time.Since(x.lastAdd) > indexIdleSpill {
+				x.spillLocked()
+			}
+			x.mu.Unlock()
+		}
+		select {
+		case <-s.stop:
+			return
+		case <-sig:
+		case <-time.After(indexIdleSpill):
+		}
+	}
+}
+
+// appendIndexEntries appends the entries of the message msg stored at off.
+func appendIndexEntries(dst []indexEntry, msg []byte, off int64) []indexEntry {
+	v, err := protocol.ParseMessageNoCRC(msg)
+	if err != nil {
+		return dst
+	}
+	dst = append(dst, indexEntry{indexHash(indexKindID, v.ID), off})
+	if v.PropertyCount() > 0 {
+		v.Properties(func(k, val []byte) bool {
+			if string(k) == protocol.PropKey {
+				dst = append(dst, indexEntry{indexHash(indexKindKey, val), off})
+				return false
+			}
+			return true
+		})
+	}
+	return dst
+}
+
+// advance adds entries of records in [from, to) and moves the end to to,
+// spilling first when from lies in another segment than mem's records.
+func (x *messageIndex) advance(s *Store, entries []indexEntry, from, to int64) {
+	seg := segmentBase(s.msgLog, from)
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(x.mem) > 0 && (seg != x.memSeg || len(x.mem)+len(entries) > indexRunEntries) {
+		x.spillLocked()
+	}
+	if len(x.mem) == 0 {
+		x.memFrom, x.memSeg = from, seg
+	}
+	x.mem = append(x.mem, entries...)
+	if len(entries) > 0 {
+		x.lastAdd = time.Now()
+	}
+	x.end.Store(to)
+	if len(x.mem) == 0 {
+		x.memFrom = to
+	}
+}
+
+func segmentBase(l *segment.Log, off int64) int64 {
+	for _, sg := range l.Segments() {
+		if off >= sg.Base && off < sg.Base+sg.Size {
+			return sg.Base
+		}
+	}
+	return -1
+}
+
+// spillLocked writes mem as a run covering [memFrom, end) (x.mu held). A
+// run that cannot be written is logged and its entries kept in memory.
+func (x *messageIndex) spillLocked() {
+	if len(x.mem) == 0 {
+		return
+	}
+	from, to := x.memFrom, x.end.Load()
+	slices.SortFunc(x.mem, func(a, b indexEntry) int {
+		switch {
+		case a.hash < b.hash:
+			return -1
+		case a.hash > b.hash:
+			return 1
+		}
+		return int(a.off - b.off)
+	})
+	r, err := writeIndexRun(x.dir, from, to, x.mem)
+	if err != nil {
+		x.lg.Warn("index: cannot write a run (its entries stay in memory)", zap.Error(err))
+		return
+	}
+	x.runs = append(x.runs, r)
+	x.mem = x.mem[:0]
+	x.memFrom, x.memSeg = to, -1
+}
+
+func writeIndexRun(dir string, from, to int64, entries []indexEntry) (*indexRun, error) {
+	path := filepath.Join(dir, fmt.Sprintf("%020d.run", from))
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, indexRunFileMode)
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp) // after the rename: no-op
+	nf := (len(entries) + indexFence - 1) / indexFence
+	var h [indexHeaderSize]byte
+	copy(h[:], indexMagic)
+	binary.BigEndian.PutUint64(h[8:], uint64(from))
+	binary.BigEndian.PutUint64(h[16:], uint64(to))
+	binary.BigEndian.PutUint32(h[24:], uint32(len(entries)))
+	binary.BigEndian.PutUint32(h[28:], uint32(nf))
+	w := bufio.NewWriterSize(f, 1<<20)
+	w.Write(h[:])
+	var e [indexEntrySize]byte
+	fences := make([]uint64, 0, nf)
+	fb := make([]byte, 0, nf*8+4)
+	for i, en := range entries {
+		binary.BigEndian.PutUint64(e[0:], en.hash)
+		binary.BigEndian.PutUint64(e[8:], uint64(en.off))
+		w.Write(e[:])
+		if i%indexFence == 0 {
+			fences = append(fences, en.hash)
+			fb = binary.BigEndian.AppendUint64(fb, en.hash)
+		}
+	}
+	crc := crc32.Update(protocol.Checksum(h[:]), crc32.MakeTable(crc32.Castagnoli), fb)
+	fb = binary.BigEndian.AppendUint32(fb, crc)
+	w.Write(fb)
+	err = w.Flush()
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rf, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	return &indexRun{from: from, to: to, count: len(entries), fences: fences, f: rf, path: path}, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// retain deletes the runs whose records the message log no longer keeps.
+func (x *messageIndex) retain(start int64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	keep := x.runs[:0]
+	for _, r := range x.runs {
+		if r.to <= start {
+			r.f.Close()
+			_ = os.Remove(r.path)
+			continue
+		}
+		keep = append(keep, r)
+	}
+	clear(x.runs[len(keep):])
+	x.runs = keep
+	if len(x.mem) > 0 && x.end.Load() <= start {
+		x.mem = x.mem[:0]
+	}
+	if x.end.Load() < start {
+		x.end.Store(start)
+		x.memFrom = start
+	}
+}
+
+// close writes what is in memory as a run and closes the run files.
+func (x *messageIndex) close() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.spillLocked()
+	for _, r := range x.runs {
+		r.f.Close()
+	}
+	x.runs = nil
+}
+
+// candidates returns the offsets whose entries hold hash h, ascending.
+func (x *messageIndex) candidates(h uint64) []int64 {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	var offs []int64
+	for _, r := range x.runs {
+		offs = r.find(h, offs)
+	}
+	for _, e := range x.mem {
+		if e.hash == h {
+			offs = append(offs, e.off)
+		}
+	}
+	slices.Sort(offs)
+	return slices.Compact(offs)
+}
+
+// find appends the offsets of r's entries with hash h: the entries between
+// the fences around h, read with one pread.
+func (r *indexRun) find(h uint64, dst []int64) []int64 {
+	if r.count == 0 {
+		return dst
+	}
+	// The first fence > h bounds the block; the block starts at the fence
+	// before the first fence >= h (equal hashes may begin in it).
+	lo := sort.Search(len(r.fences), func(i int) bool { return r.fences[i] >= h })
+	hi := sort.Search(len(r.fences), func(i int) bool { return r.fences[i] > h })
+	first := max(lo-1, 0) * indexFence
+	last := min(hi*indexFence, r.count)
+	if last <= first {
+		return dst
+	}
+	b := make([]byte, (last-first)*indexEntrySize)
+	if _, err := r.f.ReadAt(b, int64(indexHeaderSize+first*indexEntrySize)); err != nil && !errors.Is(err, io.EOF) {
+		return dst
+	}
+	for p := 0; p+indexEntrySize <= len(b); p += indexEntrySize {
+		eh := binary.BigEndian.Uint64(b[p:])
+		if eh == h {
+			dst = append(dst, int64(binary.BigEndian.Uint64(b[p+8:])))
+		} else if eh > h {
+			break
+		}
+	}
+	return dst
+}
+
+// FindByID returns the stored copies of the message with id (the original
+// and any retry or dead-letter copy of it), oldest first, at most
+// indexMaxFound.
+func (s *Store) FindByID(id string) ([]Found, error) {
+	return s.find(indexKindID, id)
+}
+
+// FindByKey returns the stored messages whose property protocol.PropKey
+// is key, oldest first, at most indexMaxFound.
+func (s *Store) FindByKey(key string) ([]Found, error) {
+	return s.find(indexKindKey, key)
+}
+
+func (s *Store) find(kind byte, v string) ([]Found, error) {
+	x := s.index
+	if x == nil {
+		return nil, ErrNoIndex
+	}
+	target := s.committedMessages()
+	for wait := time.Now().Add(indexCatchUp); x.end.Load() < target && time.Now().Before(wait); {
+		time.Sleep(time.Millisecond)
+	}
+	var out []Found
+	for _, off := range x.candidates(indexHash(kind, []byte(v))) {
+		f, ok := s.readFound(off)
+		if !ok {
+			continue
+		}
+		pm, err := protocol.ParseMessage(f.Message)
+		if err != nil {
+			continue
+		}
+		match := false
+		if kind == indexKindID {
+			match = string(pm.ID) == v
+		} else if pm.PropertyCount() > 0 {
+			pm.Properties(func(k, val []byte) bool {
+				if string(k) == protocol.PropKey {
+					match = string(val) == v
+					return false
+				}
+				return true
+			})
+		}
+		if match {
+			out = append(out, f)
+			if len(out) == indexMaxFound {
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// readFound reads and checks the message record at off.
+func (s *Store) readFound(off int64) (Found, bool) {
+	c, err := s.Source().ReadMessageLog(off, segment.HeaderSize)
+	if err != nil || c.Offset != off || len(c.Data) == 0 {
+		return Found{}, false
+	}
+	kind, payload, _, err := segment.ParseRecord(c.Data)
+	if err != nil || kind != recordMessage {
+		return Found{}, false
+	}
+	seq, ts, msg, err := parseRecordPayload(payload)
+	if err != nil {
+		return Found{}, false
+	}
+	v, err := protocol.ParseMessageNoCRC(msg)
+	if err != nil {
+		return Found{}, false
+	}
+	return Found{Offset: off, Subject: string(v.Subject), Seq: seq, Stored: time.UnixMilli(ts), Message: slices.Clone(msg)}, true
+}
+
+// IndexedEnd returns the message-log offset the index covers up to (-1
+// without an index).
+func (s *Store) IndexedEnd() int64 {
+	if s.index == nil {
+		return -1
+	}
+	return s.index.end.Load()
+}

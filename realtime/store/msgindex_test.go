@@ -1,0 +1,172 @@
+package store
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+)
+
+func encodeKeyed(t testing.TB, subject, id, key string, attempts uint16) []byte {
+	t.Helper()
+	m := &protocol.Message{Subject: subject, ID: id, Body: []byte("body of " + id), Created: time.UnixMilli(1), Attempts: attempts}
+	if key != "" {
+		m.Properties = []protocol.Property{{Key: "other", Value: "x"}, {Key: protocol.PropKey, Value: key}}
+	}
+	b, err := protocol.AppendMessage(nil, m, protocol.DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func foundIDs(t testing.TB, fs []Found, err error) []string {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, f := range fs {
+		v, err := protocol.ParseMessage(f.Message)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, f.Subject+"/"+string(v.ID))
+	}
+	return out
+}
+
+func indexRuns(t testing.TB, dir string) []string {
+	t.Helper()
+	m, _ := filepath.Glob(filepath.Join(dir, indexDir, "*.run"))
+	return m
+}
+
+// Messages are found by id (every stored copy: original, retry, dead
+// letter) and by key, in memory and from runs; unknown ids and keys find
+// nothing; the index survives a clean restart (runs) and a crash (rebuilt
+// from the log), and a damaged run is rebuilt.
+func TestMessageIndex_FindByIDAndKey(t *testing.T) {
+	old := indexRunEntries
+	indexRunEntries = 64 // many runs
+	t.Cleanup(func() { indexRunEntries = old })
+	dir := t.TempDir()
+	s := openStore(t, dir, testOptions())
+	const n = 500
+	for i := 0; i < n; i += 50 {
+		var batch [][]byte
+		for j := i; j < i+50; j++ {
+			batch = append(batch, encodeKeyed(t, "orders", fmt.Sprintf("id-%d", j), fmt.Sprintf("order-%d", j%100), 0))
+		}
+		appendAll(t, s, batch...)
+	}
+	appendAll(t, s, encodeKeyed(t, protocol.RetrySubject("orders", "billing"), "id-7", "order-7", 1),
+		encodeKeyed(t, protocol.DeadSubject("orders", "billing"), "id-7", "order-7", 2))
+	check := func(s *Store, when string) {
+		t.Helper()
+		got := foundIDs(t, nil, nil)
+		fs, err := s.FindByID("id-7")
+		got = foundIDs(t, fs, err)
+		want := []string{"orders/id-7", "%RETRY%orders%billing/id-7", "%DEAD%orders%billing/id-7"}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Fatalf("%s: id-7 found %v, want %v", when, got, want)
+		}
+		if fs[0].Seq != 7 || fs[0].Stored.IsZero() || fs[0].Offset >= fs[1].Offset {
+			t.Fatalf("%s: found %+v", when, fs[0])
+		}
+		fs, err = s.FindByKey("order-42")
+		if got := foundIDs(t, fs, err); strings.Join(got, " ") != "orders/id-42 orders/id-142 orders/id-242 orders/id-342 orders/id-442" {
+			t.Fatalf("%s: key order-42 found %v", when, got)
+		}
+		for _, unknown := range []string{"id-500", "order-42", ""} {
+			if fs, err := s.FindByID(unknown); err != nil || len(fs) != 0 {
+				t.Fatalf("%s: unknown id %q found %d, %v", when, unknown, len(fs), err)
+			}
+		}
+		if fs, err := s.FindByKey("order-100"); err != nil || len(fs) != 0 {
+			t.Fatalf("%s: unknown key found %d, %v", when, len(fs), err)
+		}
+		for i := 0; i < n; i += 37 {
+			if fs, err := s.FindByID(fmt.Sprintf("id-%d", i)); err != nil || len(fs) != 1 {
+				t.Fatalf("%s: id-%d found %d, %v", when, i, len(fs), err)
+			}
+		}
+	}
+	check(s, "live")
+	if len(indexRuns(t, dir)) < 5 {
+		t.Fatalf("only %d runs written with 64 entries a run", len(indexRuns(t, dir)))
+	}
+	// A crash (the files as SIGKILL leaves them, entries in memory lost).
+	crashed := crashCopy(t, dir)
+	s.Close()
+	s2 := openStore(t, crashed, testOptions())
+	check(s2, "after a crash")
+	s2.Close()
+	// A clean restart, then one with a damaged run.
+	s3 := openStore(t, dir, testOptions())
+	check(s3, "after a restart")
+	s3.Close()
+	runs := indexRuns(t, dir)
+	f, err := os.OpenFile(runs[len(runs)/2], os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := f.Stat()
+	f.WriteAt([]byte{0xff, 0xee}, st.Size()-6) // a fence
+	f.Close()
+	s4 := openStore(t, dir, testOptions())
+	defer s4.Close()
+	check(s4, "after a damaged run")
+}
+
+// Retention drops the index with the data: messages of deleted segments
+// are no longer found and their runs are gone; later ones still are.
+func TestMessageIndex_Retention(t *testing.T) {
+	clock := newTestClock()
+	opts := retentionOptions(clock)
+	opts.RetentionBytes = 2 << 20
+	dir := t.TempDir()
+	s := openStore(t, dir, opts)
+	defer s.Close()
+	n := fill(t, s, "a", 5, clock)
+	if fs, err := s.FindByID("a0"); err != nil || len(fs) != 1 {
+		t.Fatalf("a0 before retention: %d, %v", len(fs), err)
+	}
+	s.index.mu.Lock()
+	s.index.spillLocked()
+	s.index.mu.Unlock()
+	before := len(indexRuns(t, dir))
+	if _, err := s.RunRetention(); err != nil {
+		t.Fatal(err)
+	}
+	if fs, err := s.FindByID("a0"); err != nil || len(fs) != 0 {
+		t.Fatalf("a0 after retention: %d, %v", len(fs), err)
+	}
+	last := fmt.Sprint("a", n-1)
+	if fs, err := s.FindByID(last); err != nil || len(fs) != 1 {
+		t.Fatalf("%s after retention: %d, %v", last, len(fs), err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(indexRuns(t, dir)) >= before {
+		if time.Now().After(deadline) {
+			t.Fatalf("runs of deleted segments kept: %d before, %d after", before, len(indexRuns(t, dir)))
+		}
+		time.Sleep(10 * time.Millisecond)
+		s.index.retain(s.msgLog.Start()) // the loop does it on its next wake
+	}
+}
+
+// Without the index, lookups say so.
+func TestMessageIndex_Off(t *testing.T) {
+	opts := testOptions()
+	opts.NoMessageIndex = true
+	s := openStore(t, t.TempDir(), opts)
+	defer s.Close()
+	if _, err := s.FindByID("x"); err != ErrNoIndex {
+		t.Fatalf("FindByID without an index: %v", err)
+	}
+}
