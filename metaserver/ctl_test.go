@@ -1,6 +1,7 @@
 package metaserver
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -140,5 +141,34 @@ func TestQmqctl_EveryCommand(t *testing.T) {
 	// Bad usage and unknown commands.
 	run(ctl.ExitUsage, "frobnicate")
 	run(ctl.ExitUsage, "status", "--nosuchflag")
-	run(ctl.ExitFailed, "--meta=127.0.0.1:1", "status")
+	run(ctl.ExitFailed, "--meta-http=127.0.0.1:1", "status")
+}
+
+// TestQmqctl_MetaHTTPAddress: qmqctl names the meta server by its HTTP
+// address (--meta-http, $QMQ_META_HTTP, run-local's by default); given the
+// TCP address by mistake it says which address it needs and exits 2 instead
+// of printing EOF.
+func TestQmqctl_MetaHTTPAddress(t *testing.T) {
+	s := startServer(t, startEtcd(t), nil)
+	if def := ctl.NewCommand(nil).PersistentFlags().Lookup("meta-http").DefValue; def != "127.0.0.1:20980" {
+		t.Fatalf("--meta-http defaults to %q, want run-local's 127.0.0.1:20980", def)
+	}
+	t.Setenv("QMQ_META_HTTP", s.HTTPAddr().String())
+	var out, errOut bytes.Buffer
+	if code := ctl.Main([]string{"status"}, &out, &errOut); code != 0 {
+		t.Fatalf("status with QMQ_META_HTTP: exit %d: %s", code, errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	code := ctl.Main([]string{"--meta-http", s.Addr().String(), "status"}, &out, &errOut)
+	if code != ctl.ExitUsage || !strings.Contains(errOut.String(), "--meta-http takes the meta server's HTTP address") ||
+		!strings.Contains(errOut.String(), "does not answer HTTP") {
+		t.Fatalf("status against the TCP address: exit %d, stderr:\n%s", code, errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := ctl.Main([]string{"--meta", s.HTTPAddr().String(), "status"}, &out, &errOut); code != 0 ||
+		!strings.Contains(errOut.String(), "--meta-http") {
+		t.Fatalf("the old --meta: exit %d, stderr:\n%s", code, errOut.String())
+	}
 }

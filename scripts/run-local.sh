@@ -124,11 +124,11 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 
-CTL="bin/qmqctl --meta $META_HTTP"
+CTL="bin/qmqctl --meta-http $META_HTTP"
 EXAMPLE="go run ./scripts/example --meta $META"
 SECURE_NOTE=""
 if [ "${QMQ_SECURE:-0}" = 1 ]; then
-  CTL="bin/qmqctl --meta $META_HTTP --tls-ca $TLS/ca.pem"
+  CTL="bin/qmqctl --meta-http $META_HTTP --tls-ca $TLS/ca.pem"
   # The application identity "demo": its secret in a file only you can read.
   if [ ! -s "$TLS/demo.secret" ]; then
     (umask 077; head -c 32 /dev/urandom | base64 | tr -d '/+=\n' > "$TLS/demo.secret")

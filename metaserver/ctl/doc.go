@@ -8,6 +8,12 @@
 // forbidden (a missing or wrong credential, or an identity without the
 // right), 4 not found.
 //
+// The meta server is named by its HTTP admin address: --meta-http, else
+// $QMQ_META_HTTP, else 127.0.0.1:20980 (scripts/run-local.sh's). Its TCP
+// address (clients' --meta and $QMQ_META, 127.0.0.1:20880 locally) answers
+// no HTTP: given that, qmqctl says so and exits 2. --meta is the old name of
+// --meta-http, still accepted with a warning.
+//
 // The credential ("name:secret", or the admin token alone for identity
 // admin) comes from --token-file (a file only its owner may read) or
 // QMQ_TOKEN; never from the command line or a flag's default.
