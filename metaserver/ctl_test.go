@@ -103,6 +103,14 @@ func TestQmqctl_EveryCommand(t *testing.T) {
 	for _, to := range []string{"earliest", "latest", "2026-01-02T03:04:05Z"} {
 		has(run(0, tok, "offset", "reset", "orders", "billing", "--to", to), "done on")
 	}
+	// A consumer group nobody knows is not created by a typo.
+	out = run(ctl.ExitNotFound, tok, "offset", "reset", "orders", "nosuchgroup", "--to", "latest")
+	has(out, `consumer group "nosuchgroup" of subject "orders" does not exist`, "--create")
+	has(run(0, tok, "offset", "reset", "orders", "newgroup", "--to", "latest", "--create"), "done on")
+	has(run(ctl.ExitNotFound, tok, "consumer", "offline", "orders", "billing", "nosuchid"), `consumer "nosuchid" is not registered in orders/billing`, "c1")
+	has(run(ctl.ExitNotFound, "dead", "list", "orders", "nosuchgroup"), `consumer group "nosuchgroup"`)
+	has(run(ctl.ExitNotFound, tok, "dead", "redrive", "orders", "billing", "--id", "NOSUCHID"), "no dead letter with id NOSUCHID", "nothing was changed")
+	has(run(ctl.ExitNotFound, tok, "dead", "purge", "orders", "nosuchgroup", "--all"), `consumer group "nosuchgroup"`)
 	run(ctl.ExitUsage, tok, "offset", "reset", "orders", "billing")
 	run(ctl.ExitUsage, tok, "offset", "reset", "orders", "billing", "--to", "someday")
 	has(run(0, tok, "consumer", "offline", "orders", "billing", "c1"), "done on")
@@ -114,7 +122,7 @@ func TestQmqctl_EveryCommand(t *testing.T) {
 	for _, b := range []*fakeBroker{b1, b2} {
 		manage += len(b.manageRequests())
 	}
-	if want := routedMasters * 5; manage != want {
+	if want := routedMasters * 6; manage != want { // three resets, one with --create, offline, online
 		t.Fatalf("masters got %d manage requests, want %d", manage, want)
 	}
 

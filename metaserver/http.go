@@ -469,6 +469,13 @@ func (s *Server) postReset(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, routed := s.routeTargets(subject); routed && !in.Create {
+		// A reset of a group no broker has would create it there: a typo
+		// must not, so creating one takes "create".
+		if known, failed := s.consumerGroupKnown(r.Context(), subject, group); !known {
+			return nil, errUnknownConsumerGroup(subject, group, failed, `; to create it at that position pass "create": true (qmqctl offset reset --create)`)
+		}
+	}
 	return s.manageConsumers(r.Context(), protocol.ConsumerManageRequest{Action: action, Subject: subject, Group: group, Time: at})
 }
 
@@ -484,6 +491,9 @@ func (s *Server) consumerOnline(online bool) func(r *http.Request) (any, error) 
 			return nil, err
 		}
 		if err := protocol.CheckConsumerID(id); err != nil {
+			return nil, err
+		}
+		if err := s.checkConsumerKnown(subject, group, id); err != nil {
 			return nil, err
 		}
 		key := s.keys.offline(subject, group, id)
@@ -540,6 +550,11 @@ func (s *Server) listDeadLetters(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if d.Total == 0 && len(d.Letters) == 0 && req.After == 0 {
+		if known, failed := s.consumerGroupKnown(r.Context(), subject, group); !known {
+			return nil, errUnknownConsumerGroup(subject, group, failed, "")
+		}
+	}
 	if p := principalOf(r.Context()); p == nil || !p.CanReadBodies() {
 		hideBodies(&d)
 	}
@@ -580,6 +595,47 @@ func (s *Server) deadLetterAction(action protocol.DeadLetterAction) func(r *http
 			return nil, err
 		}
 		ids := slices.DeleteFunc(in.IDs, func(id string) bool { return id == "" })
-		return s.deadLetters(r.Context(), protocol.DeadLettersRequest{Action: action, Subject: subject, Group: group, IDs: ids})
+		d, err := s.deadLetters(r.Context(), protocol.DeadLettersRequest{Action: action, Subject: subject, Group: group, IDs: ids})
+		if err != nil || d.Affected > 0 || len(d.Errors) > 0 {
+			return d, err
+		}
+		// Nothing happened: say why when it is a name nobody knows.
+		if known, failed := s.consumerGroupKnown(r.Context(), subject, group); !known {
+			return nil, errUnknownConsumerGroup(subject, group, failed, "")
+		}
+		if len(ids) > 0 {
+			return nil, protocol.Errorf(protocol.StatusNotFound, fmt.Sprintf("no dead letter with id %s in %s/%s: nothing was changed",
+				strings.Join(ids, ", "), subject, group))
+		}
+		return d, nil
 	}
+}
+
+// checkConsumerKnown fails with a 404 naming the consumer unless it is
+// registered with the meta server (it heartbeats) or marked offline.
+func (s *Server) checkConsumerKnown(subject, group, id string) error {
+	v := s.view
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	k := consumerKey{subject, group, id}
+	if _, ok := v.consumers[k]; ok {
+		return nil
+	}
+	if _, ok := v.offline[k]; ok {
+		return nil
+	}
+	var known []string
+	for ck := range v.consumers {
+		if ck.subject == subject && ck.group == group {
+			known = append(known, ck.clientID)
+		}
+	}
+	slices.Sort(known)
+	msg := fmt.Sprintf("consumer %q is not registered in %s/%s", id, subject, group)
+	if len(known) > 0 {
+		msg += " (registered: " + strings.Join(known, ", ") + ")"
+	} else {
+		msg += " (no consumer of it is registered)"
+	}
+	return protocol.Errorf(protocol.StatusNotFound, msg)
 }

@@ -224,8 +224,14 @@ func (c *Client) Consumers(ctx context.Context, subject string) ([]ConsumerGroup
 // ResetOffset moves a consumer group's cursor: to is "earliest", "latest"
 // or an RFC 3339 time.
 func (c *Client) ResetOffset(ctx context.Context, subject, group, to string) (ActionResult, error) {
+	return c.Reset(ctx, subject, group, ResetRequest{To: to})
+}
+
+// Reset resets a consumer group's offset as req says (req.Create creates a
+// group that does not exist; without it such a group is ErrNotFound).
+func (c *Client) Reset(ctx context.Context, subject, group string, req ResetRequest) (ActionResult, error) {
 	var r ActionResult
-	return r, c.Do(ctx, http.MethodPost, "/consumers/"+esc(subject)+"/"+esc(group)+"/reset", ResetRequest{To: to}, &r)
+	return r, c.Do(ctx, http.MethodPost, "/consumers/"+esc(subject)+"/"+esc(group)+"/reset", req, &r)
 }
 
 // SetConsumerOnline takes a consumer offline (online false) or back online.

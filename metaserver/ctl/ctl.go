@@ -553,6 +553,7 @@ func printAction(g *globals, r api.ActionResult) error {
 
 func offsetCmd(g *globals) *cobra.Command {
 	var to string
+	var create bool
 	c := &cobra.Command{Use: "offset", Short: "Consumer group offsets"}
 	reset := &cobra.Command{
 		Use: "reset SUBJECT GROUP --to earliest|latest|RFC3339-TIME", Short: "Move a consumer group's position", Args: args(2),
@@ -562,7 +563,7 @@ func offsetCmd(g *globals) *cobra.Command {
 			}
 			ctx, cancel := g.ctx()
 			defer cancel()
-			r, err := g.client().ResetOffset(ctx, a[0], a[1], to)
+			r, err := g.client().Reset(ctx, a[0], a[1], api.ResetRequest{To: to, Create: create})
 			if err != nil {
 				return err
 			}
@@ -570,6 +571,7 @@ func offsetCmd(g *globals) *cobra.Command {
 		},
 	}
 	reset.Flags().StringVar(&to, "to", "", "earliest, latest, or an RFC 3339 time such as 2026-01-02T15:04:05Z")
+	reset.Flags().BoolVar(&create, "create", false, "create the consumer group at that position if it does not exist (without it: not found, exit 4)")
 	c.AddCommand(reset)
 	return c
 }
