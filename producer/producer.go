@@ -326,7 +326,7 @@ func (p *Producer) sendDirect(ctx context.Context, pd *directMsg, now time.Time,
 	case st[0].Success():
 		return true, nil
 	case !st[0].Retryable():
-		return true, fmt.Errorf("producer: message %s: %w", pd.id, protocol.StatusError(st[0], "group "+g.Name))
+		return true, fmt.Errorf("producer: message %s: %w", pd.id, refusal(st[0], g.Name, pd.raw))
 	}
 	pd.avoid = g.Name
 	if st == nil || st[0] == protocol.StatusReadonly || st[0] == protocol.StatusNotRouted || st[0] == protocol.StatusNotMaster ||

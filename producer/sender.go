@@ -364,7 +364,7 @@ func (s *sender) handle(r *result) {
 			pd.avoid = r.group.Name
 			s.retry(pd, protocol.StatusError(st, "group "+r.group.Name), now)
 		default:
-			s.complete(pd, fmt.Errorf("producer: message %s: %w", pd.id, protocol.StatusError(st, "group "+r.group.Name)))
+			s.complete(pd, fmt.Errorf("producer: message %s: %w", pd.id, refusal(st, r.group.Name, pd.raw)))
 		}
 	}
 	if routing {

@@ -11,69 +11,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qmq-go/qmq/delay"
-	"github.com/qmq-go/qmq/metaserver"
-	"github.com/qmq-go/qmq/metaserver/api"
-	"github.com/qmq-go/qmq/pkg/devetcd"
+	"github.com/qmq-go/qmq/pkg/localcluster"
 	"github.com/qmq-go/qmq/pkg/tlsconfig"
-	"github.com/qmq-go/qmq/realtime"
 )
 
-// startCluster starts what scripts/run-local.sh starts, in this process: a
-// meta server on an embedded etcd, two realtime groups and a delay group,
-// all registered through the meta server. It returns the meta server's TCP
-// address once the meta server lists the three groups.
+// startCluster starts what scripts/run-local.sh starts, in this process,
+// and returns the meta server's TCP address.
 func startCluster(t *testing.T) string {
 	t.Helper()
-	ctx := context.Background()
-	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir(), Fast: true}, nil)
+	c, err := localcluster.Start(localcluster.Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(e.Close)
-	mo := metaserver.NewOptions()
-	mo.Addr, mo.HTTPAddr, mo.EtcdEndpoints, mo.AdminToken, mo.MinGroups = "127.0.0.1:0", "127.0.0.1:0", e.Endpoints(), "t", 2
-	ms, err := metaserver.New(mo, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ms.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ms.Close(ctx) })
-	meta := ms.Addr().String()
-	for _, g := range []string{"rt1", "rt2"} {
-		o := realtime.NewOptions()
-		o.Group, o.Addr, o.HTTPAddr, o.DataDir, o.SegmentSize = g, "127.0.0.1:0", "", t.TempDir(), 8<<20
-		o.MetaServers = []string{meta}
-		b, err := realtime.New(o, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = b.Close(ctx) })
-	}
-	do := delay.NewOptions()
-	do.Group, do.Addr, do.HTTPAddr, do.DataDir, do.MetaServers = "dl1", "127.0.0.1:0", "", t.TempDir(), []string{meta}
-	ds, err := delay.New(do, nil, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ds.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ds.Close(ctx) })
-	admin := api.NewClient(ms.HTTPAddr().String(), "t", 2*time.Second)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if gs, err := admin.Groups(ctx); err == nil && len(gs) == 3 {
-			return meta
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the meta server never listed rt1, rt2 and dl1")
-		}
-	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c.MetaAddr()
 }
 
 // TestExample_ReceivesBothMessages runs the example against a fresh cluster:
