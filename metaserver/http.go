@@ -34,7 +34,7 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("GET "+p+"/status", s.read(func(r *http.Request) (any, error) { return s.status(), nil }))
 	mux.HandleFunc("GET "+p+"/brokers", s.read(func(r *http.Request) (any, error) { return s.brokers(), nil }))
 	mux.HandleFunc("GET "+p+"/groups", s.read(func(r *http.Request) (any, error) { return s.groups(), nil }))
-	mux.HandleFunc("GET "+p+"/routes", s.read(func(r *http.Request) (any, error) { return s.routes(""), nil }))
+	mux.HandleFunc("GET "+p+"/routes", s.read(s.listRoutes))
 	mux.HandleFunc("GET "+p+"/routes/{subject}", s.read(s.getRoute))
 	mux.HandleFunc("POST "+p+"/routes/{subject}/groups", s.change(s.postRouteGroup))
 	mux.HandleFunc("DELETE "+p+"/routes/{subject}/groups/{group}", s.change(s.deleteRouteGroup))
@@ -338,6 +338,19 @@ func (s *Server) routes(subject string) []api.Route {
 	return out
 }
 
+// listRoutes lists every route, or with ?subject= every route of one subject
+// (its realtime and its delay route), 404 when it has none.
+func (s *Server) listRoutes(r *http.Request) (any, error) {
+	subject := r.URL.Query().Get("subject")
+	rs := s.routes(subject)
+	if subject != "" && len(rs) == 0 {
+		return nil, protocol.Errorf(protocol.StatusNotFound, "subject "+subject+" has no route")
+	}
+	return rs, nil
+}
+
+// getRoute returns subject's realtime route (its first; listRoutes with
+// ?subject= returns the delay route too).
 func (s *Server) getRoute(r *http.Request) (any, error) {
 	subject := r.PathValue("subject")
 	rs := s.routes(subject)

@@ -181,6 +181,13 @@ func (c *Client) Route(ctx context.Context, subject string) (Route, error) {
 	return r, c.Do(ctx, http.MethodGet, "/routes/"+esc(subject), nil, &r)
 }
 
+// SubjectRoutes returns every route of subject: its realtime route and, once
+// a delayed message was sent to it, its delay route (ErrNotFound: none).
+func (c *Client) SubjectRoutes(ctx context.Context, subject string) ([]Route, error) {
+	var r []Route
+	return r, c.Do(ctx, http.MethodGet, "/routes?subject="+url.QueryEscape(subject), nil, &r)
+}
+
 // AddRouteGroup adds a broker group to a subject's route (creating the
 // route when the subject has none).
 func (c *Client) AddRouteGroup(ctx context.Context, subject, group string) (Route, error) {

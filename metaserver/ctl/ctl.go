@@ -394,9 +394,7 @@ func routesCmd(g *globals) *cobra.Command {
 			var rs []api.Route
 			var err error
 			if len(a) == 1 {
-				var r api.Route
-				r, err = g.client().Route(ctx, a[0])
-				rs = []api.Route{r}
+				rs, err = g.client().SubjectRoutes(ctx, a[0]) // realtime and delay
 			} else {
 				rs, err = g.client().Routes(ctx)
 			}
