@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/qmq-go/qmq/pkg/jitter"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/route"
 	"go.uber.org/zap"
@@ -432,9 +433,9 @@ func (s *sender) retry(pd *pending, err error, now time.Time) {
 	}
 	var backoff time.Duration
 	if pd.tries > 1 {
-		// 50 ms … 1 s: a failover takes seconds, and a message should land
-		// within a second of its group's new master.
-		backoff = min(50*time.Millisecond<<min(pd.tries-2, 6), maxRetryBackoff)
+		// 50 ms … 1 s, jittered: a failover takes seconds, and a message
+		// should land within a second of its group's new master.
+		backoff = jitter.Nth(50*time.Millisecond, maxRetryBackoff, pd.tries-1)
 	}
 	pd.retryAt = now.Add(backoff)
 	if pd.retryAt.After(pd.deadline) {
