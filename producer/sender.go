@@ -342,7 +342,7 @@ func (s *sender) handle(r *result) {
 		backoff := s.sel.failed(r.group.Name, now)
 		s.mu.Unlock()
 		s.invalidate(r.group, r.msgs, err)
-		s.p.lg.Debug("send request failed", zap.String("group", r.group.Name), zap.String("addr", r.group.Addr),
+		s.p.lg.Debug("send request failed", zap.String("broker_group", r.group.Name), zap.String("addr", r.group.Addr),
 			zap.Int("messages", len(r.msgs)), zap.Duration("avoid", backoff), zap.Error(err))
 		for _, pd := range r.msgs {
 			pd.avoid = r.group.Name

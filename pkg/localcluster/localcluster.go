@@ -22,6 +22,7 @@ import (
 	"github.com/qmq-go/qmq/metaserver/api"
 	"github.com/qmq-go/qmq/pkg/devetcd"
 	"github.com/qmq-go/qmq/realtime"
+	"go.uber.org/zap"
 )
 
 // AdminToken is the meta server's admin token.
@@ -40,6 +41,8 @@ type Options struct {
 	// Ready bounds the wait until the meta server lists every group
 	// (default 30 s).
 	Ready time.Duration
+	// Logger receives every server's log (default none).
+	Logger *zap.Logger
 }
 
 // Cluster is a running cluster; Close stops it.
@@ -72,13 +75,13 @@ func Start(o Options) (_ *Cluster, err error) {
 		}
 		c.tempDir = o.Dir
 	}
-	if c.etcd, err = devetcd.Start(devetcd.Options{Dir: filepath.Join(o.Dir, "etcd"), Fast: true}, nil); err != nil {
+	if c.etcd, err = devetcd.Start(devetcd.Options{Dir: filepath.Join(o.Dir, "etcd"), Fast: true}, nil); err != nil { // etcd's own log stays out
 		return nil, fmt.Errorf("localcluster: etcd: %w", err)
 	}
 	mo := metaserver.NewOptions()
 	mo.Addr, mo.HTTPAddr, mo.EtcdEndpoints, mo.AdminToken = "127.0.0.1:0", "127.0.0.1:0", c.etcd.Endpoints(), AdminToken
 	mo.MinGroups = o.RealtimeGroups
-	if c.meta, err = metaserver.New(mo, nil); err != nil {
+	if c.meta, err = metaserver.New(mo, o.Logger); err != nil {
 		return nil, fmt.Errorf("localcluster: meta server: %w", err)
 	}
 	if err = c.meta.Start(); err != nil {
@@ -90,7 +93,7 @@ func Start(o Options) (_ *Cluster, err error) {
 		ro := realtime.NewOptions()
 		ro.Group, ro.Addr, ro.HTTPAddr = fmt.Sprintf("rt%d", i), "127.0.0.1:0", ""
 		ro.DataDir, ro.SegmentSize, ro.MetaServers = filepath.Join(o.Dir, ro.Group), 8<<20, metas
-		b, err := realtime.New(ro, nil)
+		b, err := realtime.New(ro, o.Logger)
 		if err != nil {
 			return nil, fmt.Errorf("localcluster: %s: %w", ro.Group, err)
 		}
@@ -103,7 +106,7 @@ func Start(o Options) (_ *Cluster, err error) {
 	if !o.NoDelay {
 		do := delay.NewOptions()
 		do.Group, do.Addr, do.HTTPAddr, do.DataDir, do.MetaServers = "dl1", "127.0.0.1:0", "", filepath.Join(o.Dir, "dl1"), metas
-		d, err := delay.New(do, nil, nil, nil)
+		d, err := delay.New(do, nil, nil, o.Logger)
 		if err != nil {
 			return nil, fmt.Errorf("localcluster: dl1: %w", err)
 		}
