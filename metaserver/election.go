@@ -33,9 +33,8 @@ import (
 // slave names does not answer a ping: one transaction, compared on the
 // holder's lease and the set's revision, moves the seat to the slave's
 // lease and gives the group a new set with no eligible slave. Every
-// election writes its epoch, one more than the group's last (lastEpoch),
-// into the seat and the set in its own transaction, so epochs count a
-// group's elections.
+// election is followed by a write of the new epoch (the transaction's
+// revision) into the master's record.
 
 // takeoverPing bounds the ping of a master before its seat is given away.
 const takeoverPing = 500 * time.Millisecond
@@ -90,25 +89,6 @@ func (s *Server) setGuard(group string, st seatState) clientv3.Cmp {
 		return clientv3.Compare(clientv3.CreateRevision(k), "=", 0)
 	}
 	return clientv3.Compare(clientv3.ModRevision(k), "=", st.setKV.modRev)
-}
-
-// lastEpoch is the epoch of the group's latest election as st shows it: the
-// set's, or the held seat's if higher. A set written before epochs were
-// counted (Epoch 0) had etcd revisions as epochs, none above the revision
-// the set was last written at, so that revision stands in for it and
-// epochs stay increasing across the upgrade.
-func lastEpoch(st seatState) uint64 {
-	var last uint64
-	if st.set != nil {
-		last = st.set.Epoch
-		if last == 0 && st.setKV != nil {
-			last = uint64(st.setKV.modRev)
-		}
-	}
-	if st.held != nil {
-		last = max(last, st.held.Epoch)
-	}
-	return last
 }
 
 func mustJSON(v any) string {
@@ -210,8 +190,7 @@ func (s *Server) renewSeat(ctx context.Context, req protocol.RegisterRequest, re
 	ops := []clientv3.Op{clientv3.OpPut(key, mustJSON(rec), clientv3.WithLease(lease))}
 	set := st.set
 	if set == nil || set.Master == req.BrokerID && (set.Sync != sync || set.MasterAddr != req.Address) {
-		n := eligibleRecord{Master: req.BrokerID, MasterAddr: req.Address, Sync: sync, Epoch: max(lastEpoch(st), rec.Epoch),
-			UpdatedAt: time.Now().UTC()}
+		n := eligibleRecord{Master: req.BrokerID, MasterAddr: req.Address, Sync: sync, UpdatedAt: time.Now().UTC()}
 		if set != nil {
 			n.Slave = set.Slave
 		}
@@ -263,11 +242,10 @@ func (s *Server) elect(ctx context.Context, req protocol.RegisterRequest, rec br
 		s.failoverMetrics.elections.WithLabelValues("refused").Inc()
 		return protocol.RegisterResponse{}, false, protocol.Errorf(protocol.StatusNotMaster, why)
 	}
-	set := eligibleRecord{Master: req.BrokerID, MasterAddr: req.Address, Sync: sync, Epoch: lastEpoch(st) + 1, UpdatedAt: time.Now().UTC()}
+	set := eligibleRecord{Master: req.BrokerID, MasterAddr: req.Address, Sync: sync, UpdatedAt: time.Now().UTC()}
 	if st.set != nil && st.set.Master == req.BrokerID {
 		set.Slave = st.set.Slave // a lapsed lease won again: the slave holds what it held
 	}
-	rec.Epoch = set.Epoch
 	key := s.keys.broker(req.Group, protocol.RoleMaster)
 	tctx, cancel := s.store.ctx(ctx)
 	defer cancel()
@@ -281,7 +259,7 @@ func (s *Server) elect(ctx context.Context, req protocol.RegisterRequest, rec br
 	if !resp.Succeeded {
 		return protocol.RegisterResponse{}, false, nil
 	}
-	out, err := s.won(ctx, req, rec, lease, &set)
+	out, err := s.won(ctx, req, rec, lease, resp.Header.Revision, &set)
 	if err != nil {
 		return out, false, err
 	}
@@ -317,8 +295,7 @@ func (s *Server) takeover(ctx context.Context, req protocol.RegisterRequest, rec
 		return refuse("it answers")
 	}
 	key := s.keys.broker(req.Group, protocol.RoleMaster)
-	set := eligibleRecord{Master: req.BrokerID, MasterAddr: req.Address, Sync: sync, Epoch: lastEpoch(st) + 1, UpdatedAt: time.Now().UTC()}
-	rec.Epoch = set.Epoch
+	set := eligibleRecord{Master: req.BrokerID, MasterAddr: req.Address, Sync: sync, UpdatedAt: time.Now().UTC()}
 	tctx, cancel := s.store.ctx(ctx)
 	defer cancel()
 	resp, err := s.etcd.Txn(tctx).
@@ -331,7 +308,7 @@ func (s *Server) takeover(ctx context.Context, req protocol.RegisterRequest, rec
 	if !resp.Succeeded {
 		return protocol.RegisterResponse{}, false, nil
 	}
-	out, err := s.won(ctx, req, rec, lease, &set)
+	out, err := s.won(ctx, req, rec, lease, resp.Header.Revision, &set)
 	if err != nil {
 		return out, false, err
 	}
@@ -342,11 +319,10 @@ func (s *Server) takeover(ctx context.Context, req protocol.RegisterRequest, rec
 	return out, true, nil
 }
 
-// won follows an election won at epoch set.Epoch (written with the seat in
-// the election's transaction): it rewrites the master's record and frees
-// the slave seat the winner held.
-func (s *Server) won(ctx context.Context, req protocol.RegisterRequest, rec brokerRecord, lease clientv3.LeaseID, set *eligibleRecord) (protocol.RegisterResponse, error) {
-	rec.Epoch = set.Epoch
+// won records the epoch of an election won at revision rev (the new
+// master key's) and frees the slave seat the winner held.
+func (s *Server) won(ctx context.Context, req protocol.RegisterRequest, rec brokerRecord, lease clientv3.LeaseID, rev int64, set *eligibleRecord) (protocol.RegisterResponse, error) {
+	rec.Epoch = uint64(rev)
 	key := s.keys.broker(req.Group, protocol.RoleMaster)
 	wrote, err := s.putBroker(ctx, key, rec, lease)
 	if err != nil {
@@ -440,7 +416,7 @@ func (s *Server) setEligible(ctx context.Context, q protocol.EligibleRequest) (p
 				st.held.BrokerID, st.held.Epoch))
 		}
 		n := eligibleRecord{Master: q.BrokerID, MasterAddr: st.held.Address, Slave: q.Slave, Sync: q.Flags&protocol.RegisterSync != 0,
-			Epoch: lastEpoch(st), UpdatedAt: time.Now().UTC()}
+			UpdatedAt: time.Now().UTC()}
 		if st.set != nil && st.set.Master == n.Master && st.set.MasterAddr == n.MasterAddr && st.set.Slave == n.Slave && st.set.Sync == n.Sync {
 			flags, slave := setFlags(st.set, "")
 			return protocol.EligibleResponse{Flags: flags, Slave: slave}, nil

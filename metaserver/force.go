@@ -52,7 +52,7 @@ func (s *Server) forceFailover(ctx context.Context, group string) (api.ForcedFai
 		if !ok {
 			return res, fmt.Errorf("group %s: %w: no slave is registered to take it", group, errForceRefused)
 		}
-		n := eligibleRecord{Slave: slave.rec.BrokerID, Forced: true, Epoch: lastEpoch(st), UpdatedAt: time.Now().UTC()}
+		n := eligibleRecord{Slave: slave.rec.BrokerID, Forced: true, UpdatedAt: time.Now().UTC()}
 		if st.set != nil {
 			res.OldMaster, n.Sync = st.set.Master, st.set.Sync
 		}

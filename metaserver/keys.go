@@ -85,9 +85,8 @@ type brokerRecord struct {
 	Address  string              `json:"address"`
 	LeaseID  int64               `json:"leaseId"`
 	Load     protocol.BrokerLoad `json:"load"`
-	// Epoch: a master's, the number of its group's election it won (one
-	// more with every election, eligibleRecord.Epoch); a slave's, the epoch
-	// of the master it copies.
+	// Epoch: a master's, the etcd create revision of its registration (new
+	// with every election); a slave's, the epoch of the master it copies.
 	Epoch        uint64    `json:"epoch"`
 	RegisteredAt time.Time `json:"registeredAt"`
 	// WriteState and WriteReason: a master's write state as it reports it
@@ -115,13 +114,7 @@ type eligibleRecord struct {
 	// over from it without waiting for its lease (a takeover).
 	Sync bool `json:"sync"`
 	// Forced: an admin forced the failover (an unclean one).
-	Forced bool `json:"forced,omitempty"`
-	// Epoch is the epoch of the group's latest election; the next one's is
-	// one more, so epochs count a group's elections (1, 2, 3 …). Written in
-	// the election's own transaction and carried by every other write of
-	// the set. A set without it was written when epochs were etcd
-	// revisions: the next epoch then starts above the set's revision.
-	Epoch     uint64    `json:"epoch,omitempty"`
+	Forced    bool      `json:"forced,omitempty"`
 	UpdatedAt time.Time `json:"updatedAt"`
 }
 
