@@ -278,7 +278,7 @@ func (s *Server) groups() []api.Group {
 		if kind == 0 {
 			kind = kinds[name]
 		}
-		ag := api.Group{Name: name, Kind: kind.String(), State: v.stateLocked(g, "").String(), Routes: counts[name]}
+		ag := api.Group{Name: name, Kind: kind.String(), State: v.adminStateLocked(g, "").String(), Routes: counts[name]}
 		if kind == 0 {
 			ag.Kind = ""
 		}
@@ -321,7 +321,7 @@ func (s *Server) routes(subject string) []api.Route {
 		r := api.Route{Subject: rk.subject, Kind: rk.kind.String(), Version: re.modRev, CreatedAt: re.rec.CreatedAt, Groups: []api.RouteGroup{}}
 		for _, name := range re.rec.Groups {
 			g := v.groupLocked(name)
-			rg := api.RouteGroup{Group: name, State: v.stateLocked(g, rk.subject).String()}
+			rg := api.RouteGroup{Group: name, State: v.adminStateLocked(g, rk.subject).String()}
 			if g.master != nil {
 				rg.Master, rg.Epoch = g.master.Address, g.master.Epoch
 			}
