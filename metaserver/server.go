@@ -57,6 +57,7 @@ type Server struct {
 	metaLease clientv3.LeaseID
 	switchMu  sync.Mutex
 	switching map[string]bool // groups with a switchover under way here
+	watch     masterWatch     // masters' registration connections (masterwatch.go)
 
 	// closing ends when Close begins: long admin requests watch it.
 	closing      context.Context
@@ -273,7 +274,7 @@ func (s *Server) Close(ctx context.Context) error {
 			errs = append(errs, s.httpSrv.Shutdown(ctx))
 		}
 		errs = append(errs, s.tcp.Close(ctx))
-		s.stop()
+		s.stopLoops()
 		s.loops.Wait()
 		s.metaMu.Lock()
 		if s.metaLease != 0 {

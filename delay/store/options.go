@@ -20,8 +20,9 @@ const (
 )
 
 // DefaultHorizon is how far ahead a message may be due: two years, a leap
-// day included.
-const DefaultHorizon = 731 * 24 * time.Hour
+// day included (protocol.DefaultDelayHorizon, which clients name in their
+// errors).
+const DefaultHorizon = protocol.DefaultDelayHorizon
 
 // maxHorizon keeps due times within years of four digits, which hour file
 // names (yyyyMMddHH) can hold.
