@@ -8,7 +8,9 @@
 // credentials the server presents to brokers from QMQ_CREDENTIALS or
 // --credentials-file. With --tls-cert and --tls-key every listener serves
 // TLS only: TCP, HTTP and the embedded etcd's client and peer ports (etcd
-// with client-certificate auth when --tls-ca is given).
+// with client-certificate auth when --tls-ca is given). Flags, the YAML
+// file given with --config and QMQ_* environment variables share names
+// (pkg/config).
 package main
 
 import (
@@ -30,33 +32,34 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "qmq-metaserver:", err)
-		os.Exit(1)
-	}
-}
-
-func run() error {
 	if err := metaserver.RefuseSecretArgs(os.Args[1:]); err != nil {
-		return err
+		fmt.Fprintln(os.Stderr, "qmq-metaserver:", err)
+		os.Exit(config.ExitUsage)
 	}
 	opts := metaserver.NewOptions()
-	fs := flag.NewFlagSet("qmq-metaserver", flag.ExitOnError)
+	fs := flag.NewFlagSet("qmq-metaserver", flag.ContinueOnError)
 	opts.AddFlags(fs)
 	etcdClient := fs.String("etcd-listen", "127.0.0.1:2379", "client address of the embedded etcd (without --etcd-endpoints)")
 	etcdPeer := fs.String("etcd-peer", "127.0.0.1:2380", "peer address of the embedded etcd")
-	if err := config.Parse(fs, os.Args[1:], &opts); err != nil {
-		return err
-	}
-	if err := opts.FromEnvironment(os.Getenv); err != nil {
-		return err
-	}
-	if opts.AdminToken == "" && opts.AdminTokenFile == "" {
-		opts.AdminTokenFile = metaserver.DefaultAdminTokenFile(opts.DataDir)
-	}
-	if err := opts.Validate(); err != nil {
-		return err
-	}
+	config.Server{
+		Name:     "qmq-metaserver",
+		Short:    "qmq-metaserver runs a meta server: routes, broker registry, failover and the admin console.",
+		Flags:    fs,
+		Reserved: []string{metaserver.EnvAdminToken, metaserver.EnvCredentials},
+		Prepare: func() error {
+			if err := opts.FromEnvironment(os.Getenv); err != nil {
+				return err
+			}
+			if opts.AdminToken == "" && opts.AdminTokenFile == "" {
+				opts.AdminTokenFile = metaserver.DefaultAdminTokenFile(opts.DataDir)
+			}
+			return opts.Validate()
+		},
+		Run: func() error { return run(opts, *etcdClient, *etcdPeer) },
+	}.Main()
+}
+
+func run(opts metaserver.Options, etcdClient, etcdPeer string) error {
 	lg, _, err := logging.New(opts.Log)
 	if err != nil {
 		return err
@@ -64,13 +67,13 @@ func run() error {
 	defer func() { _ = lg.Sync() }()
 
 	if len(opts.EtcdEndpoints) == 0 {
-		for _, a := range []string{*etcdClient, *etcdPeer} {
+		for _, a := range []string{etcdClient, etcdPeer} {
 			if err := exposure.Check(a, opts.TLS.Cert != "", opts.TLS.CA != "", opts.Insecure); err != nil {
 				return fmt.Errorf("embedded etcd: %w", err)
 			}
 		}
 		dir := filepath.Join(opts.DataDir, "etcd")
-		eo := devetcd.Options{Dir: dir, ClientAddr: *etcdClient, PeerAddr: *etcdPeer}
+		eo := devetcd.Options{Dir: dir, ClientAddr: etcdClient, PeerAddr: etcdPeer}
 		if f := opts.TLS; f.Cert != "" {
 			// The embedded etcd serves with the meta server's files, and
 			// only to clients whose certificate the CA signed.
