@@ -248,6 +248,11 @@ func (o *Options) Validate() error {
 			return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 		}
 	}
+	// The meta server registers its TCP address (and its HTTP address,
+	// on the advertised host when bound to a wildcard) in etcd.
+	if err := exposure.CheckAdvertise(o.Addr, o.AdvertiseAddr, "--advertise-addr"); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
 	return o.Log.Validate()
 }
 

@@ -57,6 +57,7 @@ environment over the file, the file over the defaults shown below.`
 // Command is the cobra command of the server; Execute runs it.
 func (s Server) Command(environ []string) *cobra.Command {
 	var configFile string
+	var checkOnly bool
 	long := s.Short
 	if s.Long != "" {
 		long += "\n\n" + strings.TrimSpace(s.Long)
@@ -78,7 +79,7 @@ func (s Server) Command(environ []string) *cobra.Command {
 					return usageError{err}
 				}
 			}
-			if s.Run == nil {
+			if s.Run == nil || checkOnly {
 				return nil
 			}
 			return s.Run()
@@ -98,6 +99,7 @@ func (s Server) Command(environ []string) *cobra.Command {
 		})
 	}
 	flags.StringVar(&configFile, "config", "", "YAML file of flag values (keys are the flag names)")
+	flags.BoolVar(&checkOnly, "check-config", false, "load and validate the flags, --config file and environment, then exit (0: valid) without starting")
 	flags.SortFlags = true
 	return cmd
 }

@@ -175,9 +175,16 @@ func TestServer_VersionHelpAndExitCodes(t *testing.T) {
 	if code := s.Execute([]string{"--nosuch"}, nil, &out, &errOut); code != ExitUsage || !strings.HasPrefix(errOut.String(), "qmq-test: ") {
 		t.Fatalf("unknown flag: code %d, stderr %q", code, errOut.String())
 	}
+	ran = false
+	if code := s.Execute([]string{"--check-config", "--workers", "7"}, nil, &out, &errOut); code != ExitOK || ran || o.Workers != 7 {
+		t.Fatalf("--check-config: code %d ran %v %+v", code, ran, o)
+	}
 	s.Prepare = func() error { return errors.New("invalid") }
 	if code := s.Execute(nil, nil, &out, &errOut); code != ExitUsage {
 		t.Fatalf("Prepare failing: code %d", code)
+	}
+	if code := s.Execute([]string{"--check-config"}, nil, &out, &errOut); code != ExitUsage {
+		t.Fatalf("--check-config of invalid options: code %d", code)
 	}
 	s.Prepare, s.Run = nil, func() error { return errors.New("cannot listen") }
 	if code := s.Execute(nil, nil, &out, &errOut); code != ExitRun {

@@ -20,8 +20,9 @@
 //	config.Server{Name: "qmq-realtime", Short: "...", Flags: fs,
 //		Prepare: opts.Validate, Run: func() error { ... }}.Main()
 //
-// Server adds --config FILE, --version (pkg/buildinfo: version, commit, Go
-// version) and --help. A file key that names no flag is an error, so a
+// Server adds --config FILE, --check-config (validate, then exit without
+// starting), --version (pkg/buildinfo: version, commit, Go version) and
+// --help. A file key that names no flag is an error, so a
 // typo does not pass silently; an environment variable that names no flag
 // is ignored. Secrets never come from a flag default or --help: servers
 // read them from files (--credentials-file) or from environment variables

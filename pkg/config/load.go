@@ -61,7 +61,7 @@ func Apply(fs *pflag.FlagSet, src Sources) error {
 		var unknown []string
 		for key, v := range k.All() {
 			name := strings.ReplaceAll(key, ".", "-")
-			if f := fs.Lookup(name); f == nil || name == "config" {
+			if f := fs.Lookup(name); f == nil || name == "config" || name == "check-config" {
 				unknown = append(unknown, name)
 				continue
 			}
@@ -82,7 +82,7 @@ func Apply(fs *pflag.FlagSet, src Sources) error {
 				return "", nil
 			}
 			name := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(key, EnvPrefix), "_", "-"))
-			if f := fs.Lookup(name); f == nil || f.Hidden || name == "config" {
+			if f := fs.Lookup(name); f == nil || f.Hidden || name == "config" || name == "check-config" {
 				return "", nil
 			}
 			return name, v

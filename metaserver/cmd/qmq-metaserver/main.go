@@ -41,6 +41,9 @@ func main() {
 	opts.AddFlags(fs)
 	etcdClient := fs.String("etcd-listen", "127.0.0.1:2379", "client address of the embedded etcd (without --etcd-endpoints)")
 	etcdPeer := fs.String("etcd-peer", "127.0.0.1:2380", "peer address of the embedded etcd")
+	var etcdAdvertise embeddedEtcdAdvertise
+	fs.StringVar(&etcdAdvertise.client, "etcd-advertise", "", "client address the embedded etcd advertises (default --etcd-listen; required when that listens on all interfaces)")
+	fs.StringVar(&etcdAdvertise.peer, "etcd-advertise-peer", "", "peer address the embedded etcd advertises (default --etcd-peer; required when that listens on all interfaces)")
 	config.Server{
 		Name:     "qmq-metaserver",
 		Short:    "qmq-metaserver runs a meta server: routes, broker registry, failover and the admin console.",
@@ -53,13 +56,46 @@ func main() {
 			if opts.AdminToken == "" && opts.AdminTokenFile == "" {
 				opts.AdminTokenFile = metaserver.DefaultAdminTokenFile(opts.DataDir)
 			}
-			return opts.Validate()
+			if err := opts.Validate(); err != nil {
+				return err
+			}
+			if len(opts.EtcdEndpoints) > 0 {
+				return nil
+			}
+			for _, a := range []string{*etcdClient, *etcdPeer} {
+				if err := exposure.Check(a, opts.TLS.Cert != "", opts.TLS.CA != "", opts.Insecure); err != nil {
+					return fmt.Errorf("embedded etcd: %w", err)
+				}
+			}
+			if err := exposure.CheckAdvertise(*etcdClient, etcdAdvertise.client, "--etcd-advertise"); err != nil {
+				return fmt.Errorf("embedded etcd: %w", err)
+			}
+			if err := exposure.CheckAdvertise(*etcdPeer, etcdAdvertise.peer, "--etcd-advertise-peer"); err != nil {
+				return fmt.Errorf("embedded etcd: %w", err)
+			}
+			return embeddedEtcd(opts, *etcdClient, *etcdPeer, etcdAdvertise).Validate()
 		},
-		Run: func() error { return run(opts, *etcdClient, *etcdPeer) },
+		Run: func() error { return run(opts, *etcdClient, *etcdPeer, etcdAdvertise) },
 	}.Main()
 }
 
-func run(opts metaserver.Options, etcdClient, etcdPeer string) error {
+// embeddedEtcd is the embedded etcd's configuration: its data under
+// <data-dir>/etcd, served with the meta server's TLS files (and only to
+// clients whose certificate the CA signed) when it has them.
+func embeddedEtcd(opts metaserver.Options, client, peer string, advertise embeddedEtcdAdvertise) devetcd.Options {
+	eo := devetcd.Options{Dir: filepath.Join(opts.DataDir, "etcd"), ClientAddr: client, PeerAddr: peer,
+		ClientAdvertise: advertise.client, PeerAdvertise: advertise.peer}
+	if f := opts.TLS; f.Cert != "" {
+		t := devetcd.TLS{CertFile: f.Cert, KeyFile: f.Key, TrustedCAFile: f.CA, ClientCertAuth: f.CA != ""}
+		eo.ClientTLS, eo.PeerTLS = t, t
+	}
+	return eo
+}
+
+// embeddedEtcdAdvertise holds the addresses the embedded etcd advertises.
+type embeddedEtcdAdvertise struct{ client, peer string }
+
+func run(opts metaserver.Options, etcdClient, etcdPeer string, advertise embeddedEtcdAdvertise) error {
 	lg, _, err := logging.New(opts.Log)
 	if err != nil {
 		return err
@@ -67,21 +103,9 @@ func run(opts metaserver.Options, etcdClient, etcdPeer string) error {
 	defer func() { _ = lg.Sync() }()
 
 	if len(opts.EtcdEndpoints) == 0 {
-		for _, a := range []string{etcdClient, etcdPeer} {
-			if err := exposure.Check(a, opts.TLS.Cert != "", opts.TLS.CA != "", opts.Insecure); err != nil {
-				return fmt.Errorf("embedded etcd: %w", err)
-			}
-		}
-		dir := filepath.Join(opts.DataDir, "etcd")
-		eo := devetcd.Options{Dir: dir, ClientAddr: etcdClient, PeerAddr: etcdPeer}
-		if f := opts.TLS; f.Cert != "" {
-			// The embedded etcd serves with the meta server's files, and
-			// only to clients whose certificate the CA signed.
-			t := devetcd.TLS{CertFile: f.Cert, KeyFile: f.Key, TrustedCAFile: f.CA, ClientCertAuth: f.CA != ""}
-			eo.ClientTLS, eo.PeerTLS = t, t
-			if opts.EtcdTLS.IsZero() {
-				opts.EtcdTLS = f
-			}
+		eo := embeddedEtcd(opts, etcdClient, etcdPeer, advertise)
+		if f := opts.TLS; f.Cert != "" && opts.EtcdTLS.IsZero() {
+			opts.EtcdTLS = f
 		}
 		e, err := devetcd.Start(eo, lg)
 		if err != nil {
@@ -89,7 +113,7 @@ func run(opts metaserver.Options, etcdClient, etcdPeer string) error {
 		}
 		defer e.Close()
 		opts.EtcdEndpoints = e.Endpoints()
-		lg.Info("embedded etcd started", zap.String("dir", dir), zap.Strings("endpoints", opts.EtcdEndpoints))
+		lg.Info("embedded etcd started", zap.String("dir", eo.Dir), zap.Strings("endpoints", opts.EtcdEndpoints))
 	}
 	s, err := metaserver.New(opts, lg)
 	if err != nil {
