@@ -50,9 +50,10 @@ func (e usageError) Unwrap() error { return e.error }
 const configHelp = `
 Every flag can also be set by a YAML key of the same name in --config FILE
 (a nested map joins names with '-': "tls: {cert: F}" is --tls-cert F) or by
-the environment variable QMQ_<FLAG NAME> with '-' as '_' (--meta-servers is
-QMQ_META_SERVERS). The command line wins over the environment, the
-environment over the file, the file over the defaults shown below.`
+the environment variable QMQ_<FLAG NAME> with '-' as '_' (--data-dir is
+QMQ_DATA_DIR). The command line wins over the environment, the environment
+over the file, the file over the defaults shown below. --check-config
+validates all of it and exits; scripts/config has a commented sample file.`
 
 // Command is the cobra command of the server; Execute runs it.
 func (s Server) Command(environ []string) *cobra.Command {

@@ -160,7 +160,7 @@ func TestServer_VersionHelpAndExitCodes(t *testing.T) {
 		t.Fatalf("--help: code %d", code)
 	}
 	help := out.String()
-	for _, want := range []string{"Usage:\n  qmq-test [flags]", "--addr string", `(default "127.0.0.1:1")`, "--config string", "QMQ_META_SERVERS", "--version"} {
+	for _, want := range []string{"Usage:\n  qmq-test [flags]", "--addr string", `(default "127.0.0.1:1")`, "--config string", "QMQ_DATA_DIR", "--version"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("--help lacks %q:\n%s", want, help)
 		}

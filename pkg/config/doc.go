@@ -4,7 +4,8 @@
 // Names: a flag's name is its YAML key and, upper-cased with '-' as '_'
 // and prefixed QMQ_, its environment variable:
 //
-//	--meta-servers a:1,b:2     meta-servers: [a:1, b:2]     QMQ_META_SERVERS=a:1,b:2
+//	--data-dir /var/lib/qmq    data-dir: /var/lib/qmq    QMQ_DATA_DIR=/var/lib/qmq
+//	--meta a:1,b:2             meta: [a:1, b:2]          QMQ_META=a:1,b:2
 //
 // A nested YAML map joins its names with '-' ("tls: {cert: F}" is
 // --tls-cert F). Precedence: command line > environment > file > the
