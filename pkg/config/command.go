@@ -109,7 +109,7 @@ func (s Server) Command(environ []string) *cobra.Command {
 // code, printing an error as "name: error" on stderr.
 func (s Server) Execute(args, environ []string, stdout, stderr io.Writer) int {
 	cmd := s.Command(environ)
-	cmd.SetArgs(append([]string{}, args...)) // never nil: cobra reads os.Args for nil
+	cmd.SetArgs(goFlagSpellings(cmd.Flags(), args)) // never nil: cobra reads os.Args for nil
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)
 	err := cmd.Execute()
@@ -135,8 +135,30 @@ func (s Server) Main() {
 // and programs that build their own command line.
 func Parse(fs *flag.FlagSet, args, environ []string) error {
 	cmd := Server{Name: fs.Name(), Flags: fs}.Command(environ)
-	cmd.SetArgs(append([]string{}, args...))
+	cmd.SetArgs(goFlagSpellings(cmd.Flags(), args))
 	cmd.SetOut(io.Discard)
 	cmd.SetErr(io.Discard)
 	return cmd.Execute()
+}
+
+// goFlagSpellings returns a copy of args in which the Go flag package's
+// single-dash spelling of a long flag (-data-dir x, -auth=true) is written
+// with two dashes, so command lines written for the servers' earlier Go
+// flag parsing keep working. Arguments after "--" and single-dash words
+// that name no flag (such as the value -1s) are left alone.
+func goFlagSpellings(fs *pflag.FlagSet, args []string) []string {
+	out := make([]string, 0, len(args))
+	for i, a := range args {
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if len(a) > 2 && a[0] == '-' && a[1] != '-' {
+			name, _, _ := strings.Cut(a[1:], "=")
+			if len(name) > 1 && fs.Lookup(name) != nil {
+				a = "-" + a
+			}
+		}
+		out = append(out, a)
+	}
+	return out
 }

@@ -197,3 +197,11 @@ func TestEnvName(t *testing.T) {
 		t.Fatalf("EnvName = %q", got)
 	}
 }
+
+// The Go flag package's single-dash spellings of long flags keep working.
+func TestParse_GoFlagSpellings(t *testing.T) {
+	o, err := parse(t, "", nil, "-workers", "9", "-addr=127.0.0.1:7", "-sync", "-interval", "-1s")
+	if err != nil || o.Workers != 9 || o.Addr != "127.0.0.1:7" || !o.Sync || o.Interval != -time.Second {
+		t.Fatalf("%+v %v", o, err)
+	}
+}

@@ -31,6 +31,9 @@
 // whose usage starts "removed:" (an old spelling that now only refuses
 // with advice) is hidden from --help and the environment.
 //
+// Flags are written --name (pflag); the Go flag package's -name spelling
+// of a long flag is accepted too, so older command lines keep working.
+//
 // Exit codes: 0, ExitRun (1) when the server fails, ExitUsage (2) for bad
 // flags, file, environment or options.
 //
