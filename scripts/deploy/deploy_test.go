@@ -362,3 +362,31 @@ func TestImageAndCompose(t *testing.T) {
 		t.Fatalf("%d of 15 services running:\n%s", running, out)
 	}
 }
+
+// A server bound to all interfaces refuses to start without the address to
+// register (exit 2, naming the flag to give), and accepts one.
+func TestBinaries_WildcardNeedsAdvertise(t *testing.T) {
+	dir := binaries(t)
+	meta := []string{"--meta", "10.0.0.11:20880"}
+	for _, c := range []struct {
+		bin       string
+		args      []string
+		flag, fix string
+	}{
+		{"qmq-realtime", append([]string{"--addr", "0.0.0.0:20881", "--insecure"}, meta...), "--advertise-addr", "10.0.0.12:20881"},
+		{"qmq-delay", append([]string{"--addr", "[::]:20801", "--insecure"}, meta...), "--advertise-addr", "10.0.0.12:20801"},
+		{"qmq-metaserver", []string{"--addr", ":20880", "--insecure", "--etcd-endpoints", "10.0.0.11:2379"}, "--advertise-addr", "10.0.0.11:20880"},
+		{"qmq-metaserver", []string{"--etcd-listen", "0.0.0.0:2379", "--insecure"}, "--etcd-advertise", "10.0.0.11:2379"},
+		{"qmq-metaserver", []string{"--etcd-peer", "0.0.0.0:2380", "--insecure"}, "--etcd-advertise-peer", "10.0.0.11:2380"},
+	} {
+		bin := filepath.Join(dir, c.bin)
+		args := append(append([]string{}, c.args...), "--check-config")
+		if code, _, errOut := run(t, bin, nil, args...); code != 2 || !strings.Contains(errOut, c.flag) {
+			t.Errorf("%s %v: exit %d, %q; want 2 naming %s", c.bin, args, code, errOut, c.flag)
+		}
+		args = append(args, c.flag, c.fix)
+		if code, _, errOut := run(t, bin, nil, args...); code != 0 {
+			t.Errorf("%s %v: exit %d: %s", c.bin, args, code, errOut)
+		}
+	}
+}
