@@ -102,6 +102,8 @@ func (s Server) Command(environ []string) *cobra.Command {
 	flags.StringVar(&configFile, "config", "", "YAML file of flag values (keys are the flag names)")
 	flags.BoolVar(&checkOnly, "check-config", false, "load and validate the flags, --config file and environment, then exit (0: valid) without starting")
 	flags.SortFlags = true
+	cmd.InitDefaultHelpFlag() // now, so -help and -version are known spellings too
+	cmd.InitDefaultVersionFlag()
 	return cmd
 }
 

@@ -156,6 +156,14 @@ func TestServer_VersionHelpAndExitCodes(t *testing.T) {
 		t.Fatalf("--version printed %q, want prefix %q", got, want)
 	}
 	out.Reset()
+	if code := s.Execute([]string{"-version"}, nil, &out, &errOut); code != ExitOK || ran || !strings.HasPrefix(out.String(), "qmq-test v1.2.3") {
+		t.Fatalf("-version: code %d ran %v: %q", code, ran, out.String())
+	}
+	out.Reset()
+	if code := s.Execute([]string{"-help"}, nil, &out, &errOut); code != ExitOK || ran || !strings.Contains(out.String(), "Usage:") {
+		t.Fatalf("-help: code %d ran %v", code, ran)
+	}
+	out.Reset()
 	if code := s.Execute([]string{"--help"}, nil, &out, &errOut); code != ExitOK || ran {
 		t.Fatalf("--help: code %d", code)
 	}
