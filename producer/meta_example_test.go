@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/qmq-go/qmq/consumer"
-	"github.com/qmq-go/qmq/pkg/localcluster"
+	"github.com/qmq-go/qmq/scripts/localcluster"
 	"github.com/qmq-go/qmq/producer"
 )
 

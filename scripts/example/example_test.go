@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qmq-go/qmq/pkg/localcluster"
+	"github.com/qmq-go/qmq/scripts/localcluster"
 	"github.com/qmq-go/qmq/pkg/tlsconfig"
 )
 
