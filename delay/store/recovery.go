@@ -58,7 +58,9 @@ func (s *Store) recover() error {
 			r.pos = rec.offset
 			break
 		}
-		touched[scheduleHour(dueOf(rec.message), rec.appendMillis)] = struct{}{}
+		if !isControl(rec.message) {
+			touched[scheduleHour(dueOf(rec.message), rec.appendMillis)] = struct{}{}
+		}
 		records++
 		lastBase = r.base
 	}

@@ -76,6 +76,15 @@ type Store struct {
 	dispatch  *dispatchLogs
 	changes   changes // replication source: what changed (log under mu)
 
+	// Cancel (cancel.go): the fire rule's state, guarded by mu, and the
+	// index of stored messages by id and schedule key (its own lock, taken
+	// before mu, never after).
+	fireMark    int64
+	cancelled   cancelSet
+	idx         *schedIndex
+	replayedPos atomic.Int64 // the replay's position, published after the index is updated
+	cancelsDirty bool        // cancel entries written since the dispatch logs were last synced (indexLoop)
+
 	due       chan []Due
 	indexWake chan struct{}
 	fireWake  chan struct{}
@@ -163,6 +172,8 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 		syncReq:    make(chan chan error),
 		quit:       make(chan struct{}),
 		changes:    changes{log: newChangeLog()},
+		cancelled:  cancelSet{},
+		idx:        newSchedIndex(),
 	}
 	if s.id, err = loadID(dir); err != nil {
 		lock.Unlock()
@@ -186,6 +197,15 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 		s.closeFiles()
 		return nil, fmt.Errorf("delay/store: recover %s: %w", dir, err)
 	}
+	if err := s.rebuildIndex(); err != nil {
+		s.wheel.Free()
+		s.closeFiles()
+		return nil, fmt.Errorf("delay/store: index %s: %w", dir, err)
+	}
+	// Whatever an earlier run (or the master this copy came from) handed
+	// out was due before now.
+	s.fireMark = now
+	s.replayedPos.Store(s.replayPos)
 	s.lastCkpt, s.lastRetain, s.lastDispatchSync = now, now, now
 	s.appendWG.Add(2)
 	go s.writeLoop()
@@ -247,24 +267,24 @@ type Result struct {
 }
 
 // check validates one message for Append.
-func (s *Store) check(msg []byte, now int64) error {
+func (s *Store) check(msg []byte, now int64) (protocol.View, error) {
 	if int64(len(msg)) > s.maxMessage {
-		return protocol.Errorf(protocol.StatusTooLarge, fmt.Sprintf("message is %d bytes, limit %d", len(msg), s.maxMessage))
+		return protocol.View{}, protocol.Errorf(protocol.StatusTooLarge, fmt.Sprintf("message is %d bytes, limit %d", len(msg), s.maxMessage))
 	}
 	v, err := protocol.ParseMessage(msg)
 	if err != nil {
-		return fmt.Errorf("%w: %w", protocol.ErrInvalid, err)
+		return v, fmt.Errorf("%w: %w", protocol.ErrInvalid, err)
 	}
 	if err := s.opts.Limits.CheckView(&v); err != nil {
-		return err
+		return v, err
 	}
 	if latest := now + s.opts.Horizon.Milliseconds(); v.DeliverAtMillis > latest {
-		return protocol.Errorf(protocol.StatusBeyondHorizon, fmt.Sprintf(
+		return v, protocol.Errorf(protocol.StatusBeyondHorizon, fmt.Sprintf(
 			"message %q is due %s, beyond the delay horizon of %s (latest %s)",
 			v.ID, time.UnixMilli(v.DeliverAtMillis).UTC().Format(time.RFC3339),
 			humanDuration(s.opts.Horizon), time.UnixMilli(latest).UTC().Format(time.RFC3339)))
 	}
-	return nil
+	return v, nil
 }
 
 // Append stores encoded messages (pkg/protocol encoding; DeliverAtMillis is
@@ -276,8 +296,19 @@ func (s *Store) check(msg []byte, now int64) error {
 func (s *Store) Append(msgs [][]byte, done func([]Result)) {
 	req := &appendReq{results: make([]Result, len(msgs)), done: done}
 	now := s.clock.Now().UnixMilli()
+	var settles []func(bool)
+	var keyed []int
 	for i, m := range msgs {
-		if err := s.check(m, now); err != nil {
+		v, err := s.check(m, now)
+		if err == nil {
+			if key, ok := scheduleKey(&v); ok {
+				var settle func(bool)
+				if settle, err = s.reserveKey(&v, key); err == nil {
+					settles, keyed = append(settles, settle), append(keyed, i)
+				}
+			}
+		}
+		if err != nil {
 			req.results[i].Err = err
 			s.counters.rejected.Add(1)
 			continue
@@ -289,6 +320,15 @@ func (s *Store) Append(msgs [][]byte, done func([]Result)) {
 	if len(req.msgs) == 0 {
 		done(req.results)
 		return
+	}
+	if len(settles) > 0 {
+		// Keys reserved for messages that end up not stored are free again.
+		req.done = func(rs []Result) {
+			for j, i := range keyed {
+				settles[j](rs[i].Err == nil)
+			}
+			done(rs)
+		}
 	}
 	s.closeMu.RLock()
 	if s.closed {

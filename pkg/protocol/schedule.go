@@ -1,0 +1,134 @@
+package protocol
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Control over scheduled messages (delay servers).
+//
+// A delayed message may carry a schedule key in the property
+// PropScheduleKey: unique per subject among the messages pending in a delay
+// group. A second message with a pending key is refused with
+// StatusKeyExists (the same message sent again, same id, is
+// StatusDuplicate: stored once).
+//
+// CmdScheduleCancel cancels pending messages, each named by (subject, key)
+// or (subject, message id). Each gets a definite answer: StatusOK (cancelled:
+// it will never be forwarded, also after a crash or a failover),
+// StatusAlreadyFired (it has been or will be forwarded), StatusNotFound.
+const (
+	// PropScheduleKey is the property that carries a message's schedule key.
+	PropScheduleKey = "qmq.schedule.key"
+	// MaxScheduleKeyLen is the longest schedule key, in bytes.
+	MaxScheduleKeyLen = 200
+
+	// CmdScheduleCancel cancels scheduled messages (ScheduleCancelRequest →
+	// send-response layout: one status per target).
+	CmdScheduleCancel Command = 24
+
+	// StatusKeyExists: a message with this schedule key is pending.
+	StatusKeyExists Status = 30
+	// StatusAlreadyFired: the scheduled message has been or will be
+	// forwarded; it can no longer be cancelled.
+	StatusAlreadyFired Status = 31
+)
+
+// Sentinels of the schedule statuses; match with errors.Is.
+var (
+	ErrKeyExists    = &Error{Status: StatusKeyExists}
+	ErrAlreadyFired = &Error{Status: StatusAlreadyFired}
+)
+
+func init() {
+	commandNames[CmdScheduleCancel] = "schedule-cancel"
+	statusNames[StatusKeyExists] = "schedule key exists"
+	statusNames[StatusAlreadyFired] = "already fired"
+}
+
+// ScheduleTarget names one scheduled message: by Key when ByID is false,
+// else by the message id in Key.
+type ScheduleTarget struct {
+	Subject string
+	Key     string
+	ByID    bool
+}
+
+// ScheduleCancelRequest body (CmdScheduleCancel):
+//
+//	+--------+-------+------------------------------------------------------+
+//	| epoch  | count | count × (kind u8 | subject len u8 | subject |        |
+//	|  u64   |  u32  |          name len u16 | name)                         |
+//	+--------+-------+------------------------------------------------------+
+//
+// kind 1: name is a schedule key; kind 2: name is a message id. epoch as in
+// SendRequest. The response is a send response: one status per target.
+type ScheduleCancelRequest struct {
+	Epoch   uint64
+	Targets []ScheduleTarget
+}
+
+const (
+	targetByKey = 1
+	targetByID  = 2
+)
+
+// CheckScheduleTarget checks a target's fields.
+func (l Limits) CheckScheduleTarget(t ScheduleTarget) error {
+	if err := l.CheckSubject(t.Subject); err != nil {
+		return err
+	}
+	switch {
+	case t.Key == "":
+		return Errorf(StatusInvalid, "empty schedule key or message id")
+	case len(t.Key) > MaxScheduleKeyLen:
+		return Errorf(StatusInvalid, fmt.Sprintf("schedule key of %d bytes, longest %d", len(t.Key), MaxScheduleKeyLen))
+	}
+	return nil
+}
+
+// AppendScheduleCancelRequest appends the body of a cancel request.
+func AppendScheduleCancelRequest(dst []byte, q ScheduleCancelRequest) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, q.Epoch)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(q.Targets)))
+	for _, t := range q.Targets {
+		kind := byte(targetByKey)
+		if t.ByID {
+			kind = targetByID
+		}
+		dst = append(dst, kind)
+		dst = appendString8(dst, t.Subject)
+		dst = binary.BigEndian.AppendUint16(dst, uint16(len(t.Key)))
+		dst = append(dst, t.Key...)
+	}
+	return dst
+}
+
+// DecodeScheduleCancelRequest decodes a cancel request body.
+func DecodeScheduleCancelRequest(body []byte) (ScheduleCancelRequest, error) {
+	var q ScheduleCancelRequest
+	r := reader{b: body}
+	q.Epoch = r.u64()
+	n := r.u32()
+	if r.err == nil && uint64(n)*4 > uint64(len(body)) {
+		return ScheduleCancelRequest{}, fmt.Errorf("%w: cancel request claims %d targets in %d bytes", ErrTruncated, n, len(body))
+	}
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		kind := r.u8()
+		t := ScheduleTarget{Subject: r.string8(), Key: string(r.bytes16())}
+		switch kind {
+		case targetByKey:
+		case targetByID:
+			t.ByID = true
+		default:
+			if r.err == nil {
+				return ScheduleCancelRequest{}, fmt.Errorf("%w: cancel target kind %d", ErrTruncated, kind)
+			}
+		}
+		q.Targets = append(q.Targets, t)
+	}
+	if err := r.done(); err != nil {
+		return ScheduleCancelRequest{}, fmt.Errorf("%w: cancel request", err)
+	}
+	return q, nil
+}
