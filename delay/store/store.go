@@ -79,11 +79,11 @@ type Store struct {
 	// Cancel (cancel.go): the fire rule's state, guarded by mu, and the
 	// index of stored messages by id and schedule key (its own lock, taken
 	// before mu, never after).
-	fireMark    int64
-	cancelled   cancelSet
-	idx         *schedIndex
-	replayedPos atomic.Int64 // the replay's position, published after the index is updated
-	cancelsDirty bool        // cancel entries written since the dispatch logs were last synced (indexLoop)
+	fireMark     int64
+	cancelled    cancelSet
+	idx          *schedIndex
+	replayedPos  atomic.Int64 // the replay's position, published after the index is updated
+	cancelsDirty bool         // cancel entries written since the dispatch logs were last synced (indexLoop)
 
 	due       chan []Due
 	indexWake chan struct{}
