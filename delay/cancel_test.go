@@ -1,0 +1,134 @@
+package delay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/qmq-go/qmq/delay"
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/route"
+	"github.com/qmq-go/qmq/pkg/testutil"
+	"github.com/qmq-go/qmq/producer"
+)
+
+// Cancel through the producer against a master with --wait-slave and its
+// slave: each answer (cancelled, already fired, not found, key exists),
+// and then the master goes away right after the cancels were answered and
+// its slave's copy opens as the master: no cancelled message is delivered,
+// every other one is.
+func TestCancel_AnswersAndFailover(t *testing.T) {
+	t.Parallel()
+	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
+	rtAddr := rt.Addr().String()
+	mu, got := subscribe(t, rtAddr, "timers")
+	mo := delay.NewOptions()
+	mo.Addr, mo.HTTPAddr, mo.DataDir, mo.Realtime = testutil.ReusableAddr(t), "", t.TempDir(), []string{rtAddr}
+	mo.WaitSlave = true
+	m := startDelayWith(t, mo)
+	slaveDir := t.TempDir()
+	sl := startDelayWith(t, slaveOptions(t, slaveDir, mo.Addr, rtAddr))
+	p, err := producer.New(producer.WithResolver(route.NewStatic(route.Groups(rtAddr), route.Groups(mo.Addr))),
+		producer.WithTransportOptions(fastTransport), producer.WithSendTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	ctx := context.Background()
+
+	soon := &producer.Message{Subject: "timers", Body: []byte("soon"), DeliverAt: time.Now().Add(700 * time.Millisecond)}
+	producer.SetScheduleKey(soon, "soon")
+	if err := p.Send(ctx, soon); err != nil {
+		t.Fatal(err)
+	}
+	due := time.Now().Add(4 * time.Second)
+	var ids []string
+	for i := range 20 {
+		msg := &producer.Message{Subject: "timers", Body: fmt.Appendf(nil, "%d", i), DeliverAt: due}
+		producer.SetScheduleKey(msg, fmt.Sprint("order-", i))
+		if err := p.Send(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, msg.ID)
+	}
+	again := &producer.Message{Subject: "timers", Body: []byte("again"), DeliverAt: due}
+	producer.SetScheduleKey(again, "order-3")
+	if err := p.Send(ctx, again); !errors.Is(err, producer.ErrKeyExists) {
+		t.Fatalf("second message with a pending key: %v, want ErrKeyExists", err)
+	}
+	cancelled := map[string]bool{}
+	for i := 0; i < 20; i += 2 {
+		var err error
+		if i%4 == 0 {
+			err = p.Cancel(ctx, "timers", fmt.Sprint("order-", i))
+		} else {
+			err = p.CancelID(ctx, "timers", ids[i])
+		}
+		if err != nil {
+			t.Fatalf("cancel %d: %v", i, err)
+		}
+		cancelled[ids[i]] = true
+	}
+	if err := p.Cancel(ctx, "timers", "order-0"); err != nil {
+		t.Fatalf("cancel again: %v, want cancelled again", err)
+	}
+	if err := p.Cancel(ctx, "timers", "no-such-key"); !errors.Is(err, producer.ErrNotFound) {
+		t.Fatalf("cancel of an unknown key: %v, want ErrNotFound", err)
+	}
+	if err := p.Cancel(ctx, "timers", ""); !errors.Is(err, protocol.ErrInvalid) {
+		t.Fatalf("cancel with an empty key: %v, want ErrInvalid", err)
+	}
+	testutil.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(got[soon.ID]) == 0 {
+			return errors.New("the message due soon is not delivered yet")
+		}
+		return nil
+	})
+	if err := p.Cancel(ctx, "timers", "soon"); !errors.Is(err, producer.ErrAlreadyFired) {
+		t.Fatalf("cancel after delivery: %v, want ErrAlreadyFired", err)
+	}
+
+	// The slave acknowledged the cancels before they were answered: stop
+	// it first (it copies nothing more), then the master, and open the
+	// slave's copy as the master.
+	if err := sl.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	po := delay.NewOptions()
+	po.Addr, po.HTTPAddr, po.DataDir, po.Realtime = mo.Addr, "", slaveDir, []string{rtAddr}
+	promoted := startDelayWith(t, po)
+	testutil.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range ids {
+			if !cancelled[id] && len(got[id]) == 0 {
+				return fmt.Errorf("message %s not delivered", id)
+			}
+		}
+		return nil
+	})
+	if err := p.Cancel(ctx, "timers", "order-1"); !errors.Is(err, producer.ErrAlreadyFired) {
+		t.Fatalf("cancel of a delivered message on the promoted master: %v, want ErrAlreadyFired", err)
+	}
+	if err := p.Cancel(ctx, "timers", "order-0"); err != nil {
+		t.Fatalf("cancel again on the promoted master: %v, want cancelled", err)
+	}
+	time.Sleep(300 * time.Millisecond) // anything cancelled would have come by now too
+	mu.Lock()
+	defer mu.Unlock()
+	for id := range cancelled {
+		if len(got[id]) != 0 {
+			t.Fatalf("cancelled message %s delivered", id)
+		}
+	}
+	if st := promoted.Stats(); st.Pending != 0 {
+		t.Fatalf("promoted master still holds %d pending", st.Pending)
+	}
+}

@@ -1,0 +1,204 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/route"
+)
+
+// Control over scheduled messages. A delayed message may carry a schedule
+// key (SetScheduleKey): while it is pending, another message of the subject
+// with that key is refused with ErrKeyExists by the delay group that holds
+// it (keys are unique per delay group: a subject routed to several delay
+// groups may hold one pending message per key in each). Cancel and CancelID
+// ask every delay group of the subject and give a definite answer: nil (the
+// message is cancelled and will never be delivered, also across a delay
+// server's crash and, with --wait-slave, a failover), ErrAlreadyFired (it
+// has been or will be delivered) or ErrNotFound.
+
+// Errors of the schedule calls; match with errors.Is.
+var (
+	// ErrKeyExists: a message of the subject with this schedule key is
+	// pending (Send of a keyed message).
+	ErrKeyExists = protocol.ErrKeyExists
+	// ErrAlreadyFired: the scheduled message has been or will be delivered.
+	ErrAlreadyFired = protocol.ErrAlreadyFired
+	// ErrNotFound: no delay group holds such a message.
+	ErrNotFound = protocol.ErrNotFound
+)
+
+// SetScheduleKey sets msg's schedule key (protocol.PropScheduleKey),
+// replacing an earlier one.
+func SetScheduleKey(msg *Message, key string) {
+	for i, p := range msg.Properties {
+		if p.Key == protocol.PropScheduleKey {
+			msg.Properties[i].Value = key
+			return
+		}
+	}
+	msg.Properties = append(msg.Properties, Property{Key: protocol.PropScheduleKey, Value: key})
+}
+
+// CancelTarget names a scheduled message: by schedule key, or by message
+// id when ByID is set (then Key holds the id).
+type CancelTarget = protocol.ScheduleTarget
+
+// Cancel cancels the pending message of subject with schedule key key.
+func (p *Producer) Cancel(ctx context.Context, subject, key string) error {
+	return p.CancelBatch(ctx, []CancelTarget{{Subject: subject, Key: key}})[0]
+}
+
+// CancelID cancels the pending message of subject with message id id.
+func (p *Producer) CancelID(ctx context.Context, subject, id string) error {
+	return p.CancelBatch(ctx, []CancelTarget{{Subject: subject, Key: id, ByID: true}})[0]
+}
+
+// CancelBatch cancels many scheduled messages with one request per delay
+// group and returns one answer per target, as Cancel does. A target whose
+// groups do not all answer (unreachable, not master) is asked again until
+// ctx ends (or the send timeout passes); then its error says the message
+// may or may not be cancelled.
+func (p *Producer) CancelBatch(ctx context.Context, targets []CancelTarget) []error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.sendTimeout)
+	defer cancel()
+	errs := make([]error, len(targets))
+	todo := make([]int, 0, len(targets))
+	for i, t := range targets {
+		if err := p.cfg.limits.CheckScheduleTarget(t); err != nil {
+			errs[i] = err
+			continue
+		}
+		todo = append(todo, i)
+	}
+	backoff := 20 * time.Millisecond
+	for len(todo) > 0 {
+		if p.closed.Load() {
+			for _, i := range todo {
+				errs[i] = ErrClosed
+			}
+			break
+		}
+		todo = p.cancelRound(ctx, targets, todo, errs)
+		if len(todo) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			for _, i := range todo {
+				errs[i] = fmt.Errorf("producer: cancel %s: %w (last: %w; it may or may not be cancelled)", targets[i].Key, ctx.Err(), errs[i])
+			}
+			return errs
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+	return errs
+}
+
+// cancelRound asks every delay group of each target's subject once and
+// returns the targets without a definite answer (errs holds why).
+func (p *Producer) cancelRound(ctx context.Context, targets []CancelTarget, todo []int, errs []error) []int {
+	type groupReq struct {
+		g       route.Group
+		targets []int
+	}
+	byGroup := map[string]*groupReq{}
+	now := p.cfg.now()
+	asked := make(map[int]int, len(todo)) // target → groups asked
+	for _, i := range todo {
+		s := p.sender
+		s.mu.Lock()
+		e, err := s.resolve(route.ProduceDelay, targets[i].Subject, now)
+		var groups []route.Group
+		if err == nil {
+			groups = e.groups
+		}
+		s.mu.Unlock()
+		if err != nil || len(groups) == 0 {
+			if err == nil {
+				err = fmt.Errorf("producer: subject %q has no delay groups", targets[i].Subject)
+			}
+			errs[i] = err
+			continue
+		}
+		for _, g := range groups {
+			q := byGroup[g.Name]
+			if q == nil {
+				q = &groupReq{g: g}
+				byGroup[g.Name] = q
+			}
+			q.targets = append(q.targets, i)
+		}
+		asked[i] = len(groups)
+	}
+	// Answers per target: cancelled anywhere wins, then fired anywhere;
+	// not found only when every group says so.
+	var mu sync.Mutex
+	cancelled, fired, notFound := map[int]bool{}, map[int]bool{}, map[int]int{}
+	failed := map[int]error{}
+	var wg sync.WaitGroup
+	for _, q := range byGroup {
+		wg.Add(1)
+		go func(q *groupReq) {
+			defer wg.Done()
+			req := protocol.ScheduleCancelRequest{Epoch: q.g.Epoch}
+			for _, i := range q.targets {
+				req.Targets = append(req.Targets, targets[i])
+			}
+			resp, err := p.transport.CallTimeout(ctx, q.g.Addr, protocol.CmdScheduleCancel, protocol.AppendScheduleCancelRequest(nil, req), p.cfg.requestTime)
+			var st []protocol.Status
+			if err == nil {
+				if st, err = protocol.DecodeSendResponse(resp); err == nil && len(st) != len(q.targets) {
+					err = fmt.Errorf("%w: %d statuses for %d targets", protocol.ErrBadRequest, len(st), len(q.targets))
+				}
+			}
+			if err != nil || st == nil {
+				p.sender.invalidateRoute(route.ProduceDelay, targets[q.targets[0]].Subject)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for k, i := range q.targets {
+				switch {
+				case err != nil:
+					failed[i] = fmt.Errorf("producer: cancel %s at delay group %s: %w", targets[i].Key, q.g.Name, err)
+				case st[k] == protocol.StatusOK:
+					cancelled[i] = true
+				case st[k] == protocol.StatusAlreadyFired:
+					fired[i] = true
+				case st[k] == protocol.StatusNotFound:
+					notFound[i]++
+				default:
+					failed[i] = fmt.Errorf("producer: cancel %s at delay group %s: %w", targets[i].Key, q.g.Name, protocol.StatusError(st[k], ""))
+				}
+			}
+		}(q)
+	}
+	wg.Wait()
+	var again []int
+	for _, i := range todo {
+		n, ok := asked[i]
+		switch {
+		case !ok:
+			again = append(again, i) // no route: errs[i] says why
+		case cancelled[i]:
+			errs[i] = nil
+		case fired[i]:
+			errs[i] = fmt.Errorf("producer: cancel %s of %q: %w", targets[i].Key, targets[i].Subject, ErrAlreadyFired)
+		case notFound[i] == n:
+			errs[i] = fmt.Errorf("producer: cancel %s of %q: %w", targets[i].Key, targets[i].Subject, ErrNotFound)
+		default:
+			errs[i] = failed[i]
+			var pe *protocol.Error
+			if errors.As(failed[i], &pe) && !pe.Status.Retryable() {
+				continue // definite refusal (invalid, forbidden): not asked again
+			}
+			again = append(again, i)
+		}
+	}
+	return again
+}
