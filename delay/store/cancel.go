@@ -69,7 +69,24 @@ func (c cancelSet) mark(h, off int64, f cancelState) bool {
 // may or may not be cancelled). A message stored twice under one id is
 // cancelled in every copy not yet fired.
 func (s *Store) Cancel(targets []protocol.ScheduleTarget, done func([]Result)) {
-	go s.cancel(targets, done)
+	go s.control(targets, nil, done)
+}
+
+// Reschedule moves the messages named by targets to new due times (Unix
+// ms, dues[i] for targets[i]) atomically: one message-log record cancels
+// the stored message and stores it again (same id, same bytes but the due
+// time), so it comes out at the new time and never at the old one, also
+// after a crash. Answers as Cancel's: nil (rescheduled), ErrAlreadyFired,
+// ErrNotFound, ErrInvalid (a due time not after now), ErrBeyondHorizon.
+func (s *Store) Reschedule(targets []protocol.ScheduleTarget, dues []int64, done func([]Result)) {
+	go s.control(targets, dues, done)
+}
+
+// RescheduleWait is Reschedule that waits for the results.
+func (s *Store) RescheduleWait(targets []protocol.ScheduleTarget, dues []int64) []Result {
+	ch := make(chan []Result, 1)
+	s.Reschedule(targets, dues, func(r []Result) { ch <- r })
+	return <-ch
 }
 
 // CancelWait is Cancel that waits for the results.
@@ -87,10 +104,24 @@ type cancelHit struct {
 	h, off int64
 	due    int64
 	size   int
+	msg    []byte // the stored message (for a reschedule)
+	// A reschedule of a keyed message reserves its key until the replay
+	// indexes the new record; key and old are what to put back on failure.
+	key    uint64
+	hasKey bool
+	old    keyRef
 }
 
-func (s *Store) cancel(targets []protocol.ScheduleTarget, done func([]Result)) {
+// control cancels (dues nil) or reschedules targets.
+func (s *Store) control(targets []protocol.ScheduleTarget, dues []int64, done func([]Result)) {
 	results := make([]Result, len(targets))
+	if dues != nil && len(dues) != len(targets) {
+		for i := range results {
+			results[i].Err = protocol.Errorf(protocol.StatusBadRequest, fmt.Sprintf("%d due times for %d targets", len(dues), len(targets)))
+		}
+		done(results)
+		return
+	}
 	// Every message acknowledged before the call is indexed once the replay
 	// has passed the log's durable end.
 	if err := s.awaitReplay(s.replayLimit()); err != nil {
@@ -106,6 +137,12 @@ func (s *Store) cancel(targets []protocol.ScheduleTarget, done func([]Result)) {
 			results[i].Err = err
 			continue
 		}
+		if dues != nil {
+			if err := s.checkNewDue(dues[i]); err != nil {
+				results[i].Err = err
+				continue
+			}
+		}
 		found := s.lookup(i, t)
 		if len(found) == 0 {
 			results[i].Err = protocol.Errorf(protocol.StatusNotFound, fmt.Sprintf("no scheduled message %s of subject %q", describe(t), t.Subject))
@@ -117,23 +154,46 @@ func (s *Store) cancel(targets []protocol.ScheduleTarget, done func([]Result)) {
 	fired := make([]bool, len(targets))
 	var records [][]byte
 	var recHits []cancelHit
+	gone := make([]bool, len(targets)) // cancelled or rescheduled before
+	s.idx.mu.Lock()                    // a rescheduled key stays taken (reserveKey)
 	s.mu.Lock()
 	for _, c := range hits {
 		switch {
-		case s.cancelled.has(c.h, c.off):
+		case dues == nil && s.cancelled.has(c.h, c.off):
 			// Cancelled before: written again, so the answer waits until it
 			// is durable (the first cancel's record may still be on its way).
 			records = append(records, appendControl(nil, controlCancel, c.h, c.off))
 			recHits = append(recHits, c)
+		case s.cancelled.has(c.h, c.off):
+			gone[c.target] = true // rescheduled (or cancelled): the new record is another hit
 		case c.due <= s.fireMark:
 			fired[c.target] = true
-		default:
+		case dues == nil:
 			s.cancelled.add(c.h, c.off)
 			records = append(records, appendControl(nil, controlCancel, c.h, c.off))
+			recHits = append(recHits, c)
+		default:
+			s.cancelled.add(c.h, c.off)
+			rec := appendControl(nil, controlReschedule, c.h, c.off)
+			at := len(rec)
+			rec = append(rec, c.msg...)
+			binary.BigEndian.PutUint64(rec[at+16:], uint64(dues[c.target]))
+			binary.BigEndian.PutUint32(rec[at:], protocol.Checksum(rec[at+4:]))
+			if c.hasKey {
+				c.old = s.idx.byKey[c.key]
+				s.idx.byKey[c.key] = keyRef{loc: reservedLoc, id: c.old.id, due: reservedStored}
+			}
+			records = append(records, rec)
 			recHits = append(recHits, c)
 		}
 	}
 	s.mu.Unlock()
+	s.idx.mu.Unlock()
+	for i := range targets {
+		if gone[i] && !fired[i] && results[i].Err == nil && !hasRecord(recHits, i) {
+			results[i].Err = protocol.Errorf(protocol.StatusNotFound, fmt.Sprintf("scheduled message %s of subject %q was cancelled or rescheduled", describe(targets[i]), targets[i].Subject))
+		}
+	}
 	for i, f := range fired {
 		if f {
 			results[i].Err = protocol.Errorf(protocol.StatusAlreadyFired, fmt.Sprintf("scheduled message %s of subject %q has been or will be forwarded", describe(targets[i]), targets[i].Subject))
@@ -162,6 +222,9 @@ func (s *Store) cancel(targets []protocol.ScheduleTarget, done func([]Result)) {
 		}
 		if len(undo) > 0 {
 			s.undoCancel(undo)
+		}
+		if dues != nil {
+			s.settleReschedules(recHits, rs)
 		}
 		done(results)
 	}
@@ -228,7 +291,11 @@ func (s *Store) lookup(i int, t protocol.ScheduleTarget) []cancelHit {
 		if t.ByID && string(v.ID) != t.Key || !t.ByID && !hasKey(&v, t.Key) {
 			continue
 		}
-		out = append(out, cancelHit{target: i, h: h, off: off, due: dueOf(msg), size: len(msg)})
+		c := cancelHit{target: i, h: h, off: off, due: dueOf(msg), size: len(msg), msg: msg}
+		if key, ok := scheduleKey(&v); ok {
+			c.key, c.hasKey = s.idx.keyHash(v.Subject, key), true
+		}
+		out = append(out, c)
 	}
 	return out
 }
@@ -326,4 +393,44 @@ func (s *Store) reserveKey(v *protocol.View, key []byte) (settle func(stored boo
 func hasKey(v *protocol.View, key string) bool {
 	k, ok := scheduleKey(v)
 	return ok && string(k) == key
+}
+
+func hasRecord(hits []cancelHit, target int) bool {
+	for _, c := range hits {
+		if c.target == target {
+			return true
+		}
+	}
+	return false
+}
+
+// checkNewDue checks a reschedule's due time: after now, within the
+// horizon.
+func (s *Store) checkNewDue(due int64) error {
+	now := s.clock.Now().UnixMilli()
+	if due <= now {
+		return protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf("cannot reschedule to %s: not after now (%s)",
+			time.UnixMilli(due).UTC().Format(time.RFC3339Nano), time.UnixMilli(now).UTC().Format(time.RFC3339Nano)))
+	}
+	if latest := now + s.opts.Horizon.Milliseconds(); due > latest {
+		return protocol.Errorf(protocol.StatusBeyondHorizon, fmt.Sprintf("cannot reschedule to %s, beyond the delay horizon of %s (latest %s)",
+			time.UnixMilli(due).UTC().Format(time.RFC3339), humanDuration(s.opts.Horizon), time.UnixMilli(latest).UTC().Format(time.RFC3339)))
+	}
+	return nil
+}
+
+// settleReschedules puts back the key entries of reschedules whose record
+// could not be written, and marks the others' reservations stored (the
+// replay replaces them with the new record's location).
+func (s *Store) settleReschedules(hits []cancelHit, rs []Result) {
+	s.idx.mu.Lock()
+	defer s.idx.mu.Unlock()
+	for i, c := range hits {
+		if !c.hasKey {
+			continue
+		}
+		if r, ok := s.idx.byKey[c.key]; ok && r.loc == reservedLoc && rs[i].Err != nil {
+			s.idx.byKey[c.key] = c.old
+		}
+	}
 }

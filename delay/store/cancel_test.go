@@ -201,3 +201,55 @@ func TestCancel_SurvivesRestart(t *testing.T) {
 		}
 	}
 }
+
+func TestReschedule_EachAnswer(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	h := newHarness(t, t.TempDir(), Options{}, clk)
+	h.append(encodeKeyed(t, "earlier", "k-earlier", epoch.Add(10*time.Minute)),
+		encodeKeyed(t, "later", "k-later", epoch.Add(5*time.Minute)),
+		encodeKeyed(t, "by-id", "", epoch.Add(5*time.Minute)),
+		encodeKeyed(t, "soon", "k-soon", epoch.Add(time.Second)))
+	resched := func(tg protocol.ScheduleTarget, at time.Time) error {
+		return h.store.RescheduleWait([]protocol.ScheduleTarget{tg}, []int64{at.UnixMilli()})[0].Err
+	}
+	wantErr(t, "reschedule earlier", resched(byKey("k-earlier"), epoch.Add(time.Minute)), nil)
+	wantErr(t, "reschedule later", resched(byKey("k-later"), epoch.Add(20*time.Minute)), nil)
+	wantErr(t, "reschedule by id", resched(byID("by-id"), epoch.Add(30*time.Minute)), nil)
+	wantErr(t, "reschedule the rescheduled one again", resched(byKey("k-later"), epoch.Add(25*time.Minute)), nil)
+	wantErr(t, "into the past", resched(byKey("k-later"), epoch.Add(-time.Second)), protocol.ErrInvalid)
+	wantErr(t, "beyond the horizon", resched(byKey("k-later"), epoch.Add(3*365*24*time.Hour)), protocol.ErrBeyondHorizon)
+	wantErr(t, "unknown key", resched(byKey("nope"), epoch.Add(time.Hour)), protocol.ErrNotFound)
+	rs := h.store.AppendWait([][]byte{encodeKeyed(t, "other", "k-later", epoch.Add(time.Hour))})
+	wantErr(t, "the rescheduled key is still pending", rs[0].Err, protocol.ErrKeyExists)
+
+	clk.Advance(time.Second)
+	h.waitCount(1)
+	wantErr(t, "reschedule after firing", resched(byKey("k-soon"), epoch.Add(time.Hour)), protocol.ErrAlreadyFired)
+
+	clk.Advance(time.Minute - time.Second - time.Millisecond)
+	h.settle()
+	if h.times("earlier") != 0 {
+		t.Fatalf("rescheduled message came before its new time")
+	}
+	clk.Advance(time.Millisecond)
+	h.waitCount(2)
+
+	h.reopen()                    // the reschedules are in the message log and the hour files
+	clk.Advance(10 * time.Minute) // past the old times of "later" and "by-id"
+	h.settle()
+	if h.times("later") != 0 || h.times("by-id") != 0 || h.times("earlier") != 1 {
+		t.Fatalf("a message came at its old time: %v", h.received)
+	}
+	wantErr(t, "cancel of the rescheduled message", h.cancelOne(byID("by-id")), nil)
+	clk.Advance(20 * time.Minute)
+	h.waitCount(3)
+	h.settle()
+	for id, want := range map[string]int{"earlier": 1, "later": 1, "by-id": 0, "soon": 1, "other": 0} {
+		if got := h.times(id); got != want {
+			t.Fatalf("%s delivered %d times, want %d (%v)", id, got, want, h.order)
+		}
+	}
+	if st := h.store.Stats(); st.Pending != 0 {
+		t.Fatalf("pending after everything came out: %+v", st)
+	}
+}

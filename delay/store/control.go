@@ -16,11 +16,15 @@ import "encoding/binary"
 // controlCancel: the message at offset of hour's schedule file is cancelled;
 // the replay turns it into a cancel entry of that hour's dispatch log
 // (dispatchlog.go), which is what the hour's loads skip and what a slave
-// copies.
+// copies. kind controlReschedule: the same, and the record goes on with a
+// whole message (the cancelled one with its new due time) that the replay
+// stores like an appended one — one record, so a crash keeps both or
+// neither.
 const (
-	controlSize    = 24
-	controlVersion = 0xCC
-	controlCancel  = 1
+	controlSize       = 24
+	controlVersion    = 0xCC
+	controlCancel     = 1
+	controlReschedule = 2
 )
 
 func appendControl(dst []byte, kind byte, hour, offset int64) []byte {
@@ -31,7 +35,18 @@ func appendControl(dst []byte, kind byte, hour, offset int64) []byte {
 
 // isControl reports whether a message-log record's payload is a control
 // record.
-func isControl(msg []byte) bool { return len(msg) == controlSize && msg[4] == controlVersion }
+func isControl(msg []byte) bool {
+	return len(msg) >= controlSize && msg[4] == controlVersion && msg[0]&msg[1]&msg[2]&msg[3] == 0xFF
+}
+
+// controlMessage returns the message a reschedule record carries (nil for
+// other kinds).
+func controlMessage(msg []byte) []byte {
+	if msg[5] != controlReschedule || len(msg) <= controlSize {
+		return nil
+	}
+	return msg[controlSize:]
+}
 
 // parseControl returns a control record's fields.
 func parseControl(msg []byte) (kind byte, hour, offset int64) {

@@ -58,8 +58,12 @@ func (s *Store) recover() error {
 			r.pos = rec.offset
 			break
 		}
-		if !isControl(rec.message) {
-			touched[scheduleHour(dueOf(rec.message), rec.appendMillis)] = struct{}{}
+		msg := rec.message
+		if isControl(msg) {
+			msg = controlMessage(msg)
+		}
+		if len(msg) >= 24 {
+			touched[scheduleHour(dueOf(msg), rec.appendMillis)] = struct{}{}
 		}
 		records++
 		lastBase = r.base

@@ -78,11 +78,13 @@ func (s *Store) replay() {
 			}
 			msg := rec.message
 			if isControl(msg) {
-				if kind, h, off := parseControl(msg); kind == controlCancel {
+				if kind, h, off := parseControl(msg); kind == controlCancel || kind == controlReschedule {
 					cancels = append(cancels, [2]int64{h, off})
 				}
-				n++
-				continue
+				if msg = controlMessage(msg); msg == nil {
+					n++
+					continue
+				}
 			}
 			due := dueOf(msg)
 			h := scheduleHour(due, rec.appendMillis)
