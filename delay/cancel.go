@@ -14,7 +14,13 @@ import (
 // Invalid, Forbidden (the identity may not publish to its subject) — once
 // the cancel is durable, and with WaitSlave once the slave holds it, so a
 // message answered cancelled is not forwarded by a slave that takes over.
-func (s *Server) serveCancel(r *netserver.Request) {
+// serveReschedule (CmdScheduleReschedule) is the same for new due times
+// (also Invalid for a time not after now, BeyondHorizon).
+func (s *Server) serveCancel(r *netserver.Request) { s.serveControl(r, false) }
+
+func (s *Server) serveReschedule(r *netserver.Request) { s.serveControl(r, true) }
+
+func (s *Server) serveControl(r *netserver.Request, reschedule bool) {
 	if s.life.Closing() {
 		r.ReplyError(protocol.Errorf(protocol.StatusShuttingDown, "delay group "+s.opts.Group+" is shutting down"))
 		return
@@ -24,10 +30,10 @@ func (s *Server) serveCancel(r *netserver.Request) {
 		r.ReplyError(protocol.Errorf(protocol.StatusNotMaster, "delay group "+s.opts.Group+": this server is a slave"))
 		return
 	}
-	m.serveCancel(r)
+	m.serveControl(r, reschedule)
 }
 
-func (m *master) serveCancel(r *netserver.Request) {
+func (m *master) serveControl(r *netserver.Request, reschedule bool) {
 	if !m.s.gate.Open() {
 		r.ReplyError(m.s.gate.Err())
 		return
@@ -36,14 +42,22 @@ func (m *master) serveCancel(r *netserver.Request) {
 		r.ReplyError(err)
 		return
 	}
-	req, err := protocol.DecodeScheduleCancelRequest(r.Body)
+	var req protocol.ScheduleRescheduleRequest
+	var err error
+	if reschedule {
+		req, err = protocol.DecodeScheduleRescheduleRequest(r.Body)
+	} else {
+		var c protocol.ScheduleCancelRequest
+		c, err = protocol.DecodeScheduleCancelRequest(r.Body)
+		req.Epoch, req.Targets = c.Epoch, c.Targets
+	}
 	if err != nil {
 		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
 		return
 	}
 	if mine := m.epoch.Load(); mine != 0 && req.Epoch > mine {
 		r.ReplyError(protocol.Errorf(protocol.StatusNotMaster, fmt.Sprintf(
-			"delay group %s: the cancel names epoch %d, this master serves %d", m.s.opts.Group, req.Epoch, mine)))
+			"delay group %s: the request names epoch %d, this master serves %d", m.s.opts.Group, req.Epoch, mine)))
 		return
 	}
 	statuses := make([]protocol.Status, len(req.Targets))
@@ -52,7 +66,7 @@ func (m *master) serveCancel(r *netserver.Request) {
 		r.Reply(protocol.StatusOK, protocol.AppendSendResponse(nil, statuses))
 		return
 	}
-	m.store.Cancel(targets, func(results []store.Result) {
+	reply := func(results []store.Result) {
 		cancelled := false
 		for j, res := range results {
 			st := protocol.StatusOf(res.Err)
@@ -61,7 +75,11 @@ func (m *master) serveCancel(r *netserver.Request) {
 			}
 			statuses[index[j]] = st
 			cancelled = cancelled || st == protocol.StatusOK
-			m.s.metrics.cancels.WithLabelValues(st.String()).Inc()
+			if reschedule {
+				m.s.metrics.reschedules.WithLabelValues(st.String()).Inc()
+			} else {
+				m.s.metrics.cancels.WithLabelValues(st.String()).Inc()
+			}
 		}
 		if !m.s.opts.WaitSlave && !m.s.gate.Open() {
 			r.ReplyError(m.s.gate.Err())
@@ -81,7 +99,16 @@ func (m *master) serveCancel(r *netserver.Request) {
 			}
 			r.Reply(protocol.StatusOK, protocol.AppendSendResponse(nil, statuses))
 		})
-	})
+	}
+	if !reschedule {
+		m.store.Cancel(targets, reply)
+		return
+	}
+	dues := make([]int64, len(targets))
+	for j, i := range index {
+		dues[j] = req.Dues[i]
+	}
+	m.store.Reschedule(targets, dues, reply)
 }
 
 // cancellable returns the targets the connection's identity may cancel

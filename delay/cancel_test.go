@@ -74,6 +74,19 @@ func TestCancel_AnswersAndFailover(t *testing.T) {
 	if err := p.Cancel(ctx, "timers", "order-0"); err != nil {
 		t.Fatalf("cancel again: %v, want cancelled again", err)
 	}
+	later := due.Add(1500 * time.Millisecond)
+	if err := p.Reschedule(ctx, "timers", "order-1", later); err != nil {
+		t.Fatalf("reschedule: %v", err)
+	}
+	if err := p.RescheduleID(ctx, "timers", ids[3], later); err != nil {
+		t.Fatalf("reschedule by id: %v", err)
+	}
+	if err := p.Reschedule(ctx, "timers", "order-5", time.Now().Add(-time.Second)); !errors.Is(err, protocol.ErrInvalid) {
+		t.Fatalf("reschedule into the past: %v, want ErrInvalid", err)
+	}
+	if err := p.Reschedule(ctx, "timers", "order-0", later); !errors.Is(err, producer.ErrNotFound) {
+		t.Fatalf("reschedule of a cancelled message: %v, want ErrNotFound", err)
+	}
 	if err := p.Cancel(ctx, "timers", "no-such-key"); !errors.Is(err, producer.ErrNotFound) {
 		t.Fatalf("cancel of an unknown key: %v, want ErrNotFound", err)
 	}
@@ -126,6 +139,11 @@ func TestCancel_AnswersAndFailover(t *testing.T) {
 	for id := range cancelled {
 		if len(got[id]) != 0 {
 			t.Fatalf("cancelled message %s delivered", id)
+		}
+	}
+	for _, id := range []string{ids[1], ids[3]} {
+		if r := got[id]; len(r) != 1 || r[0].at.Before(later) || r[0].deliverAt.Sub(later).Abs() > time.Millisecond {
+			t.Fatalf("rescheduled message %s: receipts %+v, want one at or after %v", id, r, later)
 		}
 	}
 	if st := promoted.Stats(); st.Pending != 0 {

@@ -64,6 +64,39 @@ func (p *Producer) CancelID(ctx context.Context, subject, id string) error {
 // ctx ends (or the send timeout passes); then its error says the message
 // may or may not be cancelled.
 func (p *Producer) CancelBatch(ctx context.Context, targets []CancelTarget) []error {
+	return p.controlBatch(ctx, targets, nil)
+}
+
+// Reschedule moves the pending message of subject with schedule key key to
+// a new due time, atomically: it is delivered at the new time and never at
+// the old one. nil means rescheduled; ErrAlreadyFired, ErrNotFound as
+// Cancel; protocol.ErrInvalid for a time not in the future,
+// protocol.ErrBeyondHorizon beyond the delay server's horizon.
+func (p *Producer) Reschedule(ctx context.Context, subject, key string, at time.Time) error {
+	return p.RescheduleBatch(ctx, []CancelTarget{{Subject: subject, Key: key}}, []time.Time{at})[0]
+}
+
+// RescheduleID is Reschedule by message id.
+func (p *Producer) RescheduleID(ctx context.Context, subject, id string, at time.Time) error {
+	return p.RescheduleBatch(ctx, []CancelTarget{{Subject: subject, Key: id, ByID: true}}, []time.Time{at})[0]
+}
+
+// RescheduleBatch reschedules targets[i] to at[i], as CancelBatch cancels.
+func (p *Producer) RescheduleBatch(ctx context.Context, targets []CancelTarget, at []time.Time) []error {
+	dues := make([]int64, len(targets))
+	for i := range targets {
+		if i < len(at) {
+			dues[i] = at[i].UnixMilli()
+			if at[i].After(time.UnixMilli(dues[i])) {
+				dues[i]++ // never before the time asked for
+			}
+		}
+	}
+	return p.controlBatch(ctx, targets, dues)
+}
+
+// controlBatch cancels (dues nil) or reschedules targets.
+func (p *Producer) controlBatch(ctx context.Context, targets []CancelTarget, dues []int64) []error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.sendTimeout)
 	defer cancel()
 	errs := make([]error, len(targets))
@@ -83,7 +116,7 @@ func (p *Producer) CancelBatch(ctx context.Context, targets []CancelTarget) []er
 			}
 			break
 		}
-		todo = p.cancelRound(ctx, targets, todo, errs)
+		todo = p.controlRound(ctx, targets, dues, todo, errs)
 		if len(todo) == 0 {
 			break
 		}
@@ -100,9 +133,9 @@ func (p *Producer) CancelBatch(ctx context.Context, targets []CancelTarget) []er
 	return errs
 }
 
-// cancelRound asks every delay group of each target's subject once and
+// controlRound asks every delay group of each target's subject once and
 // returns the targets without a definite answer (errs holds why).
-func (p *Producer) cancelRound(ctx context.Context, targets []CancelTarget, todo []int, errs []error) []int {
+func (p *Producer) controlRound(ctx context.Context, targets []CancelTarget, dues []int64, todo []int, errs []error) []int {
 	type groupReq struct {
 		g       route.Group
 		targets []int
@@ -146,11 +179,18 @@ func (p *Producer) cancelRound(ctx context.Context, targets []CancelTarget, todo
 		wg.Add(1)
 		go func(q *groupReq) {
 			defer wg.Done()
-			req := protocol.ScheduleCancelRequest{Epoch: q.g.Epoch}
+			req := protocol.ScheduleRescheduleRequest{Epoch: q.g.Epoch}
 			for _, i := range q.targets {
 				req.Targets = append(req.Targets, targets[i])
+				if dues != nil {
+					req.Dues = append(req.Dues, dues[i])
+				}
 			}
-			resp, err := p.transport.CallTimeout(ctx, q.g.Addr, protocol.CmdScheduleCancel, protocol.AppendScheduleCancelRequest(nil, req), p.cfg.requestTime)
+			cmd, body := protocol.CmdScheduleCancel, protocol.AppendScheduleCancelRequest(nil, protocol.ScheduleCancelRequest{Epoch: req.Epoch, Targets: req.Targets})
+			if dues != nil {
+				cmd, body = protocol.CmdScheduleReschedule, protocol.AppendScheduleRescheduleRequest(nil, req)
+			}
+			resp, err := p.transport.CallTimeout(ctx, q.g.Addr, cmd, body, p.cfg.requestTime)
 			var st []protocol.Status
 			if err == nil {
 				if st, err = protocol.DecodeSendResponse(resp); err == nil && len(st) != len(q.targets) {

@@ -26,6 +26,9 @@ const (
 	// CmdScheduleCancel cancels scheduled messages (ScheduleCancelRequest →
 	// send-response layout: one status per target).
 	CmdScheduleCancel Command = 24
+	// CmdScheduleReschedule moves scheduled messages to new due times
+	// (ScheduleRescheduleRequest → one status per target, as cancel).
+	CmdScheduleReschedule Command = 25
 
 	// StatusKeyExists: a message with this schedule key is pending.
 	StatusKeyExists Status = 30
@@ -42,6 +45,7 @@ var (
 
 func init() {
 	commandNames[CmdScheduleCancel] = "schedule-cancel"
+	commandNames[CmdScheduleReschedule] = "schedule-reschedule"
 	statusNames[StatusKeyExists] = "schedule key exists"
 	statusNames[StatusAlreadyFired] = "already fired"
 }
@@ -89,9 +93,36 @@ func (l Limits) CheckScheduleTarget(t ScheduleTarget) error {
 
 // AppendScheduleCancelRequest appends the body of a cancel request.
 func AppendScheduleCancelRequest(dst []byte, q ScheduleCancelRequest) []byte {
-	dst = binary.BigEndian.AppendUint64(dst, q.Epoch)
-	dst = binary.BigEndian.AppendUint32(dst, uint32(len(q.Targets)))
-	for _, t := range q.Targets {
+	return appendTargets(dst, q.Epoch, q.Targets, nil)
+}
+
+// ScheduleRescheduleRequest body (CmdScheduleReschedule): a cancel
+// request's layout with each target followed by its new due time, Unix
+// milliseconds i64.
+type ScheduleRescheduleRequest struct {
+	Epoch   uint64
+	Targets []ScheduleTarget
+	Dues    []int64 // one per target
+}
+
+// AppendScheduleRescheduleRequest appends the body of a reschedule request.
+func AppendScheduleRescheduleRequest(dst []byte, q ScheduleRescheduleRequest) []byte {
+	return appendTargets(dst, q.Epoch, q.Targets, q.Dues)
+}
+
+// DecodeScheduleRescheduleRequest decodes a reschedule request body.
+func DecodeScheduleRescheduleRequest(body []byte) (ScheduleRescheduleRequest, error) {
+	epoch, targets, dues, err := decodeTargets(body, true)
+	if err != nil {
+		return ScheduleRescheduleRequest{}, fmt.Errorf("%w: reschedule request", err)
+	}
+	return ScheduleRescheduleRequest{Epoch: epoch, Targets: targets, Dues: dues}, nil
+}
+
+func appendTargets(dst []byte, epoch uint64, targets []ScheduleTarget, dues []int64) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, epoch)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(targets)))
+	for i, t := range targets {
 		kind := byte(targetByKey)
 		if t.ByID {
 			kind = targetByID
@@ -100,19 +131,31 @@ func AppendScheduleCancelRequest(dst []byte, q ScheduleCancelRequest) []byte {
 		dst = appendString8(dst, t.Subject)
 		dst = binary.BigEndian.AppendUint16(dst, uint16(len(t.Key)))
 		dst = append(dst, t.Key...)
+		if dues != nil {
+			dst = binary.BigEndian.AppendUint64(dst, uint64(dues[i]))
+		}
 	}
 	return dst
 }
 
 // DecodeScheduleCancelRequest decodes a cancel request body.
 func DecodeScheduleCancelRequest(body []byte) (ScheduleCancelRequest, error) {
-	var q ScheduleCancelRequest
+	epoch, targets, _, err := decodeTargets(body, false)
+	if err != nil {
+		return ScheduleCancelRequest{}, fmt.Errorf("%w: cancel request", err)
+	}
+	return ScheduleCancelRequest{Epoch: epoch, Targets: targets}, nil
+}
+
+func decodeTargets(body []byte, withDues bool) (uint64, []ScheduleTarget, []int64, error) {
 	r := reader{b: body}
-	q.Epoch = r.u64()
+	epoch := r.u64()
 	n := r.u32()
 	if r.err == nil && uint64(n)*4 > uint64(len(body)) {
-		return ScheduleCancelRequest{}, fmt.Errorf("%w: cancel request claims %d targets in %d bytes", ErrTruncated, n, len(body))
+		return 0, nil, nil, fmt.Errorf("%w: %d targets in %d bytes", ErrTruncated, n, len(body))
 	}
+	var targets []ScheduleTarget
+	var dues []int64
 	for i := uint32(0); i < n && r.err == nil; i++ {
 		kind := r.u8()
 		t := ScheduleTarget{Subject: r.string8(), Key: string(r.bytes16())}
@@ -122,13 +165,16 @@ func DecodeScheduleCancelRequest(body []byte) (ScheduleCancelRequest, error) {
 			t.ByID = true
 		default:
 			if r.err == nil {
-				return ScheduleCancelRequest{}, fmt.Errorf("%w: cancel target kind %d", ErrTruncated, kind)
+				return 0, nil, nil, fmt.Errorf("%w: target kind %d", ErrTruncated, kind)
 			}
 		}
-		q.Targets = append(q.Targets, t)
+		targets = append(targets, t)
+		if withDues {
+			dues = append(dues, int64(r.u64()))
+		}
 	}
 	if err := r.done(); err != nil {
-		return ScheduleCancelRequest{}, fmt.Errorf("%w: cancel request", err)
+		return 0, nil, nil, err
 	}
-	return q, nil
+	return epoch, targets, dues, nil
 }
