@@ -150,3 +150,54 @@ func TestCancel_AnswersAndFailover(t *testing.T) {
 		t.Fatalf("promoted master still holds %d pending", st.Pending)
 	}
 }
+
+// A delayed message whose expiry passes before it falls due is dropped by
+// the delay server and counted; one due before its expiry is delivered.
+func TestExpiry_DelayServerDropsExpired(t *testing.T) {
+	t.Parallel()
+	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
+	rtAddr := rt.Addr().String()
+	mu, got := subscribe(t, rtAddr, "expiring")
+	o := delay.NewOptions()
+	o.Addr, o.HTTPAddr, o.DataDir, o.Realtime = "127.0.0.1:0", testutil.ReusableAddr(t), t.TempDir(), []string{rtAddr}
+	dl := startDelayWith(t, o)
+	p, err := producer.New(producer.WithResolver(route.NewStatic(route.Groups(rtAddr), route.Groups(dl.Addr().String()))),
+		producer.WithTransportOptions(fastTransport))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	now := time.Now()
+	dead := &producer.Message{Subject: "expiring", Body: []byte("dead"), DeliverAt: now.Add(800 * time.Millisecond)}
+	producer.SetExpiry(dead, now.Add(300*time.Millisecond))
+	alive := &producer.Message{Subject: "expiring", Body: []byte("alive"), DeliverAt: now.Add(800 * time.Millisecond)}
+	producer.SetExpiry(alive, now.Add(time.Hour))
+	for _, m := range []*producer.Message{dead, alive} {
+		if err := p.Send(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+		n, err := gaugeAt(o.HTTPAddr, "qmq_delay_messages_expired_total")
+		if err != nil || n != 1 {
+			return fmt.Errorf("expired counter %v (%v), want 1", n, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(got[alive.ID]) != 1 {
+			return errors.New("the message within its expiry is not delivered")
+		}
+		return nil
+	})
+	testutil.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if n := dl.Stats().Pending; n != 0 {
+			return fmt.Errorf("pending %d: the expired message is not marked done", n)
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got[dead.ID]) != 0 {
+		t.Fatal("the expired message was delivered")
+	}
+}

@@ -200,6 +200,11 @@ func (m *master) forwardLoop() {
 				if d.DueMillis > 0 {
 					m.s.metrics.fireLateness.Observe(float64(now.UnixMilli()-d.DueMillis) / 1000)
 				}
+				if expired(d.Message, now.UnixMilli()) {
+					m.s.metrics.expired.Inc()
+					m.marks <- d.Ref
+					continue
+				}
 				m.send(d)
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -241,4 +242,18 @@ func (p *Producer) controlRound(ctx context.Context, targets []CancelTarget, due
 		}
 	}
 	return again
+}
+
+// SetExpiry sets msg's expiry (protocol.PropExpireAt): past it the message
+// is not delivered (the delay server drops a delayed message that falls due
+// after it).
+func SetExpiry(msg *Message, at time.Time) {
+	v := strconv.FormatInt(at.UnixMilli(), 10)
+	for i, p := range msg.Properties {
+		if p.Key == protocol.PropExpireAt {
+			msg.Properties[i].Value = v
+			return
+		}
+	}
+	msg.Properties = append(msg.Properties, Property{Key: protocol.PropExpireAt, Value: v})
 }

@@ -3,6 +3,7 @@ package protocol
 import (
 	"encoding/binary"
 	"fmt"
+	"strconv"
 )
 
 // Control over scheduled messages (delay servers).
@@ -177,4 +178,25 @@ func decodeTargets(body []byte, withDues bool) (uint64, []ScheduleTarget, []int6
 		return 0, nil, nil, err
 	}
 	return epoch, targets, dues, nil
+}
+
+// PropExpireAt is the property that carries a message's expiry: Unix
+// milliseconds in decimal. A message past it is not delivered: the delay
+// server drops it instead of forwarding it (qmq_delay_messages_expired_total).
+const PropExpireAt = "qmq.expire.at"
+
+// ExpiryOf returns the expiry a message carries (PropExpireAt), if any; a
+// value that is not a decimal number is no expiry.
+func ExpiryOf(v *View) (int64, bool) {
+	var at int64
+	found := false
+	v.Properties(func(k, val []byte) bool {
+		if string(k) != PropExpireAt {
+			return true
+		}
+		n, err := strconv.ParseInt(string(val), 10, 64)
+		at, found = n, err == nil
+		return false
+	})
+	return at, found
 }
