@@ -2,8 +2,12 @@ package delay_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -199,5 +203,98 @@ func TestExpiry_DelayServerDropsExpired(t *testing.T) {
 	defer mu.Unlock()
 	if len(got[dead.ID]) != 0 {
 		t.Fatal("the expired message was delivered")
+	}
+}
+
+// The timeline on the HTTP port: counts per minute and pages of pending
+// messages, with clear errors for bad input.
+func TestSchedule_TimelineOverHTTP(t *testing.T) {
+	t.Parallel()
+	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
+	rtAddr := rt.Addr().String()
+	o := delay.NewOptions()
+	o.Addr, o.HTTPAddr, o.DataDir, o.Realtime = "127.0.0.1:0", testutil.ReusableAddr(t), t.TempDir(), []string{rtAddr}
+	dl := startDelayWith(t, o)
+	p, err := producer.New(producer.WithResolver(route.NewStatic(route.Groups(rtAddr), route.Groups(dl.Addr().String()))),
+		producer.WithTransportOptions(fastTransport))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	base := time.Now().Add(2 * time.Hour).Truncate(time.Hour)
+	for i := range 25 {
+		m := &producer.Message{Subject: "plans", Body: []byte("x"), Tags: []string{"t"}, DeliverAt: base.Add(time.Duration(i) * 30 * time.Second)}
+		producer.SetScheduleKey(m, fmt.Sprint("plan-", i))
+		if err := p.Send(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func(path string, v any) int {
+		t.Helper()
+		resp, err := http.Get("http://" + o.HTTPAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode == http.StatusOK && v != nil {
+			if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return resp.StatusCode
+	}
+	q := "subject=plans&from=" + url.QueryEscape(base.Format(time.RFC3339)) + "&to=" + url.QueryEscape(base.Add(time.Hour).Format(time.RFC3339))
+	var tl struct {
+		Buckets []struct {
+			Start time.Time
+			Count int64
+		}
+	}
+	testutil.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if code := get("/schedule/timeline?"+q+"&step=1m", &tl); code != http.StatusOK {
+			return fmt.Errorf("timeline: HTTP %d", code)
+		}
+		n := int64(0)
+		for _, b := range tl.Buckets {
+			n += b.Count
+		}
+		if len(tl.Buckets) != 13 || n != 25 || tl.Buckets[0].Count != 2 || !tl.Buckets[0].Start.Equal(base) {
+			return fmt.Errorf("timeline %+v", tl.Buckets)
+		}
+		return nil
+	})
+	var ids []string
+	cursor := ""
+	for {
+		var page struct {
+			Messages []struct {
+				ID, Key string
+				Due     time.Time
+				Tags    []string
+			}
+			Next string
+		}
+		if code := get("/schedule/pending?"+q+"&limit=10&cursor="+cursor, &page); code != http.StatusOK {
+			t.Fatalf("pending: HTTP %d", code)
+		}
+		for _, m := range page.Messages {
+			if !strings.HasPrefix(m.Key, "plan-") || len(m.Tags) != 1 {
+				t.Fatalf("listed %+v", m)
+			}
+			ids = append(ids, m.ID)
+		}
+		if page.Next == "" {
+			break
+		}
+		cursor = page.Next
+	}
+	if len(ids) != 25 {
+		t.Fatalf("pages listed %d messages, want 25", len(ids))
+	}
+	for _, bad := range []string{"/schedule/timeline?" + q + "&step=7m", "/schedule/timeline?from=yesterday", "/schedule/pending?" + q + "&cursor=x",
+		"/schedule/pending?" + q + "&limit=0", "/schedule/pending?from=" + url.QueryEscape(base.Format(time.RFC3339))} {
+		if code := get(bad, nil); code != http.StatusBadRequest {
+			t.Fatalf("%s: HTTP %d, want 400", bad, code)
+		}
 	}
 }

@@ -159,6 +159,7 @@ func New(opts Options, clk clock.Clock, resolver route.Resolver, lg *zap.Logger)
 	if opts.HTTPAddr != "" {
 		s.ops = opsserver.New(opsserver.Options{Addr: opts.HTTPAddr, Registry: s.reg, Ready: s.life.Err,
 			TLS: kit.ServerTLS, Authorize: kit.Authorize(authority), Insecure: kit.Insecure()}, lg)
+		s.mountSchedule(kit.Authorize(authority))
 	}
 	return s, nil
 }
