@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/qmq-go/qmq/delay"
+	"github.com/qmq-go/qmq/metaserver/ctl"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/route"
 	"github.com/qmq-go/qmq/pkg/testutil"
@@ -291,6 +293,40 @@ func TestSchedule_TimelineOverHTTP(t *testing.T) {
 	if len(ids) != 25 {
 		t.Fatalf("pages listed %d messages, want 25", len(ids))
 	}
+
+	// qmqctl schedule: the same through the command line, and cancel.
+	ctlRun := func(args ...string) (int, string) {
+		var out, errOut strings.Builder
+		code := ctl.Main(append([]string{"--timeout", "10s"}, args...), &out, &errOut)
+		return code, out.String() + errOut.String()
+	}
+	win := []string{"--subject", "plans", "--from", base.Format(time.RFC3339), "--to", base.Add(time.Hour).Format(time.RFC3339)}
+	if code, out := ctlRun(append([]string{"schedule", "timeline", "--delay-http", o.HTTPAddr}, win...)...); code != 0 || !regexp.MustCompile(`total\s+25`).MatchString(out) {
+		t.Fatalf("qmqctl schedule timeline: exit %d\n%s", code, out)
+	}
+	if code, out := ctlRun(append([]string{"schedule", "list", "--delay-http", o.HTTPAddr, "--limit", "10"}, win...)...); code != 0 || !strings.Contains(out, "plan-0") || !strings.Contains(out, "next page: --cursor") {
+		t.Fatalf("qmqctl schedule list: exit %d\n%s", code, out)
+	}
+	dlAddr := dl.Addr().String()
+	if code, out := ctlRun("schedule", "cancel", "--delay", dlAddr, "--subject", "plans", "--key", "plan-3"); code != 0 || !strings.Contains(out, "cancelled") {
+		t.Fatalf("qmqctl schedule cancel: exit %d\n%s", code, out)
+	}
+	if code, out := ctlRun("schedule", "cancel", "--delay", dlAddr, "--subject", "plans", "--key", "no-such"); code != ctl.ExitNotFound {
+		t.Fatalf("qmqctl schedule cancel of an unknown key: exit %d, want %d\n%s", code, ctl.ExitNotFound, out)
+	}
+	if code, out := ctlRun("schedule", "reschedule", "--delay", dlAddr, "--subject", "plans", "--key", "plan-4", "--at", base.Add(-3*time.Hour).Format(time.RFC3339)); code != ctl.ExitUsage || !strings.Contains(out, "not after now") {
+		t.Fatalf("qmqctl schedule reschedule into the past: exit %d, want %d\n%s", code, ctl.ExitUsage, out)
+	}
+	if code, out := ctlRun("schedule", "reschedule", "--delay", dlAddr, "--subject", "plans", "--key", "plan-4", "--at", base.Add(90*time.Minute).Format(time.RFC3339)); code != 0 {
+		t.Fatalf("qmqctl schedule reschedule: exit %d\n%s", code, out)
+	}
+	testutil.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if code, out := ctlRun(append([]string{"schedule", "timeline", "--delay-http", o.HTTPAddr}, win...)...); code != 0 || !regexp.MustCompile(`total\s+23`).MatchString(out) {
+			return fmt.Errorf("after a cancel and a reschedule out of the window: exit %d\n%s", code, out)
+		}
+		return nil
+	})
+
 	for _, bad := range []string{"/schedule/timeline?" + q + "&step=7m", "/schedule/timeline?from=yesterday", "/schedule/pending?" + q + "&cursor=x",
 		"/schedule/pending?" + q + "&limit=0", "/schedule/pending?from=" + url.QueryEscape(base.Format(time.RFC3339))} {
 		if code := get(bad, nil); code != http.StatusBadRequest {

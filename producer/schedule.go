@@ -85,27 +85,48 @@ func (p *Producer) RescheduleID(ctx context.Context, subject, id string, at time
 // RescheduleBatch reschedules targets[i] to at[i], as CancelBatch cancels.
 func (p *Producer) RescheduleBatch(ctx context.Context, targets []CancelTarget, at []time.Time) []error {
 	dues := make([]int64, len(targets))
+	now := p.cfg.now()
 	for i := range targets {
-		if i < len(at) {
-			dues[i] = at[i].UnixMilli()
-			if at[i].After(time.UnixMilli(dues[i])) {
-				dues[i]++ // never before the time asked for
-			}
+		if i >= len(at) || !at[i].After(now) {
+			// Checked here too, for a clear message (statuses carry none).
+			dues[i] = -1
+			continue
+		}
+		dues[i] = at[i].UnixMilli()
+		if at[i].After(time.UnixMilli(dues[i])) {
+			dues[i]++ // never before the time asked for
 		}
 	}
-	return p.controlBatch(ctx, targets, dues)
+	errs := p.controlBatch(ctx, targets, dues)
+	for i := range targets {
+		if dues[i] == -1 {
+			when := "no time"
+			if i < len(at) {
+				when = at[i].UTC().Format(time.RFC3339Nano)
+			}
+			errs[i] = protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf("cannot reschedule %s of %q to %s: not after now", targets[i].Key, targets[i].Subject, when))
+		}
+	}
+	return errs
 }
 
 // controlBatch cancels (dues nil) or reschedules targets.
 func (p *Producer) controlBatch(ctx context.Context, targets []CancelTarget, dues []int64) []error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.sendTimeout)
 	defer cancel()
+	what := "cancel"
+	if dues != nil {
+		what = "reschedule"
+	}
 	errs := make([]error, len(targets))
 	todo := make([]int, 0, len(targets))
 	for i, t := range targets {
 		if err := p.cfg.limits.CheckScheduleTarget(t); err != nil {
 			errs[i] = err
 			continue
+		}
+		if dues != nil && dues[i] == -1 {
+			continue // refused by RescheduleBatch
 		}
 		todo = append(todo, i)
 	}
@@ -124,7 +145,7 @@ func (p *Producer) controlBatch(ctx context.Context, targets []CancelTarget, due
 		select {
 		case <-ctx.Done():
 			for _, i := range todo {
-				errs[i] = fmt.Errorf("producer: cancel %s: %w (last: %w; it may or may not be cancelled)", targets[i].Key, ctx.Err(), errs[i])
+				errs[i] = fmt.Errorf("producer: %s of %s: %w (last: %w; it may or may not have taken effect)", what, targets[i].Key, ctx.Err(), errs[i])
 			}
 			return errs
 		case <-time.After(backoff):
@@ -137,6 +158,10 @@ func (p *Producer) controlBatch(ctx context.Context, targets []CancelTarget, due
 // controlRound asks every delay group of each target's subject once and
 // returns the targets without a definite answer (errs holds why).
 func (p *Producer) controlRound(ctx context.Context, targets []CancelTarget, dues []int64, todo []int, errs []error) []int {
+	verb := "cancel"
+	if dues != nil {
+		verb = "reschedule"
+	}
 	type groupReq struct {
 		g       route.Group
 		targets []int
@@ -206,7 +231,7 @@ func (p *Producer) controlRound(ctx context.Context, targets []CancelTarget, due
 			for k, i := range q.targets {
 				switch {
 				case err != nil:
-					failed[i] = fmt.Errorf("producer: cancel %s at delay group %s: %w", targets[i].Key, q.g.Name, err)
+					failed[i] = fmt.Errorf("producer: %s %s at delay group %s: %w", verb, targets[i].Key, q.g.Name, err)
 				case st[k] == protocol.StatusOK:
 					cancelled[i] = true
 				case st[k] == protocol.StatusAlreadyFired:
@@ -214,7 +239,7 @@ func (p *Producer) controlRound(ctx context.Context, targets []CancelTarget, due
 				case st[k] == protocol.StatusNotFound:
 					notFound[i]++
 				default:
-					failed[i] = fmt.Errorf("producer: cancel %s at delay group %s: %w", targets[i].Key, q.g.Name, protocol.StatusError(st[k], ""))
+					failed[i] = fmt.Errorf("producer: %s %s at delay group %s: %w", verb, targets[i].Key, q.g.Name, protocol.StatusError(st[k], ""))
 				}
 			}
 		}(q)
@@ -229,9 +254,9 @@ func (p *Producer) controlRound(ctx context.Context, targets []CancelTarget, due
 		case cancelled[i]:
 			errs[i] = nil
 		case fired[i]:
-			errs[i] = fmt.Errorf("producer: cancel %s of %q: %w", targets[i].Key, targets[i].Subject, ErrAlreadyFired)
+			errs[i] = fmt.Errorf("producer: %s %s of %q: %w", verb, targets[i].Key, targets[i].Subject, ErrAlreadyFired)
 		case notFound[i] == n:
-			errs[i] = fmt.Errorf("producer: cancel %s of %q: %w", targets[i].Key, targets[i].Subject, ErrNotFound)
+			errs[i] = fmt.Errorf("producer: %s %s of %q: %w", verb, targets[i].Key, targets[i].Subject, ErrNotFound)
 		default:
 			errs[i] = failed[i]
 			var pe *protocol.Error

@@ -182,6 +182,7 @@ func NewCommand(out io.Writer) *cobra.Command {
 	root.AddCommand(statusCmd(g), brokersCmd(g), groupsCmd(g), routesCmd(g), routeCmd(g), readonlyCmd(g),
 		switchoverCmd(g), consumersCmd(g), offsetCmd(g), consumerCmd(g), deadCmd(g),
 		whoamiCmd(g), identityCmd(g), grantCmd(g), revokeCmd(g))
+	root.AddCommand(scheduleCmd(g))
 	return root
 }
 
