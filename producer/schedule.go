@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/robfig/cron/v3"
+
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/route"
 )
@@ -281,4 +283,88 @@ func SetExpiry(msg *Message, at time.Time) {
 		}
 	}
 	msg.Properties = append(msg.Properties, Property{Key: protocol.PropExpireAt, Value: v})
+}
+
+// Schedule is a recurring schedule (see delay/recurring.go): an occurrence
+// of Subject with Body, Tags and Properties is delivered at each time Cron
+// names in Zone (a fresh message id per occurrence, its time in the
+// property protocol.PropCronOccurrence), until Until.
+type Schedule struct {
+	// Name identifies the schedule within its subject (its schedule key).
+	Name       string
+	Subject    string
+	Body       []byte
+	Tags       []string
+	Properties []Property
+	// Cron is a cron expression of five fields (minute hour day-of-month
+	// month day-of-week) or a descriptor: "@every 10s", "@hourly", "@daily".
+	Cron string
+	// Zone is the IANA time zone Cron is read in; "" is UTC.
+	Zone string
+	// Until ends the schedule (zero: never).
+	Until time.Time
+	// SkipMissed drops occurrences missed while no delay server could fire
+	// them; by default one of them is delivered late.
+	SkipMissed bool
+}
+
+var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// CreateSchedule stores a recurring schedule in a delay group of its
+// subject. It fails with ErrKeyExists when the subject has a schedule (or a
+// pending message) of that name, protocol.ErrInvalid for a bad expression
+// or zone.
+func (p *Producer) CreateSchedule(ctx context.Context, s Schedule) error {
+	spec := s.Cron
+	if s.Zone != "" {
+		if _, err := time.LoadLocation(s.Zone); err != nil {
+			return protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf("schedule %s: time zone %q: %v", s.Name, s.Zone, err))
+		}
+		spec = "CRON_TZ=" + s.Zone + " " + spec
+	}
+	sched, err := cronParser.Parse(spec)
+	if err != nil {
+		return protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf("schedule %s: cron expression %q: %v", s.Name, s.Cron, err))
+	}
+	// The template is due at the first occurrence far enough ahead to go to
+	// a delay group.
+	first := sched.Next(p.cfg.now().Add(p.cfg.delayMin))
+	if first.IsZero() || !s.Until.IsZero() && first.After(s.Until) {
+		return protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf("schedule %s: no occurrence before its end", s.Name))
+	}
+	m := &Message{Subject: s.Subject, Body: s.Body, Tags: s.Tags, DeliverAt: first,
+		Properties: append(append([]Property(nil), s.Properties...), Property{Key: protocol.PropCronSpec, Value: s.Cron})}
+	if s.Zone != "" {
+		m.Properties = append(m.Properties, Property{Key: protocol.PropCronZone, Value: s.Zone})
+	}
+	if !s.Until.IsZero() {
+		m.Properties = append(m.Properties, Property{Key: protocol.PropCronUntil, Value: strconv.FormatInt(s.Until.UnixMilli(), 10)})
+	}
+	if s.SkipMissed {
+		m.Properties = append(m.Properties, Property{Key: protocol.PropCronMissed, Value: "skip"})
+	}
+	SetScheduleKey(m, s.Name)
+	return p.Send(ctx, m)
+}
+
+// DeleteSchedule deletes the recurring schedule name of subject: no
+// occurrence is delivered after it returns nil (one in flight at the call
+// may still arrive). ErrNotFound: no such schedule (or it has ended).
+func (p *Producer) DeleteSchedule(ctx context.Context, subject, name string) error {
+	giveUp := time.Now().Add(5 * time.Second)
+	for {
+		err := p.Cancel(ctx, subject, name)
+		if !errors.Is(err, ErrAlreadyFired) {
+			return err
+		}
+		if time.Now().After(giveUp) {
+			return fmt.Errorf("producer: delete schedule %s: its last template has fired and no next one follows (ended?): %w", name, err)
+		}
+		// An occurrence is being sent: its next template follows at once.
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("producer: delete schedule %s: %w", name, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }

@@ -278,6 +278,11 @@ func (s *Store) check(msg []byte, now int64) (protocol.View, error) {
 	if err := s.opts.Limits.CheckView(&v); err != nil {
 		return v, err
 	}
+	if s.opts.CheckMessage != nil {
+		if err := s.opts.CheckMessage(&v); err != nil {
+			return v, err
+		}
+	}
 	if latest := now + s.opts.Horizon.Milliseconds(); v.DeliverAtMillis > latest {
 		return v, protocol.Errorf(protocol.StatusBeyondHorizon, fmt.Sprintf(
 			"message %q is due %s, beyond the delay horizon of %s (latest %s)",

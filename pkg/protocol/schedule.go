@@ -200,3 +200,24 @@ func ExpiryOf(v *View) (int64, bool) {
 	})
 	return at, found
 }
+
+// Recurring schedules (delay servers): a keyed delayed message carrying
+// PropCronSpec is a schedule's template; the delay server sends an
+// occurrence at each time the expression names and keeps the template for
+// the next one (delay/recurring.go).
+const (
+	// PropCronSpec: a cron expression of five fields, or a descriptor such
+	// as "@every 1m" or "@daily".
+	PropCronSpec = "qmq.cron.spec"
+	// PropCronZone: the IANA time zone the expression is read in (default
+	// UTC).
+	PropCronZone = "qmq.cron.zone"
+	// PropCronUntil: the last time an occurrence may fall due, Unix ms.
+	PropCronUntil = "qmq.cron.until"
+	// PropCronMissed: what to do with occurrences missed while no delay
+	// server could fire them: "once" (default: one late occurrence) or
+	// "skip".
+	PropCronMissed = "qmq.cron.missed"
+	// PropCronOccurrence is set on each occurrence: its due time, Unix ms.
+	PropCronOccurrence = "qmq.cron.occurrence"
+)
