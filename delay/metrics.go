@@ -7,17 +7,17 @@ import (
 
 // metrics are the delay server's Prometheus series (prefix qmq_delay_).
 type metrics struct {
-	received      prometheus.Counter
-	rejected      *prometheus.CounterVec
-	cancels       *prometheus.CounterVec // cancel targets by answer
-	reschedules   *prometheus.CounterVec // reschedule targets by answer
-	expired       prometheus.Counter     // due messages dropped past their expiry
+	received                     prometheus.Counter
+	rejected                     *prometheus.CounterVec
+	cancels                      *prometheus.CounterVec // cancel targets by answer
+	reschedules                  *prometheus.CounterVec // reschedule targets by answer
+	expired                      prometheus.Counter     // due messages dropped past their expiry
 	cronOccurrences, cronSkipped prometheus.Counter
-	forwarded     prometheus.Counter
-	forwardErrors prometheus.Counter
-	fireLateness  prometheus.Histogram
-	lateness      prometheus.Histogram
-	rates         *metaclient.Rates // in/out rates for the heartbeats
+	forwarded                    prometheus.Counter
+	forwardErrors                prometheus.Counter
+	fireLateness                 prometheus.Histogram
+	lateness                     prometheus.Histogram
+	rates                        *metaclient.Rates // in/out rates for the heartbeats
 }
 
 func newMetrics(reg prometheus.Registerer, group string, s *Server) *metrics {
