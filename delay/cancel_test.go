@@ -334,3 +334,73 @@ func TestSchedule_TimelineOverHTTP(t *testing.T) {
 		}
 	}
 }
+
+// A recurring schedule every second: its occurrences arrive, each a
+// message of its own, never before its time, none twice; deleting it stops
+// them; a bad expression is refused.
+func TestRecurring_EverySecond(t *testing.T) {
+	t.Parallel()
+	rt := startRealtime(t, t.TempDir(), "127.0.0.1:0")
+	rtAddr := rt.Addr().String()
+	mu, got := subscribe(t, rtAddr, "ticks")
+	dl := startDelay(t, t.TempDir(), "127.0.0.1:0", rtAddr)
+	p, err := producer.New(producer.WithResolver(route.NewStatic(route.Groups(rtAddr), route.Groups(dl.Addr().String()))),
+		producer.WithTransportOptions(fastTransport))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	ctx := context.Background()
+	if err := p.CreateSchedule(ctx, producer.Schedule{Name: "tick", Subject: "ticks", Body: []byte("tick"), Cron: "@every 1s"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CreateSchedule(ctx, producer.Schedule{Name: "tick", Subject: "ticks", Body: []byte("tick"), Cron: "@every 1s"}); !errors.Is(err, producer.ErrKeyExists) {
+		t.Fatalf("a second schedule of the same name: %v, want ErrKeyExists", err)
+	}
+	if err := p.CreateSchedule(ctx, producer.Schedule{Name: "bad", Subject: "ticks", Cron: "61 * * * *"}); !errors.Is(err, protocol.ErrInvalid) {
+		t.Fatalf("bad cron: %v, want ErrInvalid", err)
+	}
+	// A template sent by hand with a bad expression is refused by the server.
+	bad := &producer.Message{Subject: "ticks", Body: []byte("x"), DeliverAt: time.Now().Add(time.Hour),
+		Properties: []producer.Property{{Key: protocol.PropCronSpec, Value: "every so often"}}}
+	producer.SetScheduleKey(bad, "bad")
+	if err := p.Send(ctx, bad); !errors.Is(err, protocol.ErrInvalid) {
+		t.Fatalf("bad template sent by hand: %v, want ErrInvalid", err)
+	}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got)
+	}
+	testutil.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if n := count(); n < 3 {
+			return fmt.Errorf("%d occurrences so far", n)
+		}
+		return nil
+	})
+	if err := p.DeleteSchedule(ctx, "ticks", "tick"); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond) // an occurrence in flight at the delete may still land
+	n := count()
+	time.Sleep(2500 * time.Millisecond)
+	if count() != n {
+		t.Fatalf("occurrences went on after the delete: %d then %d", n, count())
+	}
+	if err := p.DeleteSchedule(ctx, "ticks", "tick"); err != nil {
+		t.Fatalf("second delete: %v, want nil (a cancel is answered cancelled again)", err)
+	}
+	if err := p.DeleteSchedule(ctx, "ticks", "never-was"); !errors.Is(err, producer.ErrNotFound) {
+		t.Fatalf("delete of an unknown schedule: %v, want ErrNotFound", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for id, rs := range got {
+		if len(rs) != 1 {
+			t.Fatalf("occurrence %s delivered %d times", id, len(rs))
+		}
+		if rs[0].at.Before(rs[0].deliverAt) {
+			t.Fatalf("occurrence %s delivered %v early", id, rs[0].deliverAt.Sub(rs[0].at))
+		}
+	}
+}
