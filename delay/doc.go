@@ -23,7 +23,12 @@
 // answered cancelled, already fired or not found once the cancel is
 // durable, with --wait-slave once the slave holds it too, so a failover
 // never forwards a message answered cancelled. Keys are unique per delay
-// group among its pending messages.
+// group among its pending messages. CmdScheduleReschedule moves a message
+// to a new due time in one store record (never both times, never
+// neither). A message past its expiry (qmq.expire.at) when it falls due is
+// dropped, not forwarded (qmq_delay_messages_expired_total). Recurring
+// schedules are keyed template messages (recurring.go). The operations
+// HTTP port serves the timeline (schedulehttp.go; qmqctl schedule).
 //
 // # Forward
 //

@@ -190,6 +190,17 @@
 // files with messages not yet dispatched (hours fully dispatched are not
 // indexed: their messages are "not found" after a restart).
 //
+// Reschedule is a cancel whose control record goes on with the message
+// itself, its due time changed (same id): the replay writes the cancel
+// entry and stores the message like an appended one, so a crash keeps both
+// or neither; a rescheduled key stays reserved until the new record is
+// indexed.
+//
+// Timeline and Pending (timeline.go) stream the hour files of a window
+// (at most 31 days) in 1 MiB reads, skipping what is dispatched, cancelled
+// or handed out; no body is kept, a page is resumed from a cursor (hour,
+// offset).
+//
 // # Retention
 //
 // An hour whose messages are all marked dispatched and that ended more than
