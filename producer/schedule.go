@@ -47,6 +47,18 @@ func SetScheduleKey(msg *Message, key string) {
 	msg.Properties = append(msg.Properties, Property{Key: protocol.PropScheduleKey, Value: key})
 }
 
+// SetScheduleReplace makes a keyed message replace the pending message with
+// its key (cancelled and replaced in one step) instead of failing with
+// ErrKeyExists.
+func SetScheduleReplace(msg *Message) {
+	for _, p := range msg.Properties {
+		if p.Key == protocol.PropScheduleReplace {
+			return
+		}
+	}
+	msg.Properties = append(msg.Properties, Property{Key: protocol.PropScheduleReplace, Value: "1"})
+}
+
 // CancelTarget names a scheduled message: by schedule key, or by message
 // id when ByID is set (then Key holds the id).
 type CancelTarget = protocol.ScheduleTarget

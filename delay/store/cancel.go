@@ -346,48 +346,75 @@ func (s *Store) awaitReplay(pos int64) error {
 // (same id) again. Otherwise the key is reserved until the replay indexes
 // the message; settle is called with the append's outcome: a failed append
 // frees the key, a stored one makes a resend of it a duplicate.
-func (s *Store) reserveKey(v *protocol.View, key []byte) (settle func(stored bool), err error) {
+//
+// With replace (protocol.PropScheduleReplace) a pending, stored message
+// with the key is cancelled instead (the fire rule decides as for Cancel)
+// and replaced is its location: Append then writes the message as a
+// reschedule record naming it, so the old message goes and the new one
+// comes in one record; settle(false) takes the cancel back.
+func (s *Store) reserveKey(v *protocol.View, key []byte, replace bool) (settle func(stored bool), replaced uint64, err error) {
 	if len(key) > protocol.MaxScheduleKeyLen {
-		return nil, protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf("schedule key of %d bytes, longest %d", len(key), protocol.MaxScheduleKeyLen))
+		return nil, 0, protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf("schedule key of %d bytes, longest %d", len(key), protocol.MaxScheduleKeyLen))
 	}
 	if len(key) == 0 {
-		return nil, protocol.Errorf(protocol.StatusInvalid, "empty schedule key")
+		return nil, 0, protocol.Errorf(protocol.StatusInvalid, "empty schedule key")
 	}
 	x := s.idx
 	kh := x.keyHash(v.Subject, key)
 	idh := x.idHash(v.Subject, v.ID)
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	replaced = reservedLoc
+	var old keyRef
 	if r, ok := x.byKey[kh]; ok {
 		pending := r.loc == reservedLoc
 		if !pending {
 			h, off := unpackLoc(r.loc)
 			s.mu.Lock()
 			pending = !s.cancelled.has(h, off) && r.due > s.fireMark
+			if pending && replace && r.id != idh {
+				s.cancelled.add(h, off) // decided here, under mu, as Cancel decides
+				pending, replaced, old = false, r.loc, r
+			}
 			s.mu.Unlock()
 		}
 		switch {
 		case pending && r.id == idh && r.loc == reservedLoc && r.due != reservedStored:
-			return nil, protocol.Errorf(protocol.StatusRetryLater, fmt.Sprintf("message %q is being stored", v.ID))
+			return nil, 0, protocol.Errorf(protocol.StatusRetryLater, fmt.Sprintf("message %q is being stored", v.ID))
 		case pending && r.id == idh:
-			return nil, protocol.Errorf(protocol.StatusDuplicate, fmt.Sprintf("message %q is stored", v.ID))
+			return nil, 0, protocol.Errorf(protocol.StatusDuplicate, fmt.Sprintf("message %q is stored", v.ID))
+		case pending && replace:
+			// Stored a moment ago and not yet indexed: it has no location
+			// to name yet (the replay is milliseconds behind).
+			return nil, 0, protocol.Errorf(protocol.StatusRetryLater, fmt.Sprintf("the message with schedule key %q is being stored; try again", key))
 		case pending:
-			return nil, protocol.Errorf(protocol.StatusKeyExists, fmt.Sprintf("subject %q has a pending message with schedule key %q", v.Subject, key))
+			return nil, 0, protocol.Errorf(protocol.StatusKeyExists, fmt.Sprintf("subject %q has a pending message with schedule key %q", v.Subject, key))
 		}
 	}
 	x.byKey[kh] = keyRef{loc: reservedLoc, id: idh}
 	return func(stored bool) {
 		x.mu.Lock()
 		if r, ok := x.byKey[kh]; ok && r.loc == reservedLoc && r.id == idh {
-			if stored {
+			switch {
+			case stored:
 				r.due = reservedStored
 				x.byKey[kh] = r
-			} else {
+			case replaced != reservedLoc:
+				x.byKey[kh] = old
+			default:
 				delete(x.byKey, kh)
 			}
 		}
 		x.mu.Unlock()
-	}, nil
+		if !stored && replaced != reservedLoc {
+			h, off := unpackLoc(replaced)
+			size := 0
+			if msg, err := s.readRecord(h, off); err == nil {
+				size = len(msg)
+			}
+			s.undoCancel([]cancelHit{{h: h, off: off, size: size}})
+		}
+	}, replaced, nil
 }
 
 func hasKey(v *protocol.View, key string) bool {

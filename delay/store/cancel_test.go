@@ -253,3 +253,43 @@ func TestReschedule_EachAnswer(t *testing.T) {
 		t.Fatalf("pending after everything came out: %+v", st)
 	}
 }
+
+// A keyed message marked replace takes the place of the pending one with
+// its key in one record: the old one never comes out, also after a
+// restart; with nothing pending it is stored as usual.
+func TestAppend_ReplaceByKey(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	h := newHarness(t, t.TempDir(), Options{}, clk)
+	replacing := func(id, key string, due time.Time) []byte {
+		m := &protocol.Message{Subject: "orders", ID: id, Body: []byte(id), Created: epoch, DeliverAt: due,
+			Properties: []protocol.Property{{Key: protocol.PropScheduleKey, Value: key}, {Key: protocol.PropScheduleReplace, Value: "1"}}}
+		b, err := protocol.AppendMessage(nil, m, protocol.DefaultLimits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	h.append(encodeKeyed(t, "old", "k", epoch.Add(10*time.Minute)))
+	rs := h.store.AppendWait([][]byte{replacing("new", "k", epoch.Add(5*time.Minute))})
+	if rs[0].Err != nil && !errors.Is(rs[0].Err, protocol.ErrRetryLater) {
+		t.Fatalf("replace right after the first append: %v, want stored or retry later", rs[0].Err)
+	}
+	if rs[0].Err != nil {
+		h.store.Sync() // the replay has indexed "old" after this
+		h.append(replacing("new", "k", epoch.Add(5*time.Minute)))
+	}
+	h.append(replacing("fresh", "k2", epoch.Add(5*time.Minute))) // nothing to replace
+	h.store.Sync()
+	rs = h.store.AppendWait([][]byte{encodeKeyed(t, "third", "k", epoch.Add(time.Minute))})
+	wantErr(t, "without replace the key is taken", rs[0].Err, protocol.ErrKeyExists)
+	wantErr(t, "cancel of the replaced one by id", h.cancelOne(byID("old")), nil)
+	h.reopen()
+	clk.Advance(20 * time.Minute)
+	h.waitCount(2)
+	h.settle()
+	for id, want := range map[string]int{"old": 0, "new": 1, "fresh": 1, "third": 0} {
+		if got := h.times(id); got != want {
+			t.Fatalf("%s delivered %d times, want %d (%v)", id, got, want, h.order)
+		}
+	}
+}

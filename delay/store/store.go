@@ -308,8 +308,14 @@ func (s *Store) Append(msgs [][]byte, done func([]Result)) {
 		if err == nil {
 			if key, ok := scheduleKey(&v); ok {
 				var settle func(bool)
-				if settle, err = s.reserveKey(&v, key); err == nil {
+				var replaced uint64
+				if settle, replaced, err = s.reserveKey(&v, key, replaces(&v)); err == nil {
 					settles, keyed = append(settles, settle), append(keyed, i)
+					if replaced != reservedLoc {
+						// The old message goes in the same record.
+						h, off := unpackLoc(replaced)
+						m = append(appendControl(make([]byte, 0, controlSize+len(m)), controlReschedule, h, off), m...)
+					}
 				}
 			}
 		}
@@ -393,4 +399,18 @@ func signal(ch chan struct{}) {
 	case ch <- struct{}{}:
 	default:
 	}
+}
+
+// replaces reports whether a keyed message replaces a pending one with its
+// key (protocol.PropScheduleReplace).
+func replaces(v *protocol.View) bool {
+	found := false
+	v.Properties(func(k, val []byte) bool {
+		if string(k) == protocol.PropScheduleReplace {
+			found = string(val) == "1" || string(val) == "true"
+			return false
+		}
+		return true
+	})
+	return found
 }

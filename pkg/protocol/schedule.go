@@ -23,6 +23,10 @@ const (
 	PropScheduleKey = "qmq.schedule.key"
 	// MaxScheduleKeyLen is the longest schedule key, in bytes.
 	MaxScheduleKeyLen = 200
+	// PropScheduleReplace "1" (or "true") on a keyed message replaces the
+	// pending message with its key instead of being refused: the old one is
+	// cancelled and the new one stored in one step (StatusOK either way).
+	PropScheduleReplace = "qmq.schedule.replace"
 
 	// CmdScheduleCancel cancels scheduled messages (ScheduleCancelRequest →
 	// send-response layout: one status per target).
