@@ -270,13 +270,15 @@ func describe(t protocol.ScheduleTarget) string {
 // record's names.
 func (s *Store) lookup(i int, t protocol.ScheduleTarget) []cancelHit {
 	var locs []uint64
-	s.idx.mu.Lock()
 	if t.ByID {
-		locs = s.idx.idLocsLocked(s.idx.idHash([]byte(t.Subject), []byte(t.Key)))
-	} else if r, ok := s.idx.byKey[s.idx.keyHash([]byte(t.Subject), []byte(t.Key))]; ok && r.loc != reservedLoc {
-		locs = []uint64{r.loc}
+		locs = s.idx.idLocs(s.idx.idHash([]byte(t.Subject), []byte(t.Key)))
+	} else {
+		s.idx.mu.Lock()
+		if r, ok := s.idx.byKey[s.idx.keyHash([]byte(t.Subject), []byte(t.Key))]; ok && r.loc != reservedLoc {
+			locs = []uint64{r.loc}
+		}
+		s.idx.mu.Unlock()
 	}
-	s.idx.mu.Unlock()
 	var out []cancelHit
 	for _, l := range locs {
 		h, off := unpackLoc(l)

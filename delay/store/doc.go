@@ -166,9 +166,10 @@
 // appended) with protocol.ErrKeyExists, the same message again (same id)
 // with protocol.ErrDuplicate. Cancel names messages by (subject, key) or
 // (subject, id) and answers each: nil (cancelled), ErrAlreadyFired,
-// ErrNotFound. An in-memory index (hashes → hour and offset, 8–24 bytes a
-// message, no bodies) finds the record; the record is read to check the
-// names.
+// ErrNotFound. An in-memory index finds the record — 8 bytes a message for
+// ids (per-hour arrays of fingerprints and offsets, searched whole), a map
+// entry per keyed message for keys; no strings, no bodies — and the record
+// is read to check the names.
 //
 // The race with firing is decided under Store.mu by one rule: the fire
 // loop drops an entry in the cancelled set and raises fireMark to the due

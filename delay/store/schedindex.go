@@ -14,7 +14,12 @@ import (
 // (subject, schedule key) for Cancel and for the key rule of Append. It
 // holds hashes and locations only (no strings, no bodies): a lookup reads
 // the record it points to and checks the names, so a hash collision costs
-// a read, never a wrong answer. Messages enter it when the replay writes
+// a read, never a wrong answer. Keys (keyed messages only) are in a map;
+// ids of every message are 8 bytes each in per-hour arrays — a 24-bit
+// fingerprint of the id hash and the 40-bit offset — searched whole by a
+// cancel by id (about 10 M entries in a few milliseconds, and a read for
+// each of the ~N/2^24 false matches): a map of every id would cost ~30
+// bytes a message. Messages enter it when the replay writes
 // them into their hour file (and at Open, from the hour files with
 // messages not yet dispatched); they leave it with their hour (retention).
 // Keys being appended (not yet replayed) are reserved in byKey.
@@ -22,8 +27,7 @@ type schedIndex struct {
 	mu    sync.Mutex
 	seed  maphash.Seed
 	byKey map[uint64]keyRef
-	byID  map[uint64]uint64   // hash(subject, id) → location
-	more  map[uint64][]uint64 // further locations of the same id hash (a message stored twice)
+	ids   map[int64][]uint64 // hour → fingerprint<<40 | offset, one per stored message
 }
 
 // keyRef is where a key's latest message is, its due time and its id hash.
@@ -41,7 +45,7 @@ const (
 )
 
 func newSchedIndex() *schedIndex {
-	return &schedIndex{seed: maphash.MakeSeed(), byKey: map[uint64]keyRef{}, byID: map[uint64]uint64{}, more: map[uint64][]uint64{}}
+	return &schedIndex{seed: maphash.MakeSeed(), byKey: map[uint64]keyRef{}, ids: map[int64][]uint64{}}
 }
 
 // packLoc names a record: hour (signed, 24 bits) and offset (40 bits).
@@ -91,16 +95,8 @@ func (x *schedIndex) entryOf(loc uint64, v *protocol.View) indexed {
 
 // addLocked indexes a message.
 func (x *schedIndex) addLocked(e indexed) {
-	if old, ok := x.byID[e.id]; ok && old != e.loc {
-		for _, l := range x.more[e.id] {
-			if l == e.loc {
-				return
-			}
-		}
-		x.more[e.id] = append(x.more[e.id], e.loc)
-	} else {
-		x.byID[e.id] = e.loc
-	}
+	h, off := unpackLoc(e.loc)
+	x.ids[h] = append(x.ids[h], fingerprint(e.id)|uint64(off))
 	if e.hasKey {
 		x.byKey[e.key] = keyRef{loc: e.loc, due: e.due, id: e.id}
 	}
@@ -118,52 +114,45 @@ func (x *schedIndex) add(es []indexed) {
 	x.mu.Unlock()
 }
 
-// idLocs returns the locations indexed under an id hash.
-func (x *schedIndex) idLocsLocked(idh uint64) []uint64 {
-	loc, ok := x.byID[idh]
-	if !ok {
-		return nil
+// fingerprint is the top 24 bits of an id hash, placed above a 40-bit
+// offset.
+func fingerprint(idh uint64) uint64 { return idh >> 40 << 40 }
+
+// idLocs returns the locations whose id fingerprint matches idh's (the
+// caller checks each record's id). It takes x.mu per hour, so appends and
+// the replay wait at most one hour's scan.
+func (x *schedIndex) idLocs(idh uint64) []uint64 {
+	fp := fingerprint(idh)
+	x.mu.Lock()
+	hours := make([]int64, 0, len(x.ids))
+	for h := range x.ids {
+		hours = append(hours, h)
 	}
-	return append([]uint64{loc}, x.more[idh]...)
+	x.mu.Unlock()
+	var out []uint64
+	for _, h := range hours {
+		x.mu.Lock()
+		for _, e := range x.ids[h] {
+			if e&^(maxScheduleFile-1) == fp {
+				out = append(out, packLoc(h, int64(e&(maxScheduleFile-1))))
+			}
+		}
+		x.mu.Unlock()
+	}
+	return out
 }
 
 // dropHours removes the entries of hours removed by retention.
 func (x *schedIndex) dropHours(hours map[int64]bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	in := func(l uint64) bool { h, _ := unpackLoc(l); return l != reservedLoc && hours[h] }
 	for k, r := range x.byKey {
-		if in(r.loc) {
+		if h, _ := unpackLoc(r.loc); r.loc != reservedLoc && hours[h] {
 			delete(x.byKey, k)
 		}
 	}
-	for k, l := range x.byID {
-		if in(l) {
-			delete(x.byID, k)
-		}
-	}
-	for k, ls := range x.more {
-		out := ls[:0]
-		for _, l := range ls {
-			if !in(l) {
-				out = append(out, l)
-			}
-		}
-		if len(out) == 0 {
-			delete(x.more, k)
-		} else {
-			x.more[k] = out
-		}
-	}
-	for k, ls := range x.more {
-		if _, ok := x.byID[k]; !ok && len(ls) > 0 {
-			x.byID[k] = ls[0]
-			if len(ls) == 1 {
-				delete(x.more, k)
-			} else {
-				x.more[k] = ls[1:]
-			}
-		}
+	for h := range hours {
+		delete(x.ids, h)
 	}
 }
 
