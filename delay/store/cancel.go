@@ -325,9 +325,17 @@ func (s *Store) readRecord(h, off int64) ([]byte, error) {
 	return checkScheduleRecord(b)
 }
 
-// awaitReplay waits until the replay has passed pos.
+// awaitReplay waits until the index holds what was found at Open and the
+// replay has passed pos.
 func (s *Store) awaitReplay(pos int64) error {
 	deadline := time.Now().Add(cancelWaitReplay)
+	select {
+	case <-s.indexReady:
+	case <-s.quit:
+		return protocol.Errorf(protocol.StatusShuttingDown, "delay store is closed")
+	case <-time.After(cancelWaitReplay):
+		return protocol.Errorf(protocol.StatusRetryLater, "the delay store is still indexing its hour files; try again")
+	}
 	for s.replayedPos.Load() < pos {
 		if time.Now().After(deadline) {
 			return protocol.Errorf(protocol.StatusRetryLater, "the delay store's replay is behind; try again")
@@ -360,6 +368,11 @@ func (s *Store) reserveKey(v *protocol.View, key []byte, replace bool) (settle f
 	}
 	if len(key) == 0 {
 		return nil, 0, protocol.Errorf(protocol.StatusInvalid, "empty schedule key")
+	}
+	select {
+	case <-s.indexReady:
+	default:
+		return nil, 0, protocol.Errorf(protocol.StatusRetryLater, "the delay store is still indexing its hour files; try again")
 	}
 	x := s.idx
 	kh := x.keyHash(v.Subject, key)

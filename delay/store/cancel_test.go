@@ -293,3 +293,40 @@ func TestAppend_ReplaceByKey(t *testing.T) {
 		}
 	}
 }
+
+// A store too large to index before Open returns indexes beside the other
+// loops: cancels wait for it, keyed appends answer retry later until it is
+// done, and the answers are the same as with the index built at once.
+func TestCancel_IndexBuiltAfterOpen(t *testing.T) {
+	old := syncIndexBytes
+	syncIndexBytes = 0
+	defer func() { syncIndexBytes = old }()
+	clk := clock.NewFake(epoch)
+	h := newHarness(t, t.TempDir(), Options{}, clk)
+	var msgs [][]byte
+	for i := 0; i < 2000; i++ {
+		msgs = append(msgs, encodeKeyed(t, fmt.Sprint("m", i), fmt.Sprint("k", i), epoch.Add(time.Hour+time.Duration(i)*time.Second)))
+	}
+	h.append(msgs...)
+	wantErr(t, "cancel before the restart", h.cancelOne(byKey("k1")), nil)
+	h.reopen()
+	wantErr(t, "cancel by key after the restart", h.cancelOne(byKey("k2")), nil)
+	wantErr(t, "cancel by id after the restart", h.cancelOne(byID("m3")), nil)
+	wantErr(t, "cancelled before the restart", h.cancelOne(byKey("k1")), nil)
+	h.waitFor("keyed appends taken", func() bool {
+		err := h.store.AppendWait([][]byte{encodeKeyed(t, "dup", "k4", epoch.Add(time.Hour))})[0].Err
+		if errors.Is(err, protocol.ErrRetryLater) {
+			return false
+		}
+		wantErr(t, "a pending key after the restart", err, protocol.ErrKeyExists)
+		return true
+	})
+	clk.Advance(3 * time.Hour)
+	h.waitCount(2000 - 3)
+	h.settle()
+	for _, id := range []string{"m1", "m2", "m3", "dup"} {
+		if h.times(id) != 0 {
+			t.Fatalf("%s delivered", id)
+		}
+	}
+}

@@ -187,9 +187,12 @@
 // and the slave copies it with the dispatch file — the master's --wait-slave
 // reply to a cancel waits for the slave to hold it. After a crash the
 // records past the checkpoint are replayed again (a duplicate entry is
-// harmless); Open rebuilds the index and the cancelled set from the hour
-// files with messages not yet dispatched (hours fully dispatched are not
-// indexed: their messages are "not found" after a restart).
+// harmless); the index and the cancelled set are rebuilt from the hour
+// files with messages not yet dispatched — before Open returns when they
+// hold at most 64 MiB, else beside the other loops, Cancel waiting and
+// keyed appends answering retry later until it is done (hours fully
+// dispatched are not indexed: their messages are "not found" after a
+// restart).
 //
 // Reschedule is a cancel whose control record goes on with the message
 // itself, its due time changed (same id): the replay writes the cancel

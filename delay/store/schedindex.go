@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"sync"
 
+	"go.uber.org/zap"
+
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
@@ -156,39 +158,84 @@ func (x *schedIndex) dropHours(hours map[int64]bool) {
 	}
 }
 
-// rebuildIndex indexes, at Open, the messages of every hour file that
-// still has messages not dispatched (the replay indexes what it adds
-// later), and fills the cancelled set from the cancel entries of the
-// dispatch logs. Hours fully dispatched are not indexed: their messages
-// are answered "not found" after a restart.
-func (s *Store) rebuildIndex() error {
-	for h, st := range s.hours {
-		if st.size == 0 {
-			continue
+// rebuildIndex indexes the messages of every hour file that still has
+// messages not dispatched, as the hour sizes were at Open (the replay
+// indexes what it adds), and fills the cancelled set from the cancel
+// entries of their dispatch logs. It runs beside the other loops after
+// Open (reading every pending message takes a while); until it is done
+// Cancel waits and keyed appends answer retry later. Hours fully
+// dispatched are not indexed: their messages are "not found" after a
+// restart.
+//
+// Hour files of at most syncIndexBytes in all are indexed before Open
+// returns.
+func (s *Store) rebuildIndex(hours map[int64]hourCheckpoint) {
+	defer s.wg.Done()
+	defer close(s.indexReady)
+	for h, hc := range hours {
+		select {
+		case <-s.quit:
+			return
+		default:
 		}
-		b, err := os.ReadFile(filepath.Join(s.dir, dispatchDir, hourName(h)))
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
+		if err := s.indexHour(h, hc.size, hc.records); err != nil {
+			s.lg.Error("cannot index an hour file for cancel; its messages answer not found", zap.String("hour", hourName(h)), zap.Error(err))
 		}
-		done, _ := parseDispatch(b)
-		if int64(len(done)) >= st.records {
-			continue
-		}
-		for _, off := range parseCancels(b) {
+	}
+}
+
+func (s *Store) indexHour(h, size, records int64) error {
+	b, err := os.ReadFile(filepath.Join(s.dir, dispatchDir, hourName(h)))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	done, _ := parseDispatch(b)
+	if int64(len(done)) >= records {
+		return nil
+	}
+	if cancels := parseCancels(b); len(cancels) > 0 {
+		s.mu.Lock()
+		for _, off := range cancels {
 			s.cancelled.mark(h, off, cancelCounted)
 		}
-		cf, err := s.schedules.acquire(h, false)
-		if err != nil {
-			return err
-		}
-		var batch []indexed
-		scanSchedule(cf.f, st.size, maxRecordSize, func(off int64, msg []byte) {
-			if v, err := protocol.ParseMessageNoCRC(msg); err == nil {
-				batch = append(batch, s.idx.entryOf(packLoc(h, off), &v))
+		s.mu.Unlock()
+	}
+	f, err := os.Open(filepath.Join(s.dir, scheduleDir, hourName(h)))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // removed by retention meanwhile
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	batch := make([]indexed, 0, 4096)
+	flush := func() {
+		s.idx.mu.Lock()
+		for _, e := range batch {
+			if r, ok := s.idx.byKey[e.key]; e.hasKey && ok && r.loc != e.loc {
+				e.hasKey = false // the replay indexed a later message with the key
 			}
-		})
-		s.schedules.release(cf)
-		s.idx.add(batch)
+			s.idx.addLocked(e)
+		}
+		s.idx.mu.Unlock()
+		batch = batch[:0]
+	}
+	scan := scanSchedule(f, size, maxRecordSize, func(off int64, msg []byte) {
+		if v, err := protocol.ParseMessageNoCRC(msg); err == nil {
+			batch = append(batch, s.idx.entryOf(packLoc(h, off), &v))
+			if len(batch) == cap(batch) {
+				flush()
+			}
+		}
+	})
+	flush()
+	if scan.err != nil && !errors.Is(scan.err, errTorn) {
+		return scan.err
 	}
 	return nil
 }
+
+// syncIndexBytes is how many bytes of hour files Open indexes itself
+// (about a second's read) rather than beside the other loops (a variable
+// for tests).
+var syncIndexBytes int64 = 64 << 20

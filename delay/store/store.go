@@ -82,8 +82,9 @@ type Store struct {
 	fireMark     int64
 	cancelled    cancelSet
 	idx          *schedIndex
-	replayedPos  atomic.Int64 // the replay's position, published after the index is updated
-	cancelsDirty bool         // cancel entries written since the dispatch logs were last synced (indexLoop)
+	replayedPos  atomic.Int64  // the replay's position, published after the index is updated
+	cancelsDirty bool          // cancel entries written since the dispatch logs were last synced (indexLoop)
+	indexReady   chan struct{} // closed once rebuildIndex has indexed the hour files found at Open
 
 	due       chan []Due
 	indexWake chan struct{}
@@ -174,6 +175,7 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 		changes:    changes{log: newChangeLog()},
 		cancelled:  cancelSet{},
 		idx:        newSchedIndex(),
+		indexReady: make(chan struct{}),
 	}
 	if s.id, err = loadID(dir); err != nil {
 		lock.Unlock()
@@ -197,10 +199,19 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 		s.closeFiles()
 		return nil, fmt.Errorf("delay/store: recover %s: %w", dir, err)
 	}
-	if err := s.rebuildIndex(); err != nil {
-		s.wheel.Free()
-		s.closeFiles()
-		return nil, fmt.Errorf("delay/store: index %s: %w", dir, err)
+	toIndex := make(map[int64]hourCheckpoint, len(s.hours))
+	indexBytes := int64(0)
+	for h, st := range s.hours {
+		if st.size > 0 {
+			toIndex[h] = hourCheckpoint{hour: h, size: st.size, records: st.records}
+			indexBytes += st.size
+		}
+	}
+	if indexBytes <= syncIndexBytes {
+		// Small: indexed before Open returns, so keyed appends are taken at once.
+		s.wg.Add(1)
+		s.rebuildIndex(toIndex)
+		toIndex = nil
 	}
 	// Whatever an earlier run (or the master this copy came from) handed
 	// out was due before now.
@@ -213,6 +224,10 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 	s.wg.Add(2)
 	go s.indexLoop()
 	go s.fireLoop()
+	if toIndex != nil {
+		s.wg.Add(1)
+		go s.rebuildIndex(toIndex)
+	}
 	return s, nil
 }
 
