@@ -330,3 +330,24 @@ func TestCancel_IndexBuiltAfterOpen(t *testing.T) {
 		}
 	}
 }
+
+// After a restart the index is rebuilt hour by hour; a key belongs to its
+// latest append (the rescheduled record), whichever hour holds it.
+func TestReschedule_KeyAfterRestartIsTheNewRecord(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	h := newHarness(t, t.TempDir(), Options{}, clk)
+	h.append(encodeKeyed(t, "earlier", "k-earlier", epoch.Add(3*time.Hour)), encodeKeyed(t, "later", "k-later", epoch.Add(10*time.Minute)))
+	for key, at := range map[string]time.Time{"k-earlier": epoch.Add(10 * time.Minute), "k-later": epoch.Add(3 * time.Hour)} {
+		if r := h.store.RescheduleWait([]protocol.ScheduleTarget{byKey(key)}, []int64{at.UnixMilli()}); r[0].Err != nil {
+			t.Fatal(r[0].Err)
+		}
+	}
+	h.reopen()
+	wantErr(t, "cancel the rescheduled message by key", h.cancelOne(byKey("k-earlier")), nil)
+	wantErr(t, "cancel the other rescheduled message by key", h.cancelOne(byKey("k-later")), nil)
+	clk.Advance(4 * time.Hour)
+	h.settle()
+	if h.count() != 0 {
+		t.Fatalf("delivered %v: a cancel by key hit the old record", h.order)
+	}
+}

@@ -108,7 +108,7 @@ func (s *Store) replay() {
 			hb.buf = appendScheduleRecord(hb.buf, rec.offset, msg)
 			hb.count++
 			if v, err := protocol.ParseMessageNoCRC(msg); err == nil { // checked by Append; the log's CRC covers it
-				index = append(index, s.idx.entryOf(packLoc(h, off), &v))
+				index = append(index, s.idx.entryOf(packLoc(h, off), rec.offset, &v))
 			}
 			if due <= st.loadedTo {
 				adds = append(adds, wheelAdd{due: due, e: newEntry(h, off, len(msg))})

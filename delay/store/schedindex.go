@@ -37,6 +37,7 @@ type keyRef struct {
 	loc uint64
 	due int64
 	id  uint64
+	wal int64 // the record's message-log offset: a later append of the key wins
 }
 
 // reservedLoc marks a key whose message is being appended (not yet
@@ -83,12 +84,13 @@ func scheduleKey(v *protocol.View) (key []byte, ok bool) {
 type indexed struct {
 	loc, id, key uint64
 	hasKey       bool
-	due          int64
+	due, wal     int64
 }
 
-// entryOf hashes the names of the message v stored at loc.
-func (x *schedIndex) entryOf(loc uint64, v *protocol.View) indexed {
-	e := indexed{loc: loc, id: x.idHash(v.Subject, v.ID), due: v.DeliverAtMillis}
+// entryOf hashes the names of the message v stored at loc, appended at
+// message-log offset wal.
+func (x *schedIndex) entryOf(loc uint64, wal int64, v *protocol.View) indexed {
+	e := indexed{loc: loc, id: x.idHash(v.Subject, v.ID), due: v.DeliverAtMillis, wal: wal}
 	if key, ok := scheduleKey(v); ok {
 		e.key, e.hasKey = x.keyHash(v.Subject, key), true
 	}
@@ -100,7 +102,12 @@ func (x *schedIndex) addLocked(e indexed) {
 	h, off := unpackLoc(e.loc)
 	x.ids[h] = append(x.ids[h], fingerprint(e.id)|uint64(off))
 	if e.hasKey {
-		x.byKey[e.key] = keyRef{loc: e.loc, due: e.due, id: e.id}
+		// The latest append of a key holds it: records are indexed out of
+		// append order after a restart (hour by hour), and a reschedule's
+		// new record may lie in an earlier hour than the old one.
+		if r, ok := x.byKey[e.key]; !ok || r.loc == reservedLoc || r.wal < e.wal {
+			x.byKey[e.key] = keyRef{loc: e.loc, due: e.due, id: e.id, wal: e.wal}
+		}
 	}
 }
 
@@ -212,17 +219,14 @@ func (s *Store) indexHour(h, size, records int64) error {
 	flush := func() {
 		s.idx.mu.Lock()
 		for _, e := range batch {
-			if r, ok := s.idx.byKey[e.key]; e.hasKey && ok && r.loc != e.loc {
-				e.hasKey = false // the replay indexed a later message with the key
-			}
 			s.idx.addLocked(e)
 		}
 		s.idx.mu.Unlock()
 		batch = batch[:0]
 	}
-	scan := scanSchedule(f, size, maxRecordSize, func(off int64, msg []byte) {
+	scan := scanScheduleWAL(f, 0, size, maxRecordSize, func(off, wal int64, msg []byte) {
 		if v, err := protocol.ParseMessageNoCRC(msg); err == nil {
-			batch = append(batch, s.idx.entryOf(packLoc(h, off), &v))
+			batch = append(batch, s.idx.entryOf(packLoc(h, off), wal, &v))
 			if len(batch) == cap(batch) {
 				flush()
 			}
