@@ -143,7 +143,14 @@ func (s *Store) control(targets []protocol.ScheduleTarget, dues []int64, done fu
 				continue
 			}
 		}
-		found := s.lookup(i, t)
+		found, busy := s.lookup(i, t)
+		if busy {
+			// A message with the key is being appended (a recurring
+			// schedule's next template, a concurrent send): its answer
+			// comes in a moment.
+			results[i].Err = protocol.Errorf(protocol.StatusRetryLater, fmt.Sprintf("a message %s of subject %q is being stored; try again", describe(t), t.Subject))
+			continue
+		}
 		if len(found) == 0 {
 			results[i].Err = protocol.Errorf(protocol.StatusNotFound, fmt.Sprintf("no scheduled message %s of subject %q", describe(t), t.Subject))
 			continue
@@ -268,14 +275,19 @@ func describe(t protocol.ScheduleTarget) string {
 
 // lookup finds the stored messages a target names, checking each candidate
 // record's names.
-func (s *Store) lookup(i int, t protocol.ScheduleTarget) []cancelHit {
+// busy says the key is reserved by an append not yet indexed.
+func (s *Store) lookup(i int, t protocol.ScheduleTarget) (hits []cancelHit, busy bool) {
 	var locs []uint64
 	if t.ByID {
 		locs = s.idx.idLocs(s.idx.idHash([]byte(t.Subject), []byte(t.Key)))
 	} else {
 		s.idx.mu.Lock()
-		if r, ok := s.idx.byKey[s.idx.keyHash([]byte(t.Subject), []byte(t.Key))]; ok && r.loc != reservedLoc {
-			locs = []uint64{r.loc}
+		if r, ok := s.idx.byKey[s.idx.keyHash([]byte(t.Subject), []byte(t.Key))]; ok {
+			if r.loc == reservedLoc {
+				busy = true
+			} else {
+				locs = []uint64{r.loc}
+			}
 		}
 		s.idx.mu.Unlock()
 	}
@@ -299,7 +311,7 @@ func (s *Store) lookup(i int, t protocol.ScheduleTarget) []cancelHit {
 		}
 		out = append(out, c)
 	}
-	return out
+	return out, busy
 }
 
 // readRecord reads and checks the schedule record at off of hour h and
