@@ -160,12 +160,12 @@ func scheduleCmd(g *globals) *cobra.Command {
 	}
 	reschedule.Flags().StringVar(&at, "at", "", "new due time, RFC 3339")
 	for _, cmd := range []*cobra.Command{timeline, list} {
-		cmd.Flags().StringVar(&delayHTTP, "delay-http", envOr("QMQ_DELAY_HTTP", "127.0.0.1:8081"), "the delay master's operations HTTP address (env QMQ_DELAY_HTTP)")
+		cmd.Flags().StringVar(&delayHTTP, "delay-http", envOr("QMQ_DELAY_HTTP", "127.0.0.1:20811"), "the delay master's operations HTTP address (env QMQ_DELAY_HTTP)")
 		cmd.Flags().StringVar(&from, "from", "", "window start, RFC 3339 (default now)")
 		cmd.Flags().StringVar(&to, "to", "", "window end, RFC 3339 (default an hour after --from)")
 	}
 	for _, cmd := range []*cobra.Command{cancel, reschedule} {
-		cmd.Flags().StringVar(&delayAddr, "delay", envOr("QMQ_DELAY", "127.0.0.1:9091"), "the delay master's address (env QMQ_DELAY)")
+		cmd.Flags().StringVar(&delayAddr, "delay", envOr("QMQ_DELAY", "127.0.0.1:20801"), "the delay master's address (env QMQ_DELAY)")
 		cmd.Flags().StringVar(&key, "key", "", "schedule key")
 		cmd.Flags().StringVar(&id, "id", "", "message id")
 	}
