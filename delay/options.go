@@ -140,7 +140,7 @@ func NewOptions() Options {
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Group, "group", o.Group, "delay group name")
 	fs.StringVar(&o.Addr, "addr", o.Addr, "TCP address for producers")
-	fs.StringVar(&o.HTTPAddr, "http-addr", o.HTTPAddr, "HTTP address for /metrics, /healthz, /readyz and /schedule/ (empty: off)")
+	fs.StringVar(&o.HTTPAddr, "http-addr", o.HTTPAddr, "HTTP address for /metrics, /healthz, /readyz (empty: off)")
 	fs.StringVar(&o.AdvertiseAddr, "advertise-addr", o.AdvertiseAddr, "address registered with the meta server")
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "data directory")
 	fs.StringVar(&o.Flush, "flush", o.Flush, "durability: sync (fsync before ack, group commit) or async")
