@@ -80,6 +80,10 @@ type Options struct {
 	// Limits are the message limits checked on Append (default
 	// protocol.DefaultLimits).
 	Limits protocol.Limits
+	// CheckMessage, when set, is one more check of each appended message
+	// (after the limits): an error refuses the message with it (the delay
+	// server checks recurring schedules' expressions).
+	CheckMessage func(v *protocol.View) error
 }
 
 // DefaultOptions returns the defaults.

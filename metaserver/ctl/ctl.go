@@ -203,6 +203,7 @@ func NewCommand(out io.Writer) *cobra.Command {
 		switchoverCmd(g), consumersCmd(g), offsetCmd(g), consumerCmd(g), deadCmd(g),
 		whoamiCmd(g), identityCmd(g), grantCmd(g), revokeCmd(g))
 	root.AddCommand(lookupCmd(g), traceCmd(g))
+	root.AddCommand(scheduleCmd(g))
 	return root
 }
 
