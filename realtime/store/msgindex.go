@@ -25,9 +25,10 @@ import (
 // Message index: find stored messages by id or by key (the property
 // protocol.PropKey) without reading the log.
 //
-// indexLoop follows the committed message log (ReadMessageLogInto, as a
-// slave does: it costs appends nothing but the CPU of reading what they
-// wrote) and keeps, for every record, an entry per name it is found by:
+// indexLoop follows the committed message log every indexFollow (20 ms),
+// and at once when a lookup waits for it (ReadMessageLogInto, as a slave
+// does: it costs appends nothing but the CPU of reading what they wrote;
+// following every commit cost a goroutine switch per message) and keeps, for every record, an entry per name it is found by:
 //
 //	hash u64 (FNV-1a 64 of a kind byte, 'i' or 'k', then the id or key) |
 //	message-log offset i64
@@ -72,11 +73,16 @@ const (
 	indexRunEntriesDefault = 1 << 20
 	indexReadBytes         = 1 << 20
 	indexIdleSpill         = time.Second
-	indexCatchUp           = 2 * time.Second
-	indexKindID            = 'i'
-	indexKindKey           = 'k'
-	indexMaxFound          = 1000
-	indexRunFileMode       = 0o600
+	// indexFollow is how often the index looks for new records of the
+	// log. It does not follow every commit: a wake-up per commit was a
+	// goroutine switch per message for a producer sending one at a time
+	// (a lookup nudges it instead, see find).
+	indexFollow      = 20 * time.Millisecond
+	indexCatchUp     = 2 * time.Second
+	indexKindID      = 'i'
+	indexKindKey     = 'k'
+	indexMaxFound    = 1000
+	indexRunFileMode = 0o600
 )
 
 // indexRunEntries is the most entries kept in memory before a run is
@@ -119,6 +125,7 @@ type messageIndex struct {
 	memSeg  int64 // base of the segment mem's records lie in, -1 when empty
 	end     atomic.Int64
 	lastAdd time.Time
+	nudge   chan struct{} // capacity 1: a lookup waits for the index to catch up
 }
 
 func indexHash(kind byte, v []byte) uint64 {
@@ -136,7 +143,7 @@ func indexHash(kind byte, v []byte) uint64 {
 // openMessageIndex loads the runs and returns the index, its end set to
 // where indexing resumes.
 func (s *Store) openMessageIndex() (*messageIndex, error) {
-	x := &messageIndex{dir: filepath.Join(s.dir, indexDir), lg: s.lg.Named("index"), memSeg: -1}
+	x := &messageIndex{dir: filepath.Join(s.dir, indexDir), lg: s.lg.Named("index"), memSeg: -1, nudge: make(chan struct{}, 1)}
 	if err := os.MkdirAll(x.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
@@ -228,8 +235,9 @@ func (s *Store) indexLoop() {
 	x := s.index
 	buf := make([]byte, indexReadBytes)
 	var batch []indexEntry
+	follow := time.NewTicker(indexFollow)
+	defer follow.Stop()
 	for {
-		sig := s.Source().CommitSignal()
 		progressed := false
 		for {
 			from := x.end.Load()
@@ -269,8 +277,8 @@ func (s *Store) indexLoop() {
 		select {
 		case <-s.stop:
 			return
-		case <-sig:
-		case <-time.After(indexIdleSpill):
+		case <-x.nudge:
+		case <-follow.C:
 		}
 	}
 }
@@ -516,6 +524,12 @@ func (s *Store) find(kind byte, v string) ([]Found, error) {
 		return nil, ErrNoIndex
 	}
 	target := s.committedMessages()
+	if x.end.Load() < target {
+		select {
+		case x.nudge <- struct{}{}:
+		default:
+		}
+	}
 	for wait := time.Now().Add(indexCatchUp); x.end.Load() < target && time.Now().Before(wait); {
 		time.Sleep(time.Millisecond)
 	}
