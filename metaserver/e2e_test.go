@@ -26,6 +26,8 @@ import (
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/producer"
 	"github.com/qmq-go/qmq/realtime"
+
+	"github.com/qmq-go/qmq/pkg/testutil"
 )
 
 // TestE2E_SendAndReceiveThroughEtcdOutage: two realtime brokers registered
@@ -294,13 +296,7 @@ func TestE2E_AdminAgainstRealBrokers(t *testing.T) {
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, timeout, what, cond)
 }
 
 // e2eBrokerEnv makes the test binary run a real realtime broker process

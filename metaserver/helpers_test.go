@@ -15,6 +15,8 @@ import (
 	"github.com/qmq-go/qmq/pkg/transport"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/qmq-go/qmq/pkg/testutil"
 )
 
 const testToken = "test-token"
@@ -145,13 +147,7 @@ func admin(s *Server, token string) *api.Client {
 // eventually polls cond every 10 ms until it holds or timeout passes.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, timeout, what, cond)
 }
 
 // fakeBroker answers the admin commands a realtime master serves, from

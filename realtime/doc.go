@@ -16,7 +16,7 @@
 // (group commit under the default sync flush). Small requests are checked
 // on the event loop; under --flush=async a lone send is written and answered
 // on the loop (store.TryWriteViewsNow), otherwise requests are queued
-// (store.TryAppendAsync) or handed to a goroutine. The dedupe table's two
+// (store.AppendAsync with NoWait) or handed to a goroutine. The dedupe table's two
 // generations share one array on transparent huge pages, and a batch's
 // slots are looked up in one pass so its cache misses overlap.
 //
@@ -93,7 +93,7 @@
 // the master's committed end, and the slave indexes records only below it.
 // A failed write or fdatasync cuts the master's log back to its committed
 // end, recorded with a generation (store.MessageCuts) before truncating; the
-// slave cuts its tail in place (store.CutReplicaTail). Invariant: a copy's
+// slave cuts its tail in place (store.Replica.CutTail). Invariant: a copy's
 // consume logs and checkpoints hold durable master records only.
 //
 // Waiting for the slave (--wait-slave): while the role loop counts on a

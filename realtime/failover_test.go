@@ -450,7 +450,7 @@ func logsOf(t *testing.T, dir string) (copyState, []byte, []byte) {
 			off = c.Offset + int64(len(c.Data))
 		}
 	}
-	return st, read(s.ReadMessageLog), read(s.ReadActionLog)
+	return st, read(s.Source().ReadMessageLog), read(s.Source().ReadActionLog)
 }
 
 // The master is SIGKILLed under steady produce and consume load with

@@ -132,7 +132,7 @@ const maxSpareBodies = 4
 // into again (transport.Client.GoInto) instead of allocating and zeroing
 // up to 2 MiB per fetch. The store keeps a tentative tail's chunks (their
 // bodies) until it indexes them, so a body is reused only once the store
-// no longer holds it (store.ReplicaHolds). Only follow's goroutine uses it;
+// no longer holds it (store.Replica.Holds). Only follow's goroutine uses it;
 // after a transport error follow drops them all (a reader may still write
 // into the one in flight).
 type bodyBuffers struct {
@@ -142,7 +142,7 @@ type bodyBuffers struct {
 // take returns a kept body the store no longer holds, or nil.
 func (bb *bodyBuffers) take(st *store.Store) []byte {
 	for i, b := range bb.spare {
-		if !st.ReplicaHolds(b) {
+		if !st.Replica().Holds(b) {
 			last := len(bb.spare) - 1
 			bb.spare[i] = bb.spare[last]
 			bb.spare[last] = nil
@@ -183,13 +183,13 @@ func (y *replica) follow() error {
 		return err
 	}
 	msgSeg, actSeg := y.store.SegmentSizes()
-	msgPos, _ := y.store.ReplicaEnds()
+	msgPos, _ := y.store.Replica().Ends()
 	_, actPos := y.store.CommittedEnds()
 	var gen uint64   // the master's cut generation, as last heard
 	var stamp uint64 // the lease stamp of the master's latest answer (pkg/failover)
 	id := y.b.advertised()
 	request := func(maxBytes uint32) []byte {
-		_, durable := y.store.ReplicaEnds()
+		_, durable := y.store.Replica().Ends()
 		q := protocol.SyncRequest{Epoch: epoch, Group: y.opts.Group, MessageOffset: msgPos, ActionOffset: actPos,
 			MessageDurable: min(durable, msgPos), MessageSegmentSize: msgSeg, ActionSegmentSize: actSeg,
 			MaxBytes: maxBytes, WaitMillis: uint32(y.opts.syncWait() / time.Millisecond), Generation: gen,
@@ -254,7 +254,7 @@ func (y *replica) follow() error {
 			if err := y.cutTail(p.Cut); err != nil {
 				return err
 			}
-			msgPos, _ = y.store.ReplicaEnds()
+			msgPos, _ = y.store.Replica().Ends()
 			bodies.put(f.body)
 			continue
 		}
@@ -288,7 +288,7 @@ func (y *replica) follow() error {
 // below what the copy has indexed (it reopened with the tail indexed) is
 // a truncation, as after a failover.
 func (y *replica) cutTail(off int64) error {
-	err := y.store.CutReplicaTail(off)
+	err := y.store.Replica().CutTail(off)
 	if errors.Is(err, store.ErrReplicaMismatch) {
 		_, act := y.store.CommittedEnds()
 		return &truncation{Message: off, Action: act, History: y.b.epochHistory()}
@@ -337,12 +337,12 @@ func (y *replica) agreeEpoch(master string) (uint64, error) {
 // message-log chunk; applyActions then its action-log chunk.
 func (y *replica) applyMessages(p *protocol.SyncResponse) error {
 	m := store.LogChunk{Start: p.Message.Start, End: p.Message.End, Offset: p.Message.Offset, Data: p.Message.Data}
-	return y.store.ReplicateMessages(m)
+	return y.store.Replica().ReplicateMessages(m)
 }
 
 func (y *replica) applyActions(p *protocol.SyncResponse) error {
 	a := store.LogChunk{Start: p.Action.Start, End: p.Action.End, Offset: p.Action.Offset, Data: p.Action.Data}
-	if err := y.store.ReplicateActions(a); err != nil {
+	if err := y.store.Replica().ReplicateActions(a); err != nil {
 		return err
 	}
 	y.noteLag(p.Message)
@@ -352,7 +352,7 @@ func (y *replica) applyActions(p *protocol.SyncResponse) error {
 // noteLag records how far the copy is behind the master's committed end
 // as of a response.
 func (y *replica) noteLag(c protocol.SyncChunk) {
-	end, _ := y.store.ReplicaEnds()
+	end, _ := y.store.Replica().Ends()
 	y.lagBytes.Store(max(c.End-end, 0))
 	if end >= c.End || (len(c.Data) == 0 && c.Offset >= c.End) {
 		y.caughtUpAt.Store(time.Now().UnixNano())

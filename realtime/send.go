@@ -27,7 +27,7 @@ const inlineSendBytes = 64 << 10
 // the read, and the records are published after that write (AfterWrite),
 // so a lone send crosses no goroutine at all. Otherwise the
 // request is detached (its body copied, to be answered from the store's
-// commit goroutine) and queued with TryAppendAsync; big requests and a full
+// commit goroutine) and queued (store.NoWait); big requests and a full
 // append queue go to a goroutine.
 func (b *Broker) serveSendInline(r *netserver.Request) {
 	if len(r.Body) > inlineSendBytes {
@@ -170,19 +170,21 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 	}
 	clear(s.views) // they point into the loop's buffer
 	s.r = r
+	// The messages were checked above (CRC, limits): the store reads their
+	// headers without checking them again (store.Checked).
 	var err error
 	if !blocking {
-		err = t.store.TryAppendAsync(s.batch, s.done)
+		err = t.store.AppendAsync(s.batch, s.done, store.NoWait, store.Checked)
 		if errors.Is(err, store.ErrWouldBlock) {
 			go func() {
-				if err := t.store.AppendAsync(s.batch, s.done); err != nil {
+				if err := t.store.AppendAsync(s.batch, s.done, store.Checked); err != nil {
 					s.failed(err)
 				}
 			}()
 			return
 		}
 	} else {
-		err = t.store.AppendAsync(s.batch, s.done)
+		err = t.store.AppendAsync(s.batch, s.done, store.Checked)
 	}
 	if err != nil {
 		s.failed(err)

@@ -115,9 +115,9 @@ func (y *syncService) applyCutsLocked() {
 		// recovery no longer found (a machine crash loses what was not
 		// fdatasynced): this run starts with a cut at its recovered end,
 		// generation 1, before it serves anything.
-		y.storeGen = y.store.MessageCutGen()
+		y.storeGen = y.store.Source().MessageCutGen()
 		y.appliedGen.Store(y.storeGen)
-		start := y.store.RecoveredMessageEnd()
+		start := y.store.Source().RecoveredMessageEnd()
 		if y.t.promotedAt >= 0 {
 			// A store promoted in place: this term served no tail before
 			// its promotion point (the old master's tail past it is cut by
@@ -126,7 +126,7 @@ func (y *syncService) applyCutsLocked() {
 		}
 		y.cuts, y.cutGen, y.pendingCut = []int64{start}, 1, start
 	}
-	gen, low := y.store.MessageCuts(y.storeGen)
+	gen, low := y.store.Source().MessageCuts(y.storeGen)
 	if gen == y.storeGen {
 		return
 	}
@@ -287,14 +287,14 @@ func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
 	}()
 	tailEnd := int64(-1) // the committed end when the copy had a tail past it
 	for waited := false; ; {
-		sig := y.store.CommitSignal()
-		gen := y.store.MessageCutGen()
+		sig := y.store.Source().CommitSignal()
+		gen := y.store.Source().MessageCutGen()
 		// Actions first: the message end is loaded after them, so it
 		// covers every message they name.
-		ac, err := y.store.ReadActionLogInto(bufs[1], q.ActionOffset, maxBytes)
+		ac, err := y.store.Source().ReadActionLogInto(bufs[1], q.ActionOffset, maxBytes)
 		var mc store.LogChunk
 		if err == nil {
-			mc, err = y.store.ReadMessageTailInto(bufs[0], q.MessageOffset, maxBytes)
+			mc, err = y.store.Source().ReadMessageTailInto(bufs[0], q.MessageOffset, maxBytes)
 		}
 		// Keep the larger buffers for the next answer.
 		if cap(mc.Data) > cap(bufs[0]) {
@@ -422,7 +422,7 @@ func (y *syncService) admit() error {
 func (y *syncService) await(need int64, done func(error)) {
 	// A cut is recorded before the records that replace the cut ones are
 	// written: a store generation not yet applied may lower slaveMsg.
-	fresh := y.store.MessageCutGen() == y.appliedGen.Load()
+	fresh := y.store.Source().MessageCutGen() == y.appliedGen.Load()
 	if fresh && y.slaveMsg.Load() >= need || !y.wait.Load() {
 		done(nil)
 		return

@@ -1,10 +1,13 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
+
 	"errors"
 	"fmt"
+	gojson "github.com/goccy/go-json"
 	"io"
 	"net/http"
 	"slices"
@@ -94,8 +97,13 @@ const (
 // decodeJSON reads a JSON body into v strictly: unknown fields, trailing
 // data and bodies over the limit are errors, as a problem document.
 func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) *Problem {
-	r.Body = http.MaxBytesReader(w, r.Body, limit)
-	dec := json.NewDecoder(r.Body)
+	// The whole body first: goccy/go-json's decoder reports a reader's
+	// error (the limit passed) as the end of the input.
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		return jsonProblem(err)
+	}
+	dec := gojson.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return jsonProblem(err)

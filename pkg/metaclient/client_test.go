@@ -11,6 +11,8 @@ import (
 	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/route"
+
+	"github.com/qmq-go/qmq/pkg/testutil"
 )
 
 // fakeMeta is a meta server on netserver that answers lookups with a route
@@ -150,13 +152,7 @@ func rg(name string, st protocol.GroupState) protocol.RouteGroup {
 
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(t, timeout, what, cond)
 }
 
 func newTestClient(t *testing.T, addrs []string, opts ...Option) *Client {

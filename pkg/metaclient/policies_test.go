@@ -12,6 +12,8 @@ import (
 
 	"github.com/qmq-go/qmq/pkg/auth"
 	"github.com/qmq-go/qmq/pkg/protocol"
+
+	"github.com/qmq-go/qmq/pkg/testutil"
 )
 
 // policyMeta is a fake meta server's policy side: CmdAuth checks one
@@ -123,13 +125,7 @@ func policyOf(t *testing.T, version uint64, names ...string) *auth.Policy {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(t, 5*time.Second, what, cond)
 }
 
 func TestPolicyCache_FollowsPersistsAndRestartsFromItsFile(t *testing.T) {

@@ -18,6 +18,8 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/qmq-go/qmq/pkg/protocol"
+
+	"github.com/qmq-go/qmq/pkg/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -83,13 +85,7 @@ func (s *testServer) waitLog(t testing.TB, reason string) {
 
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testutil.Eventually(t, timeout, what, cond)
 }
 
 // rawConn is a test client speaking frames over plain TCP.

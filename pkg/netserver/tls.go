@@ -296,7 +296,7 @@ func (c *Conn) writerIdle() bool {
 // writeLoopOut writes the loop buffer from the reader (without blocking:
 // what the socket does not take waits in tlsSocket for the writer).
 func (c *Conn) writeLoopOut() {
-	_, err := c.tls.tc.Write(c.loopOut)
+	err := c.tlsWrite(c.loopOut)
 	c.resetLoopOut()
 	switch n := c.tls.sock.unsent(); {
 	case err != nil:
@@ -305,6 +305,25 @@ func (c *Conn) writeLoopOut() {
 		c.closeWithReason("unsent replies over MaxOutboundBytes (the client does not read)",
 			zap.Int("unsent", n), zap.Int("limit", c.srv.opts.MaxOutboundBytes))
 	}
+}
+
+// maxTLSRecord is the most plaintext crypto/tls puts in one record.
+const maxTLSRecord = 16 << 10
+
+// tlsWrite writes buf through the TLS session; the records of a buffer
+// larger than one record go to the socket with one write (tlsSocket.gather).
+func (c *Conn) tlsWrite(buf []byte) error {
+	sock := c.tls.sock
+	if sock == nil || len(buf) <= maxTLSRecord {
+		_, err := c.tls.tc.Write(buf)
+		return err
+	}
+	sock.gather()
+	_, err := c.tls.tc.Write(buf)
+	if rerr := sock.release(); err == nil {
+		err = rerr
+	}
+	return err
 }
 
 // handLoopOut moves the loop buffer into the reply buffer (a swap when the
@@ -379,7 +398,7 @@ func (c *Conn) flushTLS() bool {
 	c.outMu.Unlock()
 	var err error
 	if len(buf) > 0 {
-		_, err = c.tls.tc.Write(buf)
+		err = c.tlsWrite(buf)
 	}
 	c.held.Add(-int64(written))
 	c.srv.busy.Add(-int64(written))

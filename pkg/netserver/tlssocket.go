@@ -32,6 +32,12 @@ type tlsSocket struct {
 	spare    []byte
 	flushing bool  // the writer goroutine is writing pending bytes
 	err      error // the first write error; every write fails after it
+
+	// gathering: writes collect in gathered until release writes them
+	// all (see gather).
+	gathering bool
+	gathered  []byte
+	syscalls  int64 // write(2) calls (tests)
 }
 
 // errNoRawConn: the connection is not a socket (only in tests).
@@ -61,6 +67,15 @@ func (s *tlsSocket) Write(p []byte) (int, error) {
 	if s.err != nil {
 		return 0, s.err
 	}
+	if s.gathering {
+		s.gathered = append(s.gathered, p...)
+		return len(p), nil
+	}
+	return s.writeLocked(p)
+}
+
+// writeLocked is Write's work, with s.mu held.
+func (s *tlsSocket) writeLocked(p []byte) (int, error) {
 	n := len(p)
 	if len(s.pending) == 0 && !s.flushing {
 		var err error
@@ -81,12 +96,47 @@ func (s *tlsSocket) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// gather makes the writes that follow collect in one buffer until
+// release, which writes them with one write(2). crypto/tls writes each
+// record (16 KiB of plaintext at most) with a write of its own, so a flush
+// of a large reply buffer (a pull's answer) took one system call per
+// record; gathered, it takes one, at the price of copying the ciphertext.
+// Writes of other goroutines meanwhile (the reader's direct replies) join
+// the buffer in the order they come, which is the records' order.
+func (s *tlsSocket) gather() {
+	s.mu.Lock()
+	s.gathering = true
+	s.mu.Unlock()
+}
+
+// release ends gather: it writes what was gathered as Write would, under
+// the same lock, so no write can pass it.
+func (s *tlsSocket) release() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gathering = false
+	p := s.gathered
+	s.gathered = nil
+	var err error
+	switch {
+	case s.err != nil:
+		err = s.err
+	case len(p) > 0:
+		_, err = s.writeLocked(p)
+	}
+	if cap(p) <= maxSpareReplyBuffer {
+		s.gathered = p[:0] // writeLocked kept a copy of what the socket did not take
+	}
+	return err
+}
+
 // writeNow writes p with non-blocking write(2)s until the socket takes no
 // more, and returns what it did not take.
 func (s *tlsSocket) writeNow(p []byte) ([]byte, error) {
 	var werr error
 	err := s.rc.Write(func(fd uintptr) bool {
 		for len(p) > 0 {
+			s.syscalls++
 			n, err := unix.Write(int(fd), p)
 			if n > 0 {
 				p = p[n:]

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/qmq-go/qmq/pkg/tlsconfig/pki"
+
+	"github.com/qmq-go/qmq/pkg/testutil"
 )
 
 // testPKI writes a CA and certificates under a temporary directory.
@@ -313,13 +315,7 @@ func leafCN(t *testing.T, sc, cc *tls.Config) string {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, what, cond)
 }
 
 func TestReload_ServerCertificate(t *testing.T) {

@@ -56,13 +56,7 @@ func newClient(t testing.TB, opts Options) *Client {
 
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(t, timeout, what, cond)
 }
 
 // holdServer is a netserver whose CmdSend requests are held until the test

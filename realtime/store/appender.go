@@ -73,32 +73,51 @@ func (s *Store) Append(ctx context.Context, msgs [][]byte) ([]Result, error) {
 	}
 }
 
+// AppendOption changes how AppendAsync takes a batch.
+type AppendOption uint8
+
+const (
+	// NoWait: when the append queue is full AppendAsync queues nothing,
+	// does not call done and returns ErrWouldBlock, so a caller that must
+	// not block (a server's event loop) can hand the append to a goroutine.
+	NoWait AppendOption = 1 << iota
+	// Checked: the caller has already checked every message's CRC and
+	// limits (the broker's send handler does, on the same bytes), so the
+	// store reads their headers without checking again; a message for a
+	// subject the store does not have yet is still checked in full.
+	Checked
+)
+
 // AppendAsync validates msgs and queues them; done receives one Result per
 // message, in order, once they are durable (FlushSync) or written
 // (FlushAsync). done runs on the store's commit goroutine: it must not block
 // (and so must not call Append); when every message is rejected it runs
 // before AppendAsync returns, on the caller's goroutine. msgs must not change
-// until done runs. The error is ErrClosed (done is then not called).
-func (s *Store) AppendAsync(msgs [][]byte, done func([]Result)) error {
-	return s.appendAsync(msgs, done, true)
+// until done runs. The error is ErrClosed (done is then not called), or
+// ErrWouldBlock with NoWait.
+func (s *Store) AppendAsync(msgs [][]byte, done func([]Result), opts ...AppendOption) error {
+	var o AppendOption
+	for _, x := range opts {
+		o |= x
+	}
+	return s.appendAsync(msgs, done, o)
 }
 
-// TryAppendAsync is AppendAsync that never blocks: when the append queue is
-// full it queues nothing, does not call done and returns ErrWouldBlock, so
-// a caller that must not block (a server's event loop) can hand the append
-// to a goroutine instead.
-func (s *Store) TryAppendAsync(msgs [][]byte, done func([]Result)) error {
-	return s.appendAsync(msgs, done, false)
-}
-
-func (s *Store) appendAsync(msgs [][]byte, done func([]Result), block bool) error {
+func (s *Store) appendAsync(msgs [][]byte, done func([]Result), o AppendOption) error {
 	if err := s.errIfReplica(); err != nil {
 		return err
 	}
 	r := &appendReq{msgs: msgs, done: done, results: make([]Result, len(msgs)), metas: make([]msgMeta, len(msgs))}
 	var prev *subject
+	checked := o&Checked != 0
 	for i, m := range msgs {
-		v, err := protocol.ParseMessage(m)
+		var v protocol.View
+		var err error
+		if checked {
+			v, err = protocol.ParseMessageNoCRC(m)
+		} else {
+			v, err = protocol.ParseMessage(m)
+		}
 		var sj *subject
 		if err == nil {
 			// A subject the store already has passed the subject rules when
@@ -108,11 +127,13 @@ func (s *Store) appendAsync(msgs [][]byte, done func([]Result), block bool) erro
 			} else {
 				sj = s.lookupSubject(v.Subject)
 			}
-			if sj != nil {
+			switch {
+			case sj != nil && checked:
+			case sj != nil:
 				known := v
 				known.Subject = validSubject
 				err = s.opts.Limits.CheckView(&known)
-			} else {
+			default:
 				err = s.opts.Limits.CheckView(&v)
 			}
 		}
@@ -144,7 +165,7 @@ func (s *Store) appendAsync(msgs [][]byte, done func([]Result), block bool) erro
 		return ErrClosed
 	}
 	s.direct.queued.Add(1)
-	if !block {
+	if o&NoWait != 0 {
 		select {
 		case s.appendCh <- r:
 			return nil
@@ -157,7 +178,7 @@ func (s *Store) appendAsync(msgs [][]byte, done func([]Result), block bool) erro
 	return nil
 }
 
-// appendLoop is the message log's writer (with TryAppendNow, under
+// appendLoop is the message log's writer (with tryAppendNow, under
 // direct.mu): it takes every request that has arrived (up to
 // MaxBatchBytes), assigns sequences, writes the records with one write, and
 // hands the group to syncLoop (FlushSync) or publishes it (FlushAsync).

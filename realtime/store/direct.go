@@ -10,40 +10,40 @@ import (
 )
 
 // directAppend is the writer's state that appendLoop shares with
-// TryAppendNow. Whoever holds mu writes the message log: appendLoop while it
-// appends and publishes (or hands to syncLoop) a group, TryAppendNow while
+// tryAppendNow. Whoever holds mu writes the message log: appendLoop while it
+// appends and publishes (or hands to syncLoop) a group, tryAppendNow while
 // it appends one request on its caller's goroutine.
 type directAppend struct {
 	mu sync.Mutex
 	// queued counts requests given to appendLoop and not yet through it;
-	// TryAppendNow appends only when it is zero, so it never overtakes a
+	// tryAppendNow appends only when it is zero, so it never overtakes a
 	// queued request (a connection's requests stay in order).
 	queued atomic.Int64
 	batch  *segment.Batch
 	head   [recordHeadSize]byte
-	// req is the request TryAppendViewsNow appends, reused (mu held).
+	// req is the request tryAppendViewsNow appends, reused (mu held).
 	req appendReq
 	// written is the group TryWriteViewsNow wrote and PublishWritten
 	// publishes (mu held), nil when nothing was written.
 	written *commitGroup
 }
 
-// noDone is the callback of a request that TryAppendNow appends: it
+// noDone is the callback of a request that tryAppendNow appends: it
 // returns the results instead.
 func noDone([]Result) {}
 
-// TryAppendNow appends msgs on the caller's goroutine and returns their
+// tryAppendNow appends msgs on the caller's goroutine and returns their
 // results (as AppendAsync's callback would get them) when it can do so
 // without waiting and without slow file operations: under FlushAsync (a
 // durable append waits for a sync, so FlushSync always queues), with no
 // other append queued or running, every subject already known, and the
 // records fitting in the current message-log segment. Otherwise it stores
 // nothing and reports false; the caller then queues the append with
-// AppendAsync or TryAppendAsync. It saves the hand-off to the appender and
+// AppendAsync. It saves the hand-off to the appender and
 // back for a lone request, which is most of the cost of a small send when
 // a producer has one message in flight; a server's event loop may call it.
 // msgs are copied into the log before it returns.
-func (s *Store) TryAppendNow(msgs [][]byte) ([]Result, bool) {
+func (s *Store) tryAppendNow(msgs [][]byte) ([]Result, bool) {
 	if !s.AppendsNow() {
 		return nil, false
 	}
@@ -60,7 +60,7 @@ func (s *Store) TryAppendNow(msgs [][]byte) ([]Result, bool) {
 		}
 		views[i] = v
 	}
-	if !s.TryAppendViewsNow(views, results) {
+	if !s.tryAppendViewsNow(views, results) {
 		return nil, false
 	}
 	for i := range results {
@@ -71,16 +71,16 @@ func (s *Store) TryAppendNow(msgs [][]byte) ([]Result, bool) {
 	return results, true
 }
 
-// TryAppendViewsNow is TryAppendNow for messages its caller has parsed
+// tryAppendViewsNow is tryAppendNow for messages its caller has parsed
 // (protocol.ParseMessage) and checked against the store's Limits
 // (Limits.CheckView), as a broker does before it looks for duplicates: it
 // saves the second parse and CRC, and allocates nothing. results must have
 // one element per view; a view whose result already holds an error is
 // skipped and its result left as it is, the others' results are set. It
 // reports false, storing nothing and leaving results as they were, when
-// the append cannot be made at once (see TryAppendNow). The views' bytes
+// the append cannot be made at once (see tryAppendNow). The views' bytes
 // are copied into the log before it returns.
-func (s *Store) TryAppendViewsNow(views []protocol.View, results []Result) bool {
+func (s *Store) tryAppendViewsNow(views []protocol.View, results []Result) bool {
 	if !s.TryWriteViewsNow(views, results) {
 		return false
 	}
@@ -88,9 +88,9 @@ func (s *Store) TryAppendViewsNow(views []protocol.View, results []Result) bool 
 	return true
 }
 
-// TryWriteViewsNow is TryAppendViewsNow in two steps, for a server that
+// TryWriteViewsNow is tryAppendViewsNow in two steps, for a server that
 // answers before it indexes: when it reports true the views' records are
-// in the message log and results are set, as TryAppendViewsNow sets them,
+// in the message log and results are set, as tryAppendViewsNow sets them,
 // but the messages are not yet readable, and the store's writer stays
 // held (no other append runs, Close waits) until PublishWritten, which the
 // caller must then call exactly once, soon. Under FlushAsync a record
@@ -142,7 +142,7 @@ func (s *Store) PublishWritten() {
 	s.closeMu.RUnlock()
 }
 
-// AppendsNow reports whether TryAppendNow or TryAppendViewsNow could
+// AppendsNow reports whether tryAppendNow or tryAppendViewsNow could
 // append at once now (FlushAsync, nothing queued, not a replica): a hint
 // for callers that prepare differently for them; they may still refuse.
 func (s *Store) AppendsNow() bool {

@@ -6,7 +6,7 @@ import "errors"
 // messages get *protocol.Error values (StatusInvalid, StatusTooLarge) in
 // their Result instead.
 var (
-	// ErrWouldBlock means TryAppendAsync found the append queue full and
+	// ErrWouldBlock means AppendAsync with NoWait found the append queue full and
 	// queued nothing.
 	ErrWouldBlock = errors.New("store: append queue full")
 	// ErrClosed means the store was closed.

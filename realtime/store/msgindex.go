@@ -229,11 +229,11 @@ func (s *Store) indexLoop() {
 	buf := make([]byte, indexReadBytes)
 	var batch []indexEntry
 	for {
-		sig := s.CommitSignal()
+		sig := s.Source().CommitSignal()
 		progressed := false
 		for {
 			from := x.end.Load()
-			c, err := s.ReadMessageLogInto(buf, from, indexReadBytes)
+			c, err := s.Source().ReadMessageLogInto(buf, from, indexReadBytes)
 			if err != nil {
 				x.lg.Warn("index: cannot read the message log", zap.Int64("offset", from), zap.Error(err))
 				break
@@ -553,7 +553,7 @@ func (s *Store) find(kind byte, v string) ([]Found, error) {
 
 // readFound reads and checks the message record at off.
 func (s *Store) readFound(off int64) (Found, bool) {
-	c, err := s.ReadMessageLog(off, segment.HeaderSize)
+	c, err := s.Source().ReadMessageLog(off, segment.HeaderSize)
 	if err != nil || c.Offset != off || len(c.Data) == 0 {
 		return Found{}, false
 	}

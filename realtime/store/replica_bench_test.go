@@ -44,7 +44,7 @@ func BenchmarkReplicateTail(b *testing.B) {
 	end, _ := m.CommittedEnds()
 	var chunks []LogChunk
 	for from := int64(0); from < end; {
-		c, err := m.ReadMessageTailInto(nil, from, 256<<10)
+		c, err := m.Source().ReadMessageTailInto(nil, from, 256<<10)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -66,11 +66,11 @@ func BenchmarkReplicateTail(b *testing.B) {
 		}
 		b.StartTimer()
 		for _, c := range chunks {
-			if err := r.ReplicateMessages(c); err != nil {
+			if err := r.Replica().ReplicateMessages(c); err != nil {
 				b.Fatal(err)
 			}
 		}
-		if err := r.ReplicateMessages(LogChunk{End: end, Offset: end}); err != nil {
+		if err := r.Replica().ReplicateMessages(LogChunk{End: end, Offset: end}); err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()

@@ -24,18 +24,18 @@ func replicate(t *testing.T, m, r *Store, chunk int) {
 			t.Fatal("replication does not converge")
 		}
 		mEnd, aEnd := r.CommittedEnds()
-		mc, err := m.ReadMessageLog(mEnd, chunk)
+		mc, err := m.Source().ReadMessageLog(mEnd, chunk)
 		if err != nil {
 			t.Fatalf("read message log at %d: %v", mEnd, err)
 		}
-		if err := r.ReplicateMessages(mc); err != nil {
+		if err := r.Replica().ReplicateMessages(mc); err != nil {
 			t.Fatalf("replicate messages at %d: %v", mc.Offset, err)
 		}
-		ac, err := m.ReadActionLog(aEnd, chunk)
+		ac, err := m.Source().ReadActionLog(aEnd, chunk)
 		if err != nil {
 			t.Fatalf("read action log at %d: %v", aEnd, err)
 		}
-		if err := r.ReplicateActions(ac); err != nil {
+		if err := r.Replica().ReplicateActions(ac); err != nil {
 			t.Fatalf("replicate actions at %d: %v", ac.Offset, err)
 		}
 		if len(mc.Data) == 0 && len(ac.Data) == 0 && mc.Offset == mc.End && ac.Offset == ac.End {
@@ -208,16 +208,16 @@ func TestReadLogRejectsBadOffsets(t *testing.T) {
 	defer m.Close()
 	appendAll(t, m, encode(t, "s", "a", []byte("hello")), encode(t, "s", "b", []byte("world")))
 	end, _ := m.CommittedEnds()
-	if _, err := m.ReadMessageLog(end+1, 1<<20); !errors.Is(err, ErrBadOffset) {
+	if _, err := m.Source().ReadMessageLog(end+1, 1<<20); !errors.Is(err, ErrBadOffset) {
 		t.Fatalf("read past the end: %v", err)
 	}
-	if _, err := m.ReadMessageLog(-5, 1<<20); !errors.Is(err, ErrBadOffset) {
+	if _, err := m.Source().ReadMessageLog(-5, 1<<20); !errors.Is(err, ErrBadOffset) {
 		t.Fatalf("negative offset: %v", err)
 	}
-	if _, err := m.ReadMessageLog(3, 1<<20); !errors.Is(err, ErrBadOffset) {
+	if _, err := m.Source().ReadMessageLog(3, 1<<20); !errors.Is(err, ErrBadOffset) {
 		t.Fatalf("offset inside a record: %v", err)
 	}
-	c, err := m.ReadMessageLog(0, 1<<20)
+	c, err := m.Source().ReadMessageLog(0, 1<<20)
 	if err != nil || c.Offset != 0 || int64(len(c.Data)) != end || c.End != end {
 		t.Fatalf("read from 0: %+v, %v", c, err)
 	}
@@ -230,18 +230,18 @@ func TestReadLogRejectsBadOffsets(t *testing.T) {
 	bad := c
 	bad.Data = append([]byte(nil), c.Data...)
 	bad.Data[20] ^= 0xff
-	if err := r.ReplicateMessages(bad); !errors.Is(err, ErrBadChunk) {
+	if err := r.Replica().ReplicateMessages(bad); !errors.Is(err, ErrBadChunk) {
 		t.Fatalf("garbage chunk: %v", err)
 	}
 	skipped := c
 	skipped.Offset, skipped.Start = 100, 0
-	if err := r.ReplicateMessages(skipped); !errors.Is(err, ErrBadChunk) && !errors.Is(err, ErrReplicaMismatch) {
+	if err := r.Replica().ReplicateMessages(skipped); !errors.Is(err, ErrBadChunk) && !errors.Is(err, ErrReplicaMismatch) {
 		t.Fatalf("misplaced chunk: %v", err)
 	}
 	if e, _ := r.CommittedEnds(); e != 0 {
 		t.Fatalf("refused chunks moved the replica to %d", e)
 	}
-	if err := r.ReplicateMessages(c); err != nil {
+	if err := r.Replica().ReplicateMessages(c); err != nil {
 		t.Fatal(err)
 	}
 	// The same for actions: a chunk that would land elsewhere is refused
@@ -252,25 +252,25 @@ func TestReadLogRejectsBadOffsets(t *testing.T) {
 	if err := m.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
-	ac, err := m.ReadActionLog(0, 1<<20)
+	ac, err := m.Source().ReadActionLog(0, 1<<20)
 	if err != nil || len(ac.Data) == 0 {
 		t.Fatalf("read action log: %+v, %v", ac, err)
 	}
 	misplaced := ac
 	misplaced.Offset, misplaced.End = 100, ac.End+100
-	if err := r.ReplicateActions(misplaced); !errors.Is(err, ErrReplicaMismatch) {
+	if err := r.Replica().ReplicateActions(misplaced); !errors.Is(err, ErrReplicaMismatch) {
 		t.Fatalf("misplaced action chunk: %v", err)
 	}
 	if _, a := r.CommittedEnds(); a != 0 || r.actions.end() != 0 {
 		t.Fatalf("a refused action chunk moved the replica to %d", a)
 	}
-	if err := r.ReplicateActions(ac); err != nil {
+	if err := r.Replica().ReplicateActions(ac); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := stateOf(r), stateOf(m); !reflect.DeepEqual(got, want) {
 		t.Fatalf("replica differs:\n got %+v\nwant %+v", got, want)
 	}
-	if err := m.ReplicateMessages(c); !errors.Is(err, ErrNotReplica) {
+	if err := m.Replica().ReplicateMessages(c); !errors.Is(err, ErrNotReplica) {
 		t.Fatalf("replicate into a master: %v", err)
 	}
 }
@@ -297,8 +297,8 @@ func FuzzReplicaChunks(f *testing.F) {
 	if err := m.Checkpoint(); err != nil {
 		f.Fatal(err)
 	}
-	mc, _ := m.ReadMessageLog(0, 1<<20)
-	ac, _ := m.ReadActionLog(0, 1<<20)
+	mc, _ := m.Source().ReadMessageLog(0, 1<<20)
+	ac, _ := m.Source().ReadActionLog(0, 1<<20)
 	f.Add(mc.Data, true)
 	f.Add(ac.Data, false)
 	ropts := opts
@@ -312,9 +312,9 @@ func FuzzReplicaChunks(f *testing.F) {
 		me, ae := r.CommittedEnds()
 		var err error
 		if messages {
-			err = r.ReplicateMessages(LogChunk{Offset: me, End: me + int64(len(data)), Data: data})
+			err = r.Replica().ReplicateMessages(LogChunk{Offset: me, End: me + int64(len(data)), Data: data})
 		} else {
-			err = r.ReplicateActions(LogChunk{Offset: ae, End: ae + int64(len(data)), Data: data})
+			err = r.Replica().ReplicateActions(LogChunk{Offset: ae, End: ae + int64(len(data)), Data: data})
 		}
 		if err != nil {
 			if me2, ae2 := r.CommittedEnds(); me2 != me || ae2 != ae {
@@ -335,13 +335,13 @@ func TestReadLogServesOnlyDurableBytes(t *testing.T) {
 	if e, _ := m.CommittedEnds(); e != 0 {
 		t.Fatalf("committed end %d before any fdatasync", e)
 	}
-	if c, err := m.ReadMessageLog(0, 1<<20); err != nil || len(c.Data) != 0 {
+	if c, err := m.Source().ReadMessageLog(0, 1<<20); err != nil || len(c.Data) != 0 {
 		t.Fatalf("served %d bytes before any fdatasync (%v)", len(c.Data), err)
 	}
 	if err := m.Checkpoint(); err != nil { // syncs the message log
 		t.Fatal(err)
 	}
-	if c, err := m.ReadMessageLog(0, 1<<20); err != nil || len(c.Data) == 0 || c.End != m.goodEnd.Load() {
+	if c, err := m.Source().ReadMessageLog(0, 1<<20); err != nil || len(c.Data) == 0 || c.End != m.goodEnd.Load() {
 		t.Fatalf("after the sync: %+v, %v", c, err)
 	}
 }
@@ -379,7 +379,7 @@ func TestPromotedReplicaContinues(t *testing.T) {
 	if err := r.Promote(); !errors.Is(err, ErrNotReplica) {
 		t.Fatalf("second promote: %v", err)
 	}
-	if err := r.ReplicateMessages(LogChunk{Offset: mEnd, End: mEnd}); !errors.Is(err, ErrNotReplica) {
+	if err := r.Replica().ReplicateMessages(LogChunk{Offset: mEnd, End: mEnd}); !errors.Is(err, ErrNotReplica) {
 		t.Fatalf("replicate into a promoted store: %v", err)
 	}
 	got := appendAll(t, r, encode(t, "s", "after", []byte("x")))
@@ -452,20 +452,20 @@ func TestCheckpointKeepsActionsForSlave(t *testing.T) {
 // durable. It returns the cut generation m had before the reads.
 func replicateTail(t *testing.T, m, r *Store, chunk int) uint64 {
 	t.Helper()
-	gen := m.MessageCutGen()
+	gen := m.Source().MessageCutGen()
 	for i := 0; ; i++ {
 		if i > 100000 {
 			t.Fatal("replication does not converge")
 		}
-		from, _ := r.ReplicaEnds()
-		mc, err := m.ReadMessageTailInto(nil, from, chunk)
+		from, _ := r.Replica().Ends()
+		mc, err := m.Source().ReadMessageTailInto(nil, from, chunk)
 		if err != nil {
 			t.Fatalf("read message tail at %d: %v", from, err)
 		}
-		if g := m.MessageCutGen(); g != gen {
+		if g := m.Source().MessageCutGen(); g != gen {
 			t.Fatalf("cut generation moved from %d to %d during a read", gen, g)
 		}
-		if err := r.ReplicateMessages(mc); err != nil {
+		if err := r.Replica().ReplicateMessages(mc); err != nil {
 			t.Fatalf("replicate messages at %d: %v", mc.Offset, err)
 		}
 		if len(mc.Data) == 0 {
@@ -511,7 +511,7 @@ func TestReplicaTailCutBack(t *testing.T) {
 	}
 	gen := replicateTail(t, m, r, 3000)
 	good, _ := m.CommittedEnds()
-	if w, d := r.ReplicaEnds(); w != good || d != good {
+	if w, d := r.Replica().Ends(); w != good || d != good {
 		t.Fatalf("replica ends (%d, %d), master committed %d", w, d, good)
 	}
 
@@ -530,16 +530,16 @@ func TestReplicaTailCutBack(t *testing.T) {
 			t.Fatalf("append with failing fdatasync: %v", x.Err)
 		}
 	}
-	if m.MessageTailEnd() <= good {
+	if m.Source().MessageTailEnd() <= good {
 		t.Fatal("the failed group left no written tail to copy")
 	}
 	// The replica copies the tail: written and synced, not indexed.
 	if g := replicateTail(t, m, r, 3000); g != gen {
 		t.Fatalf("a cut before the master retried: generation %d → %d", gen, g)
 	}
-	tail, _ := r.ReplicaEnds()
-	if tail != m.MessageTailEnd() {
-		t.Fatalf("replica written end %d, master's tail %d", tail, m.MessageTailEnd())
+	tail, _ := r.Replica().Ends()
+	if tail != m.Source().MessageTailEnd() {
+		t.Fatalf("replica written end %d, master's tail %d", tail, m.Source().MessageTailEnd())
 	}
 	if c, _ := r.CommittedEnds(); c != good {
 		t.Fatalf("replica indexed up to %d past the master's committed end %d", c, good)
@@ -557,7 +557,7 @@ func TestReplicaTailCutBack(t *testing.T) {
 		kept = append(kept, encode(t, "s1", fmt.Sprintf("kept%d", i), body))
 	}
 	appendAll(t, m, kept...)
-	g2, low := m.MessageCuts(gen)
+	g2, low := m.Source().MessageCuts(gen)
 	if g2 != gen+1 || low != good {
 		t.Fatalf("MessageCuts(%d) = %d, %d; want %d, %d", gen, g2, low, gen+1, good)
 	}
@@ -567,10 +567,10 @@ func TestReplicaTailCutBack(t *testing.T) {
 	}
 	// Without the cut the copy would go on from its tail; with it, it
 	// refetches from the cut.
-	if err := r.CutReplicaTail(low); err != nil {
+	if err := r.Replica().CutTail(low); err != nil {
 		t.Fatal(err)
 	}
-	if w, _ := r.ReplicaEnds(); w != good {
+	if w, _ := r.Replica().Ends(); w != good {
 		t.Fatalf("replica written end %d after the cut, want %d", w, good)
 	}
 	replicateTail(t, m, r, 3000)
@@ -593,7 +593,7 @@ func TestReplicaTailCutBack(t *testing.T) {
 		}
 	}
 	// A cut below what the replica has indexed is refused (a truncation).
-	if err := r.CutReplicaTail(good - 1); !errors.Is(err, ErrReplicaMismatch) {
+	if err := r.Replica().CutTail(good - 1); !errors.Is(err, ErrReplicaMismatch) {
 		t.Fatalf("cut below the indexed end: %v", err)
 	}
 }
@@ -617,13 +617,13 @@ func TestPromoteIndexesTheTail(t *testing.T) {
 	}
 	// The master's chunks claim an earlier committed end: the last
 	// records are a tail here.
-	mc, err := m.ReadMessageTailInto(nil, 0, 1<<20)
+	mc, err := m.Source().ReadMessageTailInto(nil, 0, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	all := mc.End
 	mc.End = offs[10]
-	if err := r.ReplicateMessages(mc); err != nil {
+	if err := r.Replica().ReplicateMessages(mc); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := r.Read("p", 0, 100); len(got) != 10 {
@@ -706,12 +706,12 @@ func TestReplicaIndexesTheTailFromMemory(t *testing.T) {
 
 	// One chunk of all of it, the replica told an older committed end
 	// (the tenth record's start): ten records indexed, the rest kept.
-	mc, err := m.ReadMessageTailInto(nil, 0, 1<<20)
+	mc, err := m.Source().ReadMessageTailInto(nil, 0, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mc.End = offs[10]
-	if err := r.ReplicateMessages(mc); err != nil {
+	if err := r.Replica().ReplicateMessages(mc); err != nil {
 		t.Fatal(err)
 	}
 	if c, _ := r.CommittedEnds(); c != offs[10] {
@@ -719,8 +719,8 @@ func TestReplicaIndexesTheTailFromMemory(t *testing.T) {
 	}
 	// A committed end inside a record is refused, and indexes nothing
 	// past the records below it.
-	torn := LogChunk{Start: mc.Start, End: offs[15] + 7, Offset: m.MessageTailEnd()}
-	if err := r.ReplicateMessages(torn); !errors.Is(err, ErrReplicaMismatch) {
+	torn := LogChunk{Start: mc.Start, End: offs[15] + 7, Offset: m.Source().MessageTailEnd()}
+	if err := r.Replica().ReplicateMessages(torn); !errors.Is(err, ErrReplicaMismatch) {
 		t.Fatalf("a committed end inside a record: %v", err)
 	}
 	if c, _ := r.CommittedEnds(); c != offs[15] {
@@ -733,10 +733,10 @@ func TestReplicaIndexesTheTailFromMemory(t *testing.T) {
 		kept = append(kept, encode(t, fmt.Sprintf("s%d", i%3), fmt.Sprintf("k%d", i), body, "u"))
 	}
 	appendAll(t, m, kept...)
-	if _, low := m.MessageCuts(0); low != good {
+	if _, low := m.Source().MessageCuts(0); low != good {
 		t.Fatalf("master's cut at %d, want its committed end %d", low, good)
 	}
-	if err := r.CutReplicaTail(good); err != nil {
+	if err := r.Replica().CutTail(good); err != nil {
 		t.Fatal(err)
 	}
 	if r.repl.tailBytes != int(good-offs[15]) {
@@ -745,12 +745,12 @@ func TestReplicaIndexesTheTailFromMemory(t *testing.T) {
 	// Chunks of at most 3000 bytes, each told the end before its own: the
 	// kept bytes are indexed as the end passes them, across segment ends.
 	copyTailChunks(t, m, r, 3000, nil)
-	if c, _ := r.CommittedEnds(); c >= m.MessageTailEnd() {
+	if c, _ := r.CommittedEnds(); c >= m.Source().MessageTailEnd() {
 		t.Fatal("the replica indexed everything: the last chunk was not a tail")
 	}
 	// The committed end passes everything.
 	end, _ := m.CommittedEnds()
-	if err := r.ReplicateMessages(LogChunk{Start: mc.Start, End: end, Offset: end}); err != nil {
+	if err := r.Replica().ReplicateMessages(LogChunk{Start: mc.Start, End: end, Offset: end}); err != nil {
 		t.Fatal(err)
 	}
 	// Only the padding at a segment's end is read (one header).
@@ -790,8 +790,8 @@ func TestReplicaIndexesTheTailFromMemory(t *testing.T) {
 func copyTailChunks(t *testing.T, m, r *Store, size int, after func(i int, mc LogChunk)) {
 	t.Helper()
 	for i := 0; ; i++ {
-		from, _ := r.ReplicaEnds()
-		mc, err := m.ReadMessageTailInto(nil, from, size)
+		from, _ := r.Replica().Ends()
+		mc, err := m.Source().ReadMessageTailInto(nil, from, size)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -799,7 +799,7 @@ func copyTailChunks(t *testing.T, m, r *Store, size int, after func(i int, mc Lo
 			return
 		}
 		mc.End = min(mc.End, from)
-		if err := r.ReplicateMessages(mc); err != nil {
+		if err := r.Replica().ReplicateMessages(mc); err != nil {
 			t.Fatalf("chunk %d at %d: %v", i, mc.Offset, err)
 		}
 		if after != nil {
@@ -829,7 +829,7 @@ func TestReplicaTailReadBackPastKeptBytes(t *testing.T) {
 		}
 	})
 	end, _ := m.CommittedEnds()
-	if err := r.ReplicateMessages(LogChunk{End: end, Offset: end}); err != nil {
+	if err := r.Replica().ReplicateMessages(LogChunk{End: end, Offset: end}); err != nil {
 		t.Fatal(err)
 	}
 	if rfs.reads.Load() == reads {
@@ -864,7 +864,7 @@ func FuzzReplicaTail(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	mc, _ := m.ReadMessageLog(0, 1<<20)
+	mc, _ := m.Source().ReadMessageLog(0, 1<<20)
 	f.Add(mc.Data, uint16(0))
 	f.Add(mc.Data, uint16(len(mc.Data)-int(res[3].Offset)))
 	f.Add(mc.Data, uint16(len(mc.Data)-int(res[3].Offset)-5))
@@ -878,11 +878,11 @@ func FuzzReplicaTail(f *testing.F) {
 	defer r.Close()
 	f.Fuzz(func(t *testing.T, data []byte, tentative uint16) {
 		data = bytes.Clone(data) // the replica keeps it
-		written, _ := r.ReplicaEnds()
+		written, _ := r.Replica().Ends()
 		indexed, _ := r.CommittedEnds()
 		end := max(written+int64(len(data))-int64(tentative), indexed)
-		err := r.ReplicateMessages(LogChunk{Offset: written, End: end, Data: data})
-		w2, _ := r.ReplicaEnds()
+		err := r.Replica().ReplicateMessages(LogChunk{Offset: written, End: end, Data: data})
+		w2, _ := r.Replica().Ends()
 		i2, _ := r.CommittedEnds()
 		if i2 < indexed || i2 > w2 {
 			t.Fatalf("indexed end %d → %d with the written end %d (%v)", indexed, i2, w2, err)
@@ -890,7 +890,7 @@ func FuzzReplicaTail(f *testing.F) {
 		if r.repl.tailBytes > maxKeptTail || r.repl.tailBytes < 0 {
 			t.Fatalf("%d bytes kept", r.repl.tailBytes)
 		}
-		err = r.ReplicateMessages(LogChunk{Offset: w2, End: w2})
+		err = r.Replica().ReplicateMessages(LogChunk{Offset: w2, End: w2})
 		i3, _ := r.CommittedEnds()
 		if err == nil && i3 != w2 {
 			t.Fatalf("told the end %d of all it wrote, the replica indexed up to %d", w2, i3)

@@ -21,44 +21,44 @@ func TestReplicaHolds(t *testing.T) {
 	}
 	// The first five records come with an end covering them: indexed at once.
 	first := make([]byte, 0, 1<<20)
-	mc, err := m.ReadMessageTailInto(first, 0, int(offs[5]))
+	mc, err := m.Source().ReadMessageTailInto(first, 0, int(offs[5]))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if mc.Offset+int64(len(mc.Data)) != offs[5] {
 		t.Fatalf("first chunk ends at %d, want %d", mc.Offset+int64(len(mc.Data)), offs[5])
 	}
-	if err := r.ReplicateMessages(mc); err != nil {
+	if err := r.Replica().ReplicateMessages(mc); err != nil {
 		t.Fatal(err)
 	}
-	if r.ReplicaHolds(first) {
+	if r.Replica().Holds(first) {
 		t.Fatal("a chunk indexed at once is held")
 	}
 	// The rest comes told an end at its seventh record: the tail is kept.
 	second := make([]byte, 0, 1<<20)
-	mc, err = m.ReadMessageTailInto(second, offs[5], 1<<20)
+	mc, err = m.Source().ReadMessageTailInto(second, offs[5], 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mc.End = offs[7]
-	if err := r.ReplicateMessages(mc); err != nil {
+	if err := r.Replica().ReplicateMessages(mc); err != nil {
 		t.Fatal(err)
 	}
-	if !r.ReplicaHolds(second) {
+	if !r.Replica().Holds(second) {
 		t.Fatal("a chunk kept as a tentative tail is not held")
 	}
-	if r.ReplicaHolds(first) || r.ReplicaHolds(make([]byte, 0, 1<<20)) || r.ReplicaHolds(nil) {
+	if r.Replica().Holds(first) || r.Replica().Holds(make([]byte, 0, 1<<20)) || r.Replica().Holds(nil) {
 		t.Fatal("a buffer the store never kept is held")
 	}
 	// The committed end passes it.
 	end, _ := m.CommittedEnds()
-	if err := r.ReplicateMessages(LogChunk{Start: mc.Start, End: end, Offset: end}); err != nil {
+	if err := r.Replica().ReplicateMessages(LogChunk{Start: mc.Start, End: end, Offset: end}); err != nil {
 		t.Fatal(err)
 	}
 	if c, _ := r.CommittedEnds(); c != end {
 		t.Fatalf("replica indexed to %d, want %d", c, end)
 	}
-	if r.ReplicaHolds(second) {
+	if r.Replica().Holds(second) {
 		t.Fatal("a chunk still held after the committed end passed it")
 	}
 }

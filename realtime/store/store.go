@@ -69,6 +69,8 @@ type Store struct {
 	replMu                           sync.Mutex
 	replTs                           int64
 	repl                             replication // replica.go (replMu)
+	source                           Source      // Source()
+	replicaSide                      Replica     // Replica()
 	recoveredMsgEnd, recoveredActEnd int64
 
 	stats counters
@@ -130,6 +132,7 @@ func Open(dir string, opts Options, lg *zap.Logger) (*Store, error) {
 		return nil, err
 	}
 	s.replica.Store(opts.Replica)
+	s.source, s.replicaSide = Source{s}, Replica{s}
 	s.open.Duration = time.Since(started)
 	s.lg.Info("store opened", zap.String("dir", dir), zap.Int("subjects", len(s.subjects)), zap.Int("groups", len(s.groups)),
 		zap.Int64("messages_replayed", s.open.MessagesReplayed), zap.Int64("actions_replayed", s.open.ActionsReplayed),

@@ -61,7 +61,7 @@ func logBytes(t *testing.T, s *Store) (msgs, acts []byte) {
 			off = c.Offset + int64(len(c.Data))
 		}
 	}
-	return read(s.ReadMessageLog), read(s.ReadActionLog)
+	return read(s.Source().ReadMessageLog), read(s.Source().ReadActionLog)
 }
 
 // waitActionsCommitted waits until s has committed actions past above and

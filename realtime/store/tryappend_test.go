@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,17 +13,17 @@ import (
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
-// TryAppendAsync stores like AppendAsync when the queue has room, and fails
-// like it once the store is closed. (The full-queue branch is a select with
-// a default: it queues nothing and returns ErrWouldBlock.)
-func TestTryAppendAsync(t *testing.T) {
+// AppendAsync with NoWait stores like AppendAsync when the queue has room,
+// and fails like it once the store is closed. (The full-queue branch is a
+// select with a default: it queues nothing and returns ErrWouldBlock.)
+func TestAppendAsync_NoWait(t *testing.T) {
 	dir := t.TempDir()
 	s, err := Open(dir, testOptions(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan []Result, 1)
-	if err := s.TryAppendAsync([][]byte{encode(t, "s", "id-1", []byte("x"))}, func(r []Result) { done <- r }); err != nil {
+	if err := s.AppendAsync([][]byte{encode(t, "s", "id-1", []byte("x"))}, func(r []Result) { done <- r }, NoWait); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -36,19 +37,19 @@ func TestTryAppendAsync(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.TryAppendAsync([][]byte{encode(t, "s", "id-2", []byte("y"))}, func([]Result) {}); !errors.Is(err, ErrClosed) {
+	if err := s.AppendAsync([][]byte{encode(t, "s", "id-2", []byte("y"))}, func([]Result) {}, NoWait); !errors.Is(err, ErrClosed) {
 		t.Fatalf("after Close: %v", err)
 	}
 }
 
-// TryAppendNow appends on the caller's goroutine only under FlushAsync, for
+// tryAppendNow appends on the caller's goroutine only under FlushAsync, for
 // subjects the store knows, and stores exactly what AppendAsync would: the
 // sequences continue, the messages are readable, OnAppend fires, invalid
 // messages fail alone.
 func TestTryAppendNow(t *testing.T) {
 	durable := openStore(t, t.TempDir(), testOptions())
 	appendAll(t, durable, encode(t, "s", "a", []byte("x")))
-	if _, ok := durable.TryAppendNow([][]byte{encode(t, "s", "b", []byte("y"))}); ok {
+	if _, ok := durable.tryAppendNow([][]byte{encode(t, "s", "b", []byte("y"))}); ok {
 		t.Fatal("appended now under FlushSync")
 	}
 	if err := durable.Close(); err != nil {
@@ -66,7 +67,7 @@ func TestTryAppendNow(t *testing.T) {
 	s := openStore(t, t.TempDir(), opts)
 	defer s.Close()
 	s.Watch("s")
-	if _, ok := s.TryAppendNow([][]byte{encode(t, "s", "new", []byte("x"))}); ok {
+	if _, ok := s.tryAppendNow([][]byte{encode(t, "s", "new", []byte("x"))}); ok {
 		t.Fatal("appended now to a subject the store does not have yet")
 	}
 	appendAll(t, s, encode(t, "s", "first", []byte("x")))
@@ -78,7 +79,7 @@ func TestTryAppendNow(t *testing.T) {
 	var res []Result
 	ok := false
 	for deadline := time.Now().Add(5 * time.Second); !ok && time.Now().Before(deadline); {
-		if res, ok = s.TryAppendNow([][]byte{encode(t, "s", "now-1", []byte("y")), bad, encode(t, "s", "now-2", []byte("w"))}); !ok {
+		if res, ok = s.tryAppendNow([][]byte{encode(t, "s", "now-1", []byte("y")), bad, encode(t, "s", "now-2", []byte("w"))}); !ok {
 			time.Sleep(time.Millisecond)
 		}
 	}
@@ -101,7 +102,7 @@ func TestTryAppendNow(t *testing.T) {
 	big := encode(t, "s", "big", make([]byte, 900<<10))
 	refused := false
 	for range 20 {
-		res, ok := s.TryAppendNow([][]byte{big})
+		res, ok := s.tryAppendNow([][]byte{big})
 		if !ok {
 			refused = true
 			break
@@ -141,7 +142,7 @@ func TestTryAppendNow_InterleavesWithTheAppender(t *testing.T) {
 				subject := []string{"a", "b"}[(w+i)%2]
 				m := [][]byte{encode(t, subject, fmt.Sprintf("w%d-%d", w, i), []byte("x"))}
 				if i%3 != 0 {
-					if res, ok := s.TryAppendNow(m); ok {
+					if res, ok := s.tryAppendNow(m); ok {
 						now.Add(1)
 						if res[0].Err != nil {
 							t.Error(res[0].Err)
@@ -181,7 +182,7 @@ func TestTryAppendNow_InterleavesWithTheAppender(t *testing.T) {
 	}
 }
 
-// TryAppendViewsNow stores pre-parsed messages like TryAppendNow, leaves a
+// tryAppendViewsNow stores pre-parsed messages like tryAppendNow, leaves a
 // message whose result already holds an error alone, touches no result when
 // it refuses (a new subject), and allocates nothing for a lone message.
 func TestTryAppendViewsNow(t *testing.T) {
@@ -202,7 +203,7 @@ func TestTryAppendViewsNow(t *testing.T) {
 	results := []Result{{}, {Err: rejected}, {}}
 	ok := false
 	for deadline := time.Now().Add(5 * time.Second); !ok && time.Now().Before(deadline); {
-		if ok = s.TryAppendViewsNow(views, results); !ok {
+		if ok = s.tryAppendViewsNow(views, results); !ok {
 			time.Sleep(time.Millisecond)
 		}
 	}
@@ -214,7 +215,7 @@ func TestTryAppendViewsNow(t *testing.T) {
 	}
 
 	fresh := []Result{{Seq: 99}}
-	if s.TryAppendViewsNow([]protocol.View{view("new", "n-1")}, fresh) {
+	if s.tryAppendViewsNow([]protocol.View{view("new", "n-1")}, fresh) {
 		t.Fatal("appended now to a subject the store does not have yet")
 	}
 	if fresh[0].Seq != 99 {
@@ -225,7 +226,7 @@ func TestTryAppendViewsNow(t *testing.T) {
 	res := make([]Result, 1)
 	allocs := testing.AllocsPerRun(50, func() {
 		res[0] = Result{}
-		if !s.TryAppendViewsNow(one, res) || res[0].Err != nil {
+		if !s.tryAppendViewsNow(one, res) || res[0].Err != nil {
 			t.Fatalf("append now: %+v", res[0])
 		}
 	})
@@ -280,7 +281,7 @@ func TestTryWriteViewsNow_PublishWritten(t *testing.T) {
 	if woken.Load() != 1 {
 		t.Fatalf("OnAppend saw next %d before PublishWritten", woken.Load())
 	}
-	if s.TryAppendViewsNow(views, make([]Result, 1)) {
+	if s.tryAppendViewsNow(views, make([]Result, 1)) {
 		t.Fatal("appended now while a write waited to be published")
 	}
 	queued := make(chan []Result, 1)
@@ -325,5 +326,44 @@ func TestTryWriteViewsNow_PublishWritten(t *testing.T) {
 	})
 	if allocs != 0 && !raceEnabled {
 		t.Errorf("a lone write and publish allocated %.1f times", allocs)
+	}
+}
+
+// AppendAsync with Checked reads the headers of a known subject's messages
+// without checking them again (the caller did), and still checks in full a
+// message for a subject the store does not have.
+func TestAppendAsync_Checked(t *testing.T) {
+	s := openStore(t, t.TempDir(), testOptions())
+	defer s.Close()
+	appendAll(t, s, encode(t, "a", "first", []byte("x")))
+
+	flipped := encode(t, "a", "flipped", []byte("body"))
+	flipped[len(flipped)-1] ^= 0xff // the CRC no longer matches
+	wide := protocol.DefaultLimits
+	wide.MaxSubject = 1000
+	long, err := protocol.AppendMessage(nil, &protocol.Message{Subject: strings.Repeat("n", 300), ID: "long", Body: []byte("x"), Created: time.UnixMilli(1)}, wide)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(opts ...AppendOption) []Result {
+		done := make(chan []Result, 1)
+		if err := s.AppendAsync([][]byte{flipped, long, encode(t, "b", "new", []byte("y"))}, func(r []Result) { done <- r }, opts...); err != nil {
+			t.Fatal(err)
+		}
+		return <-done
+	}
+	unchecked := run()
+	if unchecked[0].Err == nil || unchecked[1].Err == nil || unchecked[2].Err != nil {
+		t.Fatalf("without Checked: %v, %v, %v; want the bad CRC and the long subject refused", unchecked[0].Err, unchecked[1].Err, unchecked[2].Err)
+	}
+	checked := run(Checked)
+	if checked[0].Err != nil {
+		t.Fatalf("with Checked, a known subject's message was checked again: %v", checked[0].Err)
+	}
+	if checked[1].Err == nil {
+		t.Fatal("with Checked, a message for a new subject over the limits was stored")
+	}
+	if got := pullAll(t, s, "a", "g"); len(got) != 2 || got["flipped"] == nil {
+		t.Fatalf("subject a holds %d messages, want first and flipped", len(got))
 	}
 }

@@ -4,7 +4,9 @@ package main
 // messages for a fixed time to bin/qmq-realtime alone (durable flush, no
 // slave) and to a master started with --wait-slave whose slave is a second
 // qmq-realtime process (--role slave), so every ack waits for the slave's
-// fdatasync too. Rounds alternate so both see the same machine.
+// fdatasync too. Rounds alternate so both see the same machine, and each
+// starts once the disks are quiet (settleRound), so that no run measures
+// the writeback of the one before it.
 //
 //	produce_alone_msgs_per_s        the master alone
 //	produce_wait_slave_msgs_per_s   master + slave, --wait-slave
@@ -42,10 +44,12 @@ func runReplication(env *Env) error {
 func runReplicationRatio(env *Env) error {
 	var alone, waited float64
 	for round := 0; round < replicationRounds; round++ {
+		env.settleRound()
 		a, err := env.produceOurs(filepath.Join(env.Dir, fmt.Sprint("alone", round)), replicationDuration)
 		if err != nil {
 			return fmt.Errorf("alone: %w", err)
 		}
+		env.settleRound()
 		w, err := env.produceWaitSlave(filepath.Join(env.Dir, fmt.Sprint("pair", round)), replicationDuration)
 		if err != nil {
 			return fmt.Errorf("wait-slave: %w", err)

@@ -70,3 +70,11 @@ func wholeDisk(name string) bool {
 	_, err := os.Stat("/sys/block/" + name)
 	return err == nil
 }
+
+// settleRound is settleDisks between the rounds of a suite: at most 10 s,
+// a second without disk I/O; a round that starts on a busy disk is logged.
+func (e *Env) settleRound() {
+	if waited, quiet := settleDisks(time.Second, 10*time.Second); !quiet {
+		e.Logf("disks still busy after %v of waiting before a round", waited.Round(time.Millisecond))
+	}
+}
