@@ -130,7 +130,12 @@ func runTrace(env *Env) error {
 	if err != nil {
 		return err
 	}
-	defer b.stop()
+	stopped := false
+	defer func() { // stop waits for the process's exit: only once
+		if !stopped {
+			b.stop()
+		}
+	}()
 	var fill rateResult
 	if err := runWorker("trace-fill", &fill, "-addr", addr, "-count", fmt.Sprint(*traceMessages)); err != nil {
 		return err
@@ -150,6 +155,7 @@ func runTrace(env *Env) error {
 	env.Metric("lookup_by_key_p50_ms", res.KeyP50Ms, "ms")
 	env.Metric("lookup_by_key_p99_ms", res.KeyP99Ms, "ms")
 	b.stop()
+	stopped = true
 
 	cb, caddr, err := env.startRealtime(filepath.Join(env.Dir, "complete"))
 	if err != nil {
