@@ -107,3 +107,22 @@ func (c *Client) TraceKey(ctx context.Context, key string) ([]Trace, error) {
 	var t []Trace
 	return t, c.Do(ctx, http.MethodGet, "/trace?key="+url.QueryEscape(key), nil, &t)
 }
+
+// HistorySample is the cluster at one moment (GET /history): messages
+// stored and delivered per second (summed over realtime masters), the
+// consumer groups' backlog (retries included) and the delay servers'
+// pending messages.
+type HistorySample struct {
+	At           time.Time `json:"at"`
+	InPerSec     uint64    `json:"inPerSec"`
+	OutPerSec    uint64    `json:"outPerSec"`
+	Backlog      uint64    `json:"backlog"`
+	DelayPending uint64    `json:"delayPending"`
+}
+
+// History is the last hour of samples, oldest first, one every
+// IntervalSeconds, as this meta server took them.
+type History struct {
+	IntervalSeconds float64         `json:"intervalSeconds"`
+	Samples         []HistorySample `json:"samples"`
+}
