@@ -16,9 +16,11 @@ import (
 // the delay masters' pending messages, and the consumer groups' backlog
 // and retry backlog, asked of every realtime master with CmdBrokerStats)
 // and keeps the last hour in memory, for the console's charts (GET
-// /history). The backlog costs a request to every realtime master, so it
-// is sampled only while someone asked for the history within the hour
-// (zero before). Each meta server keeps its own; a restarted one starts
+// /history), with the consumer groups that hold dead letters as the last
+// sample found them (the console's overview lists them without asking the
+// brokers at each refresh). The backlog costs a request to every realtime
+// master, so it is sampled only while someone asked for the history within
+// the hour (zero before; the first ask samples at once). Each meta server keeps its own; a restarted one starts
 // empty.
 
 const historyWindow = time.Hour
@@ -27,11 +29,16 @@ type history struct {
 	asked   atomic.Int64 // Unix ns of the last GET /history
 	mu      sync.Mutex
 	samples []api.HistorySample // oldest first, within historyWindow
+	dead    []api.DeadGroup     // from the last sample that asked the masters
+	deadAt  time.Time           // when; zero before the first
 }
 
-func (h *history) add(x api.HistorySample) {
+func (h *history) add(x api.HistorySample, dead []api.DeadGroup, asked bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if asked {
+		h.dead, h.deadAt = dead, x.At
+	}
 	h.samples = append(h.samples, x)
 	cut := 0
 	for cut < len(h.samples) && x.At.Sub(h.samples[cut].At) > historyWindow {
@@ -40,10 +47,10 @@ func (h *history) add(x api.HistorySample) {
 	h.samples = append(h.samples[:0], h.samples[cut:]...)
 }
 
-func (h *history) get() []api.HistorySample {
+func (h *history) get() ([]api.HistorySample, []api.DeadGroup, time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]api.HistorySample{}, h.samples...)
+	return append([]api.HistorySample{}, h.samples...), append([]api.DeadGroup{}, h.dead...), h.deadAt
 }
 
 func (s *Server) historyInterval() time.Duration {
@@ -67,10 +74,11 @@ func (s *Server) historyLoop(ctx context.Context) {
 	}
 }
 
-// sample reads the cluster's rates and pending from the view and the
-// backlog from the realtime masters.
-func (s *Server) sample(ctx context.Context) api.HistorySample {
-	x := api.HistorySample{At: time.Now().UTC()}
+// sample reads the cluster's rates and pending from the view and, while
+// the history is wanted, the backlog and the groups with dead letters from
+// the realtime masters (asked reports whether it did).
+func (s *Server) sample(ctx context.Context) (x api.HistorySample, dead []api.DeadGroup, asked bool) {
+	x = api.HistorySample{At: time.Now().UTC()}
 	v := s.view
 	v.mu.RLock()
 	for bk, e := range v.brokers {
@@ -86,19 +94,32 @@ func (s *Server) sample(ctx context.Context) api.HistorySample {
 	}
 	v.mu.RUnlock()
 	if time.Since(time.Unix(0, s.hist.asked.Load())) > historyWindow {
-		return x
+		return x, nil, false
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.historyInterval())
 	defer cancel()
-	if cgs, err := s.consumerGroups(cctx, ""); err == nil {
-		for _, g := range cgs {
-			x.Backlog += g.Backlog + g.RetryBacklog
+	cgs, err := s.consumerGroups(cctx, "")
+	if err != nil {
+		return x, nil, false
+	}
+	dead = []api.DeadGroup{}
+	for _, g := range cgs {
+		x.Backlog += g.Backlog + g.RetryBacklog
+		if g.DeadLetters > 0 {
+			dead = append(dead, api.DeadGroup{Subject: g.Subject, Group: g.Group, DeadLetters: g.DeadLetters})
 		}
 	}
-	return x
+	return x, dead, true
 }
 
-func (s *Server) getHistory(*http.Request) (any, error) {
+// getHistory answers the samples; a first ask (or one after the masters
+// were last asked two intervals ago) samples at once, so the backlog and
+// dead letters are there from the first answer.
+func (s *Server) getHistory(r *http.Request) (any, error) {
 	s.hist.asked.Store(time.Now().UnixNano())
-	return api.History{IntervalSeconds: s.historyInterval().Seconds(), Samples: s.hist.get()}, nil
+	if _, _, at := s.hist.get(); time.Since(at) > 2*s.historyInterval() {
+		s.hist.add(s.sample(r.Context()))
+	}
+	samples, dead, _ := s.hist.get()
+	return api.History{IntervalSeconds: s.historyInterval().Seconds(), Samples: samples, DeadLetters: dead}, nil
 }

@@ -125,4 +125,14 @@ type HistorySample struct {
 type History struct {
 	IntervalSeconds float64         `json:"intervalSeconds"`
 	Samples         []HistorySample `json:"samples"`
+	// DeadLetters: the consumer groups holding dead letters at the last
+	// sample that asked the brokers.
+	DeadLetters []DeadGroup `json:"deadLetters"`
+}
+
+// DeadGroup is a consumer group that holds dead letters.
+type DeadGroup struct {
+	Subject     string `json:"subject"`
+	Group       string `json:"group"`
+	DeadLetters uint64 `json:"deadLetters"`
 }

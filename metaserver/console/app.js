@@ -89,7 +89,7 @@ async function act(what, method, path, body) {
 const enc = encodeURIComponent;
 
 async function overview() {
-  const st = await api("GET", "/status");
+  const [st, h] = await Promise.all([api("GET", "/status"), api("GET", "/history").catch(err => ({ error: err }))]);
   const card = (label, n, id) => el("div", { class: "card" }, el("div", { class: "n", id }, n), el("div", {}, label));
   return [
     el("h2", {}, "Cluster"),
@@ -107,22 +107,17 @@ async function overview() {
     table(["TCP", "HTTP", "up since"], st.metaServers.map(m => el("tr", {}, el("td", {}, m.tcp), el("td", {}, m.http), el("td", {}, localTime(m.startedAt))))),
     el("p", { class: "muted" }, "etcd revision " + st.revision + ", key prefix " + st.prefix),
     el("h2", {}, "Last hour"),
-    await historyCharts(),
+    historyCharts(h),
     el("h2", {}, "Groups with dead letters"),
-    await deadOverview(),
+    deadOverview(h),
   ];
 }
 
 // historyCharts draws the meta server's samples of the last hour: message
 // rates in and out, the consumer groups' backlog and the delay servers'
 // pending messages, as SVG line charts with local-time labels.
-async function historyCharts() {
-  let h;
-  try {
-    h = await api("GET", "/history");
-  } catch (err) {
-    return el("p", { class: "muted", id: "history" }, "no history: " + err.message);
-  }
+function historyCharts(h) {
+  if (h.error) return el("p", { class: "muted", id: "history" }, "no history: " + h.error.message);
   const ss = h.samples || [];
   const times = ss.map(x => new Date(x.at).getTime());
   return el("div", { id: "history", class: "charts" },
@@ -164,18 +159,14 @@ function lineChart(id, title, times, series) {
   return el("figure", { id, class: "chart" }, svg, el("figcaption", {}, title + ": " + last + " (" + range + ", max " + top + ")"));
 }
 
-// deadOverview lists every consumer group that holds dead letters, each
-// linking to its dead-letter page.
-async function deadOverview() {
-  let cgs;
-  try {
-    cgs = await api("GET", "/consumers");
-  } catch (err) {
-    return el("p", { class: "muted", id: "dead-overview" }, "cannot ask the brokers: " + err.message);
-  }
-  const rows = cgs.filter(cg => cg.deadLetters > 0).map(cg => el("tr", { "data-subject": cg.subject, "data-group": cg.group },
-    el("td", {}, cg.subject), el("td", {}, cg.group),
-    el("td", { class: "dead-count" }, el("a", { href: "#dead/" + enc(cg.subject) + "/" + enc(cg.group) }, cg.deadLetters))));
+// deadOverview lists every consumer group that holds dead letters (as
+// the meta server's last history sample found them), each linking to its
+// dead-letter page.
+function deadOverview(h) {
+  if (h.error) return el("p", { class: "muted", id: "dead-overview" }, "cannot ask the brokers: " + h.error.message);
+  const rows = (h.deadLetters || []).map(g => el("tr", { "data-subject": g.subject, "data-group": g.group },
+    el("td", {}, g.subject), el("td", {}, g.group),
+    el("td", { class: "dead-count" }, el("a", { href: "#dead/" + enc(g.subject) + "/" + enc(g.group) }, g.deadLetters))));
   return el("div", { id: "dead-overview" }, table(["subject", "group", "dead letters"], rows));
 }
 
