@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/qmq-go/qmq/pkg/metaclient"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/transport"
 	"github.com/qmq-go/qmq/producer"
@@ -23,6 +24,7 @@ type Consumer struct {
 	lg        *zap.Logger
 	transport *transport.Client
 	ownsTrans bool
+	meta      *metaclient.Client // made by New for WithMetaServers; Close closes it
 	// retries publishes retry and dead-letter copies.
 	retries *producer.Producer
 
@@ -31,7 +33,8 @@ type Consumer struct {
 	closed bool
 }
 
-// New returns a consumer. It needs WithResolver or WithBrokers.
+// New returns a consumer. It needs WithMetaServers, WithResolver or
+// WithBrokers.
 func New(opts ...Option) (*Consumer, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
@@ -66,9 +69,22 @@ func New(opts ...Option) (*Consumer, error) {
 		}
 		c.transport, c.ownsTrans = t, true
 	}
-	p, err := producer.New(producer.WithResolver(cfg.resolver), producer.WithTransport(c.transport),
+	if len(cfg.metaServers) > 0 {
+		mc, err := metaclient.New(cfg.metaServers, c.id, metaclient.WithCaller(c.transport), metaclient.WithLogger(lg))
+		if err != nil {
+			if c.ownsTrans {
+				c.transport.Close()
+			}
+			return nil, fmt.Errorf("consumer: %w", err)
+		}
+		c.meta, c.cfg.resolver = mc, mc
+	}
+	p, err := producer.New(producer.WithResolver(c.cfg.resolver), producer.WithTransport(c.transport),
 		producer.WithLogger(lg), producer.WithDelayFallback())
 	if err != nil {
+		if c.meta != nil {
+			_ = c.meta.Close()
+		}
 		if c.ownsTrans {
 			c.transport.Close()
 		}
@@ -147,6 +163,9 @@ func (c *Consumer) Close(ctx context.Context) error {
 	}
 	if err := c.retries.Close(ctx); err != nil {
 		errs = append(errs, err)
+	}
+	if c.meta != nil {
+		_ = c.meta.Close()
 	}
 	if c.ownsTrans {
 		c.transport.Close()

@@ -51,10 +51,21 @@ func TestDefaultConsumerID_Stable(t *testing.T) {
 
 func TestBackoff(t *testing.T) {
 	s := &Subscription{cfg: subConfig{retryBase: time.Second, retryMax: 10 * time.Second}}
+	// Doubling from the base up to the max, each wait jittered within half
+	// and one and a half times its value (never above the max), and two
+	// messages with the same attempts do not all wait alike.
 	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second, 10 * time.Second}
 	for i, w := range want {
-		if got := s.backoff(i + 1); got != w {
-			t.Fatalf("backoff(%d) = %v, want %v", i+1, got, w)
+		seen := map[time.Duration]bool{}
+		for range 50 {
+			got := s.backoff(i + 1)
+			if got < w/2 || got > min(w*3/2, 10*time.Second) {
+				t.Fatalf("backoff(%d) = %v, want within [%v, %v]", i+1, got, w/2, min(w*3/2, 10*time.Second))
+			}
+			seen[got] = true
+		}
+		if len(seen) < 5 {
+			t.Fatalf("backoff(%d): %d distinct waits in 50, want jitter", i+1, len(seen))
 		}
 	}
 	if d, ok := retryDelay(RetryAfter(3*time.Second, nil)); !ok || d != 3*time.Second {

@@ -1,10 +1,10 @@
 // Package consumer is the Go client that receives messages from QMQ-Go.
 //
-//	c, err := consumer.New(consumer.WithResolver(resolver))
+//	c, err := consumer.New(consumer.WithMetaServers("127.0.0.1:20880"), consumer.WithConsumerID("billing-1"))
 //	defer c.Close(ctx)
 //	sub, err := c.Subscribe("order.changed", "billing", func(ctx context.Context, m *consumer.Message) error {
 //		return handle(m) // nil acks; an error retries later
-//	}, consumer.Concurrency(8))
+//	}, consumer.StartEarliest(), consumer.Concurrency(8)) // a new group starts at the oldest message
 //
 // # Groups without partitions
 //

@@ -4,15 +4,32 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
 var (
 	// ErrClosed: the consumer or subscription is closed.
 	ErrClosed = errors.New("consumer: closed")
 	// ErrNoResolver: New was given no way to find broker groups.
-	ErrNoResolver = errors.New("consumer: no resolver (use WithResolver or WithBrokers)")
+	ErrNoResolver = errors.New("consumer: no resolver (use WithMetaServers, WithResolver or WithBrokers)")
 	// ErrAlreadySubscribed: this consumer already subscribes (subject, group).
 	ErrAlreadySubscribed = errors.New("consumer: already subscribed")
+)
+
+// What a broker refused a pull or an ack for; match with errors.Is. They
+// are pkg/protocol's sentinels, here so a caller needs no other import.
+var (
+	// ErrUnauthenticated: the broker requires an identity the consumer did
+	// not prove (WithCredentials, or a client certificate).
+	ErrUnauthenticated = protocol.ErrUnauthenticated
+	// ErrForbidden: the consumer's identity may not consume the subject as
+	// the group.
+	ErrForbidden = protocol.ErrForbidden
+	// ErrInvalid: a subject, group or consumer id breaks a naming rule.
+	ErrInvalid = protocol.ErrInvalid
+	// ErrUnavailable: no broker group could serve the request.
+	ErrUnavailable = protocol.ErrUnavailable
 )
 
 // retryAfterError asks for a retry at a chosen time.

@@ -141,3 +141,31 @@ func Example_secure() {
 	// Or by secret: consumer.WithCredentials(auth.Credentials{Name: "billing", Secret: secret}),
 	// WithCredentialsFile(path) or WithCredentialsFromEnv() ($QMQ_CREDENTIALS).
 }
+
+// Properties travel with a message: the producer sets them as
+// []producer.Property, the handler reads []consumer.Property (the same
+// type) or one by key.
+func ExampleMessage_Property() {
+	addr, stop := startExampleBroker()
+	defer stop()
+	c, _ := consumer.New(consumer.WithBrokers(addr), consumer.WithConsumerID("audit-1"))
+	defer c.Close(context.Background())
+	got := make(chan []consumer.Property, 1)
+	c.Subscribe("order.changed", "audit", func(ctx context.Context, m *consumer.Message) error {
+		if state, ok := m.Property("state"); ok && state == "paid" {
+			got <- m.Properties
+		}
+		return nil
+	}, consumer.StartEarliest())
+
+	p, _ := producer.New(producer.WithBrokers(addr))
+	p.Send(context.Background(), &producer.Message{Subject: "order.changed", Body: []byte("42"),
+		Properties: []producer.Property{{Key: "order", Value: "42"}, {Key: "state", Value: "paid"}}})
+	p.Close(context.Background())
+	for _, pr := range <-got {
+		fmt.Println(pr.Key, "=", pr.Value)
+	}
+	// Output:
+	// order = 42
+	// state = paid
+}

@@ -6,13 +6,17 @@ import (
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
+// Property is one key/value pair of a message's properties (the type
+// producer.Property is, so a caller needs no pkg/protocol import).
+type Property = protocol.Property
+
 // Message is a received message. Subject is the subject the producer sent
 // to (also for messages that came back through the retry subject).
 type Message struct {
 	Subject    string
 	ID         string
 	Tags       []string
-	Properties []protocol.Property
+	Properties []Property
 	Body       []byte
 	Created    time.Time
 	// DeliverAt is when the message was due (zero: at once).

@@ -20,6 +20,7 @@ type Option func(*config)
 
 type config struct {
 	resolver      route.Resolver
+	metaServers   []string // WithMetaServers: New makes a metaclient over the consumer's transport
 	transport     *transport.Client
 	transportOpts transport.Options
 	tls           *tls.Config
@@ -39,8 +40,11 @@ func defaultConfig() config {
 }
 
 func (c *config) validate() error {
-	if c.resolver == nil {
+	if c.resolver == nil && len(c.metaServers) == 0 {
 		return ErrNoResolver
+	}
+	if c.resolver != nil && len(c.metaServers) > 0 {
+		return errors.New("consumer: WithMetaServers and WithResolver/WithBrokers both name where the brokers are; give one")
 	}
 	if c.consumerID != "" {
 		if err := protocol.CheckConsumerID(c.consumerID); err != nil {
@@ -59,6 +63,16 @@ func (c *config) validate() error {
 
 // WithResolver sets where the consumer finds broker groups.
 func WithResolver(r route.Resolver) Option { return func(c *config) { c.resolver = r } }
+
+// WithMetaServers finds broker groups through the meta servers at addrs
+// (their TCP addresses, as host:port; scripts/run-local.sh's is
+// 127.0.0.1:20880): New makes a pkg/metaclient client over the consumer's own
+// connections (so WithTLS and WithCredentials apply to it too) and Close
+// closes it. WithResolver with a metaclient.Client does the same with a
+// client shared by several consumers and producers.
+func WithMetaServers(addrs ...string) Option {
+	return func(c *config) { c.metaServers = append([]string(nil), addrs...) }
+}
 
 // WithBrokers uses fixed realtime broker groups at addrs (tests, setups
 // without a meta server).

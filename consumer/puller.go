@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/qmq-go/qmq/pkg/jitter"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/route"
 	"go.uber.org/zap"
@@ -271,7 +272,7 @@ func (p *puller) pullFailed(err error, failures int) {
 	if errors.As(err, &pe) && (pe.Status == protocol.StatusNotMaster || pe.Status == protocol.StatusNotRouted) {
 		p.s.invalidate()
 	}
-	backoff := 50 * time.Millisecond << min(failures-1, 5) // 50 ms … 1.6 s
+	backoff := jitter.Nth(50*time.Millisecond, 1600*time.Millisecond, failures) // 50 ms … 1.6 s, jittered
 	if failures == 1 || failures%20 == 0 {
 		p.lg.Warn("pull failed", zap.Int("failures", failures), zap.Duration("backoff", backoff), zap.Error(err))
 	}
@@ -425,8 +426,8 @@ func (p *puller) takeDone(spare []uint64, disarm bool) []uint64 {
 const ackDelay = 5 * time.Millisecond
 
 // ackBackoff is the wait after the n-th failed ack in a row: 50 ms
-// doubling up to 1 s.
-func ackBackoff(n int) time.Duration { return 50 * time.Millisecond << min(n-1, 4) }
+// doubling up to 800 ms, jittered.
+func ackBackoff(n int) time.Duration { return jitter.Nth(50*time.Millisecond, 800*time.Millisecond, n) }
 
 // ackLoop acks the longest finished prefix of pull sequences, one ack in
 // flight at a time, and heartbeats while idle. An ack waits until the prefix

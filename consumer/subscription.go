@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/qmq-go/qmq/pkg/jitter"
 	"github.com/qmq-go/qmq/pkg/metaclient"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/route"
@@ -231,13 +232,11 @@ func (s *Subscription) safeHandle(ctx context.Context, m *Message) (err error) {
 	return s.handler(ctx, m)
 }
 
-// backoff returns the retry delay after attempts failed deliveries.
+// backoff returns the retry delay after attempts failed deliveries:
+// retryBase doubling up to retryMax, jittered (pkg/jitter), so messages that
+// failed together are not redelivered together.
 func (s *Subscription) backoff(attempts int) time.Duration {
-	d := s.cfg.retryBase
-	for i := 1; i < attempts && d < s.cfg.retryMax; i++ {
-		d *= 2
-	}
-	return min(d, s.cfg.retryMax)
+	return jitter.Nth(s.cfg.retryBase, s.cfg.retryMax, attempts)
 }
 
 // retry publishes a failed message again (to the retry subject, or to the

@@ -17,6 +17,19 @@
 // StatusNotMaster (StatusReadonly while its group is readonly), which
 // producers retry on another group after refreshing their routes.
 //
+// Scheduled messages can be cancelled (CmdScheduleCancel, by subject and
+// schedule key or message id; delay/store doc "Schedule keys and Cancel"
+// has the rule that decides a cancel racing the firing): each target is
+// answered cancelled, already fired or not found once the cancel is
+// durable, with --wait-slave once the slave holds it too, so a failover
+// never forwards a message answered cancelled. Keys are unique per delay
+// group among its pending messages. CmdScheduleReschedule moves a message
+// to a new due time in one store record (never both times, never
+// neither). A message past its expiry (qmq.expire.at) when it falls due is
+// dropped, not forwarded (qmq_delay_messages_expired_total). Recurring
+// schedules are keyed template messages (recurring.go). The operations
+// HTTP port serves the timeline (schedulehttp.go; qmqctl schedule).
+//
 // # Forward
 //
 // forwardLoop takes due messages from the store in batches and sends each,

@@ -47,6 +47,7 @@ func openMaster(s *Server) (*master, error) {
 	sopts.Horizon = o.Horizon
 	sopts.Keep = o.Keep
 	sopts.Limits = s.limits
+	sopts.CheckMessage = func(v *protocol.View) error { _, _, err := ParseCron(v); return err }
 	st, err := store.Open(o.DataDir, sopts, s.clk, s.lg)
 	if err != nil {
 		return nil, fmt.Errorf("delay: open store: %w", err)
@@ -199,6 +200,15 @@ func (m *master) forwardLoop() {
 				}
 				if d.DueMillis > 0 {
 					m.s.metrics.fireLateness.Observe(float64(now.UnixMilli()-d.DueMillis) / 1000)
+				}
+				if expired(d.Message, now.UnixMilli()) {
+					m.s.metrics.expired.Inc()
+					m.marks <- d.Ref
+					continue
+				}
+				if isTemplate(d.Message) {
+					m.recur(d, now)
+					continue
 				}
 				m.send(d)
 			}

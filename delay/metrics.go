@@ -7,13 +7,17 @@ import (
 
 // metrics are the delay server's Prometheus series (prefix qmq_delay_).
 type metrics struct {
-	received      prometheus.Counter
-	rejected      *prometheus.CounterVec
-	forwarded     prometheus.Counter
-	forwardErrors prometheus.Counter
-	fireLateness  prometheus.Histogram
-	lateness      prometheus.Histogram
-	rates         *metaclient.Rates // in/out rates for the heartbeats
+	received                     prometheus.Counter
+	rejected                     *prometheus.CounterVec
+	cancels                      *prometheus.CounterVec // cancel targets by answer
+	reschedules                  *prometheus.CounterVec // reschedule targets by answer
+	expired                      prometheus.Counter     // due messages dropped past their expiry
+	cronOccurrences, cronSkipped prometheus.Counter
+	forwarded                    prometheus.Counter
+	forwardErrors                prometheus.Counter
+	fireLateness                 prometheus.Histogram
+	lateness                     prometheus.Histogram
+	rates                        *metaclient.Rates // in/out rates for the heartbeats
 }
 
 func newMetrics(reg prometheus.Registerer, group string, s *Server) *metrics {
@@ -24,6 +28,16 @@ func newMetrics(reg prometheus.Registerer, group string, s *Server) *metrics {
 			Help: "Delayed messages received.", ConstLabels: labels}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "qmq_delay_messages_rejected_total",
 			Help: "Delayed messages refused, by status.", ConstLabels: labels}, []string{"status"}),
+		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "qmq_delay_cancels_total",
+			Help: "Cancel targets answered, by answer.", ConstLabels: labels}, []string{"status"}),
+		reschedules: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "qmq_delay_reschedules_total",
+			Help: "Reschedule targets answered, by answer.", ConstLabels: labels}, []string{"status"}),
+		expired: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_delay_messages_expired_total",
+			Help: "Due messages dropped instead of forwarded: past their expiry (qmq.expire.at).", ConstLabels: labels}),
+		cronOccurrences: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_delay_cron_occurrences_total",
+			Help: "Occurrences of recurring schedules stored by a realtime broker.", ConstLabels: labels}),
+		cronSkipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_delay_cron_skipped_total",
+			Help: "Missed occurrences of recurring schedules skipped (qmq.cron.missed=skip).", ConstLabels: labels}),
 		forwarded: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_delay_messages_forwarded_total",
 			Help: "Due messages stored by a realtime broker.", ConstLabels: labels}),
 		forwardErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_delay_forward_errors_total",
@@ -43,7 +57,7 @@ func newMetrics(reg prometheus.Registerer, group string, s *Server) *metrics {
 		}
 		return 0
 	}
-	reg.MustRegister(m.received, m.rejected, m.forwarded, m.forwardErrors, m.fireLateness, m.lateness,
+	reg.MustRegister(m.received, m.rejected, m.cancels, m.reschedules, m.expired, m.cronOccurrences, m.cronSkipped, m.forwarded, m.forwardErrors, m.fireLateness, m.lateness,
 		gauge("qmq_delay_messages_pending", "Stored messages not yet forwarded (on a slave: copied, not marked dispatched).",
 			func() float64 { return float64(s.Stats().Pending) }),
 		gauge("qmq_delay_messages_in_wheel", "Messages loaded into the time wheel.",

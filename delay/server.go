@@ -126,6 +126,8 @@ func New(opts Options, clk clock.Clock, resolver route.Resolver, lg *zap.Logger)
 	}
 	mux := netserver.NewMux()
 	mux.HandleFunc(protocol.CmdSend, s.serveSend)
+	mux.HandleFunc(protocol.CmdScheduleCancel, s.serveCancel)
+	mux.HandleFunc(protocol.CmdScheduleReschedule, s.serveReschedule)
 	copying := "copy group " + opts.Group + "'s files (a broker of the group)"
 	brokerOf := func(p *auth.Principal) bool { return p.IsBrokerOf(opts.Group) }
 	mux.HandleFunc(protocol.CmdDelaySyncManifest, s.allowed(brokerOf, copying, s.serveManifest))
@@ -157,6 +159,7 @@ func New(opts Options, clk clock.Clock, resolver route.Resolver, lg *zap.Logger)
 	if opts.HTTPAddr != "" {
 		s.ops = opsserver.New(opsserver.Options{Addr: opts.HTTPAddr, Registry: s.reg, Ready: s.life.Err,
 			TLS: kit.ServerTLS, Authorize: kit.Authorize(authority), Insecure: kit.Insecure()}, lg)
+		s.mountSchedule(kit.Authorize(authority))
 	}
 	return s, nil
 }

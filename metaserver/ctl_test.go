@@ -1,6 +1,7 @@
 package metaserver
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -102,6 +103,14 @@ func TestQmqctl_EveryCommand(t *testing.T) {
 	for _, to := range []string{"earliest", "latest", "2026-01-02T03:04:05Z"} {
 		has(run(0, tok, "offset", "reset", "orders", "billing", "--to", to), "done on")
 	}
+	// A consumer group nobody knows is not created by a typo.
+	out = run(ctl.ExitNotFound, tok, "offset", "reset", "orders", "nosuchgroup", "--to", "latest")
+	has(out, `consumer group "nosuchgroup" of subject "orders" does not exist`, "--create")
+	has(run(0, tok, "offset", "reset", "orders", "newgroup", "--to", "latest", "--create"), "done on")
+	has(run(ctl.ExitNotFound, tok, "consumer", "offline", "orders", "billing", "nosuchid"), `consumer "nosuchid" is not registered in orders/billing`, "c1")
+	has(run(ctl.ExitNotFound, "dead", "list", "orders", "nosuchgroup"), `consumer group "nosuchgroup"`)
+	has(run(ctl.ExitNotFound, tok, "dead", "redrive", "orders", "billing", "--id", "NOSUCHID"), "no dead letter with id NOSUCHID", "nothing was changed")
+	has(run(ctl.ExitNotFound, tok, "dead", "purge", "orders", "nosuchgroup", "--all"), `consumer group "nosuchgroup"`)
 	run(ctl.ExitUsage, tok, "offset", "reset", "orders", "billing")
 	run(ctl.ExitUsage, tok, "offset", "reset", "orders", "billing", "--to", "someday")
 	has(run(0, tok, "consumer", "offline", "orders", "billing", "c1"), "done on")
@@ -113,7 +122,7 @@ func TestQmqctl_EveryCommand(t *testing.T) {
 	for _, b := range []*fakeBroker{b1, b2} {
 		manage += len(b.manageRequests())
 	}
-	if want := routedMasters * 5; manage != want {
+	if want := routedMasters * 6; manage != want { // three resets, one with --create, offline, online
 		t.Fatalf("masters got %d manage requests, want %d", manage, want)
 	}
 
@@ -140,5 +149,34 @@ func TestQmqctl_EveryCommand(t *testing.T) {
 	// Bad usage and unknown commands.
 	run(ctl.ExitUsage, "frobnicate")
 	run(ctl.ExitUsage, "status", "--nosuchflag")
-	run(ctl.ExitFailed, "--meta=127.0.0.1:1", "status")
+	run(ctl.ExitFailed, "--meta-http=127.0.0.1:1", "status")
+}
+
+// TestQmqctl_MetaHTTPAddress: qmqctl names the meta server by its HTTP
+// address (--meta-http, $QMQ_META_HTTP, run-local's by default); given the
+// TCP address by mistake it says which address it needs and exits 2 instead
+// of printing EOF.
+func TestQmqctl_MetaHTTPAddress(t *testing.T) {
+	s := startServer(t, startEtcd(t), nil)
+	if def := ctl.NewCommand(nil).PersistentFlags().Lookup("meta-http").DefValue; def != "127.0.0.1:20980" {
+		t.Fatalf("--meta-http defaults to %q, want run-local's 127.0.0.1:20980", def)
+	}
+	t.Setenv("QMQ_META_HTTP", s.HTTPAddr().String())
+	var out, errOut bytes.Buffer
+	if code := ctl.Main([]string{"status"}, &out, &errOut); code != 0 {
+		t.Fatalf("status with QMQ_META_HTTP: exit %d: %s", code, errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	code := ctl.Main([]string{"--meta-http", s.Addr().String(), "status"}, &out, &errOut)
+	if code != ctl.ExitUsage || !strings.Contains(errOut.String(), "--meta-http takes the meta server's HTTP address") ||
+		!strings.Contains(errOut.String(), "does not answer HTTP") {
+		t.Fatalf("status against the TCP address: exit %d, stderr:\n%s", code, errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := ctl.Main([]string{"--meta", s.HTTPAddr().String(), "status"}, &out, &errOut); code != 0 ||
+		!strings.Contains(errOut.String(), "--meta-http") {
+		t.Fatalf("the old --meta: exit %d, stderr:\n%s", code, errOut.String())
+	}
 }

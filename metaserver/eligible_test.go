@@ -120,7 +120,7 @@ func TestElection_WriteStateShownAndForcedFailover(t *testing.T) {
 	})
 	t.Logf("write state shown %v after the heartbeat", time.Since(changed).Round(time.Millisecond))
 	var out, errOut bytes.Buffer
-	if code := ctl.Main([]string{"--meta=" + s.HTTPAddr().String(), "groups"}, &out, &errOut); code != 0 {
+	if code := ctl.Main([]string{"--meta-http=" + s.HTTPAddr().String(), "groups"}, &out, &errOut); code != 0 {
 		t.Fatalf("qmqctl groups: exit %d: %s", code, errOut.String())
 	}
 	for _, want := range []string{"WRITES", "ELIGIBLE", "readonly", "g1-s"} {

@@ -94,6 +94,9 @@ func (s *Server) serveRegister(r *netserver.Request) {
 			r.ReplyError(err)
 			return
 		}
+		if req.Role == protocol.RoleMaster && req.Flags&protocol.RegisterLeaving == 0 && resp.Master == req.Address {
+			s.watchMasterConn(req.Group, req.BrokerID, req.Address, r.Done())
+		}
 		r.Reply(protocol.StatusOK, protocol.AppendRegisterResponse(nil, &resp))
 	}()
 }

@@ -282,6 +282,10 @@ func (b *fakeBroker) serveDead(r *netserver.Request) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if req.Group != fakeDeadGroup {
+		r.Reply(protocol.StatusOK, protocol.AppendDeadLettersResponse(nil, &protocol.DeadLettersResponse{}))
+		return
+	}
 	match := func(l protocol.DeadLetter) bool {
 		if len(req.IDs) == 0 {
 			return true
@@ -328,6 +332,10 @@ func (b *fakeBroker) serveDead(r *netserver.Request) {
 	resp.Total = uint64(len(b.dead))
 	r.Reply(protocol.StatusOK, protocol.AppendDeadLettersResponse(nil, &resp))
 }
+
+// fakeDeadGroup is the consumer group every fake dead letter belongs to: the
+// fake answers other groups with none, as a broker does.
+const fakeDeadGroup = "billing"
 
 func (b *fakeBroker) addDeadLetter(t testing.TB, seq uint64, subject, id, body string) {
 	t.Helper()

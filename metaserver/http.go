@@ -34,7 +34,7 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("GET "+p+"/status", s.read(func(r *http.Request) (any, error) { return s.status(), nil }))
 	mux.HandleFunc("GET "+p+"/brokers", s.read(func(r *http.Request) (any, error) { return s.brokers(), nil }))
 	mux.HandleFunc("GET "+p+"/groups", s.read(func(r *http.Request) (any, error) { return s.groups(), nil }))
-	mux.HandleFunc("GET "+p+"/routes", s.read(func(r *http.Request) (any, error) { return s.routes(""), nil }))
+	mux.HandleFunc("GET "+p+"/routes", s.read(s.listRoutes))
 	mux.HandleFunc("GET "+p+"/routes/{subject}", s.read(s.getRoute))
 	mux.HandleFunc("POST "+p+"/routes/{subject}/groups", s.change(s.postRouteGroup))
 	mux.HandleFunc("DELETE "+p+"/routes/{subject}/groups/{group}", s.change(s.deleteRouteGroup))
@@ -281,7 +281,7 @@ func (s *Server) groups() []api.Group {
 		if kind == 0 {
 			kind = kinds[name]
 		}
-		ag := api.Group{Name: name, Kind: kind.String(), State: v.stateLocked(g, "").String(), Routes: counts[name]}
+		ag := api.Group{Name: name, Kind: kind.String(), State: v.adminStateLocked(g, "").String(), Routes: counts[name]}
 		if kind == 0 {
 			ag.Kind = ""
 		}
@@ -324,7 +324,7 @@ func (s *Server) routes(subject string) []api.Route {
 		r := api.Route{Subject: rk.subject, Kind: rk.kind.String(), Version: re.modRev, CreatedAt: re.rec.CreatedAt, Groups: []api.RouteGroup{}}
 		for _, name := range re.rec.Groups {
 			g := v.groupLocked(name)
-			rg := api.RouteGroup{Group: name, State: v.stateLocked(g, rk.subject).String()}
+			rg := api.RouteGroup{Group: name, State: v.adminStateLocked(g, rk.subject).String()}
 			if g.master != nil {
 				rg.Master, rg.Epoch = g.master.Address, g.master.Epoch
 			}
@@ -341,6 +341,19 @@ func (s *Server) routes(subject string) []api.Route {
 	return out
 }
 
+// listRoutes lists every route, or with ?subject= every route of one subject
+// (its realtime and its delay route), 404 when it has none.
+func (s *Server) listRoutes(r *http.Request) (any, error) {
+	subject := r.URL.Query().Get("subject")
+	rs := s.routes(subject)
+	if subject != "" && len(rs) == 0 {
+		return nil, protocol.Errorf(protocol.StatusNotFound, "subject "+subject+" has no route")
+	}
+	return rs, nil
+}
+
+// getRoute returns subject's realtime route (its first; listRoutes with
+// ?subject= returns the delay route too).
 func (s *Server) getRoute(r *http.Request) (any, error) {
 	subject := r.PathValue("subject")
 	rs := s.routes(subject)
@@ -472,6 +485,13 @@ func (s *Server) postReset(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, routed := s.routeTargets(subject); routed && !in.Create {
+		// A reset of a group no broker has would create it there: a typo
+		// must not, so creating one takes "create".
+		if known, failed := s.consumerGroupKnown(r.Context(), subject, group); !known {
+			return nil, errUnknownConsumerGroup(subject, group, failed, `; to create it at that position pass "create": true (qmqctl offset reset --create)`)
+		}
+	}
 	return s.manageConsumers(r.Context(), protocol.ConsumerManageRequest{Action: action, Subject: subject, Group: group, Time: at})
 }
 
@@ -487,6 +507,9 @@ func (s *Server) consumerOnline(online bool) func(r *http.Request) (any, error) 
 			return nil, err
 		}
 		if err := protocol.CheckConsumerID(id); err != nil {
+			return nil, err
+		}
+		if err := s.checkConsumerKnown(subject, group, id); err != nil {
 			return nil, err
 		}
 		key := s.keys.offline(subject, group, id)
@@ -543,6 +566,11 @@ func (s *Server) listDeadLetters(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if d.Total == 0 && len(d.Letters) == 0 && req.After == 0 {
+		if known, failed := s.consumerGroupKnown(r.Context(), subject, group); !known {
+			return nil, errUnknownConsumerGroup(subject, group, failed, "")
+		}
+	}
 	if p := principalOf(r.Context()); p == nil || !p.CanReadBodies() {
 		hideBodies(&d)
 	}
@@ -583,6 +611,47 @@ func (s *Server) deadLetterAction(action protocol.DeadLetterAction) func(r *http
 			return nil, err
 		}
 		ids := slices.DeleteFunc(in.IDs, func(id string) bool { return id == "" })
-		return s.deadLetters(r.Context(), protocol.DeadLettersRequest{Action: action, Subject: subject, Group: group, IDs: ids})
+		d, err := s.deadLetters(r.Context(), protocol.DeadLettersRequest{Action: action, Subject: subject, Group: group, IDs: ids})
+		if err != nil || d.Affected > 0 || len(d.Errors) > 0 {
+			return d, err
+		}
+		// Nothing happened: say why when it is a name nobody knows.
+		if known, failed := s.consumerGroupKnown(r.Context(), subject, group); !known {
+			return nil, errUnknownConsumerGroup(subject, group, failed, "")
+		}
+		if len(ids) > 0 {
+			return nil, protocol.Errorf(protocol.StatusNotFound, fmt.Sprintf("no dead letter with id %s in %s/%s: nothing was changed",
+				strings.Join(ids, ", "), subject, group))
+		}
+		return d, nil
 	}
+}
+
+// checkConsumerKnown fails with a 404 naming the consumer unless it is
+// registered with the meta server (it heartbeats) or marked offline.
+func (s *Server) checkConsumerKnown(subject, group, id string) error {
+	v := s.view
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	k := consumerKey{subject, group, id}
+	if _, ok := v.consumers[k]; ok {
+		return nil
+	}
+	if _, ok := v.offline[k]; ok {
+		return nil
+	}
+	var known []string
+	for ck := range v.consumers {
+		if ck.subject == subject && ck.group == group {
+			known = append(known, ck.clientID)
+		}
+	}
+	slices.Sort(known)
+	msg := fmt.Sprintf("consumer %q is not registered in %s/%s", id, subject, group)
+	if len(known) > 0 {
+		msg += " (registered: " + strings.Join(known, ", ") + ")"
+	} else {
+		msg += " (no consumer of it is registered)"
+	}
+	return protocol.Errorf(protocol.StatusNotFound, msg)
 }

@@ -163,9 +163,9 @@ const (
 )
 
 // errRemovedAdminToken says where the admin token comes from now.
-var errRemovedAdminToken = fmt.Errorf("%w: the admin token is no longer taken from the command line or the config file's admin_token "+
+var errRemovedAdminToken = fmt.Errorf("%w: the admin token is no longer taken from the command line or the config file's admin-token "+
 	"(it shows in ps and in files others read): put it in a file only you can read and pass --admin-token-file FILE "+
-	"(admin_token_file in the config file), or set %s", ErrInvalidOptions, EnvAdminToken)
+	"(admin-token-file in the config file), or set %s", ErrInvalidOptions, EnvAdminToken)
 
 // RefuseSecretArgs fails when args pass the admin token on the command
 // line (--admin-token, removed), with a message that says what to use and
@@ -255,11 +255,16 @@ func (o *Options) Validate() error {
 			return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 		}
 	}
+	// The meta server registers its TCP address (and its HTTP address,
+	// on the advertised host when bound to a wildcard) in etcd.
+	if err := exposure.CheckAdvertise(o.Addr, o.AdvertiseAddr, "--advertise-addr"); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
 	return o.Log.Validate()
 }
 
 // listFlag is a comma-separated list flag whose String gives the list back
-// (config.Parse replays flags through String after loading a file).
+// (--help shows the default through String).
 type listFlag struct{ p *[]string }
 
 func (l listFlag) String() string {

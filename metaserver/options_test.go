@@ -41,14 +41,14 @@ func TestOptions_Validate(t *testing.T) {
 func TestOptions_FileAndFlags(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "meta.yaml")
-	yaml := "etcd_endpoints: [a:1, b:2]\nmin_groups: 3\nbroker_ttl: 4s\nprefix: /other/\n"
+	yaml := "etcd-endpoints: [a:1, b:2]\nmin-groups: 3\nbroker-ttl: 4s\nprefix: /other/\n"
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	o := NewOptions()
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	o.AddFlags(fs)
-	if err := config.Parse(fs, []string{"--config", path, "--min-groups", "5", "--etcd-endpoints", "x:1, y:2"}, &o); err != nil {
+	if err := config.Parse(fs, []string{"--config", path, "--min-groups", "5", "--etcd-endpoints", "x:1, y:2"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if o.MinGroups != 5 || o.BrokerTTL != 4*time.Second || o.Prefix != "/other/" || len(o.EtcdEndpoints) != 2 || o.EtcdEndpoints[1] != "y:2" {
@@ -63,7 +63,7 @@ func TestOptions_ConnectionBoundFlags(t *testing.T) {
 	o.AddFlags(fs)
 	args := []string{"--max-conns", "50", "--max-conns-per-identity", "5", "--max-partial-bytes", "1048576",
 		"--idle-timeout", "30s", "--min-read-rate", "100", "--read-rate-window", "5s"}
-	if err := config.Parse(fs, args, &o); err != nil {
+	if err := config.Parse(fs, args, nil); err != nil {
 		t.Fatal(err)
 	}
 	l := o.Limits

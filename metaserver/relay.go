@@ -285,3 +285,63 @@ func decodeDeadLetter(group string, l protocol.DeadLetter) api.DeadLetter {
 	}
 	return d
 }
+
+// consumerGroupKnown reports whether subject's consumer group exists: a
+// consumer of it is registered or marked offline, or a master on the
+// subject's route reports a position (or a retry backlog) for it. When no
+// master answered it reports true, so that the request's own relay reports
+// the failure; failed lists the masters that did not answer.
+func (s *Server) consumerGroupKnown(ctx context.Context, subject, group string) (known bool, failed []string) {
+	v := s.view
+	v.mu.RLock()
+	for ck := range v.consumers {
+		if ck.subject == subject && ck.group == group {
+			known = true
+		}
+	}
+	for ck := range v.offline {
+		if ck.subject == subject && ck.group == group {
+			known = true
+		}
+	}
+	v.mu.RUnlock()
+	if known {
+		return true, nil
+	}
+	targets, _ := s.routeTargets(subject)
+	body := protocol.AppendBrokerStatsRequest(nil, &protocol.BrokerStatsRequest{})
+	answered := 0
+	retry := protocol.RetrySubject(subject, group)
+	for _, r := range s.relay(ctx, targets, protocol.CmdBrokerStats, body) {
+		var st protocol.BrokerStatsResponse
+		err := r.err
+		if err == nil {
+			st, err = protocol.DecodeBrokerStatsResponse(r.body)
+		}
+		if err != nil {
+			failed = append(failed, r.group)
+			continue
+		}
+		answered++
+		for _, ss := range st.Subjects {
+			if ss.Subject != subject && ss.Subject != retry {
+				continue
+			}
+			for _, gs := range ss.Groups {
+				if gs.Group == group {
+					return true, nil
+				}
+			}
+		}
+	}
+	return answered == 0, failed
+}
+
+// errUnknownConsumerGroup is the 404 for a consumer group nobody knows.
+func errUnknownConsumerGroup(subject, group string, failed []string, hint string) error {
+	msg := fmt.Sprintf("consumer group %q of subject %q does not exist (no consumer of it is registered and no broker group on the route has it)", group, subject)
+	if len(failed) > 0 {
+		msg += fmt.Sprintf("; broker groups %v did not answer", failed)
+	}
+	return protocol.Errorf(protocol.StatusNotFound, msg+hint)
+}

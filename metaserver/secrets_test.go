@@ -154,7 +154,7 @@ func TestSecrets_NeverLogged(t *testing.T) {
 }
 
 // TestSecrets_NotFromTheCommandLineOrConfigFile: --admin-token and the
-// admin_token key are refused with a message saying what to use; the
+// admin-token key are refused with a message saying what to use; the
 // environment works, short tokens do not.
 func TestSecrets_NotFromTheCommandLineOrConfigFile(t *testing.T) {
 	t.Parallel()
@@ -170,7 +170,7 @@ func TestSecrets_NotFromTheCommandLineOrConfigFile(t *testing.T) {
 			}
 			args = append([]string{"--config", path}, args...)
 		}
-		return config.Parse(fs, args, &o)
+		return config.Parse(fs, args, nil)
 	}
 	if err := parse([]string{"--admin-token", "whatever-token-value"}, ""); err == nil || !strings.Contains(err.Error(), "--admin-token-file") {
 		t.Fatalf("--admin-token: %v", err)
@@ -183,10 +183,10 @@ func TestSecrets_NotFromTheCommandLineOrConfigFile(t *testing.T) {
 	if err := RefuseSecretArgs([]string{"--admin-token-file", "f", "--", "--admin-token"}); err != nil {
 		t.Fatalf("RefuseSecretArgs of allowed arguments: %v", err)
 	}
-	if err := parse(nil, "admin_token: whatever-token-value\n"); err == nil || !strings.Contains(err.Error(), "--admin-token-file") || !strings.Contains(err.Error(), EnvAdminToken) {
-		t.Fatalf("admin_token in the config file: %v", err)
+	if err := parse(nil, "admin-token: whatever-token-value\n"); err == nil || !strings.Contains(err.Error(), "--admin-token-file") || !strings.Contains(err.Error(), EnvAdminToken) {
+		t.Fatalf("admin-token in the config file: %v", err)
 	}
-	if err := parse(nil, "admin_token_file: /x/y\nauth: true\ncredentials_file: /x/z\n"); err != nil {
+	if err := parse(nil, "admin-token-file: /x/y\nauth: true\ncredentials-file: /x/z\n"); err != nil {
 		t.Fatalf("the new keys: %v", err)
 	}
 	env := map[string]string{}

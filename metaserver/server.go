@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/qmq-go/qmq/pkg/auth"
+	"github.com/qmq-go/qmq/pkg/exposure"
 	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/transport"
@@ -58,6 +59,7 @@ type Server struct {
 	metaLease clientv3.LeaseID
 	switchMu  sync.Mutex
 	switching map[string]bool // groups with a switchover under way here
+	watch     masterWatch     // masters' registration connections (masterwatch.go)
 
 	// closing ends when Close begins: long admin requests watch it.
 	closing      context.Context
@@ -279,7 +281,7 @@ func (s *Server) Close(ctx context.Context) error {
 			errs = append(errs, s.httpSrv.Shutdown(ctx))
 		}
 		errs = append(errs, s.tcp.Close(ctx))
-		s.stop()
+		s.stopLoops()
 		s.loops.Wait()
 		s.metaMu.Lock()
 		if s.metaLease != 0 {
@@ -297,7 +299,7 @@ func (s *Server) Close(ctx context.Context) error {
 // membershipLoop keeps this server listed under metaservers/ on a lease of
 // its own, re-registering whenever the lease is lost.
 func (s *Server) membershipLoop(ctx context.Context) {
-	rec := metaRecord{TCP: s.id, HTTP: s.HTTPAddr().String(), StartedAt: s.started}
+	rec := metaRecord{TCP: s.id, HTTP: exposure.Reachable(s.HTTPAddr().String(), s.opts.AdvertiseAddr), StartedAt: s.started}
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		lease, err := s.grant(ctx, s.opts.BrokerTTL)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/qmq-go/qmq/metaserver/api"
+	"github.com/qmq-go/qmq/metaserver/ctl"
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
@@ -191,6 +192,17 @@ func TestServer_DelayProducersGetDelayGroups(t *testing.T) {
 	if len(dl.Groups) != 1 || dl.Groups[0].Group != "dl1" || dl.Groups[0].Kind != protocol.KindDelay {
 		t.Fatalf("delay route %+v, want dl1 only", dl.Groups)
 	}
+	// qmqctl routes SUBJECT lists both, as qmqctl routes does.
+	run := qmqctlRunner(t, s.HTTPAddr().String())
+	for _, args := range [][]string{{"routes"}, {"routes", "orders"}} {
+		out := run(0, args...)
+		for _, want := range []string{"realtime", "rt1", "delay", "dl1"} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("qmqctl %v lacks %q:\n%s", args, want, out)
+			}
+		}
+	}
+	run(ctl.ExitNotFound, "routes", "nosuch")
 }
 
 // TestServer_RouteAssignmentFromTwoServers races first lookups of the same

@@ -140,7 +140,7 @@ func TestE2E_SwitchoverOfADelayGroup(t *testing.T) {
 	send("before", 30, 3*time.Second)
 
 	var out, errOut bytes.Buffer
-	if code := ctl.Main([]string{"--meta=" + s.HTTPAddr().String(), "groups"}, &out, &errOut); code != 0 {
+	if code := ctl.Main([]string{"--meta-http=" + s.HTTPAddr().String(), "groups"}, &out, &errOut); code != 0 {
 		t.Fatalf("qmqctl groups: exit %d: %s", code, errOut.String())
 	}
 	for _, want := range []string{"dl1", "delay", aAddr, bAddr, "REPLICA LAG", fmt.Sprint(before.Epoch)} {
@@ -149,7 +149,7 @@ func TestE2E_SwitchoverOfADelayGroup(t *testing.T) {
 		}
 	}
 	out.Reset()
-	code := ctl.Main([]string{"--meta=" + s.HTTPAddr().String(), tokenFlag(t, "t"), "switchover", "dl1", "--wait=30s"}, &out, &errOut)
+	code := ctl.Main([]string{"--meta-http=" + s.HTTPAddr().String(), tokenFlag(t, "t"), "switchover", "dl1", "--wait=30s"}, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("qmqctl switchover: exit %d\nstdout: %s\nstderr: %s", code, out.String(), errOut.String())
 	}

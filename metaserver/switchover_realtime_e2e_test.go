@@ -156,7 +156,7 @@ func TestE2E_SwitchoverWithRealBrokers(t *testing.T) {
 	}()
 
 	var out, errOut bytes.Buffer
-	code := ctl.Main([]string{"--meta=" + s.HTTPAddr().String(), tokenFlag(t, "t"), "switchover", "rt1", "--wait=30s"}, &out, &errOut)
+	code := ctl.Main([]string{"--meta-http=" + s.HTTPAddr().String(), tokenFlag(t, "t"), "switchover", "rt1", "--wait=30s"}, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("qmqctl switchover: exit %d\nstdout: %s\nstderr: %s", code, out.String(), errOut.String())
 	}

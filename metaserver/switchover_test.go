@@ -381,7 +381,7 @@ func TestQmqctl_SwitchoverAndReplicationColumns(t *testing.T) {
 	run := func(want int, args ...string) string {
 		t.Helper()
 		var out, errOut bytes.Buffer
-		code := ctl.Main(append([]string{"--meta=" + s.HTTPAddr().String()}, args...), &out, &errOut)
+		code := ctl.Main(append([]string{"--meta-http=" + s.HTTPAddr().String()}, args...), &out, &errOut)
 		if code != want {
 			t.Fatalf("qmqctl %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, want, out.String(), errOut.String())
 		}

@@ -112,8 +112,9 @@ func TestOptions_RefuseAnExposedListenerWithoutTLSAndAuth(t *testing.T) {
 		}, false},
 		{"all interfaces, TLS and auth", func(o *Options) {
 			o.Addr, o.HTTPAddr, o.TLS, o.RequireAuth = "0.0.0.0:0", "0.0.0.0:0", tlsconfig.Files{Cert: "c.pem", Key: "k.pem"}, true
+			o.AdvertiseAddr = "10.0.0.5:20880"
 		}, true},
-		{"all interfaces, --insecure", func(o *Options) { o.Addr, o.Insecure = "0.0.0.0:0", true }, true},
+		{"all interfaces, --insecure", func(o *Options) { o.Addr, o.Insecure, o.AdvertiseAddr = "0.0.0.0:0", true, "10.0.0.5:20880" }, true},
 	} {
 		o := NewOptions()
 		o.Addr, o.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"

@@ -74,7 +74,7 @@ func qmqctlRunner(t *testing.T, meta string) func(want int, args ...string) stri
 	return func(want int, args ...string) string {
 		t.Helper()
 		var out, errOut bytes.Buffer
-		code := ctl.Main(append([]string{"--meta=" + meta}, args...), &out, &errOut)
+		code := ctl.Main(append([]string{"--meta-http=" + meta}, args...), &out, &errOut)
 		if code != want {
 			t.Fatalf("qmqctl %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, want, out.String(), errOut.String())
 		}

@@ -32,6 +32,10 @@ type view struct {
 	ids       identities               // identities/ keys and the policy made of them (identities.go)
 	eligible  map[string]eligibleEntry // by group
 	changed   chan struct{}            // closed and replaced whenever rev moves
+	// unreachable: group → its master's broker id, while that master does
+	// not answer after its connection closed (masterwatch.go). Not etcd
+	// state: reloads keep it.
+	unreachable map[string]string
 }
 
 type brokerKey struct {
@@ -289,6 +293,18 @@ func (v *view) groupLocked(name string) groupView {
 		g.eligible = &r
 	}
 	return g
+}
+
+// adminStateLocked is the state the admin API, qmqctl and the console show:
+// stateLocked, except that a master marked unreachable (masterwatch.go)
+// shows unavailable at once. Lookups keep stateLocked: producers learn of a
+// dead master from their own failed sends, and a mark must not move
+// traffic or routes.
+func (v *view) adminStateLocked(g groupView, subject string) protocol.GroupState {
+	if g.master != nil && g.master.BrokerID != "" && v.unreachable[g.name] == g.master.BrokerID {
+		return protocol.GroupUnavailable
+	}
+	return v.stateLocked(g, subject)
 }
 
 // stateLocked is the state of group for producers of subject ("" = the

@@ -1,6 +1,6 @@
 // Package producer is the Go client that sends messages to QMQ-Go.
 //
-//	p, err := producer.New(producer.WithResolver(resolver))
+//	p, err := producer.New(producer.WithMetaServers("127.0.0.1:20880")) // the meta server's TCP address
 //	defer p.Close(ctx)
 //	err = p.Send(ctx, &producer.Message{Subject: "order.changed", Body: body})
 //
@@ -13,7 +13,8 @@
 // # Routing
 //
 // A Resolver (pkg/route) names the broker groups of a subject: the meta
-// server through pkg/metaclient, or a static list. Messages due 500 ms or
+// server through pkg/metaclient (WithMetaServers makes one; WithResolver
+// shares one), or a static list (WithBrokers). Messages due 500 ms or
 // more ahead (DeliverAt) go to delay groups, the rest to realtime groups.
 // For each message the producer picks a group round-robin among the
 // subject's writable groups, skipping groups whose circuit breaker is open

@@ -19,6 +19,7 @@ type Option func(*config)
 
 type config struct {
 	resolver      route.Resolver
+	metaServers   []string // WithMetaServers: New makes a metaclient over the producer's transport
 	transport     *transport.Client
 	transportOpts transport.Options
 	tls           *tls.Config
@@ -57,8 +58,10 @@ func defaultConfig() config {
 
 func (c *config) validate() error {
 	switch {
-	case c.resolver == nil:
+	case c.resolver == nil && len(c.metaServers) == 0:
 		return ErrNoResolver
+	case c.resolver != nil && len(c.metaServers) > 0:
+		return fmt.Errorf("producer: WithMetaServers and WithResolver/WithBrokers both name where the brokers are; give one")
 	case c.batchMessages <= 0:
 		return fmt.Errorf("producer: batch messages must be positive, got %d", c.batchMessages)
 	case c.batchBytes <= 0:
@@ -83,6 +86,16 @@ func (c *config) validate() error {
 // WithResolver sets where the producer finds broker groups (pkg/metaclient,
 // or route.NewStatic).
 func WithResolver(r route.Resolver) Option { return func(c *config) { c.resolver = r } }
+
+// WithMetaServers finds broker groups through the meta servers at addrs
+// (their TCP addresses, as host:port; scripts/run-local.sh's is
+// 127.0.0.1:20880): New makes a pkg/metaclient client over the producer's own
+// connections (so WithTLS and WithCredentials apply to it too) and Close
+// closes it. WithResolver with a metaclient.Client does the same with a
+// client shared by several producers and consumers.
+func WithMetaServers(addrs ...string) Option {
+	return func(c *config) { c.metaServers = append([]string(nil), addrs...) }
+}
 
 // WithBrokers routes every subject to fixed realtime broker groups at addrs
 // (no delay groups): for tests and setups without a meta server.

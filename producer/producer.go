@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/qmq-go/qmq/pkg/metaclient"
 	"github.com/qmq-go/qmq/pkg/msgid"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/route"
@@ -29,6 +30,7 @@ type Producer struct {
 	lg        *zap.Logger
 	transport *transport.Client
 	ownsTrans bool
+	meta      *metaclient.Client // made by New for WithMetaServers; Close closes it
 	ids       *msgid.Generator
 	slab      slab
 
@@ -65,7 +67,8 @@ type pending struct {
 	retryAt  time.Time // earliest time of the next try
 }
 
-// New returns a producer. It needs WithResolver or WithBrokers.
+// New returns a producer. It needs WithMetaServers, WithResolver or
+// WithBrokers.
 func New(opts ...Option) (*Producer, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
@@ -108,6 +111,16 @@ func New(opts ...Option) (*Producer, error) {
 			return nil, fmt.Errorf("producer: %w", err)
 		}
 		p.transport, p.ownsTrans = t, true
+	}
+	if len(cfg.metaServers) > 0 {
+		mc, err := metaclient.New(cfg.metaServers, clientName("producer"), metaclient.WithCaller(p.transport), metaclient.WithLogger(lg))
+		if err != nil {
+			if p.ownsTrans {
+				p.transport.Close()
+			}
+			return nil, fmt.Errorf("producer: %w", err)
+		}
+		p.meta, p.cfg.resolver = mc, mc
 	}
 	s := newSender(p)
 	p.sender = s
@@ -323,7 +336,7 @@ func (p *Producer) sendDirect(ctx context.Context, pd *directMsg, now time.Time,
 	case st[0].Success():
 		return true, nil
 	case !st[0].Retryable():
-		return true, fmt.Errorf("producer: message %s: %w", pd.id, protocol.StatusError(st[0], "group "+g.Name))
+		return true, fmt.Errorf("producer: message %s: %w", pd.id, refusal(st[0], g.Name, pd.raw))
 	}
 	pd.avoid = g.Name
 	if st == nil || st[0] == protocol.StatusReadonly || st[0] == protocol.StatusNotRouted || st[0] == protocol.StatusNotMaster ||
@@ -426,6 +439,9 @@ func (p *Producer) Close(ctx context.Context) error {
 			p.transport.Close() // fails requests in flight at once
 		}
 		<-finished
+	}
+	if p.meta != nil {
+		_ = p.meta.Close()
 	}
 	if p.ownsTrans {
 		p.transport.Close()

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/qmq-go/qmq/pkg/jitter"
 	"github.com/qmq-go/qmq/pkg/route"
 	"github.com/sony/gobreaker/v2"
 )
@@ -118,10 +119,7 @@ func (s *selector) tracked(name string) bool { return s.health[name] != nil }
 func (s *selector) failed(name string, now time.Time) time.Duration {
 	h := s.healthOf(name)
 	h.failures++
-	d := failureBackoffMin << min(h.failures-1, 10)
-	if d > failureBackoffMax {
-		d = failureBackoffMax
-	}
+	d := jitter.Nth(failureBackoffMin, failureBackoffMax, h.failures) // 100 ms … 10 s, jittered
 	h.avoidUntil = now.Add(d)
 	return d
 }

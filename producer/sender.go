@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/qmq-go/qmq/pkg/jitter"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/route"
 	"go.uber.org/zap"
@@ -341,7 +342,7 @@ func (s *sender) handle(r *result) {
 		backoff := s.sel.failed(r.group.Name, now)
 		s.mu.Unlock()
 		s.invalidate(r.group, r.msgs, err)
-		s.p.lg.Debug("send request failed", zap.String("group", r.group.Name), zap.String("addr", r.group.Addr),
+		s.p.lg.Debug("send request failed", zap.String("broker_group", r.group.Name), zap.String("addr", r.group.Addr),
 			zap.Int("messages", len(r.msgs)), zap.Duration("avoid", backoff), zap.Error(err))
 		for _, pd := range r.msgs {
 			pd.avoid = r.group.Name
@@ -364,7 +365,7 @@ func (s *sender) handle(r *result) {
 			pd.avoid = r.group.Name
 			s.retry(pd, protocol.StatusError(st, "group "+r.group.Name), now)
 		default:
-			s.complete(pd, fmt.Errorf("producer: message %s: %w", pd.id, protocol.StatusError(st, "group "+r.group.Name)))
+			s.complete(pd, fmt.Errorf("producer: message %s: %w", pd.id, refusal(st, r.group.Name, pd.raw)))
 		}
 	}
 	if routing {
@@ -432,9 +433,9 @@ func (s *sender) retry(pd *pending, err error, now time.Time) {
 	}
 	var backoff time.Duration
 	if pd.tries > 1 {
-		// 50 ms … 1 s: a failover takes seconds, and a message should land
-		// within a second of its group's new master.
-		backoff = min(50*time.Millisecond<<min(pd.tries-2, 6), maxRetryBackoff)
+		// 50 ms … 1 s, jittered: a failover takes seconds, and a message
+		// should land within a second of its group's new master.
+		backoff = jitter.Nth(50*time.Millisecond, maxRetryBackoff, pd.tries-1)
 	}
 	pd.retryAt = now.Add(backoff)
 	if pd.retryAt.After(pd.deadline) {

@@ -89,7 +89,7 @@ func (b *Broker) applyAck(a protocol.AckRequest) error {
 		}
 		if res.Returned > 0 {
 			b.lg.Warn("an ack over a gap wider than any consumer's window: its entries went back to the group",
-				zap.String("subject", a.Subject), zap.String("group", a.Group), zap.String("consumer", a.ConsumerID),
+				zap.String("subject", a.Subject), zap.String("consumer_group", a.Group), zap.String("consumer", a.ConsumerID),
 				zap.Uint64("first", a.First), zap.Int("returned", res.Returned))
 		}
 	}
@@ -118,7 +118,7 @@ func (b *Broker) release(subject, group, consumer, why string) {
 func (b *Broker) returnUnacked(subject, group, consumer, why string) bool {
 	n, err := b.st().ReturnUnacked(subject, group, consumer)
 	if err != nil {
-		b.lg.Debug("cannot return un-acked entries", zap.String("subject", subject), zap.String("group", group),
+		b.lg.Debug("cannot return un-acked entries", zap.String("subject", subject), zap.String("consumer_group", group),
 			zap.String("consumer", consumer), zap.Error(err))
 		return false
 	}
@@ -126,7 +126,7 @@ func (b *Broker) returnUnacked(subject, group, consumer, why string) bool {
 		return false
 	}
 	b.metrics.returned.Add(float64(n))
-	b.lg.Info("un-acked messages handed back to the group", zap.String("subject", subject), zap.String("group", group),
+	b.lg.Info("un-acked messages handed back to the group", zap.String("subject", subject), zap.String("consumer_group", group),
 		zap.String("consumer", consumer), zap.Int("messages", n), zap.String("why", why))
 	return true
 }

@@ -88,7 +88,7 @@ func (b *Broker) livenessLoop(t *term) {
 			return
 		case now := <-tick.C:
 			for _, k := range b.live.expired(now.Add(-b.opts.ConsumerTimeout)) {
-				b.lg.Debug("consumer timed out", zap.String("subject", k.subject), zap.String("group", k.group), zap.String("consumer", k.consumer))
+				b.lg.Debug("consumer timed out", zap.String("subject", k.subject), zap.String("consumer_group", k.group), zap.String("consumer", k.consumer))
 				b.release(k.subject, k.group, k.consumer, "consumer timed out")
 			}
 		}

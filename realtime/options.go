@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/qmq-go/qmq/pkg/config"
+	"github.com/qmq-go/qmq/pkg/exposure"
 	"github.com/qmq-go/qmq/pkg/failover"
 	"github.com/qmq-go/qmq/pkg/logging"
 	"github.com/qmq-go/qmq/pkg/netserver"
@@ -292,6 +293,13 @@ func (o *Options) Validate() error {
 	}
 	if err := o.Secure.Validate(o.Addr, o.HTTPAddr); err != nil {
 		return fmt.Errorf("realtime: %w", err)
+	}
+	if len(o.MetaServers) > 0 {
+		// The registered address is where clients and the group's other
+		// server connect: never a wildcard.
+		if err := exposure.CheckAdvertise(o.Addr, o.AdvertiseAddr, "--advertise-addr"); err != nil {
+			return fmt.Errorf("realtime: %w", err)
+		}
 	}
 	return o.Log.Validate()
 }

@@ -79,7 +79,7 @@ func (a *pullActor) runInline(ev pullEvent) bool {
 		a.inlineOffUntil.Store(time.Now().Add(inlineOff).UnixNano())
 		a.b.metrics.inlineSlow.Inc()
 		a.b.lg.Debug("inline pull read from the disk or was slow: the group's pulls go to the pull workers for a while",
-			zap.String("subject", a.key.subject), zap.String("group", a.key.group), zap.Duration("took", took), zap.Int64("disk_reads", disk))
+			zap.String("subject", a.key.subject), zap.String("consumer_group", a.key.group), zap.Duration("took", took), zap.Int64("disk_reads", disk))
 	}
 	return true
 }

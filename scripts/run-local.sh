@@ -10,6 +10,13 @@
 # base+2 (HTTP base+12), delay base+3 (HTTP base+13), HTTP gateway
 # (qmq-gateway) base+20.
 #
+# Small segments: the realtime brokers run with --segment-size
+# $QMQ_SEGMENT_SIZE (default 16 MiB instead of the servers' 1 GiB, which each
+# broker preallocates), so a fresh local cluster takes about 350 MB instead
+# of over 2 GB: what remains is preallocated at 64 MiB a file (etcd's WAL, each
+# realtime broker's action log, the delay server's WAL). "ready" prints the
+# disk use of $QMQ_DATA.
+#
 # QMQ_SLAVES=1 also starts a slave for each group (rt1 base+4, rt2 base+5,
 # dl1 base+6; HTTP +10 each): kill a master and its slave takes the group
 # over; `bin/qmqctl switchover rt1` hands it over on purpose.
@@ -25,6 +32,7 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 DATA=${QMQ_DATA:-./data}
 BASE=${QMQ_PORT_BASE:-20880}
+SEGMENT=${QMQ_SEGMENT_SIZE:-16777216}
 mkdir -p "$DATA" bin
 DATA=$(cd "$DATA" && pwd)
 
@@ -93,7 +101,7 @@ wait_ready metaserver "$SCHEME://$META_HTTP/readyz"
 
 for i in 1 2; do
   last=rt$i
-  start rt$i bin/qmq-realtime --group rt$i --addr "127.0.0.1:$((BASE + i))" --http-addr "127.0.0.1:$((BASE + 10 + i))" \
+  start rt$i bin/qmq-realtime --group rt$i --segment-size "$SEGMENT" --addr "127.0.0.1:$((BASE + i))" --http-addr "127.0.0.1:$((BASE + 10 + i))" \
     --data-dir "$DATA/rt$i" --meta "$META" $(tls_for broker-rt$i)
 done
 last=dl1
@@ -105,7 +113,7 @@ SLAVES=""
 if [ "${QMQ_SLAVES:-0}" = 1 ]; then
   for i in 1 2; do
     last=rt$i-s
-    start rt$i-s bin/qmq-realtime --group rt$i --role slave --addr "127.0.0.1:$((BASE + 3 + i))" \
+    start rt$i-s bin/qmq-realtime --group rt$i --segment-size "$SEGMENT" --role slave --addr "127.0.0.1:$((BASE + 3 + i))" \
       --http-addr "127.0.0.1:$((BASE + 13 + i))" --data-dir "$DATA/rt$i-s" --meta "$META" $(tls_for broker-rt$i)
     wait_ready rt$i-s "$SCHEME://127.0.0.1:$((BASE + 13 + i))/healthz"
   done
@@ -124,11 +132,11 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 
-CTL="bin/qmqctl --meta $META_HTTP"
+CTL="bin/qmqctl --meta-http $META_HTTP"
 EXAMPLE="go run ./scripts/example --meta $META"
 SECURE_NOTE=""
 if [ "${QMQ_SECURE:-0}" = 1 ]; then
-  CTL="bin/qmqctl --meta $META_HTTP --tls-ca $TLS/ca.pem"
+  CTL="bin/qmqctl --meta-http $META_HTTP --tls-ca $TLS/ca.pem"
   # The application identity "demo": its secret in a file only you can read.
   if [ ! -s "$TLS/demo.secret" ]; then
     (umask 077; head -c 32 /dev/urandom | base64 | tr -d '/+=\n' > "$TLS/demo.secret")
@@ -169,6 +177,7 @@ ready: QMQ-Go local cluster (data in $DATA, logs in $DATA/*.log)
   realtime      rt1 127.0.0.1:$((BASE + 1)), rt2 127.0.0.1:$((BASE + 2))
   delay         dl1 127.0.0.1:$((BASE + 3))$SLAVES
   HTTP gateway  http://$GATEWAY (API at http://$GATEWAY/openapi.json)
+  disk use      $(du -sh "$DATA" | cut -f1) in $DATA (realtime segments of $((SEGMENT >> 20)) MiB: QMQ_SEGMENT_SIZE)
   admin token   in $TOKEN_FILE (mode 0600; qmqctl --token-file $TOKEN_FILE, or export QMQ_TOKEN=\$(cat $TOKEN_FILE))$SECURE_NOTE
 try it:
   $EXAMPLE       # sends a message and a delayed one, receives both

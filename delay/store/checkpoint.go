@@ -122,7 +122,14 @@ func (s *Store) checkpoint(force bool) error {
 		return err
 	}
 	if err := s.dispatch.syncDirty(); err != nil {
+		if s.cancelsDirty {
+			// Cancel entries live only in the dispatch logs once the
+			// message log is trimmed past their records.
+			return fmt.Errorf("sync dispatch logs holding cancels: %w", err)
+		}
 		s.lg.Error("sync dispatch logs failed", zap.Error(err))
+	} else {
+		s.cancelsDirty = false
 	}
 	if !s.ckptDirty && !force && len(s.dirtyHours) == 0 {
 		return nil

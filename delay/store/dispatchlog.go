@@ -21,8 +21,9 @@ import (
 //	+-------------------------+-----------+
 //
 // Each entry says the message at that offset of the hour's schedule file
-// has been forwarded and acknowledged by a realtime broker. crc is CRC-32C of
-// the 8 offset bytes. A torn tail (a partial entry or one failing its CRC) is
+// has been forwarded and acknowledged by a realtime broker — or, with the
+// top bit of the offset set (cancelFlag), that it was cancelled. crc is
+// CRC-32C of the 8 offset bytes. A torn tail (a partial entry or one failing its CRC) is
 // cut off when the hour is loaded.
 const dispatchEntrySize = 12
 
@@ -42,7 +43,7 @@ func parseDispatch(b []byte) ([]int64, int64) {
 		if protocol.Checksum(b[:8]) != binary.BigEndian.Uint32(b[8:12]) {
 			break
 		}
-		offs = append(offs, int64(binary.BigEndian.Uint64(b[:8])))
+		offs = append(offs, int64(binary.BigEndian.Uint64(b[:8])&^cancelFlag))
 		b = b[dispatchEntrySize:]
 		valid += dispatchEntrySize
 	}
@@ -192,4 +193,39 @@ func (d *dispatchLogs) close() {
 	defer d.mu.Unlock()
 	d.closed = true
 	d.files.closeAll()
+}
+
+// cancelFlag marks a dispatch entry that records a cancel rather than a
+// forward (cancel.go): the record at the offset in the low bits will never
+// be forwarded. Loads skip both kinds alike.
+const cancelFlag = uint64(1) << 63
+
+// writeCancels appends cancel entries to the dispatch logs of their hours.
+func (s *Store) writeCancels(cancels [][2]int64) error {
+	byHour := map[int64][]int64{}
+	for _, c := range cancels {
+		byHour[c[0]] = append(byHour[c[0]], int64(uint64(c[1])|cancelFlag))
+	}
+	for h, offs := range byHour {
+		if err := s.dispatch.append(h, offs); err != nil {
+			return err
+		}
+		s.cancelsDirty = true
+	}
+	return nil
+}
+
+// parseCancels returns the offsets of the valid cancel entries of b.
+func parseCancels(b []byte) []int64 {
+	var offs []int64
+	for len(b) >= dispatchEntrySize {
+		if protocol.Checksum(b[:8]) != binary.BigEndian.Uint32(b[8:12]) {
+			break
+		}
+		if o := binary.BigEndian.Uint64(b[:8]); o&cancelFlag != 0 {
+			offs = append(offs, int64(o&^cancelFlag))
+		}
+		b = b[dispatchEntrySize:]
+	}
+	return offs
 }

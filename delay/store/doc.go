@@ -159,6 +159,52 @@
 //  6. The replay runs from the checkpoint; hours are loaded once it has
 //     caught up with the log found in step 2.
 //
+// # Schedule keys and Cancel (cancel.go, control.go, schedindex.go)
+//
+// A message may carry a schedule key (protocol.PropScheduleKey): Append
+// refuses a second message of the subject whose key is pending (or being
+// appended) with protocol.ErrKeyExists, the same message again (same id)
+// with protocol.ErrDuplicate. Cancel names messages by (subject, key) or
+// (subject, id) and answers each: nil (cancelled), ErrAlreadyFired,
+// ErrNotFound. An in-memory index finds the record — 8 bytes a message for
+// ids (per-hour arrays of fingerprints and offsets, searched whole), a map
+// entry per keyed message for keys; no strings, no bodies — and the record
+// is read to check the names.
+//
+// The race with firing is decided under Store.mu by one rule: the fire
+// loop drops an entry in the cancelled set and raises fireMark to the due
+// time of every entry it keeps; Cancel answers "already fired" for a
+// message due at or before fireMark, else adds it to the set. fireMark
+// starts at the clock at Open (an earlier run, or the master a promoted
+// copy came from, handed out nothing due later). Then the cancel is
+// written as a control record into the message log (group commit, fdatasync
+// under FlushSync) before "cancelled" is answered; a record that cannot be
+// written takes the cancel back (an entry already dropped goes back into
+// the wheel) and the answer is the error. The replay turns the record into
+// a cancel entry of the hour's dispatch log (the offset's top bit set):
+// loads skip it like a forwarded one, retention counts it as done, a
+// checkpoint does not pass it unless the dispatch logs were fdatasynced,
+// and the slave copies it with the dispatch file — the master's --wait-slave
+// reply to a cancel waits for the slave to hold it. After a crash the
+// records past the checkpoint are replayed again (a duplicate entry is
+// harmless); the index and the cancelled set are rebuilt from the hour
+// files with messages not yet dispatched — before Open returns when they
+// hold at most 64 MiB, else beside the other loops, Cancel waiting and
+// keyed appends answering retry later until it is done (hours fully
+// dispatched are not indexed: their messages are "not found" after a
+// restart).
+//
+// Reschedule is a cancel whose control record goes on with the message
+// itself, its due time changed (same id): the replay writes the cancel
+// entry and stores the message like an appended one, so a crash keeps both
+// or neither; a rescheduled key stays reserved until the new record is
+// indexed.
+//
+// Timeline and Pending (timeline.go) stream the hour files of a window
+// (at most 31 days) in 1 MiB reads, skipping what is dispatched, cancelled
+// or handed out; no body is kept, a page is resumed from a cursor (hour,
+// offset).
+//
 // # Retention
 //
 // An hour whose messages are all marked dispatched and that ended more than

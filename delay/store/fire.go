@@ -28,6 +28,13 @@ func (s *Store) fireLoop() {
 		fired = fired[:0]
 		bytes := 0
 		collect := func(due int64, e entry) {
+			// The fire rule (cancel.go): a cancelled entry is dropped; every
+			// other raises the mark Cancel compares due times with.
+			if len(s.cancelled) > 0 && s.cancelled.has(e.hour(), e.offset()) {
+				s.cancelled.mark(e.hour(), e.offset(), cancelSkipped)
+				return
+			}
+			s.fireMark = max(s.fireMark, due)
 			fired = append(fired, firedEntry{due: due, e: e})
 			bytes += int(e.size)
 		}

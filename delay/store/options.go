@@ -20,8 +20,9 @@ const (
 )
 
 // DefaultHorizon is how far ahead a message may be due: two years, a leap
-// day included.
-const DefaultHorizon = 731 * 24 * time.Hour
+// day included (protocol.DefaultDelayHorizon, which clients name in their
+// errors).
+const DefaultHorizon = protocol.DefaultDelayHorizon
 
 // maxHorizon keeps due times within years of four digits, which hour file
 // names (yyyyMMddHH) can hold.
@@ -79,6 +80,10 @@ type Options struct {
 	// Limits are the message limits checked on Append (default
 	// protocol.DefaultLimits).
 	Limits protocol.Limits
+	// CheckMessage, when set, is one more check of each appended message
+	// (after the limits): an error refuses the message with it (the delay
+	// server checks recurring schedules' expressions).
+	CheckMessage func(v *protocol.View) error
 }
 
 // DefaultOptions returns the defaults.

@@ -58,7 +58,13 @@ func (s *Store) recover() error {
 			r.pos = rec.offset
 			break
 		}
-		touched[scheduleHour(dueOf(rec.message), rec.appendMillis)] = struct{}{}
+		msg := rec.message
+		if isControl(msg) {
+			msg = controlMessage(msg)
+		}
+		if len(msg) >= 24 {
+			touched[scheduleHour(dueOf(msg), rec.appendMillis)] = struct{}{}
+		}
 		records++
 		lastBase = r.base
 	}

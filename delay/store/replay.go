@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
 // replayLimit is how far the replay may read: what is durable, or under
@@ -50,10 +52,14 @@ func (s *Store) replay() {
 	limit := s.replayLimit()
 	bufs := make(map[int64]*hourBuf)
 	var adds []wheelAdd
+	var cancels [][2]int64 // hour, offset
+	var index []indexed
 	for s.reader.pos < limit {
 		start := s.reader.pos
 		clear(bufs)
 		adds = adds[:0]
+		cancels = cancels[:0]
+		index = index[:0]
 		n, size := 0, 0
 		var tooBig error
 		maxBytes := replayBatchBytes
@@ -71,6 +77,15 @@ func (s *Store) replay() {
 				break
 			}
 			msg := rec.message
+			if isControl(msg) {
+				if kind, h, off := parseControl(msg); kind == controlCancel || kind == controlReschedule {
+					cancels = append(cancels, [2]int64{h, off})
+				}
+				if msg = controlMessage(msg); msg == nil {
+					n++
+					continue
+				}
+			}
 			due := dueOf(msg)
 			h := scheduleHour(due, rec.appendMillis)
 			st := s.hourFor(h)
@@ -92,14 +107,28 @@ func (s *Store) replay() {
 			}
 			hb.buf = appendScheduleRecord(hb.buf, rec.offset, msg)
 			hb.count++
+			if v, err := protocol.ParseMessageNoCRC(msg); err == nil { // checked by Append; the log's CRC covers it
+				index = append(index, s.idx.entryOf(packLoc(h, off), rec.offset, &v))
+			}
 			if due <= st.loadedTo {
 				adds = append(adds, wheelAdd{due: due, e: newEntry(h, off, len(msg))})
 			}
 			n++
 			size += len(msg)
 		}
+		writeErr := tooBig
+		if writeErr == nil {
+			// Cancel entries name records of earlier batches (Cancel waits
+			// until its target is replayed).
+			writeErr = s.writeCancels(cancels)
+		}
+		if writeErr != nil && len(bufs) == 0 {
+			s.reader.seek(start)
+			s.stallReplay(writeErr)
+			return
+		}
 		for h, hb := range bufs {
-			err := tooBig
+			err := writeErr
 			if err == nil {
 				err = s.writeSchedule(h, hb)
 			}
@@ -124,11 +153,20 @@ func (s *Store) replay() {
 			s.dirtyHours[h] = struct{}{}
 			s.changes.log.noteLocked(h)
 		}
+		for _, c := range cancels {
+			h, off := c[0], c[1]
+			if st := s.hours[h]; st != nil && !s.cancelled.mark(h, off, cancelCounted) && st.loaded() {
+				st.dispatched++ // a first load counts it from the dispatch log
+			}
+			s.changes.log.noteLocked(h)
+		}
 		s.changes.log.replayed = s.reader.pos
 		for _, a := range adds {
 			s.wheel.Add(a.due, a.e)
 		}
 		s.mu.Unlock()
+		s.idx.add(index)
+		s.replayedPos.Store(s.reader.pos)
 		s.changes.fire()
 		if len(adds) > 0 {
 			signal(s.fireWake)

@@ -411,7 +411,7 @@ func (r *Replica) WriteDispatch(h, off int64, data []byte) error {
 	}
 	r.mu.Unlock()
 	n := 0
-	for n < len(data) && int64(binary.BigEndian.Uint64(data[n:])) < size {
+	for n < len(data) && int64(binary.BigEndian.Uint64(data[n:])&^cancelFlag) < size {
 		n += dispatchEntrySize
 	}
 	return r.write(r.dispatch, h, off, data[:n], func(st *replicaHour) *int64 { return &st.dispatchSize }, func(*replicaHour) {})

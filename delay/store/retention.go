@@ -22,6 +22,7 @@ func (s *Store) retain(now int64) {
 	}
 	for _, h := range drop {
 		delete(s.hours, h)
+		delete(s.cancelled, h)
 		c := &s.changes.log
 		c.version++
 		c.removed[h] = c.version
@@ -34,6 +35,11 @@ func (s *Store) retain(now int64) {
 	if len(drop) == 0 {
 		return
 	}
+	dropped := make(map[int64]bool, len(drop))
+	for _, h := range drop {
+		dropped[h] = true
+	}
+	s.idx.dropHours(dropped)
 	if err := s.checkpoint(true); err != nil {
 		s.lg.Error("retention checkpoint failed; files kept", zap.Error(err))
 		return

@@ -117,6 +117,15 @@ func scanSchedule(f *os.File, limit int64, maxSize int64, fn func(off int64, msg
 // scanScheduleFrom is scanSchedule from offset from (a record start); the
 // result counts the records from there.
 func scanScheduleFrom(f *os.File, from, limit int64, maxSize int64, fn func(off int64, msg []byte)) scheduleScan {
+	if fn == nil {
+		return scanScheduleWAL(f, from, limit, maxSize, nil)
+	}
+	return scanScheduleWAL(f, from, limit, maxSize, func(off, _ int64, msg []byte) { fn(off, msg) })
+}
+
+// scanScheduleWAL is scanScheduleFrom whose fn also gets each record's
+// message-log offset (its append order).
+func scanScheduleWAL(f *os.File, from, limit int64, maxSize int64, fn func(off, wal int64, msg []byte)) scheduleScan {
 	res := scheduleScan{lastWAL: -1}
 	if limit < 0 {
 		st, err := f.Stat()
@@ -179,7 +188,7 @@ func scanScheduleFrom(f *os.File, from, limit int64, maxSize int64, fn func(off 
 			break
 		}
 		if fn != nil {
-			fn(off, msg)
+			fn(off, int64(binary.BigEndian.Uint64(rec[8:16])), msg)
 		}
 		res.records++
 		res.lastWAL = int64(binary.BigEndian.Uint64(rec[8:16]))

@@ -76,6 +76,16 @@ type Store struct {
 	dispatch  *dispatchLogs
 	changes   changes // replication source: what changed (log under mu)
 
+	// Cancel (cancel.go): the fire rule's state, guarded by mu, and the
+	// index of stored messages by id and schedule key (its own lock, taken
+	// before mu, never after).
+	fireMark     int64
+	cancelled    cancelSet
+	idx          *schedIndex
+	replayedPos  atomic.Int64  // the replay's position, published after the index is updated
+	cancelsDirty bool          // cancel entries written since the dispatch logs were last synced (indexLoop)
+	indexReady   chan struct{} // closed once rebuildIndex has indexed the hour files found at Open
+
 	due       chan []Due
 	indexWake chan struct{}
 	fireWake  chan struct{}
@@ -163,6 +173,9 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 		syncReq:    make(chan chan error),
 		quit:       make(chan struct{}),
 		changes:    changes{log: newChangeLog()},
+		cancelled:  cancelSet{},
+		idx:        newSchedIndex(),
+		indexReady: make(chan struct{}),
 	}
 	if s.id, err = loadID(dir); err != nil {
 		lock.Unlock()
@@ -186,6 +199,24 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 		s.closeFiles()
 		return nil, fmt.Errorf("delay/store: recover %s: %w", dir, err)
 	}
+	toIndex := make(map[int64]hourCheckpoint, len(s.hours))
+	indexBytes := int64(0)
+	for h, st := range s.hours {
+		if st.size > 0 {
+			toIndex[h] = hourCheckpoint{hour: h, size: st.size, records: st.records}
+			indexBytes += st.size
+		}
+	}
+	if indexBytes <= syncIndexBytes {
+		// Small: indexed before Open returns, so keyed appends are taken at once.
+		s.wg.Add(1)
+		s.rebuildIndex(toIndex)
+		toIndex = nil
+	}
+	// Whatever an earlier run (or the master this copy came from) handed
+	// out was due before now.
+	s.fireMark = now
+	s.replayedPos.Store(s.replayPos)
 	s.lastCkpt, s.lastRetain, s.lastDispatchSync = now, now, now
 	s.appendWG.Add(2)
 	go s.writeLoop()
@@ -193,6 +224,10 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 	s.wg.Add(2)
 	go s.indexLoop()
 	go s.fireLoop()
+	if toIndex != nil {
+		s.wg.Add(1)
+		go s.rebuildIndex(toIndex)
+	}
 	return s, nil
 }
 
@@ -247,24 +282,29 @@ type Result struct {
 }
 
 // check validates one message for Append.
-func (s *Store) check(msg []byte, now int64) error {
+func (s *Store) check(msg []byte, now int64) (protocol.View, error) {
 	if int64(len(msg)) > s.maxMessage {
-		return protocol.Errorf(protocol.StatusTooLarge, fmt.Sprintf("message is %d bytes, limit %d", len(msg), s.maxMessage))
+		return protocol.View{}, protocol.Errorf(protocol.StatusTooLarge, fmt.Sprintf("message is %d bytes, limit %d", len(msg), s.maxMessage))
 	}
 	v, err := protocol.ParseMessage(msg)
 	if err != nil {
-		return fmt.Errorf("%w: %w", protocol.ErrInvalid, err)
+		return v, fmt.Errorf("%w: %w", protocol.ErrInvalid, err)
 	}
 	if err := s.opts.Limits.CheckView(&v); err != nil {
-		return err
+		return v, err
+	}
+	if s.opts.CheckMessage != nil {
+		if err := s.opts.CheckMessage(&v); err != nil {
+			return v, err
+		}
 	}
 	if latest := now + s.opts.Horizon.Milliseconds(); v.DeliverAtMillis > latest {
-		return protocol.Errorf(protocol.StatusBeyondHorizon, fmt.Sprintf(
+		return v, protocol.Errorf(protocol.StatusBeyondHorizon, fmt.Sprintf(
 			"message %q is due %s, beyond the delay horizon of %s (latest %s)",
 			v.ID, time.UnixMilli(v.DeliverAtMillis).UTC().Format(time.RFC3339),
 			humanDuration(s.opts.Horizon), time.UnixMilli(latest).UTC().Format(time.RFC3339)))
 	}
-	return nil
+	return v, nil
 }
 
 // Append stores encoded messages (pkg/protocol encoding; DeliverAtMillis is
@@ -276,8 +316,25 @@ func (s *Store) check(msg []byte, now int64) error {
 func (s *Store) Append(msgs [][]byte, done func([]Result)) {
 	req := &appendReq{results: make([]Result, len(msgs)), done: done}
 	now := s.clock.Now().UnixMilli()
+	var settles []func(bool)
+	var keyed []int
 	for i, m := range msgs {
-		if err := s.check(m, now); err != nil {
+		v, err := s.check(m, now)
+		if err == nil {
+			if key, ok := scheduleKey(&v); ok {
+				var settle func(bool)
+				var replaced uint64
+				if settle, replaced, err = s.reserveKey(&v, key, replaces(&v)); err == nil {
+					settles, keyed = append(settles, settle), append(keyed, i)
+					if replaced != reservedLoc {
+						// The old message goes in the same record.
+						h, off := unpackLoc(replaced)
+						m = append(appendControl(make([]byte, 0, controlSize+len(m)), controlReschedule, h, off), m...)
+					}
+				}
+			}
+		}
+		if err != nil {
 			req.results[i].Err = err
 			s.counters.rejected.Add(1)
 			continue
@@ -289,6 +346,15 @@ func (s *Store) Append(msgs [][]byte, done func([]Result)) {
 	if len(req.msgs) == 0 {
 		done(req.results)
 		return
+	}
+	if len(settles) > 0 {
+		// Keys reserved for messages that end up not stored are free again.
+		req.done = func(rs []Result) {
+			for j, i := range keyed {
+				settles[j](rs[i].Err == nil)
+			}
+			done(rs)
+		}
 	}
 	s.closeMu.RLock()
 	if s.closed {
@@ -348,4 +414,18 @@ func signal(ch chan struct{}) {
 	case ch <- struct{}{}:
 	default:
 	}
+}
+
+// replaces reports whether a keyed message replaces a pending one with its
+// key (protocol.PropScheduleReplace).
+func replaces(v *protocol.View) bool {
+	found := false
+	v.Properties(func(k, val []byte) bool {
+		if string(k) == protocol.PropScheduleReplace {
+			found = string(val) == "1" || string(val) == "true"
+			return false
+		}
+		return true
+	})
+	return found
 }

@@ -28,6 +28,10 @@ var (
 	ErrConflict = &HTTPError{Status: http.StatusConflict}
 	// ErrBadRequest: the request's input is invalid (400).
 	ErrBadRequest = &HTTPError{Status: http.StatusBadRequest}
+	// ErrNotHTTP: the address closed the connection or answered something
+	// other than HTTP, as a meta server's TCP port (the one clients and
+	// brokers use) does: the admin API is on its HTTP port.
+	ErrNotHTTP = errors.New("api: the address does not answer HTTP (a meta server's TCP address? the admin API is on its HTTP port)")
 )
 
 // HTTPError is a non-2xx answer of the admin API.
@@ -108,6 +112,9 @@ func (c *Client) do(ctx context.Context, hc *http.Client, method, path string, i
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
+		if notHTTP(err) {
+			return fmt.Errorf("%w: %s: %v", ErrNotHTTP, c.base, err)
+		}
 		return err
 	}
 	defer resp.Body.Close()
@@ -129,6 +136,17 @@ func (c *Client) do(ctx context.Context, hc *http.Client, method, path string, i
 		return fmt.Errorf("api: decode %s %s: %w", method, path, err)
 	}
 	return nil
+}
+
+// notHTTP reports whether err means the peer does not speak HTTP: it
+// closed the connection without an answer (a meta server's TCP port reads
+// the request as a frame too large and hangs up) or answered bytes that are
+// no HTTP response.
+func notHTTP(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		strings.Contains(err.Error(), "malformed HTTP response") ||
+		strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") ||
+		strings.Contains(err.Error(), "first record does not look like a TLS handshake")
 }
 
 func esc(s string) string { return url.PathEscape(s) }
@@ -161,6 +179,13 @@ func (c *Client) Routes(ctx context.Context) ([]Route, error) {
 func (c *Client) Route(ctx context.Context, subject string) (Route, error) {
 	var r Route
 	return r, c.Do(ctx, http.MethodGet, "/routes/"+esc(subject), nil, &r)
+}
+
+// SubjectRoutes returns every route of subject: its realtime route and, once
+// a delayed message was sent to it, its delay route (ErrNotFound: none).
+func (c *Client) SubjectRoutes(ctx context.Context, subject string) ([]Route, error) {
+	var r []Route
+	return r, c.Do(ctx, http.MethodGet, "/routes?subject="+url.QueryEscape(subject), nil, &r)
 }
 
 // AddRouteGroup adds a broker group to a subject's route (creating the
@@ -206,8 +231,14 @@ func (c *Client) Consumers(ctx context.Context, subject string) ([]ConsumerGroup
 // ResetOffset moves a consumer group's cursor: to is "earliest", "latest"
 // or an RFC 3339 time.
 func (c *Client) ResetOffset(ctx context.Context, subject, group, to string) (ActionResult, error) {
+	return c.Reset(ctx, subject, group, ResetRequest{To: to})
+}
+
+// Reset resets a consumer group's offset as req says (req.Create creates a
+// group that does not exist; without it such a group is ErrNotFound).
+func (c *Client) Reset(ctx context.Context, subject, group string, req ResetRequest) (ActionResult, error) {
 	var r ActionResult
-	return r, c.Do(ctx, http.MethodPost, "/consumers/"+esc(subject)+"/"+esc(group)+"/reset", ResetRequest{To: to}, &r)
+	return r, c.Do(ctx, http.MethodPost, "/consumers/"+esc(subject)+"/"+esc(group)+"/reset", req, &r)
 }
 
 // SetConsumerOnline takes a consumer offline (online false) or back online.

@@ -22,8 +22,9 @@
 // right 403. Refusals are answered before anything is touched, and their
 // Error body names the request refused, the right it needs and the
 // identity that lacks it. Other errors are {"error": "..."} with a 4xx or
-// 5xx status: 400 bad input, 404 unknown subject, group, identity or dead
-// letter, 409 a change that breaks a rule (removing a route's last
+// 5xx status: 400 bad input, 404 unknown subject, broker group, consumer
+// group, consumer, identity or dead letter (a redrive or purge that changes
+// nothing answers 404 naming what it did not find), 409 a change that breaks a rule (removing a route's last
 // group, a switchover of a group without a slave or a master, or one a
 // master refuses; an identity that exists; removing, disabling or demoting
 // the last enabled admin with write access), 501 a broker that does not
@@ -35,15 +36,15 @@
 //	GET    /status                                    Status
 //	GET    /brokers                                   []Broker
 //	GET    /groups                                    []Group
-//	GET    /routes                                    []Route
-//	GET    /routes/{subject}                          Route
+//	GET    /routes[?subject=S]                        []Route (S's realtime and delay routes; 404 none)
+//	GET    /routes/{subject}                          Route (the realtime one)
 //	POST   /routes/{subject}/groups                   GroupRequest → Route       (write)
 //	DELETE /routes/{subject}/groups/{group}           Route                      (write)
 //	POST   /groups/{group}/readonly                   ReadonlyRequest → Group    (write)
 //	DELETE /groups/{group}/readonly?subject=S         Group                      (write)
 //	POST   /groups/{group}/switchover                 SwitchoverRequest → Switchover (write)
 //	GET    /consumers?subject=S                       []ConsumerGroup (with backlog)
-//	POST   /consumers/{subject}/{group}/reset         ResetRequest → ActionResult (write)
+//	POST   /consumers/{subject}/{group}/reset         ResetRequest → ActionResult (write; 404 unknown group unless create)
 //	POST   /consumers/{subject}/{group}/{id}/offline  ActionResult               (write)
 //	POST   /consumers/{subject}/{group}/{id}/online   ActionResult               (write)
 //	GET    /deadletters/{subject}/{group}?after=N&max=N   DeadLetters

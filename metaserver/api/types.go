@@ -181,9 +181,12 @@ type GroupCounts struct {
 }
 
 // ResetRequest resets a consumer group's offset: To is "earliest",
-// "latest" or an RFC 3339 time.
+// "latest" or an RFC 3339 time. A group that does not exist yet (no
+// consumer registered, no broker on the route has it) is created only with
+// Create; without it the answer is 404.
 type ResetRequest struct {
-	To string `json:"to"`
+	To     string `json:"to"`
+	Create bool   `json:"create,omitempty"`
 }
 
 // ActionResult says which broker groups carried out a relayed action.

@@ -58,6 +58,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return ExitNotFound
 	case errors.Is(err, api.ErrBadRequest):
 		return ExitUsage
+	case errors.Is(err, api.ErrNotHTTP):
+		fmt.Fprintln(stderr, "qmqctl: --meta-http takes the meta server's HTTP address ("+EnvMetaHTTP+", run-local's "+
+			DefaultMetaHTTP+"), not the TCP address clients use ("+EnvMeta+", run-local's 127.0.0.1:20880)")
+		return ExitUsage
 	}
 	if strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag") ||
 		strings.Contains(err.Error(), "accepts") || strings.Contains(err.Error(), "requires") {
@@ -65,6 +69,16 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	return ExitFailed
 }
+
+// The meta server's HTTP admin address: --meta-http, else $QMQ_META_HTTP,
+// else run-local's. $QMQ_META is the meta server's TCP address (clients,
+// brokers, scripts/example): qmqctl does not read it, and names it when it
+// is given one by mistake.
+const (
+	EnvMetaHTTP     = "QMQ_META_HTTP"
+	EnvMeta         = "QMQ_META"
+	DefaultMetaHTTP = "127.0.0.1:20980"
+)
 
 // EnvToken is the environment variable qmqctl reads its credential from
 // when --token-file is not given.
@@ -156,7 +170,11 @@ func NewCommand(out io.Writer) *cobra.Command {
 			"Exit codes: 0 ok, 1 failed, 2 usage, 3 unauthorized or forbidden, 4 not found.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRunE: func(*cobra.Command, []string) error {
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("meta") {
+				fmt.Fprintln(cmd.ErrOrStderr(), "qmqctl: --meta is now --meta-http (the meta server's HTTP address; "+
+					EnvMeta+" and clients' --meta name its TCP one)")
+			}
 			if g.token != "" {
 				return usageError{errors.New("--token is gone (a secret on the command line shows in ps): use --token-file FILE or " + EnvToken)}
 			}
@@ -168,7 +186,9 @@ func NewCommand(out io.Writer) *cobra.Command {
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.meta, "meta", envOr("QMQ_META", "127.0.0.1:8080"), "meta server HTTP address (env QMQ_META)")
+	pf.StringVar(&g.meta, "meta-http", envOr(EnvMetaHTTP, DefaultMetaHTTP), "meta server's HTTP admin address, host:port or URL (env "+EnvMetaHTTP+")")
+	pf.StringVar(&g.meta, "meta", envOr(EnvMetaHTTP, DefaultMetaHTTP), "old name of --meta-http")
+	_ = pf.MarkHidden("meta")
 	pf.StringVar(&g.tokenFile, "token-file", "", "file holding the credential, name:secret or the admin token, mode 0600 (default: env "+EnvToken+")")
 	pf.StringVar(&g.token, "token", "", "removed: use --token-file or "+EnvToken)
 	_ = pf.MarkHidden("token")
@@ -183,6 +203,7 @@ func NewCommand(out io.Writer) *cobra.Command {
 		switchoverCmd(g), consumersCmd(g), offsetCmd(g), consumerCmd(g), deadCmd(g),
 		whoamiCmd(g), identityCmd(g), grantCmd(g), revokeCmd(g))
 	root.AddCommand(lookupCmd(g), traceCmd(g))
+	root.AddCommand(scheduleCmd(g))
 	return root
 }
 
@@ -375,9 +396,7 @@ func routesCmd(g *globals) *cobra.Command {
 			var rs []api.Route
 			var err error
 			if len(a) == 1 {
-				var r api.Route
-				r, err = g.client().Route(ctx, a[0])
-				rs = []api.Route{r}
+				rs, err = g.client().SubjectRoutes(ctx, a[0]) // realtime and delay
 			} else {
 				rs, err = g.client().Routes(ctx)
 			}
@@ -534,6 +553,7 @@ func printAction(g *globals, r api.ActionResult) error {
 
 func offsetCmd(g *globals) *cobra.Command {
 	var to string
+	var create bool
 	c := &cobra.Command{Use: "offset", Short: "Consumer group offsets"}
 	reset := &cobra.Command{
 		Use: "reset SUBJECT GROUP --to earliest|latest|RFC3339-TIME", Short: "Move a consumer group's position", Args: args(2),
@@ -543,7 +563,7 @@ func offsetCmd(g *globals) *cobra.Command {
 			}
 			ctx, cancel := g.ctx()
 			defer cancel()
-			r, err := g.client().ResetOffset(ctx, a[0], a[1], to)
+			r, err := g.client().Reset(ctx, a[0], a[1], api.ResetRequest{To: to, Create: create})
 			if err != nil {
 				return err
 			}
@@ -551,6 +571,7 @@ func offsetCmd(g *globals) *cobra.Command {
 		},
 	}
 	reset.Flags().StringVar(&to, "to", "", "earliest, latest, or an RFC 3339 time such as 2026-01-02T15:04:05Z")
+	reset.Flags().BoolVar(&create, "create", false, "create the consumer group at that position if it does not exist (without it: not found, exit 4)")
 	c.AddCommand(reset)
 	return c
 }

@@ -6,7 +6,16 @@
 // 1 the request failed (server error, unreachable server, a change the
 // server refuses as breaking a rule), 2 bad usage, 3 unauthorized or
 // forbidden (a missing or wrong credential, or an identity without the
-// right), 4 not found.
+// right), 4 not found: a subject, consumer group, consumer or dead letter
+// nobody knows, named in the message (an offset reset creates a consumer
+// group only with --create; a redrive or purge that changes nothing says
+// so).
+//
+// The meta server is named by its HTTP admin address: --meta-http, else
+// $QMQ_META_HTTP, else 127.0.0.1:20980 (scripts/run-local.sh's). Its TCP
+// address (clients' --meta and $QMQ_META, 127.0.0.1:20880 locally) answers
+// no HTTP: given that, qmqctl says so and exits 2. --meta is the old name of
+// --meta-http, still accepted with a warning.
 //
 // The credential ("name:secret", or the admin token alone for identity
 // admin) comes from --token-file (a file only its owner may read) or
@@ -20,7 +29,7 @@
 //	readonly mark|unmark GROUP [--subject S]  stop or resume producers on a group
 //	switchover GROUP [--wait 30s]             hand a group from its master to its slave
 //	consumers [--subject S]                   consumer groups, consumers, backlog
-//	offset reset SUBJECT GROUP --to T         earliest, latest or an RFC 3339 time
+//	offset reset SUBJECT GROUP --to T [--create]  earliest, latest or an RFC 3339 time (--create: a new group)
 //	consumer offline|online SUBJECT GROUP ID  take a consumer out or back
 //	dead list|inspect|redrive|purge ...       dead letters of a consumer group
 //	whoami                                    the credential's identity and rights

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/qmq-go/qmq/pkg/exposure"
 	"github.com/qmq-go/qmq/pkg/fsutil"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -26,6 +27,13 @@ type Options struct {
 	// PeerAddr is the host:port of the raft peer listener (nobody connects to
 	// it in a single-node cluster). Default "127.0.0.1:0".
 	PeerAddr string
+	// ClientAdvertise is the host:port the member tells clients to use and
+	// Endpoints returns (default ClientAddr). Required when ClientAddr
+	// listens on all interfaces (0.0.0.0, [::]).
+	ClientAdvertise string
+	// PeerAdvertise is the peer address the member advertises (default
+	// PeerAddr). Required when PeerAddr listens on all interfaces.
+	PeerAdvertise string
 	// Fast selects 10 ms ticks and a 100 ms election timeout instead of
 	// etcd's 100 ms / 1 s, so the member is ready in about 0.1 s and leases
 	// may be as short as 1 s. For tests. Default false.
@@ -90,6 +98,12 @@ func (o Options) Validate() error {
 			return fmt.Errorf("devetcd: Options.%s %q: %w", name, a, err)
 		}
 	}
+	if err := exposure.CheckAdvertise(o.ClientAddr, o.ClientAdvertise, "ClientAdvertise"); o.ClientAddr != "" && err != nil {
+		return fmt.Errorf("devetcd: %w", err)
+	}
+	if err := exposure.CheckAdvertise(o.PeerAddr, o.PeerAdvertise, "PeerAdvertise"); o.PeerAddr != "" && err != nil {
+		return fmt.Errorf("devetcd: %w", err)
+	}
 	if err := o.ClientTLS.validate("ClientTLS"); err != nil {
 		return err
 	}
@@ -135,8 +149,15 @@ func Start(o Options, lg *zap.Logger) (*Etcd, error) {
 	cu := url.URL{Scheme: scheme(o.ClientTLS), Host: def(o.ClientAddr, "127.0.0.1:0")}
 	pu := url.URL{Scheme: scheme(o.PeerTLS), Host: def(o.PeerAddr, "127.0.0.1:0")}
 	cfg.ClientTLSInfo, cfg.PeerTLSInfo = o.ClientTLS.info(), o.PeerTLS.info()
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+	acu, apu := cu, pu
+	if o.ClientAdvertise != "" {
+		acu.Host = o.ClientAdvertise
+	}
+	if o.PeerAdvertise != "" {
+		apu.Host = o.PeerAdvertise
+	}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{acu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{apu}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	if o.Fast {
 		cfg.TickMs, cfg.ElectionMs = 10, 100
@@ -163,7 +184,11 @@ func Start(o Options, lg *zap.Logger) (*Etcd, error) {
 		e.Close()
 		return nil, fmt.Errorf("%w after %v", ErrNotReady, timeout)
 	}
-	return &Etcd{e: e, level: level, endpoints: []string{e.Clients[0].Addr().String()}}, nil
+	endpoint := e.Clients[0].Addr().String()
+	if o.ClientAdvertise != "" {
+		endpoint = o.ClientAdvertise
+	}
+	return &Etcd{e: e, level: level, endpoints: []string{endpoint}}, nil
 }
 
 // Endpoints returns the client addresses, host:port, for clientv3.Config.

@@ -8,7 +8,9 @@
 //
 // Port 0 works for both URLs (the default): Endpoints reports the real client
 // address once Start returns. The member then advertises :0, so clients must
-// not turn on endpoint auto-sync.
+// not turn on endpoint auto-sync. A member listening on all interfaces
+// (0.0.0.0, [::]) needs ClientAdvertise and PeerAdvertise, the addresses it
+// tells others (Endpoints returns ClientAdvertise).
 //
 // TLS: Options.ClientTLS and PeerTLS serve the client and peer ports over
 // TLS with etcd's own client-certificate auth (ClientCertAuth: only

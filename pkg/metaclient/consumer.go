@@ -83,7 +83,7 @@ func (r *ConsumerRegistration) heartbeat(flags uint8) time.Duration {
 	}
 	if err != nil {
 		r.ok.Store(false)
-		r.c.cfg.lg.Warn("consumer heartbeat failed", zap.String("subject", r.key.subject), zap.String("group", r.key.group), zap.Error(err))
+		r.c.cfg.lg.Warn("consumer heartbeat failed", zap.String("subject", r.key.subject), zap.String("consumer_group", r.key.group), zap.Error(err))
 		return time.Second
 	}
 	r.ok.Store(true)

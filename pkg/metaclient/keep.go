@@ -46,7 +46,7 @@ func (k *Keeper) registerLoop() {
 			k.mu.Lock()
 			k.reg = reg
 			k.mu.Unlock()
-			k.lg.Info("registered with the meta server", zap.String("group", k.b.Group), zap.String("address", k.b.Address),
+			k.lg.Info("registered with the meta server", zap.String("broker_group", k.b.Group), zap.String("address", k.b.Address),
 				zap.Duration("ttl", reg.TTL()))
 			return
 		}

@@ -306,7 +306,7 @@ func (r *Registration) heartbeat(ctx context.Context, flags uint8) (protocol.Reg
 	}
 	r.healthy.Store(false)
 	r.lastErr.Store(&lastErr)
-	r.cfg.lg.Warn("broker heartbeat failed", zap.String("group", r.broker.Group), zap.Stringer("role", r.broker.Role), zap.Error(lastErr))
+	r.cfg.lg.Warn("broker heartbeat failed", zap.String("broker_group", r.broker.Group), zap.Stringer("role", r.broker.Role), zap.Error(lastErr))
 	return protocol.RegisterResponse{}, fmt.Errorf("metaclient: register %s/%s: %w", r.broker.Group, r.broker.Role, lastErr)
 }
 

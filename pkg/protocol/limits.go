@@ -3,7 +3,13 @@ package protocol
 import (
 	"fmt"
 	"strings"
+	"time"
 )
+
+// DefaultDelayHorizon is how far ahead a delayed message may be due unless
+// the delay group is configured otherwise (qmq-delay --horizon): two years,
+// a leap day included. Further ahead is StatusBeyondHorizon.
+const DefaultDelayHorizon = 731 * 24 * time.Hour
 
 // Limits bound what a message may hold. The zero value is not useful; start
 // from DefaultLimits.

@@ -76,7 +76,7 @@
 // write that takes longer than WriteTimeout because the server stopped
 // reading, or a malformed frame from the server) every pending request
 // fails at once with ErrConnClosed, and the next request redials. A failed dial makes requests
-// fail fast with ErrDial for a back-off that doubles from RedialBackoffMin
+// fail fast with ErrDial for a jittered back-off (pkg/jitter) that doubles from RedialBackoffMin
 // to RedialBackoffMax and resets on success.
 //
 // With Options.Spin set, a leader whose read buffer is empty polls the

@@ -13,6 +13,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 	"go.uber.org/zap"
 
+	"github.com/qmq-go/qmq/pkg/jitter"
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
@@ -47,13 +48,13 @@ type peer struct {
 	// that a request finds its connection without p.mu.
 	open atomic.Pointer[conn]
 
-	mu       sync.Mutex
-	conn     *conn         // nil or closed: dial on next use
-	dialing  chan struct{} // non-nil while a dial runs; closed when it ends
-	dialErr  error         // the last dial's failure
-	nextDial time.Time     // no dial before this (back-off)
-	backoff  time.Duration
-	removed  bool // forgotten as idle; callers must look up again
+	mu           sync.Mutex
+	conn         *conn         // nil or closed: dial on next use
+	dialing      chan struct{} // non-nil while a dial runs; closed when it ends
+	dialErr      error         // the last dial's failure
+	nextDial     time.Time     // no dial before this (back-off)
+	dialFailures int           // failed dials in a row (the back-off's exponent)
+	removed      bool          // forgotten as idle; callers must look up again
 }
 
 func newPeer(client *Client, addr string) *peer {
@@ -193,15 +194,12 @@ func (p *peer) getConn(ctx context.Context) (*conn, error) {
 			if isRefused(err) && (p.dialErr == nil || p.dialErr.Error() != err.Error()) {
 				p.client.lg.Warn("server refused the connection", zap.String("addr", p.addr), zap.Error(err))
 			}
-			switch {
-			case isRefused(err): // it would be refused again: see secure.go
-				p.backoff = p.client.opts.RedialBackoffMax
-			case p.backoff == 0:
-				p.backoff = p.client.opts.RedialBackoffMin
-			default:
-				p.backoff = min(2*p.backoff, p.client.opts.RedialBackoffMax)
+			p.dialFailures++
+			backoff := jitter.Nth(p.client.opts.RedialBackoffMin, p.client.opts.RedialBackoffMax, p.dialFailures)
+			if isRefused(err) { // it would be refused again: see secure.go
+				backoff = p.client.opts.RedialBackoffMax
 			}
-			p.nextDial = time.Now().Add(p.backoff)
+			p.nextDial = time.Now().Add(backoff)
 		}
 		p.dialErr = err
 		return nil, fmt.Errorf("%w: %s: %w", ErrDial, p.addr, err)
@@ -214,7 +212,7 @@ func (p *peer) getConn(ctx context.Context) (*conn, error) {
 		c.close(errPeerRemoved)
 		return nil, errPeerRemoved
 	}
-	p.backoff, p.dialErr = 0, nil
+	p.dialFailures, p.dialErr = 0, nil
 	p.conn = c
 	p.open.Store(c)
 	return c, nil

@@ -135,7 +135,7 @@ func (p *peer) authenticate(ctx context.Context, nc net.Conn) (err error) {
 		return fmt.Errorf("authenticating as %q: %w", creds.Name, err)
 	}
 	p.client.lg.Debug("authenticated", zap.String("addr", p.addr), zap.String("identity", who.Name),
-		zap.Uint8("kind", who.Kind), zap.String("group", who.Group))
+		zap.Uint8("kind", who.Kind), zap.String("identity_group", who.Group))
 	return nil
 }
 

@@ -361,3 +361,35 @@ func TestCredentialsFromEnvAndFile(t *testing.T) {
 		t.Fatalf("file: %v, %v", c, err)
 	}
 }
+
+// TestSecure_AuthenticatedLogRepeatsNoKey: a broker's transport logs with
+// a logger that already names its group; the line that records the
+// identity a connection proved names the identity's group under a key of
+// its own, so a JSON log line never carries "group" twice.
+func TestSecure_AuthenticatedLogRepeatsNoKey(t *testing.T) {
+	tc := newTestCerts(t)
+	s := tc.front(t, map[string]string{"demo": "s3cret-value"})
+	core, logs := observer.New(zap.DebugLevel)
+	c, err := New(Options{TLS: tc.clientConfig(t, false), Credentials: &auth.Credentials{Name: "demo", Secret: "s3cret-value"}},
+		zap.New(core).With(zap.String("group", "rt1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Call(context.Background(), s.Addr, protocol.CmdPing, nil); err != nil {
+		t.Fatal(err)
+	}
+	entries := logs.FilterMessage("authenticated").All()
+	if len(entries) == 0 {
+		t.Fatal("no authenticated line logged")
+	}
+	for _, e := range entries {
+		seen := map[string]bool{}
+		for _, f := range e.Context {
+			if seen[f.Key] {
+				t.Fatalf("key %q twice in %q: %+v", f.Key, e.Message, e.Context)
+			}
+			seen[f.Key] = true
+		}
+	}
+}

@@ -19,7 +19,8 @@
 //	s.Source().ReadMessageTailInto / ReadActionLogInto / CommitSignal  // a master's side
 //	s.Replica().ReplicateMessages / ReplicateActions / Ends           // a slave's side
 //	s.CommittedEnds(), s.Promote(), store.Truncate(...)              // failover
-//	s.FindByID(id), s.FindByKey(key), s.Deliveries(subject, seq)         // msgindex.go, delivery.go
+//	s.FindByID(id), s.FindByKey(key) ([]store.Found, error)     // the message index (msgindex.go)
+//	s.Deliveries(subject, seq) ([]store.Delivery, error)       // where a message stands per group (delivery.go)
 //
 // Messages are encoded pkg/protocol messages; Append validates each
 // (ParseMessage with its CRC, Limits.CheckView) and stores exactly those

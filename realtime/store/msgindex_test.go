@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/testutil"
 )
 
 func encodeKeyed(t testing.TB, subject, id, key string, attempts uint16) []byte {
@@ -63,6 +64,12 @@ func TestMessageIndex_FindByIDAndKey(t *testing.T) {
 			batch = append(batch, encodeKeyed(t, "orders", fmt.Sprintf("id-%d", j), fmt.Sprintf("order-%d", j%100), 0))
 		}
 		appendAll(t, s, batch...)
+		// One batch at a time into the index, so that its entries spill
+		// into runs of at most 64 as they come (the index follows the log
+		// on its own goroutine, and could otherwise take all at once).
+		testutil.Eventually(t, 10*time.Second, "the index to reach the log's end", func() bool {
+			return s.index.end.Load() >= s.committedMessages()
+		})
 	}
 	appendAll(t, s, encodeKeyed(t, protocol.RetrySubject("orders", "billing"), "id-7", "order-7", 1),
 		encodeKeyed(t, protocol.DeadSubject("orders", "billing"), "id-7", "order-7", 2))

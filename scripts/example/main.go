@@ -4,12 +4,18 @@
 //
 //	go run ./scripts/example --meta 127.0.0.1:20880
 //
+// --meta defaults to $QMQ_META, then to run-local's 127.0.0.1:20880 (the meta
+// server's TCP address; qmqctl's --meta-http is its HTTP one). The consumer
+// subscribes before anything is sent and starts a new group at the earliest
+// message, so nothing sent in between is missed.
+//
 // Against a secure cluster (QMQ_SECURE=1 scripts/run-local.sh prints the
 // exact line): --tls-ca, and an identity by --credentials-file (or
 // QMQ_CREDENTIALS) or by a client certificate (--tls-cert, --tls-key).
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -23,7 +29,7 @@ import (
 )
 
 func main() {
-	meta := flag.String("meta", "127.0.0.1:20880", "meta server TCP address")
+	meta := flag.String("meta", cmp.Or(os.Getenv("QMQ_META"), "127.0.0.1:20880"), "meta server TCP address (env QMQ_META)")
 	subject := flag.String("subject", "hello.world", "subject")
 	delay := flag.Duration("delay", 2*time.Second, "delay of the second message")
 	var files tlsconfig.Files
@@ -67,13 +73,14 @@ func run(meta, subject string, delay time.Duration, files tlsconfig.Files, creds
 	}
 	defer closeWithin(c.Close)
 	got := make(chan *consumer.Message, 2)
+	// A new group starts at the newest message unless StartEarliest: the
+	// group may reach its brokers only after the sends below.
 	if _, err := c.Subscribe(subject, "example", func(ctx context.Context, m *consumer.Message) error {
 		got <- m
 		return nil
-	}); err != nil {
+	}, consumer.StartEarliest()); err != nil {
 		return err
 	}
-	time.Sleep(500 * time.Millisecond) // a new group starts at the latest message: let it exist
 
 	p, err := producer.New(append(popts, producer.WithResolver(routes))...)
 	if err != nil {

@@ -1,13 +1,12 @@
 // Command qmq-gateway runs an HTTP gateway to a QMQ-Go cluster
 // (consumer/gateway): publish, long-poll pull, ack and nack over HTTP/1.1
-// and JSON, described at /openapi.json. Flags override the YAML file given
-// with --config.
+// and JSON, described at /openapi.json. Flags, the YAML file given with
+// --config and QMQ_* environment variables share names (pkg/config).
 package main
 
 import (
 	"context"
 	"flag"
-	"fmt"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -22,32 +21,35 @@ import (
 
 func main() {
 	opts := gateway.NewOptions()
-	fs := flag.NewFlagSet("qmq-gateway", flag.ExitOnError)
+	fs := flag.NewFlagSet("qmq-gateway", flag.ContinueOnError)
 	opts.AddFlags(fs)
 	gcPercent := fs.Int("gc-percent", 400, "GOGC of the process: the gateway's garbage is short-lived request data, and the default 100 spent a tenth of its CPU collecting it (ignored when GOGC is set)")
-	if err := config.Parse(fs, os.Args[1:], &opts); err != nil {
-		fmt.Fprintln(os.Stderr, "qmq-gateway:", err)
-		os.Exit(2)
-	}
-	if err := opts.Validate(); err != nil {
-		fmt.Fprintln(os.Stderr, "qmq-gateway:", err)
-		os.Exit(2)
-	}
+	config.Server{
+		Name:    "qmq-gateway",
+		Short:   "qmq-gateway serves publish, pull, ack and nack over HTTP/1.1 and JSON to a QMQ-Go cluster.",
+		Flags:   fs,
+		Prepare: opts.Validate,
+		Run:     func() error { return run(opts, *gcPercent) },
+	}.Main()
+}
+
+func run(opts gateway.Options, gcPercent int) error {
 	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(*gcPercent)
+		debug.SetGCPercent(gcPercent)
 	}
 	lg, _, err := logging.New(opts.Log)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "qmq-gateway:", err)
-		os.Exit(2)
+		return err
 	}
-	defer lg.Sync()
+	defer func() { _ = lg.Sync() }()
 	g, err := gateway.New(opts, lg)
 	if err != nil {
-		lg.Fatal("cannot build gateway", zap.Error(err))
+		lg.Error("cannot build gateway", zap.Error(err))
+		return err
 	}
 	if err := g.Start(); err != nil {
-		lg.Fatal("cannot start gateway", zap.Error(err))
+		lg.Error("cannot start gateway", zap.Error(err))
+		return err
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
@@ -57,6 +59,7 @@ func main() {
 	defer cancel()
 	if err := g.Close(ctx); err != nil {
 		lg.Error("unclean shutdown", zap.Error(err))
-		os.Exit(1)
+		return err
 	}
+	return nil
 }

@@ -1,12 +1,12 @@
 // Command qmq-delay runs a delay server: the master (--role master, the
-// default) or the slave (--role slave) of one delay group.
-// Flags override the YAML file given with --config.
+// default) or the slave (--role slave) of one delay group. Flags, the YAML
+// file given with --config and QMQ_* environment variables share names
+// (pkg/config).
 package main
 
 import (
 	"context"
 	"flag"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -14,37 +14,43 @@ import (
 	"github.com/qmq-go/qmq/delay"
 	"github.com/qmq-go/qmq/pkg/config"
 	"github.com/qmq-go/qmq/pkg/logging"
+	"github.com/qmq-go/qmq/pkg/secure"
 	"go.uber.org/zap"
 )
 
 func main() {
 	opts := delay.NewOptions()
-	fs := flag.NewFlagSet("qmq-delay", flag.ExitOnError)
+	fs := flag.NewFlagSet("qmq-delay", flag.ContinueOnError)
 	opts.AddFlags(fs)
-	if err := config.Parse(fs, os.Args[1:], &opts); err != nil {
-		fmt.Fprintln(os.Stderr, "qmq-delay:", err)
-		os.Exit(2)
-	}
-	if err := opts.Secure.FromEnvironment(os.Getenv); err != nil {
-		fmt.Fprintln(os.Stderr, "qmq-delay:", err)
-		os.Exit(2)
-	}
-	if err := opts.Validate(); err != nil {
-		fmt.Fprintln(os.Stderr, "qmq-delay:", err)
-		os.Exit(2)
-	}
+	config.Server{
+		Name:     "qmq-delay",
+		Short:    "qmq-delay runs a delay server: the master or the slave of one delay group.",
+		Flags:    fs,
+		Reserved: []string{secure.EnvCredentials},
+		Prepare: func() error {
+			if err := opts.Secure.FromEnvironment(os.Getenv); err != nil {
+				return err
+			}
+			return opts.Validate()
+		},
+		Run: func() error { return run(opts) },
+	}.Main()
+}
+
+func run(opts delay.Options) error {
 	lg, _, err := logging.New(opts.Log)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "qmq-delay:", err)
-		os.Exit(2)
+		return err
 	}
-	defer lg.Sync()
+	defer func() { _ = lg.Sync() }()
 	s, err := delay.New(opts, nil, nil, lg)
 	if err != nil {
-		lg.Fatal("cannot open delay server", zap.Error(err))
+		lg.Error("cannot open delay server", zap.Error(err))
+		return err
 	}
 	if err := s.Start(); err != nil {
-		lg.Fatal("cannot start delay server", zap.Error(err))
+		lg.Error("cannot start delay server", zap.Error(err))
+		return err
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
@@ -54,6 +60,7 @@ func main() {
 	defer cancel()
 	if err := s.Close(ctx); err != nil {
 		lg.Error("unclean shutdown", zap.Error(err))
-		os.Exit(1)
+		return err
 	}
+	return nil
 }

@@ -8,7 +8,9 @@
 // credentials the server presents to brokers from QMQ_CREDENTIALS or
 // --credentials-file. With --tls-cert and --tls-key every listener serves
 // TLS only: TCP, HTTP and the embedded etcd's client and peer ports (etcd
-// with client-certificate auth when --tls-ca is given).
+// with client-certificate auth when --tls-ca is given). Flags, the YAML
+// file given with --config and QMQ_* environment variables share names
+// (pkg/config).
 package main
 
 import (
@@ -30,33 +32,70 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "qmq-metaserver:", err)
-		os.Exit(1)
-	}
-}
-
-func run() error {
 	if err := metaserver.RefuseSecretArgs(os.Args[1:]); err != nil {
-		return err
+		fmt.Fprintln(os.Stderr, "qmq-metaserver:", err)
+		os.Exit(config.ExitUsage)
 	}
 	opts := metaserver.NewOptions()
-	fs := flag.NewFlagSet("qmq-metaserver", flag.ExitOnError)
+	fs := flag.NewFlagSet("qmq-metaserver", flag.ContinueOnError)
 	opts.AddFlags(fs)
 	etcdClient := fs.String("etcd-listen", "127.0.0.1:2379", "client address of the embedded etcd (without --etcd-endpoints)")
 	etcdPeer := fs.String("etcd-peer", "127.0.0.1:2380", "peer address of the embedded etcd")
-	if err := config.Parse(fs, os.Args[1:], &opts); err != nil {
-		return err
+	var etcdAdvertise embeddedEtcdAdvertise
+	fs.StringVar(&etcdAdvertise.client, "etcd-advertise", "", "client address the embedded etcd advertises (default --etcd-listen; required when that listens on all interfaces)")
+	fs.StringVar(&etcdAdvertise.peer, "etcd-advertise-peer", "", "peer address the embedded etcd advertises (default --etcd-peer; required when that listens on all interfaces)")
+	config.Server{
+		Name:     "qmq-metaserver",
+		Short:    "qmq-metaserver runs a meta server: routes, broker registry, failover and the admin console.",
+		Flags:    fs,
+		Reserved: []string{metaserver.EnvAdminToken, metaserver.EnvCredentials},
+		Prepare: func() error {
+			if err := opts.FromEnvironment(os.Getenv); err != nil {
+				return err
+			}
+			if opts.AdminToken == "" && opts.AdminTokenFile == "" {
+				opts.AdminTokenFile = metaserver.DefaultAdminTokenFile(opts.DataDir)
+			}
+			if err := opts.Validate(); err != nil {
+				return err
+			}
+			if len(opts.EtcdEndpoints) > 0 {
+				return nil
+			}
+			for _, a := range []string{*etcdClient, *etcdPeer} {
+				if err := exposure.Check(a, opts.TLS.Cert != "", opts.TLS.CA != "", opts.Insecure); err != nil {
+					return fmt.Errorf("embedded etcd: %w", err)
+				}
+			}
+			if err := exposure.CheckAdvertise(*etcdClient, etcdAdvertise.client, "--etcd-advertise"); err != nil {
+				return fmt.Errorf("embedded etcd: %w", err)
+			}
+			if err := exposure.CheckAdvertise(*etcdPeer, etcdAdvertise.peer, "--etcd-advertise-peer"); err != nil {
+				return fmt.Errorf("embedded etcd: %w", err)
+			}
+			return embeddedEtcd(opts, *etcdClient, *etcdPeer, etcdAdvertise).Validate()
+		},
+		Run: func() error { return run(opts, *etcdClient, *etcdPeer, etcdAdvertise) },
+	}.Main()
+}
+
+// embeddedEtcd is the embedded etcd's configuration: its data under
+// <data-dir>/etcd, served with the meta server's TLS files (and only to
+// clients whose certificate the CA signed) when it has them.
+func embeddedEtcd(opts metaserver.Options, client, peer string, advertise embeddedEtcdAdvertise) devetcd.Options {
+	eo := devetcd.Options{Dir: filepath.Join(opts.DataDir, "etcd"), ClientAddr: client, PeerAddr: peer,
+		ClientAdvertise: advertise.client, PeerAdvertise: advertise.peer}
+	if f := opts.TLS; f.Cert != "" {
+		t := devetcd.TLS{CertFile: f.Cert, KeyFile: f.Key, TrustedCAFile: f.CA, ClientCertAuth: f.CA != ""}
+		eo.ClientTLS, eo.PeerTLS = t, t
 	}
-	if err := opts.FromEnvironment(os.Getenv); err != nil {
-		return err
-	}
-	if opts.AdminToken == "" && opts.AdminTokenFile == "" {
-		opts.AdminTokenFile = metaserver.DefaultAdminTokenFile(opts.DataDir)
-	}
-	if err := opts.Validate(); err != nil {
-		return err
-	}
+	return eo
+}
+
+// embeddedEtcdAdvertise holds the addresses the embedded etcd advertises.
+type embeddedEtcdAdvertise struct{ client, peer string }
+
+func run(opts metaserver.Options, etcdClient, etcdPeer string, advertise embeddedEtcdAdvertise) error {
 	lg, _, err := logging.New(opts.Log)
 	if err != nil {
 		return err
@@ -64,21 +103,9 @@ func run() error {
 	defer func() { _ = lg.Sync() }()
 
 	if len(opts.EtcdEndpoints) == 0 {
-		for _, a := range []string{*etcdClient, *etcdPeer} {
-			if err := exposure.Check(a, opts.TLS.Cert != "", opts.TLS.CA != "", opts.Insecure); err != nil {
-				return fmt.Errorf("embedded etcd: %w", err)
-			}
-		}
-		dir := filepath.Join(opts.DataDir, "etcd")
-		eo := devetcd.Options{Dir: dir, ClientAddr: *etcdClient, PeerAddr: *etcdPeer}
-		if f := opts.TLS; f.Cert != "" {
-			// The embedded etcd serves with the meta server's files, and
-			// only to clients whose certificate the CA signed.
-			t := devetcd.TLS{CertFile: f.Cert, KeyFile: f.Key, TrustedCAFile: f.CA, ClientCertAuth: f.CA != ""}
-			eo.ClientTLS, eo.PeerTLS = t, t
-			if opts.EtcdTLS.IsZero() {
-				opts.EtcdTLS = f
-			}
+		eo := embeddedEtcd(opts, etcdClient, etcdPeer, advertise)
+		if f := opts.TLS; f.Cert != "" && opts.EtcdTLS.IsZero() {
+			opts.EtcdTLS = f
 		}
 		e, err := devetcd.Start(eo, lg)
 		if err != nil {
@@ -86,7 +113,7 @@ func run() error {
 		}
 		defer e.Close()
 		opts.EtcdEndpoints = e.Endpoints()
-		lg.Info("embedded etcd started", zap.String("dir", dir), zap.Strings("endpoints", opts.EtcdEndpoints))
+		lg.Info("embedded etcd started", zap.String("dir", eo.Dir), zap.Strings("endpoints", opts.EtcdEndpoints))
 	}
 	s, err := metaserver.New(opts, lg)
 	if err != nil {
