@@ -54,6 +54,7 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("POST "+p+"/deadletters/{subject}/{group}/purge", s.change(s.deadLetterAction(protocol.DeadLettersPurge)))
 	mux.HandleFunc("GET "+p+"/messages", s.read(s.getMessages))
 	mux.HandleFunc("GET "+p+"/trace", s.read(s.getTrace))
+	mux.HandleFunc("GET "+p+"/history", s.read(s.getHistory))
 	s.identityRoutes(mux, p)
 	mux.Handle("/api/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("no API endpoint %s %s", r.Method, r.URL.Path))

@@ -103,6 +103,10 @@ type Options struct {
 	EtcdTimeout time.Duration `yaml:"etcd_timeout"`
 	// BrokerTimeout bounds each admin request relayed to a broker. Default 5 s.
 	BrokerTimeout time.Duration `yaml:"broker_timeout"`
+	// HistoryInterval is how often the server samples the cluster's rates,
+	// backlog and delay pending for the console's charts of the last hour
+	// (history.go). Default (and when 0) 10 s.
+	HistoryInterval time.Duration `yaml:"history_interval"`
 	// Log chooses the binary's logger.
 	Log logging.Options `yaml:"log"`
 }
@@ -110,16 +114,17 @@ type Options struct {
 // NewOptions returns the defaults.
 func NewOptions() Options {
 	return Options{
-		Addr:          "127.0.0.1:20880",    // QMQ's meta server port
-		HTTPAddr:      "127.0.0.1:8080",     // QMQ's meta server HTTP port
-		DataDir:       "./data/metaserver",  // embedded etcd data
-		Prefix:        "/qmq/",              // every key lives under it
-		BrokerTTL:     10 * time.Second,     // a dead broker leaves routes within 10 s
-		ClientTTL:     30 * time.Second,     // the consumer timeout
-		MinGroups:     2,                    // groups per new route
-		EtcdTimeout:   3 * time.Second,      // per etcd request
-		BrokerTimeout: 5 * time.Second,      // per relayed admin request
-		Log:           logging.NewOptions(), // info, JSON
+		Addr:            "127.0.0.1:20880",    // QMQ's meta server port
+		HTTPAddr:        "127.0.0.1:8080",     // QMQ's meta server HTTP port
+		DataDir:         "./data/metaserver",  // embedded etcd data
+		Prefix:          "/qmq/",              // every key lives under it
+		BrokerTTL:       10 * time.Second,     // a dead broker leaves routes within 10 s
+		ClientTTL:       30 * time.Second,     // the consumer timeout
+		MinGroups:       2,                    // groups per new route
+		EtcdTimeout:     3 * time.Second,      // per etcd request
+		BrokerTimeout:   5 * time.Second,      // per relayed admin request
+		HistoryInterval: 10 * time.Second,     // console history samples
+		Log:             logging.NewOptions(), // info, JSON
 	}
 }
 
@@ -230,6 +235,8 @@ func (o *Options) Validate() error {
 		return bad("min_groups %d is under 1", o.MinGroups)
 	case o.EtcdTimeout <= 0:
 		return bad("etcd_timeout %v must be positive", o.EtcdTimeout)
+	case o.HistoryInterval < 0:
+		return bad("history_interval %v is negative", o.HistoryInterval)
 	case o.BrokerTimeout <= 0:
 		return bad("broker_timeout %v must be positive", o.BrokerTimeout)
 	}

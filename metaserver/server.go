@@ -23,6 +23,7 @@ import (
 // Server is one meta server: a TCP server for brokers and clients, an HTTP
 // server for the admin API, console and metrics, and a view of etcd.
 type Server struct {
+	hist   history // the console's last hour (history.go)
 	opts   Options
 	lg     *zap.Logger
 	keys   keys
@@ -212,6 +213,11 @@ func (s *Server) Start() error {
 	go func() {
 		defer s.loops.Done()
 		s.membershipLoop(s.loopCtx)
+	}()
+	s.loops.Add(1)
+	go func() {
+		defer s.loops.Done()
+		s.historyLoop(s.loopCtx)
 	}()
 	s.lg.Info("meta server started", zap.String("tcp", s.Addr().String()), zap.String("http", s.HTTPAddr().String()),
 		zap.Strings("etcd", s.opts.EtcdEndpoints), zap.String("prefix", s.opts.Prefix))

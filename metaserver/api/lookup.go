@@ -107,3 +107,32 @@ func (c *Client) TraceKey(ctx context.Context, key string) ([]Trace, error) {
 	var t []Trace
 	return t, c.Do(ctx, http.MethodGet, "/trace?key="+url.QueryEscape(key), nil, &t)
 }
+
+// HistorySample is the cluster at one moment (GET /history): messages
+// stored and delivered per second (summed over realtime masters), the
+// consumer groups' backlog (retries included) and the delay servers'
+// pending messages.
+type HistorySample struct {
+	At           time.Time `json:"at"`
+	InPerSec     uint64    `json:"inPerSec"`
+	OutPerSec    uint64    `json:"outPerSec"`
+	Backlog      uint64    `json:"backlog"`
+	DelayPending uint64    `json:"delayPending"`
+}
+
+// History is the last hour of samples, oldest first, one every
+// IntervalSeconds, as this meta server took them.
+type History struct {
+	IntervalSeconds float64         `json:"intervalSeconds"`
+	Samples         []HistorySample `json:"samples"`
+	// DeadLetters: the consumer groups holding dead letters at the last
+	// sample that asked the brokers.
+	DeadLetters []DeadGroup `json:"deadLetters"`
+}
+
+// DeadGroup is a consumer group that holds dead letters.
+type DeadGroup struct {
+	Subject     string `json:"subject"`
+	Group       string `json:"group"`
+	DeadLetters uint64 `json:"deadLetters"`
+}

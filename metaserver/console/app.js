@@ -89,7 +89,7 @@ async function act(what, method, path, body) {
 const enc = encodeURIComponent;
 
 async function overview() {
-  const st = await api("GET", "/status");
+  const [st, h] = await Promise.all([api("GET", "/status"), api("GET", "/history").catch(err => ({ error: err }))]);
   const card = (label, n, id) => el("div", { class: "card" }, el("div", { class: "n", id }, n), el("div", {}, label));
   return [
     el("h2", {}, "Cluster"),
@@ -106,23 +106,67 @@ async function overview() {
     el("h2", {}, "Meta servers"),
     table(["TCP", "HTTP", "up since"], st.metaServers.map(m => el("tr", {}, el("td", {}, m.tcp), el("td", {}, m.http), el("td", {}, localTime(m.startedAt))))),
     el("p", { class: "muted" }, "etcd revision " + st.revision + ", key prefix " + st.prefix),
+    el("h2", {}, "Last hour"),
+    historyCharts(h),
     el("h2", {}, "Groups with dead letters"),
-    await deadOverview(),
+    deadOverview(h),
   ];
 }
 
-// deadOverview lists every consumer group that holds dead letters, each
-// linking to its dead-letter page.
-async function deadOverview() {
-  let cgs;
-  try {
-    cgs = await api("GET", "/consumers");
-  } catch (err) {
-    return el("p", { class: "muted", id: "dead-overview" }, "cannot ask the brokers: " + err.message);
+// historyCharts draws the meta server's samples of the last hour: message
+// rates in and out, the consumer groups' backlog and the delay servers'
+// pending messages, as SVG line charts with local-time labels.
+function historyCharts(h) {
+  if (h.error) return el("p", { class: "muted", id: "history" }, "no history: " + h.error.message);
+  const ss = h.samples || [];
+  const times = ss.map(x => new Date(x.at).getTime());
+  return el("div", { id: "history", class: "charts" },
+    lineChart("chart-rates", "messages per second", times, [
+      { name: "in", color: "#2a7", values: ss.map(x => x.inPerSec) },
+      { name: "out", color: "#27c", values: ss.map(x => x.outPerSec) }]),
+    lineChart("chart-backlog", "backlog (messages)", times, [{ name: "backlog", color: "#c72", values: ss.map(x => x.backlog) }]),
+    lineChart("chart-pending", "delay pending (messages)", times, [{ name: "pending", color: "#85c", values: ss.map(x => x.delayPending) }]));
+}
+
+// lineChart is an SVG chart of series over times (ms), one polyline each.
+function lineChart(id, title, times, series) {
+  const W = 360, H = 120, P = 4;
+  const NS = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(NS, "svg");
+  svg.setAttribute("viewBox", "0 0 " + W + " " + H);
+  svg.setAttribute("width", W);
+  svg.setAttribute("height", H);
+  svg.setAttribute("class", "chart");
+  const t0 = Math.min(...times), t1 = Math.max(...times);
+  const top = Math.max(1, ...series.flatMap(s => s.values));
+  for (const s of series) {
+    if (!times.length) break;
+    const pts = s.values.map((v, i) => {
+      const x = t1 > t0 ? P + (times[i] - t0) / (t1 - t0) * (W - 2 * P) : W / 2;
+      const y = H - P - v / top * (H - 2 * P);
+      return x.toFixed(1) + "," + y.toFixed(1);
+    });
+    const line = document.createElementNS(NS, "polyline");
+    line.setAttribute("points", pts.join(" "));
+    line.setAttribute("fill", "none");
+    line.setAttribute("stroke", s.color);
+    line.setAttribute("stroke-width", "2");
+    line.setAttribute("data-series", s.name);
+    svg.append(line);
   }
-  const rows = cgs.filter(cg => cg.deadLetters > 0).map(cg => el("tr", { "data-subject": cg.subject, "data-group": cg.group },
-    el("td", {}, cg.subject), el("td", {}, cg.group),
-    el("td", { class: "dead-count" }, el("a", { href: "#dead/" + enc(cg.subject) + "/" + enc(cg.group) }, cg.deadLetters))));
+  const last = series.map(s => s.name + " " + (s.values.length ? s.values[s.values.length - 1] : "-")).join(", ");
+  const range = times.length ? new Date(t0).toLocaleTimeString() + " – " + new Date(t1).toLocaleTimeString() : "no samples yet";
+  return el("figure", { id, class: "chart" }, svg, el("figcaption", {}, title + ": " + last + " (" + range + ", max " + top + ")"));
+}
+
+// deadOverview lists every consumer group that holds dead letters (as
+// the meta server's last history sample found them), each linking to its
+// dead-letter page.
+function deadOverview(h) {
+  if (h.error) return el("p", { class: "muted", id: "dead-overview" }, "cannot ask the brokers: " + h.error.message);
+  const rows = (h.deadLetters || []).map(g => el("tr", { "data-subject": g.subject, "data-group": g.group },
+    el("td", {}, g.subject), el("td", {}, g.group),
+    el("td", { class: "dead-count" }, el("a", { href: "#dead/" + enc(g.subject) + "/" + enc(g.group) }, g.deadLetters))));
   return el("div", { id: "dead-overview" }, table(["subject", "group", "dead letters"], rows));
 }
 

@@ -20,6 +20,7 @@
 //	s.Replica().ReplicateMessages / ReplicateActions / Ends           // a slave's side
 //	s.CommittedEnds(), s.Promote(), store.Truncate(...)              // failover
 //	s.FindByID(id), s.FindByKey(key) ([]store.Found, error)     // the message index (msgindex.go)
+//	s.Deliveries(subject, seq) ([]store.Delivery, error)       // where a message stands per group (delivery.go)
 //
 // Messages are encoded pkg/protocol messages; Append validates each
 // (ParseMessage with its CRC, Limits.CheckView) and stores exactly those

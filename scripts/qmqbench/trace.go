@@ -36,8 +36,15 @@ package main
 // letter with its error and why, the re-driven copy, and each of the
 // original and retry copies taken and acked by the group.
 //
-// Not measured here (not built yet): produce_otel_off_vs_none_ratio and
-// produce_otel_on_vs_off_ratio.
+// produce_otel_*: the produce run above (fresh broker and data directory
+// each time), alternating three ways twice, best of two each: none (the
+// producer built without a tracer provider), off (WithTracerProvider(nil):
+// the same code path as none, a nil check; the ratio shows what the runs'
+// swings are) and on (the producer with an SDK tracer provider sampling
+// 1 % of traces, its spans handed to a batcher that drops them; the broker
+// started with OTEL_TRACES_EXPORTER=otlp and an endpoint nobody listens
+// on, so it makes a store span for every sampled message and its exports
+// fail in the background; every message carries a traceparent).
 //
 //	produce_plain_msgs_per_s          --no-message-index, best of two
 //	produce_indexed_msgs_per_s        index on, best of two
@@ -46,16 +53,22 @@ package main
 //	lookup_by_id_p50_ms, lookup_by_id_p99_ms    (target p99 ≤ 20)
 //	lookup_by_key_p50_ms, lookup_by_key_p99_ms  (target p99 ≤ 20)
 //	trace_complete_ratio              complete traces / 10,000 (target 1.0)
+//	produce_otel_none_msgs_per_s, produce_otel_off_msgs_per_s, produce_otel_on_msgs_per_s
+//	produce_otel_off_vs_none_ratio    (target ≥ 0.98)
+//	produce_otel_on_vs_off_ratio      (target ≥ 0.9)
 
 import (
 	"context"
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/qmq-go/qmq/consumer"
 	"github.com/qmq-go/qmq/pkg/protocol"
@@ -75,6 +88,7 @@ func init() {
 	registerWorker("trace-fill", traceFillWorker)
 	registerWorker("trace-lookup", traceLookupWorker)
 	registerWorker("trace-complete", traceCompleteWorker)
+	registerWorker("trace-produce", traceProduceWorker)
 }
 
 func runTrace(env *Env) error {
@@ -95,11 +109,33 @@ func runTrace(env *Env) error {
 	env.Metric("produce_indexed_msgs_per_s", indexed, "msg/s")
 	env.Metric("produce_indexed_vs_plain_ratio", indexed/plain, "x")
 
+	best := map[string]float64{}
+	for round := range 2 {
+		for _, mode := range []string{"none", "off", "on"} {
+			r, err := env.produceOtel(filepath.Join(env.Dir, fmt.Sprintf("otel-%s-%d", mode, round)), mode)
+			if err != nil {
+				return err
+			}
+			env.Logf("round %d: otel %s %.0f msg/s", round, mode, r)
+			best[mode] = max(best[mode], r)
+		}
+	}
+	env.Metric("produce_otel_none_msgs_per_s", best["none"], "msg/s")
+	env.Metric("produce_otel_off_msgs_per_s", best["off"], "msg/s")
+	env.Metric("produce_otel_on_msgs_per_s", best["on"], "msg/s")
+	env.Metric("produce_otel_off_vs_none_ratio", best["off"]/best["none"], "x")
+	env.Metric("produce_otel_on_vs_off_ratio", best["on"]/best["off"], "x")
+
 	b, addr, err := env.startRealtime(filepath.Join(env.Dir, "lookup"))
 	if err != nil {
 		return err
 	}
-	defer b.stop()
+	stopped := false
+	defer func() { // stop waits for the process's exit: only once
+		if !stopped {
+			b.stop()
+		}
+	}()
 	var fill rateResult
 	if err := runWorker("trace-fill", &fill, "-addr", addr, "-count", fmt.Sprint(*traceMessages)); err != nil {
 		return err
@@ -119,6 +155,7 @@ func runTrace(env *Env) error {
 	env.Metric("lookup_by_key_p50_ms", res.KeyP50Ms, "ms")
 	env.Metric("lookup_by_key_p99_ms", res.KeyP99Ms, "ms")
 	b.stop()
+	stopped = true
 
 	cb, caddr, err := env.startRealtime(filepath.Join(env.Dir, "complete"))
 	if err != nil {
@@ -415,4 +452,87 @@ func traceIncomplete(call func(protocol.Command, []byte) ([]byte, error), id str
 		return fmt.Sprintf("steps %q, want %q", got, want), nil
 	}
 	return "", nil
+}
+
+// produceOtel runs the trace-produce worker for produceDuration in mode
+// (none, off, on) against a fresh broker, traced too when mode is on.
+func (e *Env) produceOtel(dir, mode string) (float64, error) {
+	if mode == "on" {
+		os.Setenv("OTEL_TRACES_EXPORTER", "otlp")
+		os.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+freeAddr())
+		os.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+	}
+	b, addr, err := e.startRealtime(dir)
+	os.Unsetenv("OTEL_TRACES_EXPORTER")
+	os.Unsetenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+	os.Unsetenv("OTEL_EXPORTER_OTLP_INSECURE")
+	if err != nil {
+		return 0, err
+	}
+	defer b.stop()
+	var res rateResult
+	if err := runWorker("trace-produce", &res, "-addr", addr, "-duration", produceDuration.String(), "-otel", mode); err != nil {
+		return 0, err
+	}
+	if res.Failed > 0 {
+		return 0, fmt.Errorf("%d sends failed", res.Failed)
+	}
+	return res.rate(), nil
+}
+
+// discardSpans is a span exporter that drops what it is given.
+type discardSpans struct{}
+
+func (discardSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardSpans) Shutdown(context.Context) error                             { return nil }
+
+// traceProduceWorker is the produce worker's default run (one subject,
+// batches of 256 messages of 256 bytes, 16 in flight) with tracing as
+// -otel says: none, off (a nil tracer provider) or on (1 % sampled).
+func traceProduceWorker(args []string) (any, error) {
+	fs := flag.NewFlagSet("trace-produce", flag.ContinueOnError)
+	addr := fs.String("addr", "", "broker address")
+	d := fs.Duration("duration", produceDuration, "how long to send")
+	mode := fs.String("otel", "none", "none, off or on")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	opts := []producer.Option{producer.WithBrokers(*addr), producer.WithQueueSize(50000), producer.WithMaxInFlight(16),
+		producer.WithBatch(256, 1<<20)}
+	switch *mode {
+	case "off":
+		opts = append(opts, producer.WithTracerProvider(nil))
+	case "on":
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.01))),
+			sdktrace.WithBatcher(discardSpans{}))
+		defer tp.Shutdown(context.Background())
+		opts = append(opts, producer.WithTracerProvider(tp))
+	}
+	p, err := producer.New(opts...)
+	if err != nil {
+		return nil, err
+	}
+	body := make([]byte, messageSize)
+	var ok, failed atomic.Int64
+	cb := func(_ *producer.Message, err error) {
+		if err != nil {
+			failed.Add(1)
+		} else {
+			ok.Add(1)
+		}
+	}
+	start := time.Now()
+	deadline := start.Add(*d)
+	for i := 0; ; i++ {
+		if i&1023 == 0 && time.Now().After(deadline) {
+			break
+		}
+		if err := p.SendAsync(&producer.Message{Subject: "bench.s0", Body: body}, cb); err != nil {
+			return nil, err
+		}
+	}
+	if err := p.Close(context.Background()); err != nil {
+		return nil, err
+	}
+	return rateResult{Messages: ok.Load(), Failed: failed.Load(), Elapsed: time.Since(start)}, nil
 }
