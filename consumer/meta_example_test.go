@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/qmq-go/qmq/consumer"
-	"github.com/qmq-go/qmq/scripts/localcluster"
 	"github.com/qmq-go/qmq/producer"
+	"github.com/qmq-go/qmq/scripts/localcluster"
 )
 
 // A consumer of a whole cluster (scripts/run-local.sh's, started here in

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/qmq-go/qmq/consumer"
-	"github.com/qmq-go/qmq/scripts/localcluster"
 	"github.com/qmq-go/qmq/producer"
+	"github.com/qmq-go/qmq/scripts/localcluster"
 )
 
 // startExampleCluster starts a meta server, two realtime groups and a delay

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qmq-go/qmq/scripts/localcluster"
 	"github.com/qmq-go/qmq/pkg/tlsconfig"
+	"github.com/qmq-go/qmq/scripts/localcluster"
 )
 
 // startCluster starts what scripts/run-local.sh starts, in this process,

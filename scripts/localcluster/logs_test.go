@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/qmq-go/qmq/consumer"
-	"github.com/qmq-go/qmq/scripts/localcluster"
 	"github.com/qmq-go/qmq/producer"
+	"github.com/qmq-go/qmq/scripts/localcluster"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
