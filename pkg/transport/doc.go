@@ -149,20 +149,10 @@
 // without being sent.
 //
 // A half-open breaker's probe counts as a success once it is sent on a
-// connection (the dial, or the connection kept, worked), not when its
-// answer comes: the answer to a long poll (a consumer's pull at the tail of
-// its subject) comes after seconds, and until then the breaker refused
-// every other request to the address (NOTES.md). A probe whose answer
-// then fails is recorded as a failure, as any request's is. A refused
-// connection (below, "Security") is the server's answer, not its failure:
-// an authentication refusal never opens the breaker, and an open breaker's
-// error wraps the last dial error, so a certificate problem stays visible.
-//
-// To keep two mutex round trips and two clock reads off every request, a
-// request to a healthy address (breaker closed, last recorded outcome a
-// success) skips the breaker, and only a failure is reported to it; the
-// breaker then sees every request until one succeeds while it is closed.
-// Its ReadyToTrip reads only consecutive failures, which successes would
-// merely keep at zero, so it trips exactly as if it had seen every request;
-// only its total request and success counts are lower.
+// connection, not when its answer comes (a long poll answers after
+// seconds); a refused connection (see "Security") is the server's answer,
+// not its failure, and an open breaker's error wraps the last dial error. A
+// request to a healthy address skips the breaker and only failures are
+// reported to it, which trips it exactly as if it had seen every request
+// (NOTES.md, "Breaker details").
 package transport
