@@ -71,6 +71,7 @@ const (
 	indexEntrySize         = 16
 	indexFence             = 256
 	indexRunEntriesDefault = 1 << 20
+	indexMinEntries        = 4096 // the in-memory entries' first array
 	indexReadBytes         = 1 << 20
 	indexIdleSpill         = time.Second
 	// indexFollow is how often the index looks for new records of the
@@ -314,10 +315,15 @@ func (x *messageIndex) advance(s *Store, entries []indexEntry, from, to int64) {
 	if len(x.mem) == 0 {
 		x.memFrom, x.memSeg = from, seg
 	}
-	if cap(x.mem) == 0 {
-		// Sized once for a whole run and reused after each spill: grown
-		// by append, its copies were a tenth of a producing broker's CPU.
-		x.mem = make([]indexEntry, 0, indexRunEntries)
+	if need := len(x.mem) + len(entries); need > cap(x.mem) {
+		// Doubled up to a whole run and kept after each spill: grown by
+		// append (a quarter at a time at this size), its copies were a
+		// tenth of a producing broker's CPU; a store that indexes little
+		// keeps a small array.
+		n := min(max(2*cap(x.mem), indexMinEntries, need), max(indexRunEntries, need))
+		grown := make([]indexEntry, len(x.mem), n)
+		copy(grown, x.mem)
+		x.mem = grown
 	}
 	x.mem = append(x.mem, entries...)
 	if len(entries) > 0 {
