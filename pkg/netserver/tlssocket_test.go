@@ -8,10 +8,10 @@ import (
 	"time"
 )
 
-// A tlsSocket's writes never block: what a peer that does not read leaves
-// unsent waits, in order, until flushPending writes it once the peer
-// reads.
-func TestTLSSocket_WritesNeverBlock(t *testing.T) {
+// tcpPair returns both ends of a loopback TCP connection, closed when the
+// test ends.
+func tcpPair(t *testing.T) (client, server net.Conn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -22,13 +22,23 @@ func TestTLSSocket_WritesNeverBlock(t *testing.T) {
 		c, _ := ln.Accept()
 		accepted <- c
 	}()
-	client, err := net.Dial("tcp", ln.Addr().String())
+	client, err = net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close()
-	server := <-accepted
-	defer server.Close()
+	server = <-accepted
+	if server == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
+}
+
+// A tlsSocket's writes never block: what a peer that does not read leaves
+// unsent waits, in order, until flushPending writes it once the peer
+// reads.
+func TestTLSSocket_WritesNeverBlock(t *testing.T) {
+	client, server := tcpPair(t)
 	// A small send buffer, so that a little is more than the socket holds
 	// (the client's receive buffer does not grow while it does not read).
 	_ = server.(*net.TCPConn).SetWriteBuffer(8 << 10)
@@ -87,23 +97,7 @@ func TestTLSSocket_WritesNeverBlock(t *testing.T) {
 // all with one write(2), and in the order they were made, before any
 // write that follows.
 func TestTLSSocket_GatherWritesOnce(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	server := <-accepted
-	defer server.Close()
+	client, server := tcpPair(t)
 	_ = server.(*net.TCPConn).SetWriteBuffer(4 << 20)
 	sock, err := newTLSSocket(server, func() {})
 	if err != nil {
