@@ -38,22 +38,22 @@ type retainedBody struct {
 // Conn is the server side of one client connection. Its exported methods
 // are safe for concurrent use.
 //
-// A connection's loop is the goroutine that reads it: its gnet event loop,
-// or, with TLS, its reader goroutine (tls.go). Both run the same framing
-// (serveFrames) and keep the same loop state.
+// A connection's loop is the gnet event loop that reads it; with TLS the
+// loop reads and writes through the connection's session (tls.go), with the
+// same framing (serveFrames) and loop state.
 //
 // Accounting: held counts the connection's requests that were handed to the
 // handler (or to CmdAuth's goroutine) and whose replies are not yet written
 // (a one-way request counts until its Serve returned): the loop adds each
-// batch, flush subtracts the replies it wrote (on the loop with gnet, on
-// the writer goroutine with TLS), closing subtracts the rest. The server's
+// batch, flush subtracts the replies it wrote (on the loop), closing
+// subtracts the rest. The server's
 // busy count is the sum of held over open connections, so a graceful Close
 // waits on it. Replies add to unwritten under outMu; flush takes that
 // number with the bytes.
 type Conn struct {
 	id     uint64
 	remote string
-	gc     gnet.Conn // gnet only; off the loop only AsyncWritev and Close are used
+	gc     gnet.Conn // off the loop only AsyncWritev and Close are used
 	tls    *tlsConn  // TLS only
 	srv    *Server
 	done   chan struct{}
@@ -94,10 +94,10 @@ type Conn struct {
 	// it closes (linger.go); discarding: it lingers (gnet only).
 	lingerAfter bool
 	discarding  bool
-	loopConns   *atomic.Int32 // open connections of the connection's loop (Spin)
-	fd          int           // the socket, for Spin
-	inline      Request       // the request passed to inline handlers
-	loopOut     []byte        // replies made on the loop, written at the end of OnTraffic
+	loop        *loop   // the connection's event loop (Spin, TLS buffers)
+	fd          int     // the socket, for Spin
+	inline      Request // the request passed to inline handlers
+	loopOut     []byte  // replies made on the loop, written at the end of OnTraffic
 	// afterWrite is work inline handlers left for after that write
 	// (Request.AfterWrite), run in order once it is made.
 	afterWrite []AfterWriter
@@ -359,14 +359,9 @@ func appendResponseHeader(dst []byte, status protocol.Status, requestID uint64, 
 	return binary.BigEndian.AppendUint32(dst, uint32(n))
 }
 
-// queueFlush asks the event loop (with TLS, the writer goroutine) to
-// write the reply buffer. It is called outside outMu with flushQueued just
+// queueFlush asks the event loop to write the reply buffer. It is called outside outMu with flushQueued just
 // set.
 func (c *Conn) queueFlush() {
-	if c.tls != nil {
-		c.tls.wakeWriter()
-		return
-	}
 	if err := c.gc.AsyncWritev(nil, c.flushFn); err != nil {
 		// The engine is stopping; its close of the connection drops the rest.
 		c.outMu.Lock()
@@ -395,7 +390,9 @@ func (c *Conn) flush(gc gnet.Conn, err error) error {
 	c.outMu.Unlock()
 	c.held.Add(-int64(written))
 	c.srv.busy.Add(-int64(written))
-	if len(retained) > 0 {
+	if c.tls != nil {
+		c.writeTLS(gc, buf)
+	} else if len(retained) > 0 {
 		// One writev of the buffer's stretches and the kept bodies between
 		// them; gnet copies what the socket does not take, so the bodies
 		// are free once it returns.
@@ -472,10 +469,6 @@ func (c *Conn) closeWithReason(reason string, fields ...zap.Field) {
 
 // close closes the connection without logging; any goroutine may call it.
 func (c *Conn) close() {
-	if c.tls != nil {
-		c.tls.closeSocket()
-		return
-	}
 	_ = c.gc.Close()
 }
 

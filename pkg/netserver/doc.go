@@ -1,9 +1,9 @@
 // Package netserver is the TCP server every QMQ-Go server runs on: a gnet v2
 // event loop that frames pkg/protocol requests, hands them to a Handler off
-// the loop, and writes the handler's replies, coalesced. With TLS it serves
-// each connection on goroutines of its own instead of gnet, with the same
-// API and framing (see TLS). It authenticates connections (Authentication)
-// and bounds what a client can make it hold (Limits).
+// the loop, and writes the handler's replies, coalesced, in the clear or
+// through a TLS session run on the same loop (TLS). It authenticates
+// connections (Authentication) and bounds what a client can make it hold
+// (Limits).
 //
 // # Use
 //
@@ -84,32 +84,31 @@
 //
 // # TLS
 //
-// With Options.TLS the server listens through crypto/tls and each
-// connection has two goroutines. Its reader is the connection's loop: it
-// reads (one TLS record at a time), frames with the same code as OnTraffic
-// (serveFrames), serves inline handlers and hands batches to the serve
-// workers. Its writer writes the reply buffer, all replies waiting in one
-// TLS write. A read of at most 4 requests with nothing waiting for the
-// writer is answered by the reader itself, so a request-at-a-time client
-// gets its answer without a hand-off between goroutines. The socket's
-// writes never block (tlsSocket: what the socket does not take waits for
-// the writer), so neither goroutine waits on a client that does not read,
-// and MaxOutboundBytes counts the unsent bytes as on gnet. Differences from
-// gnet: AfterWrite runs once the read's replies are written or handed to
-// the writer; ReplyRetained copies (crypto/tls copies every byte into its
-// records anyway).
+// With Options.TLS each connection has a crypto/tls session whose
+// transport is memory (tlsConn), not the socket: gnet still reads and
+// writes the socket. The handshake (blocking, and CPU-heavy) runs on a
+// goroutine of the connection, which waits for the bytes the loop hands it
+// and writes with AsyncWritev, within HandshakeTimeout; bytes that come
+// meanwhile are kept, counted in MaxPartialBytes. Once it is done the
+// session is the loop's alone: OnTraffic gives it the read's bytes,
+// decrypts record by record until they are used up (the transport then
+// answers a temporary error, which crypto/tls does not keep) and frames
+// the plaintext as on plaintext; the flush and the end of a read encrypt
+// the reply buffer and write all its records with one write. So a TLS
+// connection has the plaintext path's costs plus the cipher's: no
+// goroutine per connection, no hand-off between a reader and a writer,
+// Spin, one write per flush. ReplyRetained copies (the cipher copies every
+// byte anyway). A large reply is encrypted on the loop (a few GB/s).
 //
-// The handshake runs on the connection's goroutine within
-// HandshakeTimeout; the config is used as it is at each handshake, so
-// GetCertificate or GetConfigForClient reload certificates. A failed
-// handshake closes the connection, is counted (Stats.HandshakeFailures)
-// and logged at a rate limit. The server closes a TLS connection without
-// close_notify (a write, which could block).
+// The config is used as it is at each handshake, so GetCertificate or
+// GetConfigForClient reload certificates. A failed handshake closes the
+// connection, is counted (Stats.HandshakeFailures) and logged at a rate
+// limit. A refused connection lingers after close_notify.
 //
-// Not gnet with kernel TLS: gnet has no TLS, and kTLS needs the session's
-// keys and sequence numbers, which crypto/tls does not expose, and delivers
-// records that are not application data (alerts, key updates, tickets) only
-// through control messages gnet cannot read. NOTES.md has the details.
+// Not gnet with kernel TLS: kTLS needs the session's keys and sequence
+// numbers, which crypto/tls does not expose, and delivers records that are
+// not application data only through control messages gnet cannot read.
+// NOTES.md has the details and the earlier goroutine-per-connection design.
 //
 // # Authentication
 //

@@ -18,8 +18,7 @@ import (
 // server's own copy (a large frame taken onto the heap), which the batch
 // may keep instead of copying. It returns the bytes the whole frames take,
 // how many frames that is, and false when the connection must be closed
-// (the reason is logged). It runs on the connection's loop: gnet's event
-// loop, or a TLS connection's reader.
+// (the reason is logged). It runs on the connection's event loop.
 func (c *Conn) serveFrames(buf []byte, now time.Time, owned bool) (int, int, bool) {
 	s := c.srv
 	consumed, count := 0, 0

@@ -1,8 +1,6 @@
 package netserver
 
 import (
-	"io"
-	"net"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
@@ -26,6 +24,9 @@ const refuseLinger = time.Second
 // answer is not all written yet. The sweep closes the connection when
 // refuseLinger has passed; OnTraffic discards what comes meanwhile.
 func (c *Conn) lingerGnet(gc gnet.Conn) bool {
+	if c.tls != nil {
+		c.closeNotifyTLS(gc)
+	}
 	if gc.OutboundBuffered() > 0 || unix.Shutdown(c.fd, unix.SHUT_WR) != nil {
 		return false
 	}
@@ -35,24 +36,4 @@ func (c *Conn) lingerGnet(gc gnet.Conn) bool {
 	_, _ = gc.Discard(-1)
 	c.lingerSince.Store(time.Now().UnixNano())
 	return true
-}
-
-// lingerTLS lingers on a TLS connection the reader refused, on the
-// connection's goroutine after its writer returned (the socket's deadline
-// is refuseLinger away): it writes what is queued (the answer), closes the
-// TLS session and the TCP connection's sending side, and discards what
-// still comes until EOF or the deadline.
-func (c *Conn) lingerTLS() {
-	t := c.tls
-	c.dropLarge()
-	c.holdSmall(0)
-	c.flushTLS()
-	_ = t.tc.CloseWrite()
-	if t.sock != nil {
-		_ = t.sock.flushPending()
-	}
-	if tc, ok := t.raw.(*net.TCPConn); ok {
-		_ = tc.CloseWrite()
-	}
-	_, _ = io.Copy(io.Discard, t.raw)
 }

@@ -31,8 +31,8 @@ const gnetStopTimeout = 5 * time.Second
 const listenerStopTimeout = 2 * time.Second
 
 // Server frames requests, hands them to a Handler off its event loops and
-// writes the handler's replies: over gnet, or over crypto/tls with
-// goroutines per connection when Options.TLS is set.
+// writes the handler's replies, over gnet; with Options.TLS, through a
+// crypto/tls session per connection run on the event loop (tls.go).
 type Server struct {
 	opts    Options
 	handler Handler
@@ -57,7 +57,7 @@ type Server struct {
 	workersLive    atomic.Int64 // serve workers running or parked (tests)
 
 	conns      atomic.Int64  // open connections
-	loopConns  loopConns     // open connections per event loop
+	loops      loops         // per event loop state
 	nextConnID atomic.Uint64 // last connection id handed out
 	closing    atomic.Bool   // Close has begun: refuse connections and requests
 	live       liveConns     // open connections, for the sweep and Close
@@ -81,12 +81,11 @@ type Server struct {
 	sweepDone chan struct{} // closed when sweepLoop has returned
 	sweeping  atomic.Bool   // sweepLoop was started
 
-	// TLS (Options.TLS): the listener, a context ended by Close (it ends
-	// handshakes), and the connections' goroutines.
-	ln        net.Listener
-	tlsCtx    context.Context
-	tlsCancel context.CancelFunc
-	tlsConns  sync.WaitGroup
+	// TLS (Options.TLS): a context ended by Close (it ends handshakes)
+	// and the handshake goroutines (tls.go).
+	tlsCtx     context.Context
+	tlsCancel  context.CancelFunc
+	handshakes sync.WaitGroup
 
 	mu      sync.Mutex
 	started bool
@@ -149,9 +148,6 @@ func (s *Server) Start() error {
 	}
 	s.started = true
 	s.mu.Unlock()
-	if s.opts.TLS != nil {
-		return s.startTLS()
-	}
 
 	gopts := []gnet.Option{
 		gnet.WithNumEventLoop(s.opts.EventLoops),
@@ -172,7 +168,8 @@ func (s *Server) Start() error {
 	// value, without calling OnBoot: wait for either (tech.md §1.3 pitfall 7).
 	select {
 	case <-s.booted:
-		s.lg.Info("listening", zap.Stringer("addr", s.Addr()), zap.Bool("requireAuth", s.opts.RequireAuth))
+		s.lg.Info("listening", zap.Stringer("addr", s.Addr()), zap.Bool("tls", s.opts.TLS != nil),
+			zap.Bool("requireAuth", s.opts.RequireAuth))
 		s.startSweep()
 		return nil
 	case <-s.stopped:
@@ -219,24 +216,21 @@ func (s *Server) Close(ctx context.Context) error {
 	s.closing.Store(true)
 
 	var drainErr error
-	if s.opts.TLS != nil {
-		drainErr = s.closeTLS(ctx)
-	} else {
-		select {
-		case <-s.booted:
-			drainErr = s.drain(ctx)
-			s.stopEngine(ctx)
-		case <-s.stopped:
-		}
-		<-s.stopped
-		s.mu.Lock()
-		if s.lnFD >= 0 { // gnet stopped by itself
-			syscall.Close(s.lnFD)
-			s.lnFD = -1
-		}
-		s.mu.Unlock()
+	select {
+	case <-s.booted:
+		drainErr = s.drain(ctx)
+		s.stopEngine(ctx)
+	case <-s.stopped:
 	}
+	<-s.stopped
+	s.mu.Lock()
+	if s.lnFD >= 0 { // gnet stopped by itself
+		syscall.Close(s.lnFD)
+		s.lnFD = -1
+	}
+	s.mu.Unlock()
 	s.tlsCancel()
+	s.handshakes.Wait() // every connection is closed, which ends their reads
 	s.stopSweep()
 	close(s.workersQuit) // every connection is closed: no batch comes any more
 	s.serving.Wait()
@@ -361,8 +355,8 @@ func (e *events) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	s := e.srv
 	c := newConn(s, gc)
 	gc.SetContext(c)
-	c.loopConns = s.loopConns.of(gc.EventLoop())
-	c.loopConns.Add(1)
+	c.loop = s.loops.of(gc.EventLoop())
+	c.loop.conns.Add(1)
 	if !s.opened(c) {
 		return nil, gnet.Close
 	}
@@ -372,6 +366,9 @@ func (e *events) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 		if err := gc.SetKeepAlive(true, max(d, time.Second), max(d/5, time.Second), 5); err != nil {
 			s.lg.Debug("cannot set TCP keep-alive", zap.Uint64("conn", c.id), zap.Error(err))
 		}
+	}
+	if s.opts.TLS != nil {
+		c.startTLS(gc)
 	}
 	return nil, gnet.None
 }
@@ -397,8 +394,8 @@ func (e *events) OnClose(gc gnet.Conn, err error) gnet.Action {
 	if !ok {
 		return gnet.None
 	}
-	c.loopConns.Add(-1)
-	c.forget(gc.InboundBuffered() > 0 || c.large != nil, err)
+	c.loop.conns.Add(-1)
+	c.forget(gc.InboundBuffered() > 0 || c.framing.Load(), err)
 	return gnet.None
 }
 
@@ -413,6 +410,11 @@ func (c *Conn) forget(partial bool, err error) {
 	} else if err != nil {
 		s.lg.Debug("connection closed", zap.Uint64("conn", c.id), zap.String("remote", c.remote), zap.Error(err))
 	}
+	if c.tls != nil {
+		_ = c.tls.Close() // ends a handshake in progress
+		s.partialBytes.Add(-c.tls.counted)
+		c.tls.counted = 0
+	}
 	c.dropLarge()
 	c.holdSmall(0)
 	s.identities.release(c)
@@ -422,10 +424,10 @@ func (c *Conn) forget(partial bool, err error) {
 // OnTraffic serves what one socket read brought (gnet calls it once per
 // read, so it must not leave whole frames behind): the rest of a large
 // frame in progress, then every whole frame (see serveFrames), keeping an
-// incomplete last frame. Replies made on the loop (inline handlers,
-// requests refused at once) are written with one write at the end.
+// incomplete last frame; with TLS, what the read's records decrypt to
+// (tls.go). Replies made on the loop (inline handlers, requests refused at
+// once) are written with one write at the end.
 func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
-	s := e.srv
 	c, ok := gc.Context().(*Conn)
 	if !ok {
 		return gnet.Close
@@ -434,12 +436,27 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 		_, _ = gc.Discard(-1)
 		return gnet.None
 	}
+	if c.tls != nil {
+		return c.endTraffic(gc, c.trafficTLS(gc, time.Now()))
+	}
 	c.received.Add(int64(gc.InboundBuffered() - c.buffered))
 	ok = c.readGnet(gc, time.Now())
 	c.buffered = gc.InboundBuffered()
+	return c.endTraffic(gc, ok)
+}
+
+// endTraffic ends a read of the loop: it writes the replies made on the
+// loop, runs what inline handlers left for after that write, closes (or
+// lingers on) a connection the read refused (ok false), and may spin.
+func (c *Conn) endTraffic(gc gnet.Conn, ok bool) gnet.Action {
+	s := c.srv
 	answered := len(c.loopOut) > 0
-	if answered {
+	if c.tls != nil {
+		c.writeTLS(gc, c.loopOut)
+	} else if answered {
 		_, _ = gc.Write(c.loopOut) // gnet copies what the socket does not take
+	}
+	if answered {
 		c.resetLoopOut()
 		if len(c.afterWrite) > 0 {
 			c.runAfterWrites()
@@ -462,7 +479,7 @@ func (e *events) OnTraffic(gc gnet.Conn) gnet.Action {
 	// Every request read was answered here and the connection is its loop's
 	// only one: wait a moment for its next request (see "Spin" in doc.go).
 	if answered && c.held.Load() == 0 && s.opts.Spin > 0 && !s.closing.Load() &&
-		c.loopConns.Load() == 1 && gc.OutboundBuffered() == 0 && c.spin.Should() {
+		c.loop.conns.Load() == 1 && gc.OutboundBuffered() == 0 && c.spin.Should() {
 		s.spins.Add(1)
 		// When bytes come during the spin, gnet's next look at its poller
 		// (which does not block right after events) finds them.

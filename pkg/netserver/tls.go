@@ -1,164 +1,180 @@
 package netserver
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
-	"fmt"
+	"io"
 	"net"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/panjf2000/gnet/v2"
 	"go.uber.org/zap"
 
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
-// acceptRetryMax bounds the pause after a failed accept (out of
-// descriptors, say) before the next try.
-const acceptRetryMax = time.Second
+// errWouldBlock is what a TLS session's transport returns on the loop when
+// the bytes read so far are used up. It is a temporary net.Error, which
+// crypto/tls does not keep: the session reads on at the next call, with the
+// part of a record it has kept.
+var errWouldBlock = wouldBlockError{}
 
-// directWriteFrames is the most requests a read may carry for the reader
-// to write their replies itself (see endRead).
-const directWriteFrames = 4
+type wouldBlockError struct{}
 
-// tlsConn is the TLS side of a connection served without gnet: the TCP
-// socket, the TLS session over it, and its writer goroutine's signals.
+func (wouldBlockError) Error() string   { return "netserver: no more bytes read yet" }
+func (wouldBlockError) Timeout() bool   { return true }
+func (wouldBlockError) Temporary() bool { return true }
+
+// tlsConn is the transport under a connection's TLS session: a net.Conn
+// made of memory, between crypto/tls and the event loop. Until the
+// handshake is done the session belongs to the connection's handshake
+// goroutine: its reads wait for the bytes the loop puts in (feed) and its
+// writes go to the socket with AsyncWritev. Once it is done (onLoop) the
+// session is the loop's alone: a read takes what the loop's read brought
+// (src), or errWouldBlock once that is used up; a write appends the records
+// to the loop's buffer, which the loop writes with one write.
 type tlsConn struct {
-	raw        net.Conn
-	sock       *tlsSocket // raw, writing without blocking (nil: raw is not a socket)
-	tc         *tls.Conn
-	wake       chan struct{} // capacity 1: replies wait in the reply buffer, or the socket has pending bytes
-	quit       chan struct{} // closed when the reader is done: the writer returns
-	writerDone chan struct{} // closed when the writer has returned
+	tc            *tls.Conn
+	gc            gnet.Conn
+	loop          *loop
+	local, remote net.Addr
+	// onLoop is set on the loop, by tlsReady, after the handshake
+	// goroutine's last read and write: from then on only the loop uses the
+	// session.
+	onLoop atomic.Bool
+
+	mu     sync.Mutex
+	fed    sync.Cond // signalled when bytes come or the connection closes
+	in     []byte    // bytes that came before onLoop, not yet read (from off)
+	off    int
+	closed bool
+
+	src     []byte // on the loop: what the current read brought, not yet read
+	partial []byte // on the loop: the plaintext of an incomplete frame between reads
+
+	// Loop state before onLoop: the bytes of in counted in the server's
+	// partialBytes, those kept past MaxPartialBytes (at most one record, to
+	// learn which request to refuse), and whether bytes were dropped (the
+	// connection is refused once the handshake is done).
+	counted int64
+	over    int
+	refuse  bool
 }
 
-// wakeWriter tells the writer goroutine the reply buffer has replies.
-func (t *tlsConn) wakeWriter() {
-	select {
-	case t.wake <- struct{}{}:
-	default:
-	}
+// maxRecordBytes is the most a TLS record takes on the wire (TLS 1.2's
+// bound; a TLS 1.3 record is smaller).
+const maxRecordBytes = 5 + 16<<10 + 2048
+
+func newTLSConn(c *Conn, gc gnet.Conn, cfg *tls.Config) *tlsConn {
+	t := &tlsConn{gc: gc, loop: c.loop, local: gc.LocalAddr(), remote: gc.RemoteAddr()}
+	t.fed.L = &t.mu
+	t.tc = tls.Server(t, cfg)
+	return t
 }
 
-// closeSocket closes the TCP socket, which ends the reader's and the
-// writer's calls. It does not send TLS's close_notify: that is a write,
-// which could block on a client that does not read. Any goroutine may call
-// it, more than once.
-func (t *tlsConn) closeSocket() { _ = t.raw.Close() }
-
-// startTLS listens with net.Listen and starts accepting.
-func (s *Server) startTLS() error {
-	ln, err := net.Listen("tcp", s.opts.Addr)
-	if err != nil {
-		return fmt.Errorf("netserver: listen on %s: %w", s.opts.Addr, err)
+// Read gives crypto/tls the bytes that came: on the loop without waiting,
+// before it by waiting for them.
+func (t *tlsConn) Read(p []byte) (int, error) {
+	if t.onLoop.Load() {
+		if t.off < len(t.in) { // what came during the handshake, read once
+			t.mu.Lock()
+			n := copy(p, t.in[t.off:])
+			if t.off += n; t.off == len(t.in) {
+				t.in, t.off = nil, 0
+			}
+			t.mu.Unlock()
+			return n, nil
+		}
+		if len(t.src) == 0 {
+			return 0, errWouldBlock
+		}
+		n := copy(p, t.src)
+		t.src = t.src[n:]
+		return n, nil
 	}
-	s.mu.Lock()
-	s.ln, s.addr = ln, ln.Addr()
-	s.mu.Unlock()
-	s.tlsConns.Add(1)
-	go s.acceptLoop()
-	s.startSweep()
-	s.lg.Info("listening", zap.Stringer("addr", ln.Addr()), zap.Bool("tls", true), zap.Bool("requireAuth", s.opts.RequireAuth))
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for t.off == len(t.in) {
+		if t.closed {
+			return 0, net.ErrClosed
+		}
+		t.fed.Wait()
+	}
+	n := copy(p, t.in[t.off:])
+	t.off += n
+	return n, nil
+}
+
+// Write sends records: on the loop into its buffer (writeTLS writes it),
+// before it with AsyncWritev, in order.
+func (t *tlsConn) Write(p []byte) (int, error) {
+	if t.onLoop.Load() {
+		t.loop.records = append(t.loop.records, p...)
+		return len(p), nil
+	}
+	if err := t.gc.AsyncWritev([][]byte{bytes.Clone(p)}, nil); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// feed keeps bytes that came before the session is the loop's, for the
+// handshake goroutine (and, once it is done, for tlsReady), and returns how
+// many are waiting.
+func (t *tlsConn) feed(b []byte) int {
+	t.mu.Lock()
+	if t.off == len(t.in) {
+		t.in, t.off = t.in[:0], 0
+	}
+	t.in = append(t.in, b...)
+	n := len(t.in) - t.off
+	t.mu.Unlock()
+	t.fed.Signal()
+	return n
+}
+
+// Close ends a handshake's wait; crypto/tls calls it when the handshake's
+// context ends, and the server when the connection closes.
+func (t *tlsConn) Close() error {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
+	t.fed.Broadcast()
 	return nil
 }
 
-// closeTLS is Close for the TLS path: stop accepting, wait for the
-// requests in flight (or ctx), then close every connection and wait for
-// their goroutines. Handshakes in progress end at once.
-func (s *Server) closeTLS(ctx context.Context) error {
-	s.mu.Lock()
-	ln := s.ln
-	s.mu.Unlock()
-	if ln == nil {
-		return nil // it never listened
-	}
-	_ = ln.Close()
-	err := s.drain(ctx)
-	s.tlsCancel()
-	s.live.each(func(c *Conn) { c.tls.closeSocket() })
-	s.tlsConns.Wait()
-	return err
+func (t *tlsConn) LocalAddr() net.Addr              { return t.local }
+func (t *tlsConn) RemoteAddr() net.Addr             { return t.remote }
+func (t *tlsConn) SetDeadline(time.Time) error      { return nil }
+func (t *tlsConn) SetReadDeadline(time.Time) error  { return nil }
+func (t *tlsConn) SetWriteDeadline(time.Time) error { return nil }
+
+// startTLS gives a new connection its TLS session and starts its
+// handshake; it runs in OnOpen.
+func (c *Conn) startTLS(gc gnet.Conn) {
+	s := c.srv
+	c.tls = newTLSConn(c, gc, s.opts.TLS)
+	s.handshakes.Add(1)
+	go c.handshakeLoop()
 }
 
-// acceptLoop accepts TLS connections until the listener closes, each
-// served by its own tlsConnLoop.
-func (s *Server) acceptLoop() {
-	defer s.tlsConns.Done()
-	var pause time.Duration
-	for {
-		nc, err := s.ln.Accept()
-		if err != nil {
-			if s.closing.Load() || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			pause = min(max(2*pause, 5*time.Millisecond), acceptRetryMax)
-			s.lg.Warn("accept failed; trying again", zap.Error(err), zap.Duration("after", pause))
-			select {
-			case <-time.After(pause):
-			case <-s.tlsCtx.Done():
-				return
-			}
-			continue
-		}
-		pause = 0
-		s.tlsConns.Add(1)
-		go s.tlsConnLoop(nc)
-	}
-}
-
-// tlsConnLoop serves one TLS connection: the handshake, then its reader
-// (this goroutine, the connection's loop) and its writer (tlsWriteLoop),
-// and forgets it once both are done.
-func (s *Server) tlsConnLoop(nc net.Conn) {
-	defer s.tlsConns.Done()
-	t := &tlsConn{raw: nc, wake: make(chan struct{}, 1), quit: make(chan struct{}), writerDone: make(chan struct{})}
-	c := newConnState(s, nc.RemoteAddr().String())
-	c.tls = t
-	var under net.Conn = nc
-	if sock, err := newTLSSocket(nc, t.wakeWriter); err == nil {
-		t.sock, under = sock, sock
-	}
-	t.tc = tls.Server(under, s.opts.TLS)
-	if !s.opened(c) || !c.handshake() {
-		t.closeSocket()
-		c.forget(false, nil)
-		return
-	}
-	if t.sock != nil {
-		t.sock.async = true
-	}
-	go c.tlsWriteLoop()
-	err := c.tlsReadLoop()
-	linger := err == nil && c.lingerAfter
-	if linger {
-		_ = t.raw.SetDeadline(time.Now().Add(refuseLinger)) // ends a write blocked on the client too
-	} else {
-		t.closeSocket()
-	}
-	close(t.quit)
-	<-t.writerDone
-	if linger {
-		c.lingerTLS()
-	}
-	t.closeSocket()
-	c.forget(c.framing.Load(), err)
-}
-
-// handshake sets keep-alive and runs the TLS handshake, within
-// HandshakeTimeout, and takes the identity of a verified client
-// certificate. It reports false (the reason logged) when the connection
-// must be closed. Failed handshakes are logged at most noisyLogRate a
-// second.
-func (c *Conn) handshake() bool {
+// handshakeLoop runs the handshake within HandshakeTimeout (a CPU-heavy,
+// blocking exchange, kept off the loop), takes the identity of a verified
+// client certificate, and hands the session to the loop (tlsReady), or
+// closes the connection. A failure is counted (Stats.HandshakeFailures) and
+// logged at most noisyLogRate a second.
+func (c *Conn) handshakeLoop() {
 	s, t := c.srv, c.tls
-	if tc, ok := t.raw.(*net.TCPConn); ok {
-		d := s.opts.TCPKeepAlive
-		_ = tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: d > 0, Idle: max(d, time.Second),
-			Interval: max(d/5, time.Second), Count: 5})
-	}
-	_ = t.raw.SetDeadline(time.Now().Add(s.opts.HandshakeTimeout))
-	if err := t.tc.HandshakeContext(s.tlsCtx); err != nil {
+	defer s.handshakes.Done()
+	ctx, cancel := context.WithTimeout(s.tlsCtx, s.opts.HandshakeTimeout)
+	err := t.tc.HandshakeContext(ctx)
+	cancel()
+	if err != nil {
 		c.reasonLogged.Store(true)
 		s.handshakeFailures.Add(1)
 		if ok, dropped := s.handshakeLog.allow(); ok {
@@ -168,29 +184,108 @@ func (c *Conn) handshake() bool {
 			}
 			s.lg.Warn("TLS handshake failed", fields...)
 		}
-		return false
+		c.close()
+		return
 	}
-	_ = t.raw.SetDeadline(time.Time{})
-	return c.certificateIdentity(t.tc.ConnectionState())
+	if !c.certificateIdentity(t.tc.ConnectionState()) {
+		c.close()
+		return
+	}
+	if err := t.gc.AsyncWritev(nil, c.tlsReady); err != nil {
+		c.close()
+	}
 }
 
-// tlsReadLoop is a TLS connection's loop: it reads, serves what it read
-// (serveFrames, as gnet's OnTraffic does) and hands the replies made on
-// the loop to the writer, until the connection closes. It returns the read's error, or
-// nil when the server closes the connection (the reason logged).
-//
-// A read returns at most one TLS record (16 KiB of plaintext). A frame
-// larger than the read buffer is read straight into its chunks
-// (partial.go), but for the first read of each chunk, which goes through
-// the read buffer so that a chunk is taken only for bytes that came.
-func (c *Conn) tlsReadLoop() error {
+// tlsReady runs on the loop once the handshake is done, after its last
+// records were written (gnet runs a connection's queued writes in order):
+// the session becomes the loop's, and what came meanwhile is served.
+func (c *Conn) tlsReady(gc gnet.Conn, err error) error {
+	if err != nil {
+		return nil // closed meanwhile
+	}
 	t := c.tls
-	buf := make([]byte, c.srv.opts.ReadBufferSize)
-	filled := 0
+	t.onLoop.Store(true)
+	c.srv.partialBytes.Add(-t.counted) // read now: counted again as frames
+	t.counted = 0
+	c.framing.Store(false)
+	ok := c.readTLS(time.Now())
+	if ok && t.refuse {
+		c.refusePartial(c.partialRequestID())
+		ok = false
+	}
+	if c.endTraffic(gc, ok) == gnet.Close {
+		_ = gc.Close()
+	}
+	return nil
+}
+
+// partialRequestID returns the request id of the frame in progress on a
+// TLS connection, 0 when none or its header is not whole.
+func (c *Conn) partialRequestID() uint64 {
+	switch p := c.tls.partial; {
+	case c.large != nil:
+		return c.large.requestID()
+	case len(p) >= protocol.HeaderSize:
+		return binary.BigEndian.Uint64(p[6:14])
+	}
+	return 0
+}
+
+// trafficTLS takes what a socket read brought to a TLS connection: the
+// handshake goroutine's while the handshake runs (counted as a partial
+// frame, as it is held), the loop's afterwards. It reports false when the
+// connection must be closed.
+func (c *Conn) trafficTLS(gc gnet.Conn, now time.Time) bool {
+	t := c.tls
+	b, _ := gc.Next(-1)
+	c.received.Add(int64(len(b)))
+	if !t.onLoop.Load() {
+		c.holdHandshake(b)
+		return true
+	}
+	t.src = b
+	ok := c.readTLS(now)
+	t.src = nil
+	return ok
+}
+
+// holdHandshake keeps b, which came during the handshake, for the session,
+// counted in partialBytes. Past MaxPartialBytes it keeps at most one record
+// more, uncounted, which names the request tlsReady refuses, and drops the
+// rest: a connection cannot be answered before its handshake is done.
+func (c *Conn) holdHandshake(b []byte) {
+	t := c.tls
+	switch {
+	case t.refuse || len(b) == 0:
+	case t.over == 0 && c.srv.reservePartial(int64(len(b))):
+		t.counted += int64(len(b))
+		t.feed(b)
+	default:
+		keep := min(len(b), maxRecordBytes-t.over)
+		t.over += keep
+		t.feed(b[:keep])
+		t.refuse = keep < len(b)
+	}
+	c.framing.Store(true)
+}
+
+// readTLS decrypts what came, record by record into the loop's buffer,
+// and serves it as readGnet serves gnet's buffer (serveFrames), until the
+// session has no whole record left. A frame larger than the buffer is read
+// straight into its chunks (partial.go), but for the first read of each
+// chunk, which goes through the buffer so that a chunk is taken only for
+// bytes that came. An incomplete small frame waits in t.partial. It reports
+// false when the connection must be closed.
+func (c *Conn) readTLS(now time.Time) bool {
+	t, lp := c.tls, c.loop
+	if lp.plain == nil {
+		lp.plain = make([]byte, c.srv.opts.ReadBufferSize)
+	}
+	buf := lp.plain
+	filled := copy(buf, t.partial)
+	t.partial = t.partial[:0]
 	for {
 		if c.large != nil {
-			// Into the last chunk's free part; a new chunk is taken (and
-			// counted) only once bytes for it have come, read into buf.
 			var n int
 			var err error
 			if room := c.largeRoom(); len(room) > 0 {
@@ -198,42 +293,55 @@ func (c *Conn) tlsReadLoop() error {
 				c.large.filled += n
 			} else {
 				n, err = t.tc.Read(buf[:min(len(buf), c.large.remaining())])
-				if !c.fillLarge(buf[:n]) {
+				if n > 0 && !c.fillLarge(buf[:n]) {
 					c.refusePartial(c.large.requestID())
-					c.endRead(0)
-					return nil
+					return false
 				}
 			}
-			c.received.Add(int64(n))
 			if c.large.remaining() == 0 {
-				_, _, ok := c.serveFrames(c.takeLarge(), time.Now(), true)
-				c.endRead(1)
-				if !ok {
-					return nil
+				if _, _, ok := c.serveFrames(c.takeLarge(), now, true); !ok {
+					return false
 				}
 			}
 			if err != nil {
-				return err
+				return c.readTLSEnd(err)
 			}
 			continue
 		}
 		n, err := t.tc.Read(buf[filled:])
 		if n > 0 {
-			c.received.Add(int64(n))
 			filled += n
-			consumed, frames, ok := c.serveFrames(buf[:filled], time.Now(), false)
+			consumed, _, ok := c.serveFrames(buf[:filled], now, false)
 			if ok {
 				filled, ok = c.keepTLSPartial(buf, consumed, filled)
 			}
-			c.endRead(frames)
 			if !ok {
-				return nil
+				return false
 			}
 		}
 		if err != nil {
-			return err
+			if filled > 0 && c.large == nil {
+				t.partial = append(t.partial, buf[:filled]...)
+			}
+			return c.readTLSEnd(err)
 		}
 	}
+}
+
+// readTLSEnd reports whether the connection stays open after the session's
+// read ended with err: it does when the read only used up what came.
+func (c *Conn) readTLSEnd(err error) bool {
+	switch {
+	case errors.Is(err, errWouldBlock):
+		return true
+	case errors.Is(err, io.EOF) && c.framing.Load():
+		c.closeReason("closed by the client in the middle of a frame", zap.Error(err))
+	case errors.Is(err, io.EOF):
+		c.srv.lg.Debug("TLS session closed by the client", zap.Uint64("conn", c.id), zap.String("remote", c.remote))
+	default:
+		c.closeReason("TLS session failed", zap.Error(err))
+	}
+	return false
 }
 
 // keepTLSPartial keeps what follows the whole frames in buf[:filled]: a
@@ -261,164 +369,35 @@ func (c *Conn) keepTLSPartial(buf []byte, consumed, filled int) (int, bool) {
 	return n, true
 }
 
-// endRead sends the replies made on the loop during a read that carried
-// frames requests, then runs the work inline handlers left for after that
-// (AfterWrite). A read of a few requests, with nothing waiting for the
-// writer goroutine, is answered by the reader itself: a request-at-a-time
-// client gets its answer without a hand-off between goroutines (which
-// wakes a second thread, often on another CPU). Otherwise the replies go
-// to the writer, which writes them with those of other reads and of
-// handlers, in parallel with the reader. Either way the reader never
-// blocks on a client that does not read: its socket's writes never wait
-// (tlsSocket), and the unsent replies, the loop's included, are bounded by
-// MaxOutboundBytes.
-func (c *Conn) endRead(frames int) {
-	if len(c.loopOut) > 0 {
-		if frames <= directWriteFrames && c.tls.sock != nil && c.writerIdle() {
-			c.writeLoopOut()
+// writeTLS encrypts plain into records (crypto/tls copies it) and writes
+// them, with any records the session made while reading (alerts, key
+// updates), to the socket with one write; gnet keeps what the socket does
+// not take. It runs on the loop, after the handshake.
+func (c *Conn) writeTLS(gc gnet.Conn, plain []byte) {
+	t, lp := c.tls, c.loop
+	if !t.onLoop.Load() {
+		return // nothing is answered before the handshake is done
+	}
+	if len(plain) > 0 {
+		// It fails only after the session failed, whose next read closes
+		// the connection.
+		_, _ = t.tc.Write(plain)
+	}
+	if len(lp.records) > 0 {
+		_, _ = gc.Write(lp.records)
+		if cap(lp.records) > maxSpareReplyBuffer {
+			lp.records = nil
 		} else {
-			c.handLoopOut()
-		}
-	}
-	if len(c.afterWrite) > 0 {
-		c.runAfterWrites()
-	}
-}
-
-// writerIdle reports whether nothing waits for the writer goroutine.
-func (c *Conn) writerIdle() bool {
-	c.outMu.Lock()
-	idle := len(c.out) == 0 && !c.flushQueued
-	c.outMu.Unlock()
-	return idle
-}
-
-// writeLoopOut writes the loop buffer from the reader (without blocking:
-// what the socket does not take waits in tlsSocket for the writer).
-func (c *Conn) writeLoopOut() {
-	err := c.tlsWrite(c.loopOut)
-	c.resetLoopOut()
-	switch n := c.tls.sock.unsent(); {
-	case err != nil:
-		c.tls.closeSocket()
-	case n > c.srv.opts.MaxOutboundBytes:
-		c.closeWithReason("unsent replies over MaxOutboundBytes (the client does not read)",
-			zap.Int("unsent", n), zap.Int("limit", c.srv.opts.MaxOutboundBytes))
-	}
-}
-
-// maxTLSRecord is the most plaintext crypto/tls puts in one record.
-const maxTLSRecord = 16 << 10
-
-// tlsWrite writes buf through the TLS session; the records of a buffer
-// larger than one record go to the socket with one write (tlsSocket.gather).
-func (c *Conn) tlsWrite(buf []byte) error {
-	sock := c.tls.sock
-	if sock == nil || len(buf) <= maxTLSRecord {
-		_, err := c.tls.tc.Write(buf)
-		return err
-	}
-	sock.gather()
-	_, err := c.tls.tc.Write(buf)
-	if rerr := sock.release(); err == nil {
-		err = rerr
-	}
-	return err
-}
-
-// handLoopOut moves the loop buffer into the reply buffer (a swap when the
-// reply buffer is empty) and wakes the writer, or closes the connection
-// when its unsent replies pass MaxOutboundBytes.
-func (c *Conn) handLoopOut() {
-	c.outMu.Lock()
-	if c.closed {
-		c.outMu.Unlock()
-		c.resetLoopOut()
-		return
-	}
-	if len(c.out) == 0 {
-		c.out, c.loopOut = c.loopOut, c.out[:0]
-	} else {
-		c.out = append(c.out, c.loopOut...)
-		c.resetLoopOut()
-	}
-	n := len(c.out)
-	if c.tls.sock != nil {
-		n += c.tls.sock.unsent()
-	}
-	over := n > c.srv.opts.MaxOutboundBytes
-	queue := !over && !c.flushQueued
-	if queue {
-		c.flushQueued = true
-	}
-	c.outMu.Unlock()
-	switch {
-	case over:
-		c.closeWithReason("unsent replies over MaxOutboundBytes (the client does not read)",
-			zap.Int("unsent", n), zap.Int("limit", c.srv.opts.MaxOutboundBytes))
-	case queue:
-		c.tls.wakeWriter()
-	}
-}
-
-// tlsWriteLoop writes the reply buffer (many replies, one write), woken by
-// queueFlush and endRead, until the reader is done. It is the only
-// goroutine that writes to the socket.
-func (c *Conn) tlsWriteLoop() {
-	t := c.tls
-	defer close(t.writerDone)
-	for {
-		select {
-		case <-t.wake:
-		case <-t.quit:
-			return
-		}
-		if !c.flushTLS() {
-			return
+			lp.records = lp.records[:0]
 		}
 	}
 }
 
-// flushTLS is flush for a TLS connection, on its writer goroutine: it
-// writes the whole reply buffer with one write, releases the written
-// requests from the busy count (as gnet's flush does once gnet has the
-// bytes: a client that stops reading then counts as idle, not busy), then
-// waits until the socket has taken every pending byte, the reader's too.
-// It reports false once the connection is closed.
-func (c *Conn) flushTLS() bool {
-	c.outMu.Lock()
-	if c.closed {
-		c.outMu.Unlock()
-		return false
+// closeNotifyTLS sends TLS's close_notify before a lingering connection
+// shuts its sending side down (linger.go).
+func (c *Conn) closeNotifyTLS(gc gnet.Conn) {
+	if c.tls.onLoop.Load() {
+		_ = c.tls.tc.CloseWrite()
+		c.writeTLS(gc, nil)
 	}
-	buf, written := c.out, c.unwritten
-	c.out, c.outSpare, c.unwritten = c.outSpare[:0], nil, 0
-	c.flushQueued = false
-	closeAfter := c.closeAfter
-	c.outMu.Unlock()
-	var err error
-	if len(buf) > 0 {
-		err = c.tlsWrite(buf)
-	}
-	c.held.Add(-int64(written))
-	c.srv.busy.Add(-int64(written))
-	if err == nil && c.tls.sock != nil {
-		err = c.tls.sock.flushPending()
-	}
-	if cap(buf) <= maxSpareReplyBuffer {
-		c.outMu.Lock()
-		if c.outSpare == nil {
-			c.outSpare = buf[:0]
-		}
-		c.outMu.Unlock()
-	}
-	switch {
-	case err != nil:
-		c.tls.closeSocket()
-		return false
-	case closeAfter != "":
-		c.closeWithReason(closeAfter)
-		return false
-	}
-	return true
 }
