@@ -48,7 +48,8 @@
 //
 // A group's master registration is its election and its eligible set decides
 // who may win it (election.go; the safety argument is in pkg/failover). The
-// epoch is the etcd revision of the election, larger with every one. The
+// epoch counts the group's elections: one more than the largest it knew
+// (its set's, the holder's, the winner's own), so 1, 2, 3... The
 // eligible set names its master, its eligible slave and whether the master
 // runs --wait-slave; only that master changes it (CmdEligible, a
 // compare-and-swap). A free seat goes to the set's master, to its eligible

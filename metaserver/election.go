@@ -33,8 +33,8 @@ import (
 // slave names does not answer a ping: one transaction, compared on the
 // holder's lease and the set's revision, moves the seat to the slave's
 // lease and gives the group a new set with no eligible slave. Every
-// election is followed by a write of the new epoch (the transaction's
-// revision) into the master's record.
+// election writes the new epoch (nextEpoch) into the master's record and
+// the set in the same transaction.
 
 // takeoverPing bounds the ping of a master before its seat is given away.
 const takeoverPing = 500 * time.Millisecond
@@ -190,9 +190,9 @@ func (s *Server) renewSeat(ctx context.Context, req protocol.RegisterRequest, re
 	ops := []clientv3.Op{clientv3.OpPut(key, mustJSON(rec), clientv3.WithLease(lease))}
 	set := st.set
 	if set == nil || set.Master == req.BrokerID && (set.Sync != sync || set.MasterAddr != req.Address) {
-		n := eligibleRecord{Master: req.BrokerID, MasterAddr: req.Address, Sync: sync, UpdatedAt: time.Now().UTC()}
+		n := eligibleRecord{Master: req.BrokerID, MasterAddr: req.Address, Sync: sync, Epoch: rec.Epoch, UpdatedAt: time.Now().UTC()}
 		if set != nil {
-			n.Slave = set.Slave
+			n.Slave, n.Epoch = set.Slave, max(set.Epoch, rec.Epoch)
 		}
 		set = &n
 		ops = append(ops, clientv3.OpPut(s.keys.eligible(req.Group), mustJSON(n)))
@@ -242,7 +242,8 @@ func (s *Server) elect(ctx context.Context, req protocol.RegisterRequest, rec br
 		s.failoverMetrics.elections.WithLabelValues("refused").Inc()
 		return protocol.RegisterResponse{}, false, protocol.Errorf(protocol.StatusNotMaster, why)
 	}
-	set := eligibleRecord{Master: req.BrokerID, MasterAddr: req.Address, Sync: sync, UpdatedAt: time.Now().UTC()}
+	rec.Epoch = nextEpoch(st, req)
+	set := eligibleRecord{Master: req.BrokerID, MasterAddr: req.Address, Sync: sync, Epoch: rec.Epoch, UpdatedAt: time.Now().UTC()}
 	if st.set != nil && st.set.Master == req.BrokerID {
 		set.Slave = st.set.Slave // a lapsed lease won again: the slave holds what it held
 	}
@@ -295,7 +296,8 @@ func (s *Server) takeover(ctx context.Context, req protocol.RegisterRequest, rec
 		return refuse("it answers")
 	}
 	key := s.keys.broker(req.Group, protocol.RoleMaster)
-	set := eligibleRecord{Master: req.BrokerID, MasterAddr: req.Address, Sync: sync, UpdatedAt: time.Now().UTC()}
+	rec.Epoch = nextEpoch(st, req)
+	set := eligibleRecord{Master: req.BrokerID, MasterAddr: req.Address, Sync: sync, Epoch: rec.Epoch, UpdatedAt: time.Now().UTC()}
 	tctx, cancel := s.store.ctx(ctx)
 	defer cancel()
 	resp, err := s.etcd.Txn(tctx).
@@ -319,18 +321,28 @@ func (s *Server) takeover(ctx context.Context, req protocol.RegisterRequest, rec
 	return out, true, nil
 }
 
-// won records the epoch of an election won at revision rev (the new
-// master key's) and frees the slave seat the winner held.
-func (s *Server) won(ctx context.Context, req protocol.RegisterRequest, rec brokerRecord, lease clientv3.LeaseID, rev int64, set *eligibleRecord) (protocol.RegisterResponse, error) {
-	rec.Epoch = uint64(rev)
-	key := s.keys.broker(req.Group, protocol.RoleMaster)
-	wrote, err := s.putBroker(ctx, key, rec, lease)
-	if err != nil {
-		return protocol.RegisterResponse{}, err
+// nextEpoch is the epoch of an election won now: one more than the
+// largest the group has known — its eligible set's last, its seat holder's
+// (a takeover), and the winner's own (a slave's is the epoch it follows) —
+// so epochs count elections, and stay above every epoch a broker keeps
+// even where a set was lost or written before sets had epochs.
+func nextEpoch(st seatState, req protocol.RegisterRequest) uint64 {
+	last := req.Epoch
+	if st.held != nil {
+		last = max(last, st.held.Epoch)
 	}
+	if st.set != nil {
+		last = max(last, st.set.Epoch)
+	}
+	return last + 1
+}
+
+// won answers an election won at revision rev, with the epoch in rec, and
+// frees the slave seat the winner held.
+func (s *Server) won(ctx context.Context, req protocol.RegisterRequest, rec brokerRecord, lease clientv3.LeaseID, rev int64, set *eligibleRecord) (protocol.RegisterResponse, error) {
 	s.freeSlaveSeat(ctx, req)
 	flags, slave := setFlags(set, req.BrokerID)
-	return protocol.RegisterResponse{LeaseID: int64(lease), TTL: s.opts.BrokerTTL, Version: uint64(wrote), Master: req.Address,
+	return protocol.RegisterResponse{LeaseID: int64(lease), TTL: s.opts.BrokerTTL, Version: uint64(rev), Master: req.Address,
 		Epoch: rec.Epoch, Flags: flags, EligibleSlave: slave}, nil
 }
 
@@ -416,7 +428,10 @@ func (s *Server) setEligible(ctx context.Context, q protocol.EligibleRequest) (p
 				st.held.BrokerID, st.held.Epoch))
 		}
 		n := eligibleRecord{Master: q.BrokerID, MasterAddr: st.held.Address, Slave: q.Slave, Sync: q.Flags&protocol.RegisterSync != 0,
-			UpdatedAt: time.Now().UTC()}
+			Epoch: st.held.Epoch, UpdatedAt: time.Now().UTC()}
+		if st.set != nil {
+			n.Epoch = max(n.Epoch, st.set.Epoch)
+		}
 		if st.set != nil && st.set.Master == n.Master && st.set.MasterAddr == n.MasterAddr && st.set.Slave == n.Slave && st.set.Sync == n.Sync {
 			flags, slave := setFlags(st.set, "")
 			return protocol.EligibleResponse{Flags: flags, Slave: slave}, nil

@@ -54,7 +54,7 @@ func (s *Server) forceFailover(ctx context.Context, group string) (api.ForcedFai
 		}
 		n := eligibleRecord{Slave: slave.rec.BrokerID, Forced: true, UpdatedAt: time.Now().UTC()}
 		if st.set != nil {
-			res.OldMaster, n.Sync = st.set.Master, st.set.Sync
+			res.OldMaster, n.Sync, n.Epoch = st.set.Master, st.set.Sync, st.set.Epoch
 		}
 		key := s.keys.broker(group, protocol.RoleMaster)
 		tctx, cancel := s.store.ctx(ctx)

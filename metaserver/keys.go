@@ -85,8 +85,8 @@ type brokerRecord struct {
 	Address  string              `json:"address"`
 	LeaseID  int64               `json:"leaseId"`
 	Load     protocol.BrokerLoad `json:"load"`
-	// Epoch: a master's, the etcd create revision of its registration (new
-	// with every election); a slave's, the epoch of the master it copies.
+	// Epoch: a master's, the number of its group's election it won (see
+	// nextEpoch); a slave's, the epoch of the master it copies.
 	Epoch        uint64    `json:"epoch"`
 	RegisteredAt time.Time `json:"registeredAt"`
 	// WriteState and WriteReason: a master's write state as it reports it
@@ -114,7 +114,10 @@ type eligibleRecord struct {
 	// over from it without waiting for its lease (a takeover).
 	Sync bool `json:"sync"`
 	// Forced: an admin forced the failover (an unclean one).
-	Forced    bool      `json:"forced,omitempty"`
+	Forced bool `json:"forced,omitempty"`
+	// Epoch is the group's last elected epoch: the next election's is one
+	// more (see nextEpoch). Kept by every rewrite of the set.
+	Epoch     uint64    `json:"epoch,omitempty"`
 	UpdatedAt time.Time `json:"updatedAt"`
 }
 
