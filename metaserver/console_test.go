@@ -324,6 +324,32 @@ func TestConsole_InHeadlessChromium(t *testing.T) {
 	})
 	ch.waitText("dead", "1 dead letters")
 
+	// Reset an offset through the page: a group no broker has is refused
+	// (a typo), and made when "create" is ticked.
+	manageCount := func() int { return len(b1.manageRequests()) + len(b2.manageRequests()) }
+	manageBefore := manageCount()
+	ch.navigate(base + "#consumers")
+	ch.waitText("consumers", "Reset a group's offset", "create the group if it is new")
+	resetForm := func(group string, create bool) {
+		ch.eval("document.getElementById('flash').replaceChildren()")
+		ch.eval("document.getElementById('reset-subject').value = 'orders'")
+		ch.eval("document.getElementById('reset-group').value = '" + group + "'")
+		ch.eval("document.getElementById('reset-to').value = 'latest'")
+		ch.eval(fmt.Sprintf("document.getElementById('reset-create').checked = %v", create))
+		ch.eval("document.querySelector('#reset-form button[type=submit]').click()")
+	}
+	resetForm("newgroup", false)
+	eventually(t, 10*time.Second, "the page to report the unknown group", func() bool {
+		return strings.Contains(ch.eval("(document.getElementById('flash-err')||{}).textContent||''"), "create")
+	})
+	if n := manageCount(); n != manageBefore {
+		t.Fatalf("a refused reset reached the brokers (%d manage requests, %d before)", n, manageBefore)
+	}
+	ch.navigate(base + "#consumers")
+	ch.waitText("consumers", "Reset a group's offset")
+	resetForm("newgroup", true)
+	eventually(t, 10*time.Second, "the reset with create relayed to both brokers", func() bool { return manageCount() == manageBefore+2 })
+
 	// Identities, as the admin: add a read-only admin and an application,
 	// grant, rotate, disable.
 	ch.navigate(base + "#identities")

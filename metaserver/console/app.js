@@ -274,8 +274,11 @@ async function consumers() {
   const subject = el("input", { id: "reset-subject", placeholder: "subject", required: true });
   const group = el("input", { id: "reset-group", placeholder: "consumer group", required: true });
   const to = el("input", { id: "reset-to", placeholder: "earliest | latest | 2026-01-02T15:04:05Z", required: true, size: 32 });
-  const form = el("form", { class: "inline", id: "reset-form", onsubmit: e => { e.preventDefault(); act("reset " + subject.value + "/" + group.value + " to " + to.value, "POST", "/consumers/" + enc(subject.value) + "/" + enc(group.value) + "/reset", { to: to.value }); } },
-    subject, group, to, changeButton({ type: "submit" }, "Reset offset"));
+  // A reset of a group no broker knows is refused unless "create" is ticked
+  // (a typo must not make a new group).
+  const create = el("input", { id: "reset-create", type: "checkbox" });
+  const form = el("form", { class: "inline", id: "reset-form", onsubmit: e => { e.preventDefault(); act((create.checked ? "create " : "reset ") + subject.value + "/" + group.value + " at " + to.value, "POST", "/consumers/" + enc(subject.value) + "/" + enc(group.value) + "/reset", { to: to.value, create: create.checked }); } },
+    subject, group, to, el("label", { title: "create the group at this position if no broker has it yet" }, create, " create the group if it is new"), changeButton({ type: "submit" }, "Reset offset"));
   const errs = cgs.length && cgs[0].errors ? cgs[0].errors.map(e => el("p", { class: "muted" }, "broker group " + e.brokerGroup + " did not answer: " + e.error)) : [];
   return [el("h2", {}, "Consumer groups"), table(["subject", "group", "backlog", "retrying", "dead", "per broker group", "consumers"], rows), ...errs,
     el("h2", {}, "Reset a group's offset"), form];
