@@ -260,7 +260,8 @@ func TestConsole_InHeadlessChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, b := range []*fakeBroker{b1, b2} {
-		b.stats = protocol.BrokerStatsResponse{Subjects: []protocol.SubjectStats{{Subject: "orders", Messages: 50, Groups: []protocol.GroupStats{{Group: "billing", Cursor: 45, Backlog: 5}}}}}
+		b.stats = protocol.BrokerStatsResponse{Subjects: []protocol.SubjectStats{{Subject: "orders", Messages: 50, Groups: []protocol.GroupStats{{Group: "billing", Cursor: 45, Backlog: 5,
+			Consumers: []protocol.ConsumerStats{{Consumer: "c1", Unacked: 2, LastSeen: time.Now()}}}}}}}
 		b.addDeadLetter(t, 1, "orders", "dl-"+b.group, "payload of "+b.group)
 	}
 	eventually(t, 5*time.Second, "consumer registered", func() bool {
@@ -288,6 +289,17 @@ func TestConsole_InHeadlessChromium(t *testing.T) {
 		t.Fatalf("consumers page shows backlog %s, want 10", got)
 	}
 	ch.screenshot("consumers")
+	ch.eval("document.querySelector('tr[data-group=billing] a[href=\"#subject/orders\"]').click()")
+	ch.waitText("subject", "Subject orders", "billing", "c1", "online", "g1: 5 of 50")
+	for sel, want := range map[string]string{"#subject-messages": "100", "tr[data-consumer=c1] .unacked": "4", "tr[data-group=billing] .backlog": "10"} {
+		if got := ch.eval("document.querySelector('" + sel + "').textContent"); got != want {
+			t.Fatalf("subject page: %s shows %q, want %q", sel, got, want)
+		}
+	}
+	if got := ch.eval("document.querySelector('tr[data-consumer=c1] .last-pull').textContent"); got == "-" || got == "" {
+		t.Fatalf("subject page: c1's last pull shows %q", got)
+	}
+	ch.screenshot("subject")
 	ch.navigate(base + "#dead/orders/billing")
 	if text := ch.waitText("dead", "dl-g1", "dl-g2", "hidden (needs read bodies)", "2 dead letters"); strings.Contains(text, "payload of") {
 		t.Fatalf("the dead-letter page shows bodies without a credential:\n%s", text)

@@ -45,6 +45,7 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("GET "+p+"/consumers", s.read(func(r *http.Request) (any, error) {
 		return s.consumerGroups(r.Context(), r.URL.Query().Get("subject"))
 	}))
+	mux.HandleFunc("GET "+p+"/subjects/{subject}", s.read(s.getSubject))
 	mux.HandleFunc("POST "+p+"/consumers/{subject}/{group}/reset", s.change(s.postReset))
 	mux.HandleFunc("POST "+p+"/consumers/{subject}/{group}/{id}/offline", s.change(s.consumerOnline(false)))
 	mux.HandleFunc("POST "+p+"/consumers/{subject}/{group}/{id}/online", s.change(s.consumerOnline(true)))
@@ -361,6 +362,28 @@ func (s *Server) getRoute(r *http.Request) (any, error) {
 		return nil, protocol.Errorf(protocol.StatusNotFound, "subject "+subject+" has no route")
 	}
 	return rs[0], nil
+}
+
+// getSubject answers the console's subject page: the subject's routes,
+// and its messages, in-rate and consumer groups (backlog per broker group,
+// consumers with their un-acked messages and last pull) as the masters of
+// its realtime route report them.
+func (s *Server) getSubject(r *http.Request) (any, error) {
+	subject := r.PathValue("subject")
+	if err := s.limits.CheckSubject(subject); err != nil {
+		return nil, err
+	}
+	routes := s.routes(subject)
+	var totals subjectTotals
+	groups, err := s.consumerGroupsOf(r.Context(), subject, &totals)
+	if err != nil {
+		return nil, err
+	}
+	if len(routes) == 0 && len(groups) == 0 {
+		return nil, protocol.Errorf(protocol.StatusNotFound, "subject "+subject+" has no route and no consumers")
+	}
+	return api.Subject{Subject: subject, Routes: routes, Messages: totals.messages, InPerSec: totals.inPerSec,
+		Groups: groups, Errors: totals.failures}, nil
 }
 
 // routeOf returns subject's route of kind after a change.

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -130,6 +131,18 @@ func (s *Server) manageConsumers(ctx context.Context, req protocol.ConsumerManag
 // consumerGroups lists consumer groups (of subject, or of every subject)
 // with their registered consumers and the backlog the masters report.
 func (s *Server) consumerGroups(ctx context.Context, subject string) ([]api.ConsumerGroup, error) {
+	return s.consumerGroupsOf(ctx, subject, nil)
+}
+
+// subjectTotals is what the masters report of one subject itself.
+type subjectTotals struct {
+	messages, inPerSec uint64
+	failures           []api.BrokerFailure
+}
+
+// consumerGroupsOf is consumerGroups; with subject set and totals not nil
+// it also adds up the subject's messages and in-rate into totals.
+func (s *Server) consumerGroupsOf(ctx context.Context, subject string, totals *subjectTotals) ([]api.ConsumerGroup, error) {
 	type cgKey struct{ subject, group string }
 	groups := map[cgKey]*api.ConsumerGroup{}
 	get := func(k cgKey) *api.ConsumerGroup {
@@ -193,6 +206,10 @@ func (s *Server) consumerGroups(ctx context.Context, subject string) ([]api.Cons
 			if subject != "" && real != subject {
 				continue
 			}
+			if totals != nil && !system {
+				totals.messages += ss.Messages
+				totals.inPerSec += uint64(ss.InPerSec)
+			}
 			for _, gs := range ss.Groups {
 				if system {
 					if gs.Group == retryGroup {
@@ -201,10 +218,14 @@ func (s *Server) consumerGroups(ctx context.Context, subject string) ([]api.Cons
 					continue
 				}
 				cg := get(cgKey{real, gs.Group})
+				addConsumerStats(cg, gs.Consumers)
 				cg.Backlog += gs.Backlog
 				cg.PerBroker = append(cg.PerBroker, api.GroupBacklog{BrokerGroup: r.group, Messages: ss.Messages, Cursor: gs.Cursor, Backlog: gs.Backlog})
 			}
 		}
+	}
+	if totals != nil {
+		totals.failures = failures
 	}
 	out := make([]api.ConsumerGroup, 0, len(groups))
 	for _, g := range groups {
@@ -220,6 +241,26 @@ func (s *Server) consumerGroups(ctx context.Context, subject string) ([]api.Cons
 		return out[i].Group < out[j].Group
 	})
 	return out, nil
+}
+
+// addConsumerStats adds one broker's view of a group's consumers to cg:
+// un-acked messages add up, the last pull is the latest; a consumer only a
+// broker knows (it has not registered with this meta server) is listed too.
+func addConsumerStats(cg *api.ConsumerGroup, stats []protocol.ConsumerStats) {
+	for _, cs := range stats {
+		i := slices.IndexFunc(cg.Consumers, func(c api.Consumer) bool { return c.ClientID == cs.Consumer })
+		if i < 0 {
+			cg.Consumers = append(cg.Consumers, api.Consumer{Subject: cg.Subject, Group: cg.Group, ClientID: cs.Consumer,
+				ClientType: protocol.ClientConsumer.String(), Online: cs.Flags&protocol.ConsumerOffline == 0})
+			i = len(cg.Consumers) - 1
+		}
+		c := &cg.Consumers[i]
+		c.Unacked += cs.Unacked
+		if !cs.LastSeen.IsZero() && (c.LastPull == nil || cs.LastSeen.After(*c.LastPull)) {
+			at := cs.LastSeen.UTC()
+			c.LastPull = &at
+		}
+	}
 }
 
 // deadLetters relays a CmdDeadLetters to the masters of subject's route and

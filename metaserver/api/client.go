@@ -217,6 +217,13 @@ func (c *Client) UnmarkReadonly(ctx context.Context, group, subject string) (Gro
 	return g, c.Do(ctx, http.MethodDelete, "/groups/"+esc(group)+"/readonly"+q, nil, &g)
 }
 
+// Subject returns a subject's routes, messages, in-rate and consumer groups
+// with their consumers (ErrNotFound: no route and no consumers).
+func (c *Client) Subject(ctx context.Context, subject string) (Subject, error) {
+	var r Subject
+	return r, c.Do(ctx, http.MethodGet, "/subjects/"+esc(subject), nil, &r)
+}
+
 // Consumers lists consumer groups with consumers and backlog; subject ""
 // lists every subject's.
 func (c *Client) Consumers(ctx context.Context, subject string) ([]ConsumerGroup, error) {

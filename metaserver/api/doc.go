@@ -43,6 +43,7 @@
 //	POST   /groups/{group}/readonly                   ReadonlyRequest → Group    (write)
 //	DELETE /groups/{group}/readonly?subject=S         Group                      (write)
 //	POST   /groups/{group}/switchover                 SwitchoverRequest → Switchover (write)
+//	GET    /subjects/{subject}                        Subject (routes, rates, groups, consumers; 404 unknown)
 //	GET    /consumers?subject=S                       []ConsumerGroup (with backlog)
 //	POST   /consumers/{subject}/{group}/reset         ResetRequest → ActionResult (write; 404 unknown group unless create)
 //	POST   /consumers/{subject}/{group}/{id}/offline  ActionResult               (write)

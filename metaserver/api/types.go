@@ -105,7 +105,25 @@ type Consumer struct {
 	ClientID   string    `json:"clientId"`
 	ClientType string    `json:"clientType"`
 	Online     bool      `json:"online"` // false when an admin took it offline
-	Since      time.Time `json:"since"`
+	Since      time.Time `json:"since"`  // its registration (zero: only a broker knows it)
+	// Unacked is the messages it took and has not acked yet, over the
+	// route's brokers; LastPull when one of them last served it a pull.
+	Unacked  uint64     `json:"unacked"`
+	LastPull *time.Time `json:"lastPull,omitempty"`
+}
+
+// Subject is one subject as the console's subject page shows it: its
+// routes, the messages and in-rate its brokers report, and its consumer
+// groups with their backlog and consumers.
+type Subject struct {
+	Subject string  `json:"subject"`
+	Routes  []Route `json:"routes"`
+	// Messages is the messages its realtime brokers hold; InPerSec the
+	// rate they take it at, over their last few seconds.
+	Messages uint64          `json:"messages"`
+	InPerSec uint64          `json:"inPerSec"`
+	Groups   []ConsumerGroup `json:"groups"`
+	Errors   []BrokerFailure `json:"errors,omitempty"`
 }
 
 // ConsumerGroup is a consumer group of a subject with its consumers and the

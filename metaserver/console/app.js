@@ -8,7 +8,7 @@
 "use strict";
 
 const TOKEN_KEY = "qmq.token";
-const pages = { overview, groups, subjects, consumers, dead, find, identities };
+const pages = { overview, groups, subjects, subject: subjectPage, consumers, dead, find, identities };
 let refreshTimer = null;
 let me = null; // the /whoami answer for the stored credential
 
@@ -243,7 +243,7 @@ async function subjects() {
   for (const r of routes) {
     for (const g of r.groups) {
       rows.push(el("tr", { "data-subject": r.subject },
-        el("td", {}, r.subject), el("td", {}, r.kind), el("td", {}, g.group), stateCell(g.state), el("td", {}, g.master || "-"),
+        el("td", {}, el("a", { href: "#subject/" + enc(r.subject) }, r.subject)), el("td", {}, r.kind), el("td", {}, g.group), stateCell(g.state), el("td", {}, g.master || "-"),
         el("td", { class: "epoch" }, g.epoch || "-"),
         el("td", {}, changeButton({
           "data-action": "remove-group", onclick: () => confirm("Remove " + g.group + " from " + r.subject + "?") &&
@@ -258,10 +258,42 @@ async function subjects() {
   return [el("h2", {}, "Subjects and routes"), table(["subject", "kind", "group", "state", "master", "epoch", ""], rows), el("h2", {}, "Grow a route"), form];
 }
 
+// subjectPage shows one subject (#subject/<name>): its routes, the
+// messages its brokers hold and take a second, its consumer groups'
+// backlog, and their consumers with what they hold un-acked and when they
+// last pulled. It refreshes every two seconds.
+async function subjectPage(arg) {
+  const name = decodeURIComponent(arg || "");
+  const input = el("input", { id: "subject-name", placeholder: "subject", value: name, required: true });
+  const form = el("form", { class: "inline", id: "subject-form", onsubmit: e => { e.preventDefault(); location.hash = "subject/" + enc(input.value); } },
+    input, el("button", { type: "submit" }, "Show subject"));
+  const out = [el("h2", {}, name ? "Subject " + name : "Subject"), form];
+  if (!name) return out;
+  const s = await api("GET", "/subjects/" + enc(name));
+  out.push(el("p", { id: "subject-summary" }, el("span", { id: "subject-messages" }, s.messages), " messages held, ",
+    el("span", { id: "subject-rate" }, s.inPerSec), " msg/s in"));
+  const routeRows = s.routes.flatMap(r => r.groups.map(g => el("tr", { "data-group": g.group },
+    el("td", {}, r.kind), el("td", {}, g.group), stateCell(g.state), el("td", {}, g.master || "-"), el("td", {}, g.epoch || "-"))));
+  out.push(el("h3", {}, "Routes"), table(["kind", "broker group", "state", "master", "epoch"], routeRows));
+  const groupRows = s.groups.map(cg => el("tr", { "data-group": cg.group },
+    el("td", {}, cg.group), el("td", { class: "backlog" }, cg.backlog), el("td", { class: "retry-backlog" }, cg.retryBacklog),
+    el("td", { class: "dead-count" }, cg.deadLetters ? el("a", { href: "#dead/" + enc(s.subject) + "/" + enc(cg.group) }, cg.deadLetters) : "0"),
+    el("td", {}, cg.perBroker.map(p => p.brokerGroup + ": " + p.backlog + " of " + p.messages).join(", ") || "-")));
+  out.push(el("h3", {}, "Consumer groups"), table(["group", "backlog", "retrying", "dead", "per broker group (backlog of messages)"], groupRows));
+  const consumerRows = s.groups.flatMap(cg => cg.consumers.map(c => el("tr", { "data-group": cg.group, "data-consumer": c.clientId },
+    el("td", {}, cg.group), el("td", {}, c.clientId),
+    el("td", {}, el("span", { class: c.online ? "state-rw" : "state-unavailable" }, c.online ? "online" : "offline")),
+    el("td", { class: "unacked" }, c.unacked), el("td", { class: "last-pull" }, localTime(c.lastPull)),
+    el("td", {}, c.since && !c.since.startsWith("0001") ? localTime(c.since) : "not registered here"))));
+  out.push(el("h3", {}, "Consumers"), table(["group", "consumer", "state", "un-acked", "last pull", "registered"], consumerRows));
+  for (const e of s.errors || []) out.push(el("p", { class: "muted" }, "broker group " + e.brokerGroup + " did not answer: " + e.error));
+  return out;
+}
+
 async function consumers() {
   const cgs = await api("GET", "/consumers");
   const rows = cgs.map(cg => el("tr", { "data-subject": cg.subject, "data-group": cg.group },
-    el("td", {}, cg.subject), el("td", {}, cg.group), el("td", { class: "backlog" }, cg.backlog), el("td", { class: "retry-backlog" }, cg.retryBacklog),
+    el("td", {}, el("a", { href: "#subject/" + enc(cg.subject) }, cg.subject)), el("td", {}, cg.group), el("td", { class: "backlog" }, cg.backlog), el("td", { class: "retry-backlog" }, cg.retryBacklog),
     el("td", { class: "dead-count" }, cg.deadLetters ? el("a", { href: "#dead/" + enc(cg.subject) + "/" + enc(cg.group) }, cg.deadLetters) : "0"),
     el("td", {}, cg.perBroker.map(p => p.brokerGroup + ": " + p.backlog).join(", ") || "-"),
     el("td", {}, cg.consumers.length ? cg.consumers.map(c => el("div", {},
@@ -466,6 +498,7 @@ async function render() {
   clearTimeout(refreshTimer);
   if (renderAgain) return render();
   if (name === "overview" || name === "groups" || !pages[name]) refreshTimer = setTimeout(render, 1000);
+  else if (name === "subject" && rest.length && rest[0]) refreshTimer = setTimeout(render, 2000);
 }
 
 // loadMe asks who the stored credential is; a credential the server
