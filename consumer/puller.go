@@ -430,193 +430,28 @@ const ackDelay = 5 * time.Millisecond
 func ackBackoff(n int) time.Duration { return jitter.Nth(50*time.Millisecond, 800*time.Millisecond, n) }
 
 // ackLoop acks the longest finished prefix of pull sequences, one ack in
-// flight at a time, and heartbeats while idle. An ack waits until the prefix
-// holds half of MaxUnacked messages or its first message has waited
-// ackDelay: a consumer that finishes messages one pull batch at a time
-// otherwise sent an ack per batch, about as many ack requests as pulls, each
-// costing it and the broker a round trip. Acks do not gate pulling (that is
-// the unfinished count), so waiting costs nothing but a later ack.
+// flight at a time, and heartbeats while idle (its state and rules are an
+// acker's, acker.go). It stops on stopAcks with a final ack.
 func (p *puller) ackLoop() {
 	defer close(p.ackDone)
-	s := p.s
-	// Pull seqs next … end-1 are finished and not acked; finished holds
-	// those finished above end (out of order).
-	var next, end uint64
-	finished := map[uint64]struct{}{}
-	started := false
-	ackMin := uint64(p.ackSoon())
-	var readySince time.Time // when end last moved past next
-	heartbeat := time.NewTicker(s.cfg.heartbeat)
-	defer heartbeat.Stop()
-	delay := time.NewTimer(time.Hour)
-	delay.Stop()
-	delayArmed := false
-	lastSent := time.Now()
-	// After a failed ack the next waits out a back-off (ackBackoff): without
-	// it every finished message retried at once, and a broker that was
-	// restarting saw enough failed dials in a millisecond to open its
-	// breaker for the pulls too.
-	failures := 0
-	var retryAt time.Time
-	var spare []uint64
-	var body []byte   // the ack request, reused
-	var pipe *ackPipe // AckEach (see offerEach)
-	var eachFrom uint64
-	if s.cfg.ackEach {
-		pipe = newAckPipe(p)
-	}
-	absorb := func(seq uint64) {
-		if !started {
-			// Acks start at the first pull seq received, which is not
-			// always the first one finished.
-			next, started = uint64(p.firstSeq.Load()), true
-			end, eachFrom = next, next
-		}
-		switch {
-		case seq < end:
-			return // already finished
-		case seq > end:
-			finished[seq] = struct{}{}
-			return
-		}
-		if end == next {
-			readySince = time.Now()
-		}
-		end++
-		for len(finished) > 0 {
-			if _, ok := finished[end]; !ok {
-				break
-			}
-			delete(finished, end)
-			end++
-		}
-	}
-	send := func(final bool) {
-		var flags uint8
-		if s.cfg.broadcast {
-			flags |= protocol.AckBroadcast
-		}
-		if final && p.release.Load() {
-			flags |= protocol.AckRelease
-		}
-		if end == next && flags&protocol.AckRelease == 0 && time.Since(lastSent) < s.cfg.heartbeat {
-			return // nothing new and not yet time for a heartbeat
-		}
-		first, last := next, end-1
-		if end == next {
-			first, last = 1, 0 // heartbeat: an empty range
-		}
-		req := protocol.AckRequest{Subject: p.subject, Group: s.group, ConsumerID: s.c.id, Flags: flags, First: first, Last: last}
-		body = protocol.AppendAckRequest(body[:0], &req)
-		_, err := s.c.transport.CallTimeout(context.Background(), p.currentGroup().Addr, protocol.CmdAck, body, 5*time.Second)
-		lastSent = time.Now()
-		if err != nil {
-			// Not acked: the range stays for the next ack.
-			failures++
-			retryAt = lastSent.Add(ackBackoff(failures))
-			if final {
-				p.lg.Warn("final ack failed; the broker will re-deliver", zap.Error(err))
-			} else if failures == 1 || failures%20 == 0 {
-				p.lg.Debug("ack failed", zap.Int("failures", failures), zap.Error(err))
-			}
-			return
-		}
-		failures, retryAt = 0, time.Time{}
-		next = end
-	}
-	// AckEach: the pipe sends one ack per message (ackpipe.go); this
-	// loop hands it the finished prefix and keeps next at end, so its own
-	// requests are heartbeats and the final release only.
-	offerEach := func() {
-		next = end // the pipe owns the range: send only heartbeats here
-		if w := pipe.backoff(); w > 0 {
-			if !delayArmed {
-				delay.Reset(w)
-				delayArmed = true
-				p.armAck(true)
-			}
-			return
-		}
-		pipe.offer(eachFrom, end)
-	}
-	// backingOff reports whether a failed ack's back-off still runs, and
-	// then makes sure the delay timer calls again when it ends.
-	backingOff := func() bool {
-		wait := time.Until(retryAt)
-		if wait <= 0 {
-			return false
-		}
-		if !delayArmed {
-			delay.Reset(wait)
-			delayArmed = true
-			p.armAck(true)
-		}
-		return true
-	}
-	// maybeSend acks once the range is full enough or has waited long
-	// enough, and otherwise makes sure the delay timer will call again.
-	maybeSend := func() {
-		if pipe != nil {
-			if started {
-				offerEach()
-			}
-			return
-		}
-		if !started || end == next || backingOff() {
-			return
-		}
-		waited := time.Since(readySince)
-		if end-next >= ackMin || waited >= ackDelay {
-			send(false)
-			return
-		}
-		if !delayArmed {
-			delay.Reset(ackDelay - waited)
-			delayArmed = true
-			p.armAck(true)
-		}
-	}
+	a := newAcker(p)
+	defer a.heartbeat.Stop()
 	for {
 		select {
 		case <-p.doneSig:
-			spare = p.takeDone(spare, false)
-			for _, seq := range spare {
-				absorb(seq)
-			}
-			maybeSend()
-		case <-delay.C:
+			a.take(false)
+			a.maybeSend()
+		case <-a.delay.C:
 			// Finished messages since the timer was armed did not signal:
 			// take them now, and have the next one signal.
-			delayArmed = false
-			spare = p.takeDone(spare, true)
-			for _, seq := range spare {
-				absorb(seq)
-			}
-			maybeSend()
-		case <-heartbeat.C:
-			if pipe != nil && started {
-				offerEach()
-			}
-			if started && !backingOff() {
-				send(false)
-			} else if time.Since(lastSent) >= s.cfg.heartbeat {
-				lastSent = time.Now()
-			}
+			a.delayArmed = false
+			a.take(true)
+			a.maybeSend()
+		case <-a.heartbeat.C:
+			a.beat()
 		case <-p.stopAcks:
-			spare = p.takeDone(spare, false)
-			for _, seq := range spare {
-				absorb(seq)
-			}
-			if pipe != nil && started {
-				next = end
-				pipe.offer(eachFrom, end)
-				pipe.drain(10 * time.Second)
-				// Whatever failed is re-delivered: the final request
-				// (the release, if any) names no range.
-			}
-			if started || p.release.Load() {
-				send(true)
-			}
+			a.take(false)
+			a.stop()
 			return
 		}
 	}
