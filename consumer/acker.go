@@ -133,6 +133,9 @@ func (a *acker) send(final bool) {
 		return
 	}
 	a.failures, a.retryAt = 0, time.Time{}
+	if a.p.ackSpans != nil && a.end > a.next {
+		a.p.ackSpans.ackedBelow(a.end)
+	}
 	a.next = a.end
 }
 
@@ -212,5 +215,8 @@ func (a *acker) stop() {
 	}
 	if a.started || a.p.release.Load() {
 		a.send(true)
+	}
+	if a.p.ackSpans != nil {
+		a.p.ackSpans.unacked()
 	}
 }

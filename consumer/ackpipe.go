@@ -177,6 +177,9 @@ func (a *ackPipe) answered(seq uint64, err error) {
 	a.mu.Unlock()
 	if err == nil {
 		p := a.p
+		if p.ackSpans != nil {
+			p.ackSpans.acked(seq)
+		}
 		if p.received.Load()-p.finished.Add(1) <= int64(p.s.cfg.maxUnacked-p.refill()) {
 			p.signalProgress()
 		}

@@ -43,6 +43,8 @@ type puller struct {
 	pullDone   chan struct{}
 	ackDone    chan struct{}
 	stopOnce   sync.Once
+
+	ackSpans *ackSpans // with a tracer: traced messages' ack spans (tracing.go)
 }
 
 // delivery is one pulled message on its way through a handler; the
@@ -55,6 +57,10 @@ type delivery struct {
 	msg     *Message
 	once    atomic.Bool
 	message Message
+	// With a tracer: when the pull answered, and the message's trace
+	// context (nil: not traced), for its spans (tracing.go).
+	pulled time.Time
+	traced context.Context
 }
 
 func newPuller(s *Subscription, g route.Group, subject string) *puller {
@@ -72,6 +78,9 @@ func newPuller(s *Subscription, g route.Group, subject string) *puller {
 		ackDone:    make(chan struct{}),
 	}
 	p.firstSeq.Store(-1)
+	if s.c.cfg.tracer != nil {
+		p.ackSpans = &ackSpans{}
+	}
 	return p
 }
 
@@ -290,6 +299,12 @@ func (p *puller) deliver(ds []delivery) bool {
 	}
 	p.received.Add(int64(len(ds)))
 	p.firstSeq.CompareAndSwap(-1, int64(ds[0].pullSeq))
+	if p.ackSpans != nil {
+		now := time.Now()
+		for i := range ds {
+			ds[i].pulled = now
+		}
+	}
 	for i := range ds {
 		d := &ds[i]
 		if d.msg == nil { // corrupt: counted done (see pullBatch.build)
@@ -335,6 +350,9 @@ func (p *puller) abandon(n int) {
 func (d *delivery) finish(err error) {
 	if !d.once.CompareAndSwap(false, true) {
 		return
+	}
+	if d.traced != nil && d.p.ackSpans != nil {
+		d.p.ackSpans.start(d, err)
 	}
 	if err == nil {
 		d.p.done(d.pullSeq)

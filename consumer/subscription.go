@@ -212,7 +212,7 @@ func (s *Subscription) handle(d *delivery) {
 	}
 	var err error
 	if s.c.cfg.tracer != nil {
-		err = s.handleTraced(m)
+		err = s.handleTraced(d)
 	} else {
 		err = s.safeHandle(s.handlerCx, m)
 	}

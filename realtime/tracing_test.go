@@ -8,6 +8,7 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/qmq-go/qmq/consumer"
@@ -60,7 +61,7 @@ func TestTracing_ProducerBrokerConsumerShareATrace(t *testing.T) {
 		}
 	}
 	testutil.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
-		if n := len(exp.GetSpans()); n < 3 {
+		if n := len(exp.GetSpans()); n < 5 {
 			return fmt.Errorf("%d spans", n)
 		}
 		return nil
@@ -83,7 +84,18 @@ func TestTracing_ProducerBrokerConsumerShareATrace(t *testing.T) {
 	if store.Parent.SpanID() != send.SpanContext.SpanID() || handle.Parent.SpanID() != send.SpanContext.SpanID() {
 		t.Fatalf("parents: store %s, handle %s, want the send span %s", store.Parent.SpanID(), handle.Parent.SpanID(), send.SpanContext.SpanID())
 	}
-	if len(spans) != 3 {
-		t.Fatalf("spans %d, want send, store and handle only", len(spans))
+	// The consumer's wait since the pull and its ack, in the same trace;
+	// the ack span ends once the broker answered the ack, after the handler.
+	receive, ack := spans["receive traced"], spans["ack traced"]
+	if receive.SpanContext.TraceID() != id || ack.SpanContext.TraceID() != id ||
+		receive.Parent.SpanID() != send.SpanContext.SpanID() || ack.Parent.SpanID() != send.SpanContext.SpanID() {
+		t.Fatalf("receive %+v and ack %+v spans, want children of the send span %s", receive.SpanContext, ack.SpanContext, send.SpanContext.SpanID())
+	}
+	if receive.EndTime.After(handle.StartTime) || ack.StartTime.Before(handle.EndTime) || ack.SpanKind != trace.SpanKindClient {
+		t.Fatalf("receive %v-%v, handle %v-%v, ack %v-%v (%v)", receive.StartTime, receive.EndTime, handle.StartTime, handle.EndTime,
+			ack.StartTime, ack.EndTime, ack.SpanKind)
+	}
+	if len(spans) != 5 {
+		t.Fatalf("spans %d, want send, store, receive, handle and ack only", len(spans))
 	}
 }
