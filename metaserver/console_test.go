@@ -251,11 +251,7 @@ func TestConsole_InHeadlessChromium(t *testing.T) {
 	}
 	s := startServer(t, startEtcd(t), func(o *Options) { o.BrokerTTL = time.Minute }) // nothing heartbeats here
 	c := newClient(t)
-	b1, b2 := startFakeBroker(t, "g1"), startFakeBroker(t, "g2")
-	c.mustRegister(s, master("g1", b1.addr()))
-	c.mustRegister(s, master("g2", b2.addr()))
-	eventually(t, 5*time.Second, "two groups", func() bool { return len(s.groups()) == 2 })
-	c.mustLookup(s, protocol.LookupRequest{ClientType: protocol.ClientProducer, Subject: "orders"})
+	b1, b2 := ordersOnTwoGroups(t, s, c)
 	if _, err := c.heartbeat(s, protocol.ClientHeartbeatRequest{ClientType: protocol.ClientConsumer, Subject: "orders", Group: "billing", ClientID: "c1"}); err != nil {
 		t.Fatal(err)
 	}

@@ -354,3 +354,15 @@ func (b *fakeBroker) manageRequests() []protocol.ConsumerManageRequest {
 	defer b.mu.Unlock()
 	return append([]protocol.ConsumerManageRequest(nil), b.manage...)
 }
+
+// ordersOnTwoGroups registers two fake brokers as the masters of groups g1
+// and g2 and routes subject "orders" to both (a producer's lookup).
+func ordersOnTwoGroups(t *testing.T, s *Server, c *client) (b1, b2 *fakeBroker) {
+	t.Helper()
+	b1, b2 = startFakeBroker(t, "g1"), startFakeBroker(t, "g2")
+	c.mustRegister(s, master("g1", b1.addr()))
+	c.mustRegister(s, master("g2", b2.addr()))
+	eventually(t, 5*time.Second, "two groups", func() bool { return len(s.groups()) == 2 })
+	c.mustLookup(s, protocol.LookupRequest{ClientType: protocol.ClientProducer, Subject: "orders"})
+	return b1, b2
+}

@@ -475,11 +475,7 @@ func TestAdminAPI_RelaysToBrokers(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, startEtcd(t), nil)
 	c := newClient(t)
-	b1, b2 := startFakeBroker(t, "g1"), startFakeBroker(t, "g2")
-	c.mustRegister(s, master("g1", b1.addr()))
-	c.mustRegister(s, master("g2", b2.addr()))
-	eventually(t, 5*time.Second, "two groups", func() bool { return len(s.groups()) == 2 })
-	c.mustLookup(s, protocol.LookupRequest{ClientType: protocol.ClientProducer, Subject: "orders"})
+	b1, b2 := ordersOnTwoGroups(t, s, c)
 	for i, b := range []*fakeBroker{b1, b2} {
 		b.stats = protocol.BrokerStatsResponse{Subjects: []protocol.SubjectStats{{Subject: "orders", Messages: 100, Groups: []protocol.GroupStats{
 			{Group: "billing", Cursor: 90, Backlog: uint64(10 * (i + 1))}}}}}
