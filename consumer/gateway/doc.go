@@ -1,6 +1,7 @@
 // Package gateway is qmq-gateway, an HTTP/1.1 + JSON gateway to a QMQ-Go
 // cluster for programs in any language: publish, long-poll pull, ack and
-// nack, and a server-sent-events stream, described by the OpenAPI 3
+// nack, a server-sent-events stream, and cancel or reschedule of delayed
+// messages, described by the OpenAPI 3
 // document served at /openapi.json (openapi.json beside this file, kept
 // true by TestOpenAPI_MatchesGateway).
 //
@@ -21,6 +22,8 @@
 //	GET  /v1/subjects/{subject}/groups/{group}/stream  (same parameters; text/event-stream)
 //	POST /v1/subjects/{subject}/groups/{group}/ack     {"consumer":"c1","ids":[…]}
 //	POST /v1/subjects/{subject}/groups/{group}/nack    {"consumer":"c1","ids":[…],"retryAfter":"10s"}
+//	POST /v1/subjects/{subject}/scheduled/cancel       {"targets":[{"key":"k1"},{"id":"m7"}]}
+//	POST /v1/subjects/{subject}/scheduled/reschedule   {"targets":[{"key":"k1","delay":"2h"}]}
 //	GET  /openapi.json, /metrics, /healthz, /readyz    (pkg/opsserver)
 //
 // # Publish
@@ -33,8 +36,19 @@
 // (its "results" list each message); 207 with a status per message
 // otherwise. Statuses are the broker's names (protocol.Status): "ok",
 // "duplicate", "invalid", "too large", "busy", "beyond horizon", ….
-// The broker has no schedule keys, expiry or cancel yet, so neither has
-// the gateway.
+// A delayed message's schedule key and expiry are its properties
+// qmq.schedule.key (qmq.schedule.replace "1" replaces a pending one) and
+// qmq.expire.at (Unix milliseconds).
+//
+// # Scheduled messages
+//
+// Cancel and reschedule take targets by schedule key or message id and go
+// through the caller's producer (producer.CancelBatch, RescheduleBatch),
+// with its definite answers per target: "cancelled" or "rescheduled"
+// (never delivered at the old time; a second cancel answers cancelled
+// again), "already fired", "not found". 200 when every target got one; a
+// target whose delay servers did not all answer gets their failure status
+// (207, or a problem when every target failed alike).
 //
 // # Consume
 //

@@ -129,12 +129,14 @@ var apiRoutes = []string{
 	"GET /v1/subjects/{subject}/groups/{group}/stream",
 	"POST /v1/subjects/{subject}/groups/{group}/ack",
 	"POST /v1/subjects/{subject}/groups/{group}/nack",
+	"POST /v1/subjects/{subject}/scheduled/cancel",
+	"POST /v1/subjects/{subject}/scheduled/reschedule",
 }
 
 // routes mounts the API on the operations server (which serves /metrics,
 // /healthz and /readyz).
 func (s *Server) routes() {
-	handlers := []handlerFunc{s.publish, s.publishRaw, s.pull, s.stream, s.ack, s.nack}
+	handlers := []handlerFunc{s.publish, s.publishRaw, s.pull, s.stream, s.ack, s.nack, s.cancel, s.reschedule}
 	for i, pattern := range apiRoutes {
 		s.ops.Handle(pattern, s.handle(handlers[i]))
 	}

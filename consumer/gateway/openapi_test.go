@@ -130,6 +130,41 @@ func TestOpenAPI_MatchesGateway(t *testing.T) {
 		v.do("POST", op, url, "application/json", gateway.AckRequest{Consumer: "c1", IDs: []string{id}}, nil, 404)
 		v.do("POST", op, url, "application/json", `{"consumer": "c1"}`, nil, 400)
 	}
+	// A delayed message with a schedule key, rescheduled, cancelled, then
+	// gone; bad targets are refused whole.
+	v.do("POST", pub, pub, "application/json", gateway.PublishRequest{Messages: []gateway.PublishMessage{
+		{Subject: "api", Body: "later", Delay: "10m", Properties: map[string]string{"qmq.schedule.key": "k1"}},
+	}}, nil, 200)
+	const cancelOp, rescheduleOp = "/v1/subjects/{subject}/scheduled/cancel", "/v1/subjects/{subject}/scheduled/reschedule"
+	answer := func(b []byte) string {
+		var sr gateway.ScheduleResponse
+		if err := json.Unmarshal(b, &sr); err != nil || len(sr.Results) != 1 {
+			t.Fatalf("schedule answer %s: %v", b, err)
+		}
+		return sr.Results[0].Status
+	}
+	if st := answer(v.do("POST", rescheduleOp, "/v1/subjects/api/scheduled/reschedule", "application/json",
+		gateway.ScheduleRequest{Targets: []gateway.ScheduleTarget{{Key: "k1", Delay: "20m"}}}, nil, 200)); st != "rescheduled" {
+		t.Fatalf("reschedule: %s", st)
+	}
+	v.do("POST", rescheduleOp, "/v1/subjects/api/scheduled/reschedule", "application/json",
+		gateway.ScheduleRequest{Targets: []gateway.ScheduleTarget{{Key: "k1"}}}, nil, 400)
+	if st := answer(v.do("POST", cancelOp, "/v1/subjects/api/scheduled/cancel", "application/json",
+		gateway.ScheduleRequest{Targets: []gateway.ScheduleTarget{{Key: "k1"}}}, nil, 200)); st != "cancelled" {
+		t.Fatalf("cancel: %s", st)
+	}
+	if st := answer(v.do("POST", cancelOp, "/v1/subjects/api/scheduled/cancel", "application/json",
+		gateway.ScheduleRequest{Targets: []gateway.ScheduleTarget{{Key: "k1"}}}, nil, 200)); st != "cancelled" {
+		t.Fatalf("cancel again (the answer stays cancelled): %s", st)
+	}
+	if st := answer(v.do("POST", cancelOp, "/v1/subjects/api/scheduled/cancel", "application/json",
+		gateway.ScheduleRequest{Targets: []gateway.ScheduleTarget{{ID: "no-such-id"}}}, nil, 200)); st != "not found" {
+		t.Fatalf("cancel of an unknown id: %s", st)
+	}
+	v.do("POST", cancelOp, "/v1/subjects/api/scheduled/cancel", "application/json", `{"targets": [{}]}`, nil, 400)
+	v.do("POST", cancelOp, "/v1/subjects/api/scheduled/cancel", "application/json",
+		gateway.ScheduleRequest{Targets: make([]gateway.ScheduleTarget, 6)}, nil, 413)
+
 	for _, r := range routes {
 		if !v.seen[r] {
 			t.Errorf("route %s was not exercised", r)
