@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -347,4 +348,61 @@ func TestTLS_RepliesCoalesce(t *testing.T) {
 	} else {
 		t.Logf("%d replies came in %d TLS records", n, records)
 	}
+}
+
+// Bytes that come while the handshake still runs (here the server waits in
+// VerifyConnection after the client's handshake is done) are held and
+// counted as partial frames. Past MaxPartialBytes the server keeps one
+// record more, which names a request, and drops the rest; once the
+// handshake is done it serves the whole requests it kept, answers the
+// next one StatusBusy and closes the connection, and the memory is back.
+func TestTLS_DataDuringTheHandshakeOverTheCap(t *testing.T) {
+	release := make(chan struct{})
+	cfg := serverTLS(t).Clone()
+	cfg.VerifyConnection = func(tls.ConnectionState) error {
+		<-release
+		return nil
+	}
+	const limit, body, frames = 64 << 10, 40 << 10, 6
+	s := startServer(t, Options{MaxFrameSize: limit, MaxPartialBytes: limit}, NewMux(), func(s *Server) { s.opts.TLS = cfg })
+	c := dialTLS(t, s, clientTLS(t))
+	var b []byte
+	for id := uint64(1); id <= frames; id++ {
+		b = protocol.AppendRequest(b, protocol.CmdPing, id, make([]byte, body))
+	}
+	if _, err := c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the bytes read during the handshake", func() bool {
+		var got int64
+		s.live.each(func(c *Conn) { got += c.received.Load() })
+		return got >= int64(len(b))
+	})
+	if p := s.Stats().PartialBytes; p == 0 || p > limit {
+		t.Fatalf("partial bytes %d during the handshake, want some and at most %d", p, limit)
+	}
+	close(release)
+	next := uint64(1)
+	for {
+		f := c.readFrame(t)
+		if f.Header.RequestID != next {
+			t.Fatalf("answer to request %d, want %d", f.Header.RequestID, next)
+		}
+		if f.Header.Status() == protocol.StatusOK && len(f.Body) == body {
+			next++ // a whole request kept during the handshake
+			continue
+		}
+		if f.Header.Status() != protocol.StatusBusy || !strings.Contains(string(f.Body), "partial frames") {
+			t.Fatalf("request %d answered %v %q", next, f.Header.Status(), f.Body)
+		}
+		break
+	}
+	if next > frames {
+		t.Fatal("every request was served: the test sent too little to pass the cap")
+	}
+	c.waitClosed(t)
+	if got := s.Stats().ClosedPartial; got != 1 {
+		t.Fatalf("ClosedPartial %d, want 1", got)
+	}
+	waitFor(t, 5*time.Second, "no partial bytes", func() bool { return s.Stats().PartialBytes == 0 })
 }
