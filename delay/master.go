@@ -12,6 +12,7 @@ import (
 	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/producer"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
@@ -113,7 +114,11 @@ func (m *master) serveSend(r *netserver.Request) {
 		r.Reply(protocol.StatusOK, protocol.AppendSendResponse(nil, statuses))
 		return
 	}
+	arrived := time.Now()
 	m.store.Append(msgs, func(results []store.Result) {
+		if m.s.opts.TracerProvider != nil {
+			m.traceScheduled(msgs, results, arrived)
+		}
 		statuses := make([]protocol.Status, total)
 		if index != nil {
 			for i := range statuses {
@@ -218,7 +223,14 @@ func (m *master) forwardLoop() {
 
 func (m *master) send(d store.Due) {
 	metrics := m.s.metrics
+	var span trace.Span
+	if m.s.opts.TracerProvider != nil {
+		span = m.traceForward(d)
+	}
 	err := m.forward.SendEncoded(d.Message, func(err error) {
+		if span != nil {
+			endSpan(span, err)
+		}
 		if err == nil {
 			metrics.forwarded.Inc()
 			if d.DueMillis > 0 {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/qmq-go/qmq/delay/store"
 	"github.com/qmq-go/qmq/pkg/config"
 	"github.com/qmq-go/qmq/pkg/exposure"
@@ -82,6 +84,12 @@ type Options struct {
 	// WaitSlave makes a send's reply wait until the slave holds the
 	// messages (default false).
 	WaitSlave bool `yaml:"wait_slave"`
+	// TracerProvider, when set, records spans for messages that carry a
+	// trace context (pkg/tracing): "schedule <subject>" from a send's
+	// arrival to the durable append, and "forward <subject>" from the
+	// message's firing to a realtime broker's ack. nil (the default): off.
+	// qmq-delay sets it from the OTEL_* variables (pkg/tracing/otlp).
+	TracerProvider trace.TracerProvider `yaml:"-"`
 	// SlaveLagReadonly: with WaitSlave, a slave lagging longer than this
 	// makes the master readonly (waiting replies and new sends get
 	// StatusReadonly, the meta server hears GroupReadonly) until it has

@@ -4,15 +4,19 @@
 // environment variables.
 //
 // Tracing is off unless a tracer provider is given to the producer,
-// consumer or broker (their WithTracerProvider options and
-// realtime.Options.TracerProvider); off, no property is read or written
-// and no span is made, so it costs a nil check. On, the producer starts a
-// "send <subject>" span (kind producer) and injects its context into the
-// message; the broker records a "store <subject>" span (kind server) from
-// a message's arrival to its durable append, and the consumer a "handle
-// <subject>" span (kind consumer) around the handler, each a child of the
-// context the message carries, so one trace id runs from producer to
-// consumer. Sampling is the producer's (the sampled flag travels; the
+// consumer, broker or delay server (their WithTracerProvider options,
+// realtime.Options.TracerProvider and delay.Options.TracerProvider); off,
+// no property is read or written and no span is made, so it costs a nil
+// check. On, the producer starts a "send <subject>" span (kind producer)
+// and injects its context into the message; a delay server records
+// "schedule <subject>" (kind server, to the durable append) and "forward
+// <subject>" (kind producer, from the firing to the realtime broker's
+// ack); the broker "store <subject>" (kind server) from a message's
+// arrival to its durable append; the consumer "receive <subject>" (the
+// wait since the pull), "handle <subject>" around the handler (kind
+// consumer) and "ack <subject>" (kind client, to the broker's answer to
+// the ack) — each a child of the context the message carries, so one
+// trace id runs from producer to consumer. Sampling is the producer's (the sampled flag travels; the
 // broker's and consumer's default samplers follow their parent).
 //
 // Package otlp (pkg/tracing/otlp) builds a tracer provider that exports

@@ -15,6 +15,7 @@ import (
 	"github.com/qmq-go/qmq/pkg/config"
 	"github.com/qmq-go/qmq/pkg/logging"
 	"github.com/qmq-go/qmq/pkg/secure"
+	"github.com/qmq-go/qmq/pkg/tracing/otlp"
 	"go.uber.org/zap"
 )
 
@@ -43,6 +44,13 @@ func run(opts delay.Options) error {
 		return err
 	}
 	defer func() { _ = lg.Sync() }()
+	tp, stopTracing, err := otlp.FromEnvironment(context.Background())
+	if err != nil {
+		lg.Error("cannot set up tracing from OTEL_* variables", zap.Error(err))
+		return err
+	}
+	defer stopTracing(context.Background())
+	opts.TracerProvider = tp
 	s, err := delay.New(opts, nil, nil, lg)
 	if err != nil {
 		lg.Error("cannot open delay server", zap.Error(err))
