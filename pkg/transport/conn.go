@@ -95,7 +95,7 @@ type conn struct {
 
 	mu      sync.Mutex
 	nextID  uint64
-	pending map[uint64]*call
+	pending pendingCalls
 	wbuf    []byte // frames waiting for writeLoop
 	wspare  []byte
 	// writeDeadline is the socket's write deadline (since the client's
@@ -135,7 +135,6 @@ func newConn(client *Client, addr string, nc, sock net.Conn) *conn {
 		sock:     sock,
 		lg:       client.lg.With(zap.String("addr", addr)),
 		done:     make(chan struct{}),
-		pending:  make(map[uint64]*call),
 		wake:     make(chan struct{}, 1),
 		readWake: make(chan struct{}, 1),
 		rs:       readerState{batch: make([]response, 0, maxReadBatch)},
@@ -173,7 +172,7 @@ func (c *conn) send(cl *call, cmd protocol.Command, flags protocol.Flags, body [
 	if cl != nil {
 		cl.id = id
 		cl.reads = c.reads.Load()
-		c.pending[id] = cl
+		c.pending.put(id, cl)
 		if cl.into != nil {
 			c.intoCalls.Add(1)
 		}
@@ -312,11 +311,10 @@ func (c *conn) remove(id uint64) bool {
 // unpendLocked takes the call with id out of the pending map (and out of
 // the followers) and returns it, or nil. c.mu is held.
 func (c *conn) unpendLocked(id uint64) *call {
-	cl := c.pending[id]
+	cl := c.pending.take(id)
 	if cl == nil {
 		return nil
 	}
-	delete(c.pending, id)
 	if cl.into != nil {
 		c.intoCalls.Add(-1)
 	}
@@ -333,7 +331,7 @@ var errDeadline = fmt.Errorf("%w: %w", ErrTimeout, context.DeadlineExceeded)
 func (c *conn) expire(now time.Duration) {
 	var expired []*call
 	c.mu.Lock()
-	for id, cl := range c.pending {
+	c.pending.each(func(id uint64, cl *call) {
 		if cl.deadline <= now {
 			c.unpendLocked(id)
 			expired = append(expired, cl)
@@ -342,7 +340,7 @@ func (c *conn) expire(now time.Duration) {
 			}
 			c.timedOutLocked(cl)
 		}
-	}
+	})
 	c.mu.Unlock()
 	for _, cl := range expired {
 		cl.complete(nil, errDeadline)
@@ -353,7 +351,7 @@ func (c *conn) expire(now time.Duration) {
 func (c *conn) idle() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.pending) == 0
+	return c.pending.len() == 0
 }
 
 // close closes the socket and fails every pending call with ErrConnClosed
@@ -366,8 +364,7 @@ func (c *conn) close(cause error) {
 	}
 	c.closeErr = cause
 	c.closedFlag.Store(true)
-	pending := c.pending
-	c.pending = nil
+	pending := c.pending.drain()
 	c.intoCalls.Store(0)
 	for _, f := range c.followers {
 		f.following, f.followAt = false, 0

@@ -62,7 +62,7 @@ func (c *conn) timedOutLocked(cl *call) {
 	c.nextID++
 	probe.id = c.nextID
 	probe.reads = c.probeReads
-	c.pending[probe.id] = probe
+	c.pending.put(probe.id, probe)
 	if c.reader == nil {
 		c.takeReaderLocked(loopReader)
 	}

@@ -72,7 +72,7 @@ func (c *conn) bodiesIntoBuffers(batch []response, bodyBytes int) int {
 	defer c.mu.Unlock()
 	for i := range batch {
 		r := &batch[i]
-		cl := c.pending[r.header.RequestID]
+		cl := c.pending.get(r.header.RequestID)
 		if cl == nil || cl.into == nil || len(r.body) == 0 || r.header.Status() != protocol.StatusOK || cap(cl.into) < len(r.body) {
 			continue
 		}
@@ -124,7 +124,7 @@ func (c *conn) passReaderLocked() {
 		f.ch <- result{lead: true} // never blocks: the channel holds a lead and a result
 		return
 	}
-	if len(c.pending) > 0 {
+	if c.pending.len() > 0 {
 		c.takeReaderLocked(loopReader)
 		return
 	}
@@ -259,7 +259,7 @@ func (c *conn) lead(ctx context.Context, cl *call) result {
 			// Whoever interrupted the read may have completed cl (or be
 			// about to: the sweep completes after it interrupts).
 			c.mu.Lock()
-			pending := c.pending[cl.id] == cl
+			pending := c.pending.get(cl.id) == cl
 			c.mu.Unlock()
 			if !pending {
 				return c.led(<-cl.ch)
@@ -359,7 +359,7 @@ func (c *conn) readLoop() {
 				continue
 			}
 			c.mu.Lock()
-			idle := len(c.pending) == 0
+			idle := c.pending.len() == 0
 			if idle {
 				c.reader = nil
 			}
@@ -423,7 +423,7 @@ func (c *conn) readBatch() (answeredCall bool, err error) {
 			_, _ = br.Discard(protocol.HeaderSize)
 			large := &response{header: h}
 			c.mu.Lock()
-			if cl := c.pending[h.RequestID]; cl != nil && h.Status() == protocol.StatusOK && cap(cl.into) >= int(h.BodyLen) {
+			if cl := c.pending.get(h.RequestID); cl != nil && h.Status() == protocol.StatusOK && cap(cl.into) >= int(h.BodyLen) {
 				large.body = cl.into[:h.BodyLen] // GoInto: see its doc for a call that ends meanwhile
 			}
 			rs.large, rs.largeRead = large, 0
