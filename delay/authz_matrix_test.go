@@ -96,6 +96,8 @@ func delayCommands(t *testing.T, subject string, epoch uint64) map[string]delayC
 			Epoch: epoch, Group: delayMatrixGroup})},
 		{name: "switchover", cmd: protocol.CmdSwitchover, body: protocol.AppendSwitchoverRequest(nil, &protocol.SwitchoverRequest{
 			Group: delayMatrixGroup, Timeout: time.Second})},
+		{name: "find", cmd: protocol.CmdFindMessages, body: protocol.AppendFindMessagesRequest(nil, &protocol.FindMessagesRequest{
+			By: protocol.FindByID, Value: "kept", Subject: subject})},
 	}
 	out := map[string]delayCommand{}
 	for _, c := range cs {
@@ -184,7 +186,7 @@ func TestAuthzMatrix_DelayTCP(t *testing.T) {
 		}
 	}
 	own := delayCommands(t, "orders", epoch)
-	names := []string{"send", "sync-manifest", "sync-read", "sync-origin", "switchover"}
+	names := []string{"send", "sync-manifest", "sync-read", "sync-origin", "switchover", "find"}
 
 	// No credential: every command is refused unauthenticated.
 	anon := delayClientAs(t, nil)
@@ -219,10 +221,10 @@ func TestAuthzMatrix_DelayTCP(t *testing.T) {
 		cmds   []delayCommand
 	}{
 		{"app:billing, another subject", appc, []delayCommand{elsewhere["send"]}},
-		{"app:billing, replication and switchover", appc, []delayCommand{own["sync-manifest"], own["sync-read"], own["sync-origin"], own["switchover"]}},
+		{"app:billing, replication, switchover and lookup", appc, []delayCommand{own["sync-manifest"], own["sync-read"], own["sync-origin"], own["switchover"], own["find"]}},
 		{"admin:viewer", delayClientAs(t, &viewer), []delayCommand{own["send"], own["sync-manifest"], own["sync-read"], own["sync-origin"], own["switchover"]}},
 		{"admin:ops, replication", delayClientAs(t, &ops), []delayCommand{own["sync-manifest"], own["sync-read"], own["sync-origin"]}},
-		{"broker:elsewhere", delayClientAs(t, &other), []delayCommand{own["sync-manifest"], own["sync-read"], own["sync-origin"], own["switchover"]}},
+		{"broker:elsewhere", delayClientAs(t, &other), []delayCommand{own["sync-manifest"], own["sync-read"], own["sync-origin"], own["switchover"], own["find"]}},
 	} {
 		for _, c := range cs.cmds {
 			expect(cs.tc, cs.caller, c, protocol.StatusForbidden)
@@ -230,6 +232,16 @@ func TestAuthzMatrix_DelayTCP(t *testing.T) {
 	}
 	if after := delayState(s); after != before {
 		t.Fatalf("refused commands changed the server:\nbefore %s\nafter  %s", before, after)
+	}
+	// A read admin finds the application's message, pending, without its
+	// body (it may not read bodies).
+	resp, err := delayClientAs(t, &viewer).Call(context.Background(), addr, protocol.CmdFindMessages, own["find"].body)
+	if err != nil {
+		t.Fatalf("find as a read admin: %v", err)
+	}
+	if found, err := protocol.DecodeFindMessagesResponse(resp); err != nil || len(found.Messages) != 1 ||
+		found.Messages[0].Flags != protocol.FoundScheduled|protocol.FoundBodyHidden {
+		t.Fatalf("find as a read admin: %+v %v", found, err)
 	}
 	// The ops HTTP port: profiles (and the command line) need admin read.
 	for _, c := range []struct {

@@ -29,6 +29,9 @@
 // dropped, not forwarded (qmq_delay_messages_expired_total). Recurring
 // schedules are keyed template messages (recurring.go). The operations
 // HTTP port serves the timeline (schedulehttp.go; qmqctl schedule).
+// CmdFindMessages (admin read; lookup.go) finds a subject's scheduled
+// messages by id or schedule key, pending, cancelled or fired, for the
+// meta server's lookup and trace.
 //
 // # Forward
 //

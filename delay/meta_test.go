@@ -2,7 +2,9 @@ package delay_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,6 +93,43 @@ func TestDelay_ThroughMetaServer(t *testing.T) {
 		}
 		return fmt.Errorf("no delay group listed")
 	})
+
+	// Lookup and trace through the meta server: a delay server answers for
+	// a subject (by id, or by schedule key), pending and then cancelled.
+	keyed := &producer.Message{Subject: "later", Body: []byte("keyed"), DeliverAt: time.Now().Add(time.Hour)}
+	producer.SetScheduleKey(keyed, "k-1")
+	if err := p.Send(context.Background(), keyed); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	scheduled := func(l api.Lookup, err error, state string) {
+		t.Helper()
+		if err != nil || len(l.Messages) != 1 {
+			t.Fatalf("lookup: %+v, %v", l, err)
+		}
+		m := l.Messages[0]
+		if m.Kind != "scheduled" || m.ScheduleState != state || m.ID != keyed.ID || m.Subject != "later" || m.Body != "keyed" ||
+			m.DeliverAt == nil || !m.DeliverAt.Equal(keyed.DeliverAt.Truncate(time.Millisecond).Add(time.Millisecond)) && !m.DeliverAt.Equal(keyed.DeliverAt.Truncate(time.Millisecond)) {
+			t.Fatalf("scheduled copy %+v, want %s", m, state)
+		}
+	}
+	l, err := admin.LookupID(ctx, keyed.ID, api.InSubject("later"))
+	scheduled(l, err, "pending")
+	l, err = admin.LookupKey(ctx, "k-1", api.InSubject("later"))
+	scheduled(l, err, "pending")
+	if _, err := admin.LookupID(ctx, keyed.ID); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("a lookup without the subject found a scheduled message: %v", err)
+	}
+	if err := p.Cancel(ctx, "later", "k-1"); err != nil {
+		t.Fatal(err)
+	}
+	l, err = admin.LookupID(ctx, keyed.ID, api.InSubject("later"))
+	scheduled(l, err, "cancelled")
+	tr, err := admin.TraceID(ctx, keyed.ID, api.InSubject("later"))
+	if err != nil || len(tr.Events) != 2 || tr.Events[0].Event != "sent" || tr.Events[1].Event != "scheduled" ||
+		!strings.Contains(tr.Events[1].Detail, "cancelled") {
+		t.Fatalf("trace %+v, %v", tr, err)
+	}
 }
 
 // startMetaServer starts a meta server on 127.0.0.1:0 over an embedded etcd

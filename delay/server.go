@@ -133,6 +133,8 @@ func New(opts Options, clk clock.Clock, resolver route.Resolver, lg *zap.Logger)
 	mux.HandleFunc(protocol.CmdDelaySyncManifest, s.allowed(brokerOf, copying, s.serveManifest))
 	mux.HandleFunc(protocol.CmdDelaySyncRead, s.allowed(brokerOf, copying, s.serveRead))
 	mux.HandleFunc(protocol.CmdDelaySyncOrigin, s.allowed(brokerOf, copying, s.serveOrigin))
+	mux.HandleFunc(protocol.CmdFindMessages, s.allowed(func(p *auth.Principal) bool { return p.CanAdminRead() },
+		"look scheduled messages up (admin read)", s.serveFindMessages))
 	mux.HandleFunc(protocol.CmdSwitchover, s.allowed(func(p *auth.Principal) bool { return p.CanAdminWrite() },
 		"hand the group over (admin write)", s.serveSwitchover))
 	authority := auth.NewAuthority(nil) // certificate identities only, without meta servers

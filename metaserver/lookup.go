@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"time"
 	"unicode/utf8"
@@ -15,8 +16,10 @@ import (
 
 // Lookup and trace (GET /messages, GET /trace): CmdFindMessages relayed to
 // the master of every realtime group (a message's subject is not known
-// beforehand, and retry and dead-letter copies live on other routes), the
-// answers merged. A trace is read from the copies the brokers keep anyway:
+// beforehand, and retry and dead-letter copies live on other routes), and,
+// with subject=, to the masters of the subject's delay route (a delay
+// server indexes by subject: by id, or by schedule key for a key lookup),
+// the answers merged. A trace is read from the copies the brokers keep anyway:
 // the original (sent, stored), each retry copy (attempt, the handler's
 // error, next due), each dead letter (why, when) and each re-driven copy,
 // and for the original and every retry copy where it stands in each
@@ -30,7 +33,7 @@ func (s *Server) getMessages(r *http.Request) (any, error) {
 	if (id == "") == (key == "") {
 		return nil, fmt.Errorf("%w: give one of id= and key=", errBadInput)
 	}
-	l, err := s.findMessages(r.Context(), id, key)
+	l, err := s.findMessages(r.Context(), id, key, q.Get("subject"))
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +51,7 @@ func (s *Server) getTrace(r *http.Request) (any, error) {
 	if (id == "") == (key == "") {
 		return nil, fmt.Errorf("%w: give one of id= and key=", errBadInput)
 	}
-	l, err := s.findMessages(r.Context(), id, key)
+	l, err := s.findMessages(r.Context(), id, key, q.Get("subject"))
 	if err != nil {
 		return nil, err
 	}
@@ -59,14 +62,23 @@ func (s *Server) getTrace(r *http.Request) (any, error) {
 	return traces, nil
 }
 
-// findMessages relays CmdFindMessages to every realtime master.
-func (s *Server) findMessages(ctx context.Context, id, key string) (api.Lookup, error) {
-	req := protocol.FindMessagesRequest{By: protocol.FindByID, Value: id}
+// findMessages relays CmdFindMessages to every realtime master and, when
+// subject is given, to the masters of the subject's delay route (a delay
+// server's index is by subject; it finds by id or by schedule key).
+func (s *Server) findMessages(ctx context.Context, id, key, subject string) (api.Lookup, error) {
+	req := protocol.FindMessagesRequest{By: protocol.FindByID, Value: id, Subject: subject}
 	if key != "" {
-		req = protocol.FindMessagesRequest{By: protocol.FindByKey, Value: key}
+		req = protocol.FindMessagesRequest{By: protocol.FindByKey, Value: key, Subject: subject}
+	}
+	targets := s.realtimeMasters()
+	if subject != "" {
+		if err := s.limits.CheckSubject(subject); err != nil {
+			return api.Lookup{}, err
+		}
+		targets = append(targets, s.delayRouteMasters(subject)...)
 	}
 	out := api.Lookup{ID: id, Key: key, Messages: []api.StoredMessage{}}
-	for _, r := range s.relay(ctx, s.realtimeMasters(), protocol.CmdFindMessages, protocol.AppendFindMessagesRequest(nil, &req)) {
+	for _, r := range s.relay(ctx, targets, protocol.CmdFindMessages, protocol.AppendFindMessagesRequest(nil, &req)) {
 		var resp protocol.FindMessagesResponse
 		err := r.err
 		if err == nil {
@@ -98,12 +110,24 @@ func (s *Server) findMessages(ctx context.Context, id, key string) (api.Lookup, 
 func storedMessage(group string, f protocol.FoundMessage) api.StoredMessage {
 	sm := api.StoredMessage{BrokerGroup: group, Offset: f.Offset, Seq: f.Seq, StoredAt: time.UnixMilli(f.Stored).UTC(),
 		Size: len(f.Message), BodyHidden: f.Flags&protocol.FoundBodyHidden != 0, Kind: "message"}
+	if f.Flags&protocol.FoundScheduled != 0 {
+		sm.Kind, sm.ScheduleState = "scheduled", "pending"
+		switch {
+		case f.Flags&protocol.FoundCancelled != 0:
+			sm.ScheduleState = "cancelled"
+		case f.Flags&protocol.FoundFired != 0:
+			sm.ScheduleState = "fired"
+		}
+	}
 	m, err := protocol.DecodeMessage(f.Message)
 	if err != nil {
 		sm.LastError = "cannot decode the stored copy: " + err.Error()
 		return sm
 	}
 	sm.ID, sm.StoredSubject, sm.Subject, sm.Tags, sm.Attempts, sm.CreatedAt = m.ID, m.Subject, m.Subject, m.Tags, m.Attempts, m.Created.UTC()
+	if sm.Kind == "scheduled" {
+		sm.StoredAt = sm.CreatedAt // a delay server keeps no store time; Stored is the due time
+	}
 	if kind, real, cg, ok := protocol.ParseSystemSubject(m.Subject); ok {
 		sm.Subject, sm.Group = real, cg
 		sm.Kind = map[string]string{protocol.KindRetry: "retry", protocol.KindDead: "dead"}[kind]
@@ -165,6 +189,7 @@ func traces(l api.Lookup) []api.Trace {
 func traceOf(id string, copies []api.StoredMessage, errs []api.BrokerFailure) api.Trace {
 	t := api.Trace{ID: id, Events: []api.TraceEvent{}, Errors: errs}
 	deadSeen := map[string]bool{} // consumer groups whose last copy was a dead letter
+	forwarded := slices.ContainsFunc(copies, func(c api.StoredMessage) bool { return c.Kind == "message" })
 	for _, c := range copies {
 		t.Subject = c.Subject
 		failedAt := c.StoredAt
@@ -189,6 +214,20 @@ func traceOf(id string, copies []api.StoredMessage, errs []api.BrokerFailure) ap
 			t.Events = append(t.Events, api.TraceEvent{At: failedAt, Event: "retried", Group: c.Group, BrokerGroup: c.BrokerGroup,
 				Attempt: int(c.Attempts), Error: c.LastError, NextDue: c.DeliverAt})
 			t.Events = append(t.Events, deliveryEvents(c)...)
+		case "scheduled":
+			if !forwarded {
+				t.Events = append(t.Events, api.TraceEvent{At: c.CreatedAt, Event: "sent", Detail: "created by the producer"})
+			}
+			due := "-"
+			if c.DeliverAt != nil {
+				due = c.DeliverAt.Format(time.RFC3339Nano)
+			}
+			t.Events = append(t.Events, api.TraceEvent{At: c.CreatedAt, Event: "scheduled", BrokerGroup: c.BrokerGroup, NextDue: c.DeliverAt,
+				Detail: fmt.Sprintf("due %s: %s (hour file %d, offset %d)", due, c.ScheduleState, c.Seq, c.Offset)})
+			if c.ScheduleState == "fired" && c.DeliverAt != nil {
+				t.Events = append(t.Events, api.TraceEvent{At: *c.DeliverAt, Event: "fired", BrokerGroup: c.BrokerGroup,
+					Detail: "forwarded to a realtime group"})
+			}
 		case "dead":
 			deadSeen[c.Group] = true
 			t.Events = append(t.Events, api.TraceEvent{At: failedAt, Event: "dead", Group: c.Group, BrokerGroup: c.BrokerGroup,

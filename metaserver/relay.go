@@ -42,10 +42,16 @@ var errNoMaster = errors.New("no live master")
 // route (targets with an empty addr have no live master); false when the
 // subject has no route.
 func (s *Server) routeTargets(subject string) ([]target, bool) {
+	return s.routeTargetsOf(protocol.KindRealtime, subject)
+}
+
+// routeTargetsOf returns the masters of subject's route of kind, and
+// whether it has one.
+func (s *Server) routeTargetsOf(kind protocol.BrokerKind, subject string) ([]target, bool) {
 	v := s.view
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	re, ok := v.routes[routeKey{protocol.KindRealtime, subject}]
+	re, ok := v.routes[routeKey{kind, subject}]
 	if !ok {
 		return nil, false
 	}
@@ -58,6 +64,13 @@ func (s *Server) routeTargets(subject string) ([]target, bool) {
 		out = append(out, t)
 	}
 	return out, true
+}
+
+// delayRouteMasters returns the masters of subject's delay route (none
+// before a delayed message of the subject was sent).
+func (s *Server) delayRouteMasters(subject string) []target {
+	out, _ := s.routeTargetsOf(protocol.KindDelay, subject)
+	return out
 }
 
 // realtimeMasters returns every live realtime master.

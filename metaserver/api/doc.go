@@ -52,9 +52,9 @@
 //	GET    /deadletters/{subject}/{group}/{id}        DeadLetters (inspect one)  (read bodies)
 //	POST   /deadletters/{subject}/{group}/redrive     DeadLetterAction → DeadLetters (write)
 //	POST   /deadletters/{subject}/{group}/purge       DeadLetterAction → DeadLetters (write)
-//	GET    /messages?id=ID | ?key=KEY                  Lookup (bodies with read bodies; 404 not found)
-//	GET    /trace?id=ID                               Trace                      (404 not found)
-//	GET    /trace?key=KEY                             []Trace, one per message id
+//	GET    /messages?id=ID | ?key=KEY [&subject=S]     Lookup (bodies with read bodies; 404 not found; S: S's delay servers too)
+//	GET    /trace?id=ID [&subject=S]                  Trace                      (404 not found)
+//	GET    /trace?key=KEY [&subject=S]                []Trace, one per message id
 //	GET    /identities                                []Identity                 (admin read)
 //	GET    /identities/{name}                         Identity                   (admin read)
 //	POST   /identities                                IdentityRequest → IdentitySecret (write)

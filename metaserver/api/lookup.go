@@ -15,7 +15,7 @@ type StoredMessage struct {
 	Offset        int64             `json:"offset"` // message-log offset on that broker
 	Seq           int64             `json:"seq"`    // consume-log sequence in StoredSubject
 	StoredAt      time.Time         `json:"storedAt"`
-	Kind          string            `json:"kind"`            // message, retry, dead
+	Kind          string            `json:"kind"`            // message, retry, dead, scheduled (a delay server's)
 	Group         string            `json:"group,omitempty"` // the consumer group of a retry or dead copy
 	ID            string            `json:"id"`
 	Subject       string            `json:"subject"` // the user subject
@@ -35,6 +35,11 @@ type StoredMessage struct {
 	// Deliveries: where this copy stands in each consumer group of the
 	// subject it is stored under (none for dead letters).
 	Deliveries []Delivery `json:"deliveries,omitempty"`
+	// ScheduleState, for a scheduled copy (on a delay server; Seq is its
+	// hour file, Unix hours, Offset its record's offset there): pending,
+	// cancelled (cancelled or rescheduled: another copy holds the new
+	// time) or fired (forwarded, or being forwarded).
+	ScheduleState string `json:"scheduleState,omitempty"`
 }
 
 // Delivery is where a stored copy stands in one consumer group: waiting
@@ -84,28 +89,46 @@ type Trace struct {
 	Errors  []BrokerFailure `json:"errors,omitempty"`
 }
 
+// LookupOption changes where a lookup or trace looks.
+type LookupOption func(url.Values)
+
+// InSubject also asks the delay servers of subject's delay route: they
+// find scheduled messages (pending, cancelled or fired) by id, or by
+// schedule key for a key lookup; their index is by subject.
+func InSubject(subject string) LookupOption {
+	return func(v url.Values) { v.Set("subject", subject) }
+}
+
+func lookupQuery(name, value string, opts []LookupOption) string {
+	v := url.Values{name: {value}}
+	for _, o := range opts {
+		o(v)
+	}
+	return v.Encode()
+}
+
 // LookupID returns every stored copy of the message with id.
-func (c *Client) LookupID(ctx context.Context, id string) (Lookup, error) {
+func (c *Client) LookupID(ctx context.Context, id string, opts ...LookupOption) (Lookup, error) {
 	var l Lookup
-	return l, c.Do(ctx, http.MethodGet, "/messages?id="+url.QueryEscape(id), nil, &l)
+	return l, c.Do(ctx, http.MethodGet, "/messages?"+lookupQuery("id", id, opts), nil, &l)
 }
 
 // LookupKey returns the stored messages with key (property qmq.key).
-func (c *Client) LookupKey(ctx context.Context, key string) (Lookup, error) {
+func (c *Client) LookupKey(ctx context.Context, key string, opts ...LookupOption) (Lookup, error) {
 	var l Lookup
-	return l, c.Do(ctx, http.MethodGet, "/messages?key="+url.QueryEscape(key), nil, &l)
+	return l, c.Do(ctx, http.MethodGet, "/messages?"+lookupQuery("key", key, opts), nil, &l)
 }
 
 // TraceID returns the life of the message with id.
-func (c *Client) TraceID(ctx context.Context, id string) (Trace, error) {
+func (c *Client) TraceID(ctx context.Context, id string, opts ...LookupOption) (Trace, error) {
 	var t Trace
-	return t, c.Do(ctx, http.MethodGet, "/trace?id="+url.QueryEscape(id), nil, &t)
+	return t, c.Do(ctx, http.MethodGet, "/trace?"+lookupQuery("id", id, opts), nil, &t)
 }
 
 // TraceKey returns the lives of the messages with key.
-func (c *Client) TraceKey(ctx context.Context, key string) ([]Trace, error) {
+func (c *Client) TraceKey(ctx context.Context, key string, opts ...LookupOption) ([]Trace, error) {
 	var t []Trace
-	return t, c.Do(ctx, http.MethodGet, "/trace?key="+url.QueryEscape(key), nil, &t)
+	return t, c.Do(ctx, http.MethodGet, "/trace?"+lookupQuery("key", key, opts), nil, &t)
 }
 
 // HistorySample is the cluster at one moment (GET /history): messages

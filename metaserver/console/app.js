@@ -348,16 +348,18 @@ async function dead(arg) {
 // (#find/id/<id> or #find/key/<key>), its life (trace) and its stored
 // copies, bodies only for identities that may read them.
 async function find(arg) {
-  const [by0, ...v] = (arg || "").split("/");
-  const value0 = decodeURIComponent(v.join("/"));
+  // #find/<by>/<value>[/<subject>]: both encoded, so each is one segment.
+  const [by0, v0, s0] = (arg || "").split("/");
+  const value0 = decodeURIComponent(v0 || ""), subject0 = decodeURIComponent(s0 || "");
   const by = el("select", { id: "find-by" }, el("option", { value: "id" }, "message id"), el("option", { value: "key" }, "key"));
   by.value = by0 === "key" ? "key" : "id";
   const value = el("input", { id: "find-value", placeholder: "message id or key", value: value0, required: true, size: 40 });
-  const form = el("form", { class: "inline", id: "find-form", onsubmit: e => { e.preventDefault(); location.hash = "find/" + by.value + "/" + enc(value.value); } },
-    by, value, el("button", { type: "submit" }, "Find"));
+  const subject = el("input", { id: "find-subject", placeholder: "subject (to ask its delay servers too)", value: subject0, size: 30 });
+  const form = el("form", { class: "inline", id: "find-form", onsubmit: e => { e.preventDefault(); location.hash = "find/" + by.value + "/" + enc(value.value) + (subject.value ? "/" + enc(subject.value) : ""); } },
+    by, value, subject, el("button", { type: "submit" }, "Find"));
   const out = [el("h2", {}, "Find a message"), form];
   if (!value0) return out;
-  const q = (by.value === "key" ? "key=" : "id=") + enc(value0);
+  const q = (by.value === "key" ? "key=" : "id=") + enc(value0) + (subject0 ? "&subject=" + enc(subject0) : "");
   let traces, found;
   try {
     [traces, found] = await Promise.all([api("GET", "/trace?" + q), api("GET", "/messages?" + q)]);
@@ -377,7 +379,7 @@ async function find(arg) {
       table(["time", "event", "group", "consumer", "broker group", "attempt", "detail"], rows));
   }
   const copies = found.messages.map(m => el("tr", { "data-id": m.id, "data-kind": m.kind },
-    el("td", {}, m.id), el("td", {}, m.kind + (m.group ? " (" + m.group + ")" : "")), el("td", {}, m.storedSubject),
+    el("td", {}, m.id), el("td", {}, m.kind + (m.group ? " (" + m.group + ")" : "") + (m.scheduleState ? ": " + m.scheduleState + ", due " + localTime(m.deliverAt) : "")), el("td", {}, m.storedSubject),
     el("td", {}, m.brokerGroup + " @" + m.offset), el("td", {}, localTime(m.storedAt)), el("td", {}, m.attempts),
     el("td", {}, Object.entries(m.properties || {}).map(([k, v]) => el("div", {}, k + "=" + v))),
     el("td", {}, m.bodyHidden ? el("span", { class: "muted body-hidden" }, "hidden (needs read bodies)") : el("pre", {}, m.bodyBase64 ? "base64: " + m.body : m.body))));

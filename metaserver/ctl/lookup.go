@@ -24,6 +24,17 @@ func idOrKey(cmd *cobra.Command, a []string, key string) (string, error) {
 	return "", usageError{errors.New(cmd.CommandPath() + " takes a message id or --key KEY, not both")}
 }
 
+// inSubject is the lookup option of a --subject flag (none when empty).
+func inSubject(subject string) []api.LookupOption {
+	if subject == "" {
+		return nil
+	}
+	return []api.LookupOption{api.InSubject(subject)}
+}
+
+// subjectFlagUsage documents --subject of lookup and trace.
+const subjectFlagUsage = "also ask the subject's delay servers (scheduled messages by id, or by schedule key with --key)"
+
 func when(t *time.Time) string {
 	if t == nil || t.IsZero() {
 		return "-"
@@ -32,7 +43,7 @@ func when(t *time.Time) string {
 }
 
 func lookupCmd(g *globals) *cobra.Command {
-	var key string
+	var key, subject string
 	c := &cobra.Command{
 		Use: "lookup (MESSAGE-ID | --key KEY)", Short: "Find where a message is stored: broker group, offset, time, headers and (with read bodies) its body",
 		Args: cobra.MaximumNArgs(1),
@@ -45,9 +56,9 @@ func lookupCmd(g *globals) *cobra.Command {
 			defer cancel()
 			var l api.Lookup
 			if id != "" {
-				l, err = g.client().LookupID(ctx, id)
+				l, err = g.client().LookupID(ctx, id, inSubject(subject)...)
 			} else {
-				l, err = g.client().LookupKey(ctx, key)
+				l, err = g.client().LookupKey(ctx, key, inSubject(subject)...)
 			}
 			if err != nil {
 				return err
@@ -62,6 +73,9 @@ func lookupCmd(g *globals) *cobra.Command {
 						when(&m.StoredAt), when(&m.CreatedAt), m.Attempts)
 					if m.DeliverAt != nil {
 						fmt.Fprintf(w, "deliver at\t%s\n", when(m.DeliverAt))
+					}
+					if m.ScheduleState != "" {
+						fmt.Fprintf(w, "schedule\t%s\n", m.ScheduleState)
 					}
 					if m.LastError != "" {
 						fmt.Fprintf(w, "last error\t%s (failed %s)\n", m.LastError, when(m.FailedAt))
@@ -89,6 +103,7 @@ func lookupCmd(g *globals) *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&key, "key", "", "look up by key (the qmq.key property) instead of id")
+	c.Flags().StringVar(&subject, "subject", "", subjectFlagUsage)
 	return c
 }
 
@@ -106,7 +121,7 @@ func warnFailures(w *tabwriter.Writer, errs []api.BrokerFailure) {
 }
 
 func traceCmd(g *globals) *cobra.Command {
-	var key string
+	var key, subject string
 	c := &cobra.Command{
 		Use: "trace (MESSAGE-ID | --key KEY)", Short: "Show a message's life: sent, stored, retried (with the handler's error), dead, re-driven",
 		Args: cobra.MaximumNArgs(1),
@@ -120,10 +135,10 @@ func traceCmd(g *globals) *cobra.Command {
 			var ts []api.Trace
 			if id != "" {
 				var t api.Trace
-				t, err = g.client().TraceID(ctx, id)
+				t, err = g.client().TraceID(ctx, id, inSubject(subject)...)
 				ts = []api.Trace{t}
 			} else {
-				ts, err = g.client().TraceKey(ctx, key)
+				ts, err = g.client().TraceKey(ctx, key, inSubject(subject)...)
 			}
 			if err != nil {
 				return err
@@ -160,5 +175,6 @@ func traceCmd(g *globals) *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&key, "key", "", "trace the messages with this key (the qmq.key property)")
+	c.Flags().StringVar(&subject, "subject", "", subjectFlagUsage)
 	return c
 }

@@ -28,10 +28,16 @@ const (
 
 // FindMessagesRequest (CmdFindMessages):
 //
-//	by u8 | value s16
+//	by u8 | value s16 | [subject s8]
+//
+// Subject (optional, left out when empty) names the subject a delay server
+// looks in: its index is by subject, so it finds scheduled messages only
+// for a request that names one (by id, or by schedule key). Realtime
+// brokers ignore it.
 type FindMessagesRequest struct {
-	By    FindBy
-	Value string
+	By      FindBy
+	Value   string
+	Subject string
 }
 
 // FoundMessage is one stored message a broker found.
@@ -87,8 +93,18 @@ func (s DeliveryState) String() string {
 	return fmt.Sprintf("state(%d)", uint8(s))
 }
 
-// FoundBodyHidden in FoundMessage.Flags: the body was left out.
-const FoundBodyHidden uint8 = 1 << 0
+// FoundMessage.Flags. FoundBodyHidden: the body was left out. A delay
+// server's answer (a scheduled message; Offset is its record's offset in
+// the hour file Seq names, Unix hours; Stored is its due time) carries
+// FoundScheduled and, when it will not be delivered as scheduled any more,
+// FoundCancelled (cancelled, or rescheduled: another record holds it) or,
+// once it has been or is being forwarded, FoundFired.
+const (
+	FoundBodyHidden uint8 = 1 << 0
+	FoundScheduled  uint8 = 1 << 1
+	FoundCancelled  uint8 = 1 << 2
+	FoundFired      uint8 = 1 << 3
+)
 
 // FindMessagesResponse: count u32 | count × FoundMessage, oldest first.
 type FindMessagesResponse struct {
@@ -98,7 +114,11 @@ type FindMessagesResponse struct {
 // AppendFindMessagesRequest appends the body of q.
 func AppendFindMessagesRequest(dst []byte, q *FindMessagesRequest) []byte {
 	dst = append(dst, byte(q.By))
-	return appendString16(dst, q.Value)
+	dst = appendString16(dst, q.Value)
+	if q.Subject != "" {
+		dst = appendString8(dst, q.Subject)
+	}
+	return dst
 }
 
 // DecodeFindMessagesRequest decodes a find-messages request body.
@@ -106,6 +126,9 @@ func DecodeFindMessagesRequest(body []byte) (FindMessagesRequest, error) {
 	r := reader{b: body}
 	q := FindMessagesRequest{By: FindBy(r.u8())}
 	q.Value = string(r.bytes16())
+	if r.err == nil && r.off < len(r.b) {
+		q.Subject = r.string8()
+	}
 	if err := r.done(); err != nil {
 		return FindMessagesRequest{}, fmt.Errorf("%w: find messages request", err)
 	}

@@ -6,10 +6,11 @@ import (
 )
 
 func TestFindMessagesRoundTrip(t *testing.T) {
-	q := FindMessagesRequest{By: FindByKey, Value: "order-42"}
-	got, err := DecodeFindMessagesRequest(AppendFindMessagesRequest(nil, &q))
-	if err != nil || got != q {
-		t.Fatalf("request: %+v, %v", got, err)
+	for _, q := range []FindMessagesRequest{{By: FindByKey, Value: "order-42"}, {By: FindByID, Value: "m-1", Subject: "orders"}} {
+		got, err := DecodeFindMessagesRequest(AppendFindMessagesRequest(nil, &q))
+		if err != nil || got != q {
+			t.Fatalf("request: %+v, %v", got, err)
+		}
 	}
 	r := FindMessagesResponse{Messages: []FoundMessage{
 		{Offset: 1, Seq: 2, Stored: 3, Flags: FoundBodyHidden, Message: []byte("m1"),
@@ -29,6 +30,7 @@ func TestFindMessagesRoundTrip(t *testing.T) {
 
 func FuzzDecodeFindMessagesRequest(f *testing.F) {
 	f.Add(AppendFindMessagesRequest(nil, &FindMessagesRequest{By: FindByID, Value: "id"}))
+	f.Add(AppendFindMessagesRequest(nil, &FindMessagesRequest{By: FindByKey, Value: "k", Subject: "s"}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		q, err := DecodeFindMessagesRequest(b)
 		if err != nil {
