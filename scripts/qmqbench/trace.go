@@ -7,8 +7,8 @@ package main
 // with its default durable flush; one producer process on one core, one
 // connection, batches of 256 messages of 256 bytes, 16 batches in flight,
 // 8 s) against a broker with the message index (the default) and one
-// started with --no-message-index, alternating plain, indexed, plain,
-// indexed on fresh data directories; the best of each side's two runs is
+// started with --no-message-index, alternating plain and indexed three
+// times on fresh data directories; the best of each side's three runs is
 // its figure (the shared machine's swings hit single runs).
 //
 // lookup_by_id_p99_ms, lookup_by_key_p99_ms: one broker (default flags,
@@ -37,7 +37,7 @@ package main
 // original and retry copies taken and acked by the group.
 //
 // produce_otel_*: the produce run above (fresh broker and data directory
-// each time), alternating three ways twice, best of two each: none (the
+// each time), alternating three ways three times, best of three each: none (the
 // producer built without a tracer provider), off (WithTracerProvider(nil):
 // the same code path as none, a nil check; the ratio shows what the runs'
 // swings are) and on (the producer with an SDK tracer provider sampling
@@ -46,8 +46,8 @@ package main
 // on, so it makes a store span for every sampled message and its exports
 // fail in the background; every message carries a traceparent).
 //
-//	produce_plain_msgs_per_s          --no-message-index, best of two
-//	produce_indexed_msgs_per_s        index on, best of two
+//	produce_plain_msgs_per_s          --no-message-index, best of three
+//	produce_indexed_msgs_per_s        index on, best of three
 //	produce_indexed_vs_plain_ratio    indexed / plain (target ≥ 0.95)
 //	trace_messages_stored             messages stored before the lookups
 //	lookup_by_id_p50_ms, lookup_by_id_p99_ms    (target p99 ≤ 20)
@@ -76,6 +76,10 @@ import (
 	"github.com/qmq-go/qmq/producer"
 )
 
+// traceRounds is how many runs each side of the trace suite's produce
+// comparisons gets; the best counts.
+const traceRounds = 3
+
 var traceMessages = flag.Int64("trace-messages", 50_000_000, "trace suite: messages stored before the lookups")
 
 const (
@@ -93,7 +97,7 @@ func init() {
 
 func runTrace(env *Env) error {
 	var plain, indexed float64
-	for round := range 2 {
+	for round := range traceRounds {
 		p, err := env.produceOurs(filepath.Join(env.Dir, fmt.Sprintf("plain-%d", round)), produceDuration, "--no-message-index")
 		if err != nil {
 			return err
@@ -110,7 +114,7 @@ func runTrace(env *Env) error {
 	env.Metric("produce_indexed_vs_plain_ratio", indexed/plain, "x")
 
 	best := map[string]float64{}
-	for round := range 2 {
+	for round := range traceRounds {
 		for _, mode := range []string{"none", "off", "on"} {
 			r, err := env.produceOtel(filepath.Join(env.Dir, fmt.Sprintf("otel-%s-%d", mode, round)), mode)
 			if err != nil {
