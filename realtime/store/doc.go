@@ -52,10 +52,13 @@
 //
 // appendLoop takes every queued batch (up to MaxBatchBytes), assigns each
 // subject's sequences (0-based: the consume-log sequence) and writes the
-// records with one write per segment. Under FlushSync (the default)
-// syncLoop runs one fdatasync for every group written meanwhile and then
-// publishes them in order: consume-log entries become visible, callbacks
-// run, OnAppend fires. Under FlushAsync the appender publishes after the
+// records with one write per segment. Under FlushSync (the default) two
+// syncLoops (groupcommit.go) each start an fdatasync, through a
+// segment.Syncer of its own, whenever groups were written that no running
+// sync covers, so a group need not wait for a sync it missed; each group
+// is published, in order, once a sync begun after it was written has
+// ended: consume-log entries become visible, callbacks run, OnAppend
+// fires. After a failed sync nothing in flight is published. Under FlushAsync the appender publishes after the
 // write and flushLoop fdatasyncs every FlushInterval; a caller with nothing
 // queued may append on its own goroutine (TryWriteViewsNow
 // then PublishWritten, so a server can reply in between). Readers see only
