@@ -3,17 +3,25 @@ package store
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/qmq-go/qmq/pkg/segment"
 	"go.uber.org/zap"
 )
 
 // syncWorkers is how many fdatasyncs of the message log may run at once
-// under FlushSync. A group written while a sync runs starts its own sync
-// at once instead of waiting for that one to end (see NOTES.md, "Syncs in
-// parallel"): the disk of the 2-core VM took 7,100 fdatasyncs a second of
-// 4 KiB appends one at a time, 12,800 two at a time.
-const syncWorkers = 2
+// under FlushSync, and syncOverlapAfter how long a sync runs before a
+// group written meanwhile starts one of its own instead of waiting for it
+// to end (NOTES.md, "Syncs in parallel"). The disk of the 2-core VM took
+// 7,100 fdatasyncs a second of 4 KiB appends one at a time, 12,800 two at
+// a time, but each sync costs CPU: at once, the second sync made a busy
+// host's appends faster and a quiet one's slower. After a millisecond
+// (two to three of its usual syncs), a sync is slow, or its worker is
+// waiting for a processor to publish.
+const (
+	syncWorkers      = 2
+	syncOverlapAfter = time.Millisecond
+)
 
 // groupCommit hands written groups to the sync workers and publishes them
 // in the order they were written, each once a sync that began after it was
@@ -27,6 +35,8 @@ type groupCommit struct {
 	durable uint64         // groups a finished sync covered
 	failed  error          // a sync failed: nothing more is published (until reset)
 	closed  bool           // the appender has stopped
+	running int            // syncs running
+	started time.Time      // when the last one began
 
 	// pubMu keeps publishing in order: a worker holds it from taking its
 	// groups off pending until it has published them.
@@ -60,18 +70,32 @@ func (c *groupCommit) reset() {
 	c.mu.Unlock()
 }
 
-// next waits for written groups no running sync covers and returns how
-// many groups the sync to start covers, or false when closed and done.
+// next waits for written groups no running sync covers, while another
+// sync runs for up to syncOverlapAfter, and returns how many groups the
+// sync to start covers, or false when closed and done. The caller calls
+// synced when that sync has ended.
 func (c *groupCommit) next() (uint64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for c.written == c.covered {
+	for {
+		if c.written > c.covered {
+			wait := syncOverlapAfter - time.Since(c.started)
+			if c.running == 0 || wait <= 0 {
+				break
+			}
+			c.mu.Unlock()
+			time.Sleep(wait)
+			c.mu.Lock()
+			continue
+		}
 		if c.closed {
 			return 0, false
 		}
 		c.wake.Wait()
 	}
 	c.covered = c.written
+	c.running++
+	c.started = time.Now()
 	return c.covered, true
 }
 
@@ -101,6 +125,7 @@ func (s *Store) syncLoop(sy *segment.Syncer) {
 			}
 		}
 		failed := c.failed
+		c.running--
 		c.durable = max(c.durable, upTo)
 		n := 0
 		for n < len(c.pending) && c.pending[n].seq <= c.durable {
