@@ -49,8 +49,19 @@ func (c *groupCommit) add(g *commitGroup) {
 	c.written++
 	g.seq = c.written
 	c.pending = append(c.pending, g)
+	// A running sync's worker takes g when it ends, unless it is slow.
+	wake := c.canStartLocked()
 	c.mu.Unlock()
-	c.wake.Signal()
+	if wake {
+		c.wake.Signal()
+	}
+}
+
+// canStartLocked reports whether a worker may start a sync now: written
+// groups wait and no sync runs, or the running one has taken
+// syncOverlapAfter (c.mu held).
+func (c *groupCommit) canStartLocked() bool {
+	return c.written > c.covered && (c.running == 0 || time.Since(c.started) >= syncOverlapAfter)
 }
 
 // close tells the workers that no group follows; they stop once every
@@ -70,25 +81,17 @@ func (c *groupCommit) reset() {
 	c.mu.Unlock()
 }
 
-// next waits for written groups no running sync covers, while another
-// sync runs for up to syncOverlapAfter, and returns how many groups the
-// sync to start covers, or false when closed and done. The caller calls
-// synced when that sync has ended.
+// next waits until a sync may start (canStartLocked) and returns how many
+// groups it covers, or false when closed and every group is covered. A
+// worker waiting while another's sync runs is woken by the next group
+// written once that sync has taken syncOverlapAfter; otherwise the
+// running worker takes the groups when its sync ends.
 func (c *groupCommit) next() (uint64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for {
-		if c.written > c.covered {
-			wait := syncOverlapAfter - time.Since(c.started)
-			if c.running == 0 || wait <= 0 {
-				break
-			}
-			c.mu.Unlock()
-			time.Sleep(wait)
-			c.mu.Lock()
-			continue
-		}
-		if c.closed {
+	for !c.canStartLocked() {
+		if c.closed && c.written == c.covered {
+			c.wake.Broadcast() // the other worker may be waiting for a sync that will not come
 			return 0, false
 		}
 		c.wake.Wait()
