@@ -37,6 +37,14 @@
 // ErrPoisoned wrapping the first error, until Reset truncates the log back to
 // a known good offset (normally Synced) and reopens its files.
 //
+// Syncers (NewSyncer) sync like Sync, through descriptors of their own, so
+// several fdatasyncs may run at once (a disk serves two at once much faster
+// than one after the other). Each descriptor matters: the kernel reports a
+// writeback error once to each open file, so of two syncs through one
+// descriptor only the first to check would see it, and the other could
+// report lost bytes durable. A sync covers what was written before it
+// began; segments the writer has left stay listed until one has synced them.
+//
 // Write copies records into a shared, writable mapping of the segment being
 // written (fsutil.Mappable), made at the segment's first write and released
 // when the writer moves to the next segment, when Reset cuts the segment or

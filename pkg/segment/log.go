@@ -84,6 +84,9 @@ type logSegment struct {
 	// reading, and only holders of the write lock map or unmap.
 	mapped []byte
 	noMap  bool
+	// syncFiles are the Syncers' own descriptors of the file, by Syncer
+	// id (syncer.go); opened under mu, closed holding syncMu for writing.
+	syncFiles []fsutil.File
 }
 
 func (s *logSegment) end() int64 { return s.base + s.cap }
@@ -100,7 +103,13 @@ type Log struct {
 	unsynced []*logSegment // written since the last Sync, besides the last segment
 	closed   bool
 
-	syncMu sync.Mutex // one Sync at a time
+	// syncMu is held for reading by every Sync and Syncer.Sync, for
+	// writing by Reset, Close and the removal of segments (no sync runs);
+	// mainSyncMu lets one Sync at a time use the segments' own
+	// descriptors. syncers counts the Syncers made (mu).
+	syncMu     sync.RWMutex
+	mainSyncMu sync.Mutex
+	syncers    int
 
 	// Zero filling (zerofill.go): filling is the start of the range
 	// ZeroFill is writing (noFill when none) and writeTo the end the writer
@@ -563,16 +572,18 @@ func (l *Log) createSegment(base int64) (*logSegment, error) {
 
 // Sync makes everything written so far durable. It may run while Write
 // writes the next batch.
+// Syncers (syncer.go) may sync at the same time.
 func (l *Log) Sync() error {
-	l.syncMu.Lock()
-	defer l.syncMu.Unlock()
+	l.syncMu.RLock()
+	defer l.syncMu.RUnlock()
+	l.mainSyncMu.Lock()
+	defer l.mainSyncMu.Unlock()
 	if err := l.Err(); err != nil {
 		return err
 	}
 	end := l.end.Load()
 	l.mu.Lock()
 	files := append([]*logSegment(nil), l.unsynced...)
-	l.unsynced = l.unsynced[:0]
 	if n := len(l.segs); n > 0 {
 		files = append(files, l.segs[n-1])
 	}
@@ -582,9 +593,7 @@ func (l *Log) Sync() error {
 			return l.poison(fmt.Errorf("segment: sync %s: %w", FileName(s.base), err))
 		}
 	}
-	if end > l.synced.Load() {
-		l.synced.Store(end)
-	}
+	l.markSynced(files, end)
 	return nil
 }
 
@@ -640,6 +649,7 @@ func (l *Log) Reset(off int64) error {
 	keep := l.segs[:0]
 	var drop []*logSegment
 	for _, s := range l.segs {
+		closeSyncFilesLocked(s) // fresh descriptors after a failure, as for s.f
 		if s.base >= off {
 			drop = append(drop, s)
 			continue
@@ -708,15 +718,18 @@ func (l *Log) SetEnd(off int64) {
 // segment has left the log either way (a file left under its own name is
 // a segment again at the next OpenLog, one renamed is removed then).
 func (l *Log) DeleteBefore(off int64) (int, error) {
+	l.syncMu.Lock() // a Syncer may still be syncing a segment that leaves
 	l.mu.Lock()
 	var gone []*logSegment
 	for len(l.segs) > 1 && l.segs[0].end() <= off && l.segs[1].base <= l.synced.Load() {
 		s := l.segs[0]
 		unmapLocked(s)
+		closeSyncFilesLocked(s)
 		gone = append(gone, s)
 		l.segs = l.segs[1:]
 	}
 	l.mu.Unlock()
+	l.syncMu.Unlock()
 	var errs []error
 	for _, s := range gone {
 		errs = append(errs, l.removeSegment(s))
@@ -773,6 +786,7 @@ func (l *Log) Close() error {
 	var first error
 	for _, s := range l.segs {
 		unmapLocked(s)
+		closeSyncFilesLocked(s)
 		if err := s.f.Close(); err != nil && first == nil {
 			first = err
 		}

@@ -51,6 +51,7 @@ type commitGroup struct {
 	sizes   []int64 // bytes appended per touched subject
 	ts      int64   // the group's append time
 	end     int64
+	seq     uint64 // its place in the order of written groups (groupCommit)
 	err     error
 }
 
@@ -184,7 +185,7 @@ func (s *Store) appendAsync(msgs [][]byte, done func([]Result), o AppendOption) 
 // hands the group to syncLoop (FlushSync) or publishes it (FlushAsync).
 func (s *Store) appendLoop() {
 	defer s.wg.Done()
-	defer close(s.syncCh)
+	defer s.commits.close()
 	for {
 		first, ok := <-s.appendCh
 		if !ok {
@@ -221,7 +222,7 @@ func (s *Store) appendLoop() {
 				s.publish(g)
 			} else {
 				s.inflight.Add(1)
-				s.syncCh <- g
+				s.commits.add(g)
 				// A slave copies written bytes before they are durable
 				// (ReadMessageTailInto): tell a waiting sync request.
 				s.signalCommit()
@@ -356,47 +357,6 @@ func (s *Store) endEntries(sj *subject) {
 	}
 }
 
-// syncLoop makes written groups durable: one fdatasync for every group that
-// is waiting, then it publishes them in order. It runs while appendLoop
-// writes the next group.
-func (s *Store) syncLoop() {
-	defer s.wg.Done()
-	var gs []*commitGroup
-	for {
-		g, ok := <-s.syncCh
-		if !ok {
-			return
-		}
-		gs = append(gs[:0], g)
-	drain:
-		for {
-			select {
-			case g, ok := <-s.syncCh:
-				if !ok {
-					break drain
-				}
-				gs = append(gs, g)
-			default:
-				break drain
-			}
-		}
-		err := s.msgLog.Sync()
-		s.stats.syncs.Add(1)
-		for _, g := range gs {
-			if err != nil {
-				s.writeFailed.Store(true)
-				s.failGroup(g, fmt.Errorf("%w: %w", ErrIO, err))
-			} else {
-				s.publish(g)
-			}
-			s.inflight.Done()
-		}
-		if err != nil {
-			s.lg.Error("message log sync failed", zap.Error(err))
-		}
-	}
-}
-
 // publish makes a stored group readable, completes its requests and wakes
 // the subjects' waiters.
 func (s *Store) publish(g *commitGroup) {
@@ -473,6 +433,7 @@ func (s *Store) recoverWrites() error {
 			}
 		}
 	}
+	s.commits.reset()
 	s.writeFailed.Store(false)
 	s.lg.Info("message log writes resumed", zap.Int64("offset", good))
 	return nil

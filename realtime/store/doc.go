@@ -52,10 +52,14 @@
 //
 // appendLoop takes every queued batch (up to MaxBatchBytes), assigns each
 // subject's sequences (0-based: the consume-log sequence) and writes the
-// records with one write per segment. Under FlushSync (the default)
-// syncLoop runs one fdatasync for every group written meanwhile and then
-// publishes them in order: consume-log entries become visible, callbacks
-// run, OnAppend fires. Under FlushAsync the appender publishes after the
+// records with one write per segment. Under FlushSync (the default) a
+// syncLoop (groupcommit.go) fdatasyncs, through a segment.Syncer of its
+// own, whenever groups were written that no running sync covers; a second
+// one starts another sync beside it once it has run 1 ms (a slow sync
+// does not hold back the groups written after it). Each group is
+// published, in order, once a sync begun after it was written has ended:
+// consume-log entries become visible, callbacks run, OnAppend fires.
+// After a failed sync nothing in flight is published. Under FlushAsync the appender publishes after the
 // write and flushLoop fdatasyncs every FlushInterval; a caller with nothing
 // queued may append on its own goroutine (TryWriteViewsNow
 // then PublishWritten, so a server can reply in between). Readers see only

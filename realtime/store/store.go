@@ -41,7 +41,7 @@ type Store struct {
 
 	appendCh    chan *appendReq
 	direct      directAppend // the writer's lock and state (direct.go)
-	syncCh      chan *commitGroup
+	commits     groupCommit  // FlushSync: written groups on their way to the sync workers
 	inflight    sync.WaitGroup
 	goodEnd     atomic.Int64 // end of the last published group
 	writeFailed atomic.Bool
@@ -54,7 +54,7 @@ type Store struct {
 	closedFlg atomic.Bool
 	closing   atomic.Bool
 	stop      chan struct{}
-	wg        sync.WaitGroup // appendLoop, syncLoop
+	wg        sync.WaitGroup // appendLoop, the syncLoops
 	bg        sync.WaitGroup // the other loops
 	index     *messageIndex  // nil with Options.NoMessageIndex (msgindex.go)
 
@@ -123,7 +123,6 @@ func Open(dir string, opts Options, lg *zap.Logger) (*Store, error) {
 		groups:         map[groupKey]*group{},
 		pendingBuffers: newPendingBuffers(),
 		appendCh:       make(chan *appendReq, 1024),
-		syncCh:         make(chan *commitGroup, 64),
 		stop:           make(chan struct{}),
 		open:           OpenReport{TornMessageTail: -1, TornActionTail: -1},
 	}
@@ -137,11 +136,14 @@ func Open(dir string, opts Options, lg *zap.Logger) (*Store, error) {
 	s.lg.Info("store opened", zap.String("dir", dir), zap.Int("subjects", len(s.subjects)), zap.Int("groups", len(s.groups)),
 		zap.Int64("messages_replayed", s.open.MessagesReplayed), zap.Int64("actions_replayed", s.open.ActionsReplayed),
 		zap.Duration("took", s.open.Duration))
+	s.commits.wake = sync.NewCond(&s.commits.mu)
 	s.wg.Add(1)
 	go s.appendLoop()
 	if opts.Flush == FlushSync {
-		s.wg.Add(1)
-		go s.syncLoop()
+		for range syncWorkers {
+			s.wg.Add(1)
+			go s.syncLoop(s.msgLog.NewSyncer())
+		}
 		if opts.ZeroFillAhead > 0 {
 			s.bg.Add(1)
 			go s.zeroFillLoop()

@@ -14,12 +14,15 @@ const (
 	// zeroFillPerRun bounds one run's zeros (2 MiB each 20 ms: at most 100
 	// MB/s of extra writes).
 	zeroFillPerRun = 2 << 20
-	// zeroFillMaxRate: while the log grows faster than this (bytes a
-	// second, measured over zeroFillRateWindow), nothing is filled. Its
+	// zeroFillMaxRate: once the log grew faster than this (bytes a second)
+	// between two runs, nothing is filled for zeroFillRateWindow. Its
 	// group commits are then large, so the conversions are a small part of
 	// each sync, and the zeros would double the disk's writes: with a fill
 	// that kept up, one producer flat out on one subject stored a fifth to
-	// a third fewer messages a second.
+	// a third fewer messages a second. The rate is taken run to run (20
+	// ms), not over the window: measured over a whole second, a log that
+	// had been idle for part of it looked slow, and a fill ran beside a
+	// writer at 200 MB/s (NOTES.md, "Zero filling a fast log").
 	zeroFillMaxRate    = 32 << 20
 	zeroFillRateWindow = time.Second
 )
@@ -48,11 +51,12 @@ type zeroFiller struct {
 	lastEnd int64
 	done    int64 // filled up to here
 	off     bool
-	// The log's growth: end at rateAt, and whether it grew faster than
-	// zeroFillMaxRate in the window before.
-	rateEnd int64
-	rateAt  time.Time
-	fast    bool
+	// The log's growth: end at rateAt (the last run), and until when it
+	// counts as fast (it grew faster than zeroFillMaxRate between two runs
+	// less than zeroFillRateWindow before).
+	rateEnd   int64
+	rateAt    time.Time
+	fastUntil time.Time
 }
 
 // run fills from the log's end, or where the last run stopped, towards end
@@ -67,13 +71,12 @@ func (z *zeroFiller) run(log *segment.Log, now time.Time) (int64, error) {
 		z.done = end // cut back (Reset): what was filled past it is gone
 	}
 	z.lastEnd = end
-	if z.rateAt.IsZero() || end < z.rateEnd {
-		z.rateEnd, z.rateAt = end, now
-	} else if elapsed := now.Sub(z.rateAt); elapsed >= zeroFillRateWindow {
-		z.fast = float64(end-z.rateEnd) > zeroFillMaxRate*elapsed.Seconds()
-		z.rateEnd, z.rateAt = end, now
+	if elapsed := now.Sub(z.rateAt); !z.rateAt.IsZero() && end >= z.rateEnd && elapsed > 0 &&
+		float64(end-z.rateEnd) > zeroFillMaxRate*elapsed.Seconds() {
+		z.fastUntil = now.Add(zeroFillRateWindow)
 	}
-	if z.fast {
+	z.rateEnd, z.rateAt = end, now
+	if now.Before(z.fastUntil) {
 		return 0, nil
 	}
 	from := max(end, z.done)

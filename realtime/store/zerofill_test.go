@@ -113,4 +113,25 @@ func TestZeroFillerSkipsFastLogs(t *testing.T) {
 	if n, err := z.run(s.msgLog, now); err != nil || n == 0 || z.done < end {
 		t.Fatalf("after a quiet second: filled %d bytes to %d, %v; want from the end %d", n, z.done, err, end)
 	}
+	// 2 MiB in one 20 ms run after the quiet second (100 MB/s, though only
+	// 2 MiB over the second): no fill for the next second.
+	now = now.Add(zeroFillInterval)
+	if _, err := z.run(s.msgLog, now); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		appendAll(t, s, encode(t, "s", fmt.Sprint("b", i), make([]byte, 1<<20-512)))
+	}
+	now = now.Add(zeroFillInterval)
+	if n, err := z.run(s.msgLog, now); err != nil || n != 0 {
+		t.Fatalf("a run after 2 MiB in 20 ms filled %d bytes, %v; want none", n, err)
+	}
+	now = now.Add(zeroFillRateWindow / 2)
+	if n, err := z.run(s.msgLog, now); err != nil || n != 0 {
+		t.Fatalf("a run half a second after a fast one filled %d bytes, %v; want none", n, err)
+	}
+	now = now.Add(zeroFillRateWindow)
+	if n, err := z.run(s.msgLog, now); err != nil || n == 0 {
+		t.Fatalf("a run a second after the fast one filled %d bytes, %v; want some", n, err)
+	}
 }
