@@ -357,6 +357,12 @@ func TestConsole_InHeadlessChromium(t *testing.T) {
 	ch.waitText("consumers", "Reset a group's offset")
 	resetForm("newgroup", true)
 	eventually(t, 10*time.Second, "the reset with create relayed to both brokers", func() bool { return manageCount() == manageBefore+2 })
+	// The page reports it and draws itself again: wait for both, so that
+	// no drawing is left to replace the next page's form.
+	eventually(t, 10*time.Second, "the page to report the reset", func() bool {
+		return strings.Contains(ch.eval("(document.getElementById('flash-ok')||{}).textContent||''"), "create orders/newgroup")
+	})
+	eventually(t, 10*time.Second, "the page drawn", func() bool { return ch.eval("String(!rendering && !renderAgain)") == "true" })
 
 	// Identities, as the admin: add a read-only admin and an application,
 	// grant, rotate, disable.
