@@ -223,11 +223,7 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request, id *identity) *Pro
 		b = appendPulled(b, m, pp.encoding)
 	}
 	b = append(b, "]}\n"...)
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	w.Write(b)
+	writeBody(w, http.StatusOK, b)
 	return nil
 }
 
@@ -363,7 +359,8 @@ func (s *Server) finish(w http.ResponseWriter, r *http.Request, id *identity, na
 		p.Unknown = unknown
 		return p
 	}
-	writeJSON(w, http.StatusOK, AckResponse{Done: done})
+	// {"done":n}, as writeJSON would encode AckResponse.
+	writeBody(w, http.StatusOK, append(strconv.AppendInt([]byte(`{"done":`), int64(done), 10), "}\n"...))
 	return nil
 }
 

@@ -214,6 +214,7 @@ func (s *Server) newIdentity(c *auth.Credentials) (*identity, error) {
 	popts := []producer.Option{
 		producer.WithLogger(s.lg), producer.WithNonBlocking(), producer.WithSendTimeout(s.opts.SendTimeout),
 		producer.WithQueueSize(s.opts.MaxInFlight), producer.WithDelayFallback(),
+		producer.WithBatch(s.opts.ProducerBatch, 1<<20), producer.WithMaxInFlight(s.opts.ProducerInFlight),
 	}
 	if len(s.opts.Brokers) > 0 {
 		popts = append(popts, producer.WithBrokers(s.opts.Brokers...))

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -71,7 +70,7 @@ func (s *Server) publishRaw(w http.ResponseWriter, r *http.Request, id *identity
 		}
 		pm.DeliverAt = &t
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	body, err := readBody(w, r, s.opts.MaxBodyBytes)
 	if err != nil {
 		return jsonProblem(err)
 	}

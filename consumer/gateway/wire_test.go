@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,6 +33,21 @@ func TestAppendPulled_MatchesEncodingJSON(t *testing.T) {
 			json.Unmarshal(want, &b)
 			if !reflect.DeepEqual(a, b) {
 				t.Fatalf("encoding %q, message %s:\n got %s\nwant %s", enc, m.ID, got, want)
+			}
+		}
+	}
+}
+
+// appendJSONString writes what encoding/json writes, wherever in the
+// 8-byte words the byte needing an escape falls.
+func TestAppendJSONString_MatchesEncodingJSON(t *testing.T) {
+	for _, special := range []string{`"`, `\`, "\n", "\x00", "\x1f", "<", ">", "&", "é", "\u2028", "\x7f", "\xff", "a"} {
+		for n := range 20 {
+			for _, s := range []string{strings.Repeat("x", n) + special, special + strings.Repeat("y", n), strings.Repeat("z", n) + special + strings.Repeat("w", n)} {
+				want, _ := json.Marshal(s)
+				if got := appendJSONString(nil, s); string(got) != string(want) {
+					t.Fatalf("%q: got %s, want %s", s, got, want)
+				}
 			}
 		}
 	}

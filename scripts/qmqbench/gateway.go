@@ -37,7 +37,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -50,6 +49,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	gojson "github.com/goccy/go-json"
 )
 
 const (
@@ -293,8 +294,15 @@ func pullOnce(c *http.Client, base, subject, consumerID string, max int, wait ti
 		data, _ := io.ReadAll(resp.Body)
 		return nil, fmt.Errorf("pull answered %d: %.200s", resp.StatusCode, data)
 	}
+	// The answers are read whole and decoded with goccy/go-json: with
+	// encoding/json's reflection the consume worker used more CPU than the
+	// gateway it measured (3.5 s of a 6.5 s run on the shared 2 cores).
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
 	var p pulled
-	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+	if err := gojson.Unmarshal(data, &p); err != nil {
 		return nil, err
 	}
 	return &p, nil
