@@ -36,9 +36,10 @@
 // (its "results" list each message); 207 with a status per message
 // otherwise. Statuses are the broker's names (protocol.Status): "ok",
 // "duplicate", "invalid", "too large", "busy", "beyond horizon", ….
-// A delayed message's schedule key and expiry are its properties
-// qmq.schedule.key (qmq.schedule.replace "1" replaces a pending one) and
-// qmq.expire.at (Unix milliseconds).
+// A delayed message may carry a scheduleKey (with replace, it replaces
+// the pending message with that key instead of being refused "schedule key
+// exists", 409), and any message an expireAt (the properties
+// qmq.schedule.key, qmq.schedule.replace and qmq.expire.at).
 //
 // # Scheduled messages
 //

@@ -132,8 +132,17 @@ func TestOpenAPI_MatchesGateway(t *testing.T) {
 	}
 	// A delayed message with a schedule key, rescheduled, cancelled, then
 	// gone; bad targets are refused whole.
+	expire := time.Now().Add(time.Hour)
 	v.do("POST", pub, pub, "application/json", gateway.PublishRequest{Messages: []gateway.PublishMessage{
-		{Subject: "api", Body: "later", Delay: "10m", Properties: map[string]string{"qmq.schedule.key": "k1"}},
+		{Subject: "api", Body: "later", Delay: "10m", ScheduleKey: "k1", ExpireAt: &expire},
+	}}, nil, 200)
+	if b := v.do("POST", pub, pub, "application/json", gateway.PublishRequest{Messages: []gateway.PublishMessage{
+		{Subject: "api", Body: "again", Delay: "10m", ScheduleKey: "k1"},
+	}}, nil, 409); !strings.Contains(string(b), "key exists") {
+		t.Fatalf("a second pending k1: %s", b)
+	}
+	v.do("POST", pub, pub, "application/json", gateway.PublishRequest{Messages: []gateway.PublishMessage{
+		{Subject: "api", Body: "replaced", Delay: "10m", ScheduleKey: "k1", Replace: true},
 	}}, nil, 200)
 	const cancelOp, rescheduleOp = "/v1/subjects/{subject}/scheduled/cancel", "/v1/subjects/{subject}/scheduled/reschedule"
 	answer := func(b []byte) string {

@@ -84,6 +84,8 @@ func httpStatus(st protocol.Status) int {
 		return http.StatusRequestEntityTooLarge
 	case protocol.StatusNotFound, protocol.StatusUnknownGroup:
 		return http.StatusNotFound
+	case protocol.StatusKeyExists:
+		return http.StatusConflict
 	case protocol.StatusUnauthenticated:
 		return http.StatusUnauthorized
 	case protocol.StatusForbidden:

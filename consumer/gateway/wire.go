@@ -41,6 +41,13 @@ type PublishMessage struct {
 	BodyEncoding string            `json:"bodyEncoding,omitempty"`
 	DeliverAt    *time.Time        `json:"deliverAt,omitempty"`
 	Delay        string            `json:"delay,omitempty"`
+	// ScheduleKey names a delayed message: unique per subject among its
+	// pending messages (another send with the key is refused "key exists",
+	// or replaces the pending one with Replace), and the name cancel and
+	// reschedule take. ExpireAt: past it the message is not delivered.
+	ScheduleKey string     `json:"scheduleKey,omitempty"`
+	Replace     bool       `json:"replace,omitempty"`
+	ExpireAt    *time.Time `json:"expireAt,omitempty"`
 }
 
 // PublishResponse answers a publish: one result per message, in order.
@@ -200,7 +207,38 @@ func (pm *PublishMessage) toMessage(now time.Time) (*protocol.Message, error) {
 		return nil, err
 	}
 	m.DeliverAt = at
+	if pm.Replace && pm.ScheduleKey == "" {
+		return nil, protocol.Errorf(protocol.StatusInvalid, "replace: only with a scheduleKey")
+	}
+	if pm.ScheduleKey != "" || pm.ExpireAt != nil {
+		m.Properties = setScheduleProperties(m.Properties, pm.ScheduleKey, pm.Replace, pm.ExpireAt)
+	}
 	return m, nil
+}
+
+// setScheduleProperties sets the properties that carry a schedule key, its
+// replace option and an expiry (protocol.PropScheduleKey,
+// PropScheduleReplace, PropExpireAt), over any given as properties.
+func setScheduleProperties(props []protocol.Property, key string, replace bool, expireAt *time.Time) []protocol.Property {
+	set := func(k, v string) {
+		for i := range props {
+			if props[i].Key == k {
+				props[i].Value = v
+				return
+			}
+		}
+		props = append(props, protocol.Property{Key: k, Value: v})
+	}
+	if key != "" {
+		set(protocol.PropScheduleKey, key)
+	}
+	if replace {
+		set(protocol.PropScheduleReplace, "1")
+	}
+	if expireAt != nil {
+		set(protocol.PropExpireAt, strconv.FormatInt(expireAt.UnixMilli(), 10))
+	}
+	return props
 }
 
 // deliverAt turns a deliverAt time or a delay into the due time (zero: now).
