@@ -209,7 +209,8 @@ func (y *replica) follow() error {
 	}())
 	acks.start()
 	defer acks.close()
-	acks.wake()                        // what an earlier connection wrote and did not sync
+	// What an earlier connection wrote and did not sync is synced now.
+	acks.wake()
 	var pending *protocol.SyncResponse // received, not yet written
 	var pendingBody []byte             // pending's body
 	var bodies bodyBuffers
