@@ -351,15 +351,7 @@ func (x *messageIndex) spillLocked() {
 		return
 	}
 	from, to := x.memFrom, x.end.Load()
-	slices.SortFunc(x.mem, func(a, b indexEntry) int {
-		switch {
-		case a.hash < b.hash:
-			return -1
-		case a.hash > b.hash:
-			return 1
-		}
-		return int(a.off - b.off)
-	})
+	sortIndexEntries(x.mem)
 	r, err := writeIndexRun(x.dir, from, to, x.mem)
 	if err != nil {
 		x.lg.Warn("index: cannot write a run (its entries stay in memory)", zap.Error(err))
