@@ -85,8 +85,10 @@
 // message-log end (its acknowledgement) and its lease stamp. The master
 // (syncService, sync.go) answers with up to SyncMaxBytes of each log past
 // those offsets, long-polling up to SyncWait. The slave keeps one fetch in
-// flight, writes and fdatasyncs the message-log part, then acknowledges at
-// once with a one-way request.
+// flight and writes each answer as it arrives; copySyncLoop fdatasyncs
+// what was written meanwhile, acknowledges at once with a one-way request,
+// then indexes (one fdatasync covers every answer that arrived during the
+// one before).
 //
 // Tentative tail: the master serves message-log records as soon as they are
 // written, so its fdatasync and the slave's overlap; the response's End is
@@ -142,5 +144,6 @@
 // Goroutines: the role loop (owned by failover.Member), the actor workers,
 // the store's and the servers' own; per master term livenessLoop,
 // pressureLoop and seedDedupeLoop (owned by the term), syncWatchLoop and one
-// goroutine per sync request (owned by syncService); on a slave replicaLoop.
+// goroutine per sync request (owned by syncService); on a slave replicaLoop
+// and, per connection to the master, copySyncLoop (owned by follow).
 package realtime

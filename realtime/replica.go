@@ -162,13 +162,16 @@ func (bb *bodyBuffers) put(b []byte) {
 
 // follow copies the master's logs until an error. It keeps one fetch in
 // flight while it writes the chunk before: it asks for what follows
-// everything received, then writes, fdatasyncs and replays the previous
-// chunk, acknowledges it at once with a one-way request (the fetch may be
-// long-polling), and waits for the fetch. Every request also carries the
-// durable end, the acknowledgement, and the master's cut generation last
-// heard. A cut answer (the master cut back a tentative tail this copy may
-// hold) cuts the copy's tail back, or hands the copy over to be truncated
-// when the cut lies below what it has indexed.
+// everything received, then writes (to the page cache) and replays the
+// previous chunk, and waits for the fetch. A second goroutine
+// (copySyncer) fdatasyncs what was written meanwhile and acknowledges the
+// durable end at once with a one-way request (the fetch may be
+// long-polling), so the copy receives while it syncs and one fdatasync
+// covers all that arrived during the one before. Every request also
+// carries the durable end, the acknowledgement, and the master's cut
+// generation last heard. A cut answer (the master cut back a tentative
+// tail this copy may hold) cuts the copy's tail back, or hands the copy
+// over to be truncated when the cut lies below what it has indexed.
 func (y *replica) follow() error {
 	master := y.master()
 	if master == "" {
@@ -188,14 +191,26 @@ func (y *replica) follow() error {
 	var gen uint64   // the master's cut generation, as last heard
 	var stamp uint64 // the lease stamp of the master's latest answer (pkg/failover)
 	id := y.b.advertised()
+	base := protocol.SyncRequest{Epoch: epoch, Group: y.opts.Group, MessageSegmentSize: msgSeg, ActionSegmentSize: actSeg,
+		WaitMillis: uint32(y.opts.syncWait() / time.Millisecond), SlaveID: id}
 	request := func(maxBytes uint32) []byte {
 		_, durable := y.store.Replica().Ends()
-		q := protocol.SyncRequest{Epoch: epoch, Group: y.opts.Group, MessageOffset: msgPos, ActionOffset: actPos,
-			MessageDurable: min(durable, msgPos), MessageSegmentSize: msgSeg, ActionSegmentSize: actSeg,
-			MaxBytes: maxBytes, WaitMillis: uint32(y.opts.syncWait() / time.Millisecond), Generation: gen,
-			LeaseStamp: stamp, SlaveID: id}
+		q := base
+		q.MessageOffset, q.ActionOffset, q.MessageDurable = msgPos, actPos, min(durable, msgPos)
+		q.MaxBytes, q.Generation, q.LeaseStamp = maxBytes, gen, stamp
 		return protocol.AppendSyncRequest(nil, &q)
 	}
+	// The acknowledgements name the action log's end as written (a fetch
+	// names what was received).
+	acks := newCopySyncer(y, master, func() protocol.SyncRequest {
+		q := base
+		q.MessageOffset, q.ActionOffset = msgPos, actPos
+		return q
+	}())
+	acks.start()
+	defer acks.close()
+	// What an earlier connection wrote and did not sync is synced now.
+	acks.wake()
 	var pending *protocol.SyncResponse // received, not yet written
 	var pendingBody []byte             // pending's body
 	var bodies bodyBuffers
@@ -213,24 +228,35 @@ func (y *replica) follow() error {
 			return err
 		}
 		if pending != nil {
-			// The acknowledgement goes out as soon as the messages are
-			// durable: the master's waiting send replies need only them,
-			// not the action log's write and fdatasync that follow.
-			if err := y.applyMessages(pending); err != nil {
+			if err := y.writeMessages(pending); err != nil {
 				return err
 			}
-			if err := y.client.Notify(y.ctx, master, protocol.CmdSyncLog, request(0)); err != nil {
-				return err
+			acks.wake()
+			if len(pending.Action.Data) > 0 {
+				// Actions name messages the master had committed: those are
+				// durable and indexed here first.
+				if err := y.syncMessages(); err != nil {
+					return err
+				}
+				if err := y.applyActions(pending); err != nil {
+					return err
+				}
+			} else {
+				y.noteLag(pending.Message)
 			}
-			if err := y.applyActions(pending); err != nil {
-				return err
-			}
+			written, _ := y.store.Replica().Ends()
+			_, acted := y.store.CommittedEnds()
+			acks.set(func(q *protocol.SyncRequest) {
+				q.MessageOffset, q.ActionOffset, q.Generation, q.LeaseStamp = written, acted, gen, stamp
+			})
 			pending = nil
 			bodies.put(pendingBody)
 		}
 		var f fetched
 		select {
 		case f = <-ch:
+		case err := <-acks.failed:
+			return err
 		case <-y.ctx.Done():
 			return y.ctx.Err()
 		}
@@ -251,10 +277,17 @@ func (y *replica) follow() error {
 		y.connected.Store(true)
 		gen = p.Generation
 		if p.Cut >= 0 {
-			if err := y.cutTail(p.Cut); err != nil {
+			// Under the acknowledgements' lock: none names the new
+			// generation with a durable end from before the cut.
+			acks.mu.Lock()
+			err := y.cutTail(p.Cut)
+			msgPos, _ = y.store.Replica().Ends()
+			acks.q.MessageOffset, acks.q.Generation, acks.q.LeaseStamp = msgPos, gen, stamp
+			acks.acked = -1
+			acks.mu.Unlock()
+			if err != nil {
 				return err
 			}
-			msgPos, _ = y.store.Replica().Ends()
 			bodies.put(f.body)
 			continue
 		}
@@ -266,9 +299,13 @@ func (y *replica) follow() error {
 		if len(p.Message.Data) == 0 && len(p.Action.Data) == 0 {
 			// No records, but the committed end may have passed the
 			// tentative tail: index it.
-			if err := y.applyMessages(&p); err != nil {
+			if err := y.writeMessages(&p); err != nil {
 				return err
 			}
+			if err := y.store.Replica().IndexMessages(); err != nil {
+				return err
+			}
+			acks.set(func(q *protocol.SyncRequest) { q.Generation, q.LeaseStamp = gen, stamp })
 			y.noteLag(p.Message)
 			bodies.put(f.body)
 			continue
@@ -333,11 +370,20 @@ func (y *replica) agreeEpoch(master string) (uint64, error) {
 	return e, nil
 }
 
-// applyMessages writes (durably) and replays a received response's
-// message-log chunk; applyActions then its action-log chunk.
-func (y *replica) applyMessages(p *protocol.SyncResponse) error {
+// writeMessages writes a received response's message-log chunk (not yet
+// durable: copySyncer syncs it); syncMessages makes what was written
+// durable and indexes it; applyActions writes and replays a response's
+// action-log chunk.
+func (y *replica) writeMessages(p *protocol.SyncResponse) error {
 	m := store.LogChunk{Start: p.Message.Start, End: p.Message.End, Offset: p.Message.Offset, Data: p.Message.Data}
-	return y.store.Replica().ReplicateMessages(m)
+	return y.store.Replica().WriteMessages(m)
+}
+
+func (y *replica) syncMessages() error {
+	if err := y.store.Replica().SyncMessages(); err != nil {
+		return err
+	}
+	return y.store.Replica().IndexMessages()
 }
 
 func (y *replica) applyActions(p *protocol.SyncResponse) error {

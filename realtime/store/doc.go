@@ -146,7 +146,9 @@
 // Replica.ReplicateMessages checks every record's CRC, writes the chunk at the
 // master's offsets, fdatasyncs and indexes it with recovery's code (the
 // tentative tail only once a later chunk's End passes it, so a cut of it is
-// a reset alone); ReplicateActions applies each action as a live one is.
+// a reset alone): WriteMessages, SyncMessages (may run beside the next
+// WriteMessages) and IndexMessages (durable records only) in a row;
+// ReplicateActions applies each action as a live one is.
 // A replica whose master no longer keeps its offset restarts its message
 // log at the master's Start (holes below); action logs cannot skip
 // (ErrReplicaGap). Truncate cuts a closed store back to a new master's

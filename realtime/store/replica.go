@@ -35,7 +35,8 @@ func (r *Replica) Ends() (written, durable int64) {
 // offsets in this store's message log (a store opened with Options.Replica),
 // fdatasyncs it and indexes what the master has made durable (up to the
 // chunk's End) exactly as recovery does, so the subjects' consume logs are
-// derived, not copied. Records past End are the master's tentative tail:
+// derived, not copied: WriteMessages, SyncMessages and IndexMessages in a
+// row. Records past End are the master's tentative tail:
 // written and synced here (so the slave can acknowledge them) but indexed
 // only once a later chunk's End passes them, so a cut of them
 // (CutTail) touches the message log alone. The store keeps such a
@@ -46,6 +47,24 @@ func (r *Replica) Ends() (written, durable int64) {
 // sequences become holes; such a chunk must not reach past End. One
 // goroutine replicates.
 func (r *Replica) ReplicateMessages(c LogChunk) error {
+	if err := r.WriteMessages(c); err != nil {
+		return err
+	}
+	if err := r.SyncMessages(); err != nil {
+		return err
+	}
+	return r.IndexMessages()
+}
+
+// WriteMessages is ReplicateMessages without the fdatasync and the
+// indexing: it checks every record's CRC and writes the chunk (to the page
+// cache), keeps its Data for IndexMessages and notes its End, the
+// master's committed end. A slave writes each chunk as it arrives while
+// SyncMessages runs on another goroutine, so a fdatasync covers every
+// chunk written before it starts (see "Replication" in doc.go). One
+// goroutine writes; a chunk at the master's start (a restart past what
+// the copy lacks) is synced and indexed at once.
+func (r *Replica) WriteMessages(c LogChunk) error {
 	s := r.s
 	unlock, err := s.lockReplica()
 	if err != nil {
@@ -56,8 +75,9 @@ func (r *Replica) ReplicateMessages(c LogChunk) error {
 	if c.Offset < end {
 		return fmt.Errorf("%w: message chunk at %d, this copy ends at %d", ErrReplicaMismatch, c.Offset, end)
 	}
+	s.repl.committed = c.End
 	if len(c.Data) == 0 {
-		return s.indexTail(c.End)
+		return nil
 	}
 	jumped := false
 	if c.Offset > end && c.Offset == c.Start {
@@ -106,23 +126,58 @@ func (r *Replica) ReplicateMessages(c LogChunk) error {
 		return fmt.Errorf("%w: master record at %d would land at %d here", ErrReplicaMismatch, c.Offset, off)
 	}
 	err = s.msgLog.Write(batch)
+	bend := batch.End()
 	batch.Reset() // no reference to c.Data past this call
 	if err != nil {
 		return s.replicaWriteFailed(err)
 	}
+	if jumped {
+		if err := s.msgLog.Sync(); err != nil {
+			return s.replicaWriteFailed(err)
+		}
+		s.stats.syncs.Add(1)
+		s.goodEnd.Store(c.Offset)
+		return s.indexReplicated(c, bend, true)
+	}
+	s.repl.keepTail(c.Offset, c.Data, s.goodEnd.Load())
+	return nil
+}
+
+// SyncMessages fdatasyncs the chunks WriteMessages wrote (none: no
+// fdatasync). The durable end (Ends) then covers every chunk written
+// before it started. It may run while WriteMessages writes the next
+// chunks, on another goroutine.
+func (r *Replica) SyncMessages() error {
+	s := r.s
+	if !s.replica.Load() {
+		return ErrNotReplica
+	}
+	if s.isClosed() {
+		return ErrClosed
+	}
+	if s.msgLog.Synced() >= s.msgLog.End() {
+		return nil
+	}
 	if err := s.msgLog.Sync(); err != nil {
+		s.replMu.Lock()
+		defer s.replMu.Unlock()
 		return s.replicaWriteFailed(err)
 	}
 	s.stats.syncs.Add(1)
-	if jumped {
-		s.goodEnd.Store(c.Offset)
-		return s.indexReplicated(c, batch.End(), true)
+	return nil
+}
+
+// IndexMessages indexes the written records that are durable here and
+// that the master has made durable (the End of the latest chunk
+// WriteMessages took), from the chunks it keeps.
+func (r *Replica) IndexMessages() error {
+	s := r.s
+	unlock, err := s.lockReplica()
+	if err != nil {
+		return err
 	}
-	if g := s.goodEnd.Load(); g == c.Offset && c.End >= batch.End() {
-		return s.indexReplicated(c, batch.End(), false) // all of it is durable on the master
-	}
-	s.repl.keepTail(c.Offset, c.Data, s.goodEnd.Load())
-	return s.indexTail(c.End)
+	defer unlock()
+	return s.indexTail(min(s.repl.committed, s.msgLog.Synced()))
 }
 
 // Holds reports whether the store still keeps bytes of buf's
@@ -162,6 +217,9 @@ type replication struct {
 	// and indexTail reads back what lies between. tailBytes is their size.
 	tail      []LogChunk
 	tailBytes int
+	// committed is the master's committed end as the latest chunk
+	// WriteMessages took told it: IndexMessages indexes up to it.
+	committed int64
 }
 
 // maxKeptTail bounds the tentative tail kept in memory: past it, chunks
@@ -600,7 +658,13 @@ func (s *Store) Promote() error {
 	}
 	// The tentative tail is the master's too (the slave acknowledged it,
 	// so the old master may have answered its senders): it is the new
-	// master's from now on.
+	// master's from now on. What was written and not yet synced
+	// (WriteMessages) is synced first: indexed records are durable.
+	if s.msgLog.Synced() < s.msgLog.End() {
+		if err := s.msgLog.Sync(); err != nil {
+			return fmt.Errorf("%w: %w", ErrIO, err)
+		}
+	}
 	if err := s.indexTail(s.msgLog.End()); err != nil {
 		return err
 	}

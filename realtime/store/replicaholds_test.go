@@ -62,3 +62,53 @@ func TestReplicaHolds(t *testing.T) {
 		t.Fatal("a chunk still held after the committed end passed it")
 	}
 }
+
+// TestReplicaWriteThenSync: WriteMessages writes a chunk without making it
+// durable or indexing it; SyncMessages makes it durable (Ends), and
+// IndexMessages indexes it only up to the committed end the chunk told and
+// only once it is durable.
+func TestReplicaWriteThenSync(t *testing.T) {
+	opts := replicaOptions()
+	m := openStore(t, t.TempDir(), opts)
+	defer m.Close()
+	r := openReplica(t, opts, nil)
+
+	body := make([]byte, 300)
+	var offs []int64
+	for i := range 6 {
+		offs = append(offs, appendAll(t, m, encode(t, "s", fmt.Sprintf("a%d", i), body))[0].Offset)
+	}
+	mc, err := m.Source().ReadMessageTailInto(nil, 0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := mc.Offset + int64(len(mc.Data))
+	mc.End = offs[4] // the master had committed four records
+	if err := r.Replica().WriteMessages(mc); err != nil {
+		t.Fatal(err)
+	}
+	if w, d := r.Replica().Ends(); w != written || d != 0 {
+		t.Fatalf("after WriteMessages: written %d durable %d, want %d and 0", w, d, written)
+	}
+	if err := r.Replica().IndexMessages(); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := r.CommittedEnds(); c != 0 {
+		t.Fatalf("indexed to %d before the chunk was durable", c)
+	}
+	if err := r.Replica().SyncMessages(); err != nil {
+		t.Fatal(err)
+	}
+	if _, d := r.Replica().Ends(); d != written {
+		t.Fatalf("after SyncMessages: durable %d, want %d", d, written)
+	}
+	if c, _ := r.CommittedEnds(); c != 0 {
+		t.Fatalf("SyncMessages indexed (to %d)", c)
+	}
+	if err := r.Replica().IndexMessages(); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := r.CommittedEnds(); c != offs[4] {
+		t.Fatalf("indexed to %d, want the committed end %d", c, offs[4])
+	}
+}
