@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,7 +71,7 @@ func runDelayControl(env *Env) error {
 		return err
 	}
 	defer rt.stop()
-	dl, dlAddr, _, err := env.startDelay(filepath.Join(env.Dir, "control-delay"), "", rtAddr)
+	dl, dlAddr, dlHTTP, err := env.startDelay(filepath.Join(env.Dir, "control-delay"), "", rtAddr)
 	if err != nil {
 		return err
 	}
@@ -80,13 +83,35 @@ func runDelayControl(env *Env) error {
 		return err
 	}
 	defer p.Close(context.Background())
-	if err := benchCancelRate(env, p); err != nil {
-		return err
+	if controlPart("cancel") {
+		if err := benchCancelRate(env, p); err != nil {
+			return err
+		}
 	}
-	if err := benchCancelRace(env, p, rtAddr, dl.cmd.Process.Pid); err != nil {
-		return err
+	if controlPart("race") {
+		if err := benchCancelRace(env, p, rtAddr, dl.cmd.Process.Pid); err != nil {
+			return err
+		}
 	}
-	return benchCron(env, p, rtAddr)
+	if controlPart("cron") {
+		return benchCron(env, p, rtAddr, dlHTTP, cronProcs{delay: dl, realtime: rt})
+	}
+	return nil
+}
+
+// controlPart reports whether QMQ_BENCH_CONTROL_PARTS (a comma-separated
+// list; default every part) names part.
+func controlPart(part string) bool {
+	v := os.Getenv("QMQ_BENCH_CONTROL_PARTS")
+	if v == "" {
+		return true
+	}
+	for _, p := range strings.Split(v, ",") {
+		if strings.TrimSpace(p) == part {
+			return true
+		}
+	}
+	return false
 }
 
 func envInt(name string, def int) int {
@@ -96,7 +121,10 @@ func envInt(name string, def int) int {
 	return def
 }
 
-func benchCron(env *Env, p *producer.Producer, rtAddr string) error {
+// cronProcs are the servers whose CPU the cron part reports.
+type cronProcs struct{ delay, realtime *process }
+
+func benchCron(env *Env, p *producer.Producer, rtAddr, dlHTTP string, procs cronProcs) error {
 	schedules := envInt("QMQ_BENCH_CRON_SCHEDULES", 10_000)
 	seconds := envInt("QMQ_BENCH_CRON_SECONDS", 60)
 	subject := "bench.cron"
@@ -154,7 +182,23 @@ func benchCron(env *Env, p *producer.Producer, rtAddr string) error {
 	}
 	env.Logf("delay-control: %d schedules created in %v", schedules, time.Since(start).Round(time.Millisecond))
 	env.logLoad()
+	if dir := os.Getenv("QMQ_BENCH_PROFILE"); dir != "" {
+		go saveProfile(env, dlHTTP, filepath.Join(dir, "delay-cron.pprof"), min(seconds/2, 10))
+		go saveProfile(env, argValue(procs.realtime, "--http-addr"), filepath.Join(dir, "realtime-cron.pprof"), min(seconds/2, 10))
+	}
+	cpuDelay, cpuRealtime, cpuSelf := processCPU(procs.delay.cmd.Process.Pid), processCPU(procs.realtime.cmd.Process.Pid), processCPU(os.Getpid())
+	mu.Lock()
+	before := len(lateness)
+	mu.Unlock()
 	time.Sleep(time.Duration(seconds) * time.Second)
+	mu.Lock()
+	if n := len(lateness) - before; n > 0 {
+		per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
+		env.Logf("delay-control: cron: CPU per occurrence: qmq-delay %.1f µs, qmq-realtime %.1f µs, bench (consumer) %.1f µs",
+			per(processCPU(procs.delay.cmd.Process.Pid)-cpuDelay), per(processCPU(procs.realtime.cmd.Process.Pid)-cpuRealtime), per(processCPU(os.Getpid())-cpuSelf))
+	}
+	mu.Unlock()
+	env.logHistograms(dlHTTP, "qmq_delay_fire_lateness_seconds", "qmq_delay_forward_lateness_seconds")
 	if err := create(func(i int) error {
 		return p.DeleteSchedule(context.Background(), subject, "s"+strconv.Itoa(i))
 	}); err != nil {
@@ -353,4 +397,32 @@ func firstOther(answers []error) error {
 		}
 	}
 	return nil
+}
+
+// saveProfile writes a CPU profile of the server at httpAddr (seconds
+// long) to path (QMQ_BENCH_PROFILE names the directory).
+func saveProfile(env *Env, httpAddr, path string, seconds int) {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", httpAddr, seconds))
+	if err != nil {
+		env.Logf("profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil {
+		err = os.WriteFile(path, b, 0o644)
+	}
+	if err != nil {
+		env.Logf("profile: %v", err)
+	}
+}
+
+// argValue returns the value following name in p's command line.
+func argValue(p *process, name string) string {
+	for i, a := range p.cmd.Args {
+		if a == name && i+1 < len(p.cmd.Args) {
+			return p.cmd.Args[i+1]
+		}
+	}
+	return ""
 }
