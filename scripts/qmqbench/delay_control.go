@@ -84,7 +84,7 @@ func runDelayControl(env *Env) error {
 	}
 	defer p.Close(context.Background())
 	if controlPart("cancel") {
-		if err := benchCancelRate(env, p); err != nil {
+		if err := benchCancelRate(env, p, dl, dlHTTP); err != nil {
 			return err
 		}
 	}
@@ -251,7 +251,7 @@ func fillKeyed(p *producer.Producer, subject, prefix string, n int, due func(i i
 	return nil
 }
 
-func benchCancelRate(env *Env, p *producer.Producer) error {
+func benchCancelRate(env *Env, p *producer.Producer, dl *process, dlHTTP string) error {
 	due := time.Now().Add(time.Hour)
 	start := time.Now()
 	if err := fillKeyed(p, controlSubject+".rate", "r", controlCancelFill, func(int) time.Time { return due }); err != nil {
@@ -259,9 +259,13 @@ func benchCancelRate(env *Env, p *producer.Producer) error {
 	}
 	env.Logf("delay-control: %d keyed messages stored in %v", controlCancelFill, time.Since(start).Round(time.Millisecond))
 	env.logLoad()
+	if dir := os.Getenv("QMQ_BENCH_PROFILE"); dir != "" {
+		go saveProfile(env, dlHTTP, filepath.Join(dir, "delay-cancel.pprof"), 1)
+	}
 	var next atomic.Int64
 	var bad atomic.Int64
 	var wg sync.WaitGroup
+	cpuDelay, cpuSelf := processCPU(dl.cmd.Process.Pid), processCPU(os.Getpid())
 	start = time.Now()
 	for w := 0; w < 8; w++ {
 		wg.Add(1)
@@ -289,6 +293,8 @@ func benchCancelRate(env *Env, p *producer.Producer) error {
 	if b := bad.Load(); b > 0 {
 		return fmt.Errorf("%d of %d cancels of pending messages were not answered cancelled", b, controlCancelN)
 	}
+	env.Logf("delay-control: %d cancels in %v; CPU per cancel: qmq-delay %.1f µs, bench (producer) %.1f µs", controlCancelN, elapsed.Round(time.Millisecond),
+		float64((processCPU(dl.cmd.Process.Pid)-cpuDelay).Microseconds())/controlCancelN, float64((processCPU(os.Getpid())-cpuSelf).Microseconds())/controlCancelN)
 	env.Metric("delay_cancel_per_s", float64(controlCancelN)/elapsed.Seconds(), "cancels/s")
 	return nil
 }
