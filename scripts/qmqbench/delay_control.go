@@ -51,12 +51,11 @@ import (
 //	                               in this run).
 //
 // delay_query_p99_ms and delay_rss_mb_10m_pending_1m_cancelled:
-// delay_pending.go. QMQ_BENCH_CONTROL_PARTS (comma-separated: cancel,
-// pending, race, cron) runs some parts only; QMQ_BENCH_PROFILE (a directory)
+// delay_pending.go; cron_duplicates_across_failover:
+// delay_cron_failover.go. QMQ_BENCH_CONTROL_PARTS (comma-separated: cancel,
+// pending, race, cron, failover) runs some parts only; QMQ_BENCH_PROFILE (a directory)
 // saves CPU profiles of the servers during the cancel and cron parts.
-//
-// Not measured yet: cron_duplicates_across_failover (needs a
-// meta-server-run failover in the suite).
+
 func init() { register("delay-control", runDelayControl) }
 
 const (
@@ -69,6 +68,15 @@ const (
 )
 
 func runDelayControl(env *Env) error {
+	if controlPart("failover") {
+		// Its own processes, first: a meta server and a delay group of two.
+		if err := benchCronFailover(env); err != nil {
+			return err
+		}
+		if os.Getenv("QMQ_BENCH_CONTROL_PARTS") == "failover" {
+			return nil
+		}
+	}
 	rt, rtAddr, err := env.startRealtime(filepath.Join(env.Dir, "control-realtime"))
 	if err != nil {
 		return err
@@ -102,7 +110,9 @@ func runDelayControl(env *Env) error {
 		}
 	}
 	if controlPart("cron") {
-		return benchCron(env, p, rtAddr, dlHTTP, cronProcs{delay: dl, realtime: rt})
+		if err := benchCron(env, p, rtAddr, dlHTTP, cronProcs{delay: dl, realtime: rt}); err != nil {
+			return err
+		}
 	}
 	return nil
 }
