@@ -26,6 +26,7 @@ type master struct {
 	src     *source
 	marks   chan store.Ref // forwarded and acked: to markLoop
 	nexts   *nextQueue     // templates of the next occurrences: to recurLoop
+	built   *occurrences   // occurrences built ahead by recurLoop
 
 	epoch   atomic.Uint64 // the group's epoch this master serves in (0: none yet)
 	closing atomic.Bool
@@ -69,7 +70,7 @@ func openMaster(s *Server) (*master, error) {
 	}
 	m := &master{s: s, lg: s.lg, store: st, forward: fwd, marks: make(chan store.Ref, 65536),
 		stopForward: make(chan struct{}), forwardDone: make(chan struct{}), marksDone: make(chan struct{}), recurDone: make(chan struct{}),
-		nexts: newNextQueue()}
+		nexts: newNextQueue(), built: newOccurrences()}
 	m.src = newSource(m)
 	return m, nil
 }

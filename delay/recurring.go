@@ -28,9 +28,9 @@ import (
 // When the template falls due the forwarder sends the occurrence — a copy
 // of the template without the cron properties, id "<template id>.<due ms>",
 // PropCronOccurrence the due time — like any due message, and once a
-// realtime broker has stored it appends the template again, due at the next
-// occurrence (same id, same key), and only then marks the fired template
-// dispatched. So the schedule lives in the delay group's hour files and is
+// realtime broker has stored it recurLoop appends the template again, due
+// at the next occurrence (same id, same key), and only then marks the fired
+// template dispatched. So the schedule lives in the delay group's hour files and is
 // replicated with them; after a crash or a failover the template may fire
 // again, and then its occurrence has the same id (the realtime broker drops
 // it within its dedupe window) and the next template is a duplicate of the
@@ -183,6 +183,11 @@ type recurrence struct {
 // recur builds the occurrence of a template due at due (fired at now) and
 // the next template.
 func recur(tmpl []byte, due, now int64, limits protocol.Limits) (recurrence, error) {
+	return recurFrom(tmpl, due, now, limits, nil)
+}
+
+// recurFrom is recur taking the occurrence from built when it holds it.
+func recurFrom(tmpl []byte, due, now int64, limits protocol.Limits, built *occurrences) (recurrence, error) {
 	v, err := protocol.ParseMessageNoCRC(tmpl)
 	if err != nil {
 		return recurrence{}, err
@@ -198,25 +203,10 @@ func recur(tmpl []byte, due, now int64, limits protocol.Limits) (recurrence, err
 		missed = true
 	}
 	if !missed || !cs.Skip {
-		at := strconv.FormatInt(due, 10)
-		occ := protocol.Message{Subject: string(v.Subject), ID: string(v.ID) + "." + at, Body: v.Body, // AppendMessage copies it
-			Created: time.UnixMilli(now), DeliverAt: time.UnixMilli(due), Attempts: v.Attempts}
-		if v.TagCount() > 0 {
-			occ.Tags = make([]string, 0, v.TagCount())
-			v.Tags(func(t []byte) bool { occ.Tags = append(occ.Tags, string(t)); return true })
-		}
-		occ.Properties = make([]protocol.Property, 0, v.PropertyCount())
-		v.Properties(func(k, val []byte) bool {
-			switch string(k) {
-			case protocol.PropCronSpec, protocol.PropCronZone, protocol.PropCronUntil, protocol.PropCronMissed, protocol.PropScheduleKey:
-			default:
-				occ.Properties = append(occ.Properties, protocol.Property{Key: string(k), Value: string(val)})
+		if r.occurrence = built.take(&v, due); r.occurrence == nil {
+			if r.occurrence, err = occurrenceOf(&v, due, limits); err != nil {
+				return recurrence{}, err
 			}
-			return true
-		})
-		occ.Properties = append(occ.Properties, protocol.Property{Key: protocol.PropCronOccurrence, Value: at})
-		if r.occurrence, err = protocol.AppendMessage(make([]byte, 0, occ.EncodedSize()), &occ, limits); err != nil {
-			return recurrence{}, err
 		}
 	}
 	after := due
@@ -227,6 +217,112 @@ func recur(tmpl []byte, due, now int64, limits protocol.Limits) (recurrence, err
 		r.next = withDue(tmpl, n)
 	}
 	return r, nil
+}
+
+// occurrenceOf builds the occurrence of template v due at due: a copy
+// without the cron properties and the schedule key, id "<template
+// id>.<due ms>", created at due, PropCronOccurrence the due time. The same
+// template and time always give the same bytes.
+func occurrenceOf(v *protocol.View, due int64, limits protocol.Limits) ([]byte, error) {
+	at := strconv.FormatInt(due, 10)
+	occ := protocol.Message{Subject: string(v.Subject), ID: string(v.ID) + "." + at, Body: v.Body, // AppendMessage copies it
+		Created: time.UnixMilli(due), DeliverAt: time.UnixMilli(due), Attempts: v.Attempts}
+	if v.TagCount() > 0 {
+		occ.Tags = make([]string, 0, v.TagCount())
+		v.Tags(func(t []byte) bool { occ.Tags = append(occ.Tags, string(t)); return true })
+	}
+	occ.Properties = make([]protocol.Property, 0, v.PropertyCount())
+	v.Properties(func(k, val []byte) bool {
+		switch string(k) {
+		case protocol.PropCronSpec, protocol.PropCronZone, protocol.PropCronUntil, protocol.PropCronMissed, protocol.PropScheduleKey:
+		default:
+			occ.Properties = append(occ.Properties, protocol.Property{Key: string(k), Value: string(val)})
+		}
+		return true
+	})
+	occ.Properties = append(occ.Properties, protocol.Property{Key: protocol.PropCronOccurrence, Value: at})
+	return protocol.AppendMessage(make([]byte, 0, occ.EncodedSize()), &occ, limits)
+}
+
+// occurrences holds occurrences built ahead, when recurLoop stores their
+// templates, so that a second's occurrences of many schedules cost the
+// forwarder a lookup each rather than a decode and an encode while they
+// all fall due together. Keyed by occurrence id, each with its template's
+// checksum (a template replaced or rescheduled under the same id is not
+// taken for another); one not taken by a minute past its due time (the
+// schedule was deleted or moved) is dropped. A miss (after a restart, a
+// failover, for the first occurrence) builds the occurrence then.
+type occurrences struct {
+	mu    sync.Mutex
+	m     map[string]builtOccurrence
+	swept time.Time
+}
+
+type builtOccurrence struct {
+	crc uint32 // the template's
+	due int64
+	msg []byte
+}
+
+// Occurrences are built ahead only when due within builtAhead, and at most
+// maxBuilt are kept.
+const (
+	builtAhead = 10 * time.Minute
+	maxBuilt   = 1 << 18
+)
+
+func newOccurrences() *occurrences { return &occurrences{m: map[string]builtOccurrence{}} }
+
+// build builds ahead the occurrence of a next template (nothing when it
+// falls due later than builtAhead from now, or the store is full).
+func (o *occurrences) build(tmpl []byte, now time.Time, limits protocol.Limits) {
+	due := int64(binary.BigEndian.Uint64(tmpl[16:24]))
+	if due > now.Add(builtAhead).UnixMilli() {
+		return
+	}
+	v, err := protocol.ParseMessageNoCRC(tmpl)
+	if err != nil {
+		return
+	}
+	occ, err := occurrenceOf(&v, due, limits)
+	if err != nil {
+		return
+	}
+	id := string(v.ID) + "." + strconv.FormatInt(due, 10)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if now.Sub(o.swept) > time.Minute {
+		o.swept = now
+		for k, b := range o.m {
+			if b.due < now.Add(-time.Minute).UnixMilli() {
+				delete(o.m, k)
+			}
+		}
+	}
+	if len(o.m) < maxBuilt {
+		o.m[id] = builtOccurrence{crc: binary.BigEndian.Uint32(tmpl[0:4]), due: due, msg: occ}
+	}
+}
+
+// take returns (and forgets) the occurrence of template v due at due, if
+// it was built ahead from the same template.
+func (o *occurrences) take(v *protocol.View, due int64) []byte {
+	if o == nil {
+		return nil
+	}
+	var idb [256 + 24]byte // an id is at most 255 bytes
+	id := strconv.AppendInt(append(append(idb[:0], v.ID...), '.'), due, 10)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	b, ok := o.m[string(id)]
+	if !ok {
+		return nil
+	}
+	delete(o.m, string(id))
+	if b.crc != binary.BigEndian.Uint32(v.Raw[0:4]) {
+		return nil
+	}
+	return b.msg
 }
 
 // withDue returns a copy of msg due at due (Unix ms): the template of the
@@ -242,7 +338,7 @@ func withDue(msg []byte, due int64) []byte {
 // recur handles a fired template: forwards its occurrence (retrying as
 // send does), then stores the next template, then marks the fired one.
 func (m *master) recur(d store.Due, now time.Time) {
-	r, err := recur(d.Message, d.DueMillis, now.UnixMilli(), m.s.limits)
+	r, err := recurFrom(d.Message, d.DueMillis, now.UnixMilli(), m.s.limits, m.built)
 	if err != nil {
 		// Cannot happen: templates are checked on the way in.
 		m.lg.Error("cannot build a recurring schedule's occurrence; the schedule ends", zap.Stringer("ref", d.Ref), zap.Error(err))
@@ -394,8 +490,10 @@ func (m *master) recurLoop() {
 // after the restart).
 func (m *master) appendNext(batch []nextTemplate) {
 	msgs := make([][]byte, len(batch))
+	now := m.s.clk.Now()
 	for i, t := range batch {
 		msgs[i] = t.msg
+		m.built.build(t.msg, now, m.s.limits)
 	}
 	m.retries.Add(1)
 	m.store.Append(msgs, func(rs []store.Result) {

@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,6 +77,7 @@ func benchPending(env *Env, p *producer.Producer, dl *process, dlHTTP string) er
 	if rss, err := vmRSSKB(dl.cmd.Process.Pid); err == nil {
 		env.Logf("delay-control: pending: qmq-delay VmRSS %d MB with %d pending", rss/1024, n)
 	}
+	env.logGoMemory(dlHTTP)
 
 	// Cancel every keyed message, 1,000 a request, 8 requests in flight.
 	keyed := (n + 9) / 10
@@ -118,6 +122,10 @@ func benchPending(env *Env, p *producer.Producer, dl *process, dlHTTP string) er
 		return err
 	}
 	env.Logf("delay-control: pending: qmq-delay VmRSS %d MB with %d pending, %d of them cancelled", rss/1024, n, keyed)
+	env.logGoMemory(dlHTTP)
+	if dir := os.Getenv("QMQ_BENCH_PROFILE"); dir != "" {
+		saveURL(env, "http://"+dlHTTP+"/debug/pprof/heap", filepath.Join(dir, "delay-pending-heap.pprof"))
+	}
 
 	// Pages of 1,000 from one-hour windows.
 	rng := rand.New(rand.NewPCG(uint64(base.Unix()), 32))
@@ -153,6 +161,42 @@ func benchPending(env *Env, p *producer.Producer, dl *process, dlHTTP string) er
 	env.Metric("delay_query_p99_ms", p99, "ms")
 	env.Metric("delay_rss_mb_10m_pending_1m_cancelled", float64(rss)/1024, "MB")
 	return nil
+}
+
+// logGoMemory logs the Go heap figures of the server at httpAddr.
+func (e *Env) logGoMemory(httpAddr string) {
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var parts []string
+	for _, line := range strings.Split(string(b), "\n") {
+		for _, name := range []string{"go_memstats_heap_inuse_bytes", "go_memstats_heap_idle_bytes", "go_memstats_heap_released_bytes", "go_memstats_sys_bytes"} {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				parts = append(parts, fmt.Sprintf("%s %.0f MB", strings.TrimPrefix(name, "go_memstats_"), f/(1<<20)))
+			}
+		}
+	}
+	e.Logf("delay-control: Go memory: %s", strings.Join(parts, ", "))
+}
+
+func saveURL(env *Env, u, path string) {
+	resp, err := http.Get(u)
+	if err != nil {
+		env.Logf("profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil {
+		err = os.WriteFile(path, b, 0o644)
+	}
+	if err != nil {
+		env.Logf("profile: %v", err)
+	}
 }
 
 type pendingPageJSON struct {
