@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/qmq-go/qmq/pkg/route"
 	"github.com/qmq-go/qmq/producer"
 )
 
@@ -40,6 +41,29 @@ const (
 	pendingSpan    = 24 * time.Hour
 	pendingPage    = 1000
 )
+
+// benchPendingAlone runs the pending part on a qmq-realtime and a qmq-delay
+// of its own.
+func benchPendingAlone(env *Env) error {
+	rt, rtAddr, err := env.startRealtime(filepath.Join(env.Dir, "pending-realtime"))
+	if err != nil {
+		return err
+	}
+	defer rt.stop()
+	dl, dlAddr, dlHTTP, err := env.startDelay(filepath.Join(env.Dir, "pending-delay"), "", rtAddr)
+	if err != nil {
+		return err
+	}
+	defer dl.stop()
+	res := route.NewStatic(route.Groups(rtAddr), route.Groups(dlAddr))
+	p, err := producer.New(producer.WithResolver(res), producer.WithQueueSize(50000), producer.WithMaxInFlight(16),
+		producer.WithBatch(256, 1<<20), producer.WithSendTimeout(time.Minute))
+	if err != nil {
+		return err
+	}
+	defer p.Close(context.Background())
+	return benchPending(env, p, dl, dlHTTP)
+}
 
 func benchPending(env *Env, p *producer.Producer, dl *process, dlHTTP string) error {
 	n := envInt("QMQ_BENCH_CONTROL_PENDING", 10_000_000)
