@@ -40,6 +40,3 @@ func classify(msg []byte, now int64) dueKind {
 	})
 	return kind
 }
-
-// expired reports whether a due message's expiry has passed at now.
-func expired(msg []byte, now int64) bool { return classify(msg, now) == dueExpired }
