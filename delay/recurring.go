@@ -430,8 +430,8 @@ func (q *nextQueue) take() ([]nextTemplate, bool) {
 // whose lateness is what users see. The earliest next occurrence is a
 // second away ("@every" counts whole seconds), far beyond nextLinger.
 const (
-	nextQuiet  = 10 * time.Millisecond
-	nextLinger = 200 * time.Millisecond
+	nextQuiet  = 5 * time.Millisecond
+	nextLinger = 50 * time.Millisecond
 )
 
 // settle adds to batch what is queued until the queue is quiet.
