@@ -163,7 +163,7 @@
 // slave (a master) and unregisters, stops taking messages, lets forwards in
 // flight finish, records them and closes the store. Goroutines: the role
 // loop (owned by failover.Member, the only one that changes the role),
-// forwardLoop and markLoop and the source's watchLoop and answers (owned by
-// the master), replicaLoop (owned by the slave), the store's, the
-// producer's and the servers' own.
+// forwardLoop, markLoop, recurLoop and the source's watchLoop and answers
+// (owned by the master), replicaLoop (owned by the slave), the store's,
+// the producer's and the servers' own.
 package delay

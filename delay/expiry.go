@@ -1,16 +1,42 @@
 package delay
 
-import "github.com/qmq-go/qmq/pkg/protocol"
+import (
+	"strconv"
 
-// expired reports whether a due message carries an expiry
-// (protocol.PropExpireAt) that has passed at now (Unix ms): the forwarder
-// drops it, marks it dispatched and counts it in
-// qmq_delay_messages_expired_total, instead of forwarding it.
-func expired(msg []byte, now int64) bool {
+	"github.com/qmq-go/qmq/pkg/protocol"
+)
+
+// dueKind is what the forwarder does with a due message.
+type dueKind int
+
+const (
+	dueForward  dueKind = iota // forward it as it is
+	dueExpired                 // drop it: its expiry has passed
+	dueTemplate                // a recurring schedule's template (recurring.go)
+)
+
+// classify reads a due message's properties once: a message carrying an
+// expiry (protocol.PropExpireAt) that has passed at now (Unix ms) is
+// dropped, marked dispatched and counted in
+// qmq_delay_messages_expired_total instead of being forwarded; a template
+// sends an occurrence.
+func classify(msg []byte, now int64) dueKind {
 	v, err := protocol.ParseMessageNoCRC(msg) // the store checked it on the way in and on read-back
 	if err != nil {
-		return false
+		return dueForward
 	}
-	at, ok := protocol.ExpiryOf(&v)
-	return ok && now > at
+	kind := dueForward
+	v.Properties(func(k, val []byte) bool {
+		switch string(k) {
+		case protocol.PropExpireAt:
+			if at, err := strconv.ParseInt(string(val), 10, 64); err == nil && now > at {
+				kind = dueExpired
+				return false
+			}
+		case protocol.PropCronSpec:
+			kind = dueTemplate
+		}
+		return true
+	})
+	return kind
 }

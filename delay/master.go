@@ -26,6 +26,8 @@ type master struct {
 	forward *producer.Producer
 	src     *source
 	marks   chan store.Ref // forwarded and acked: to markLoop
+	nexts   *nextQueue     // templates of the next occurrences: to recurLoop
+	built   *occurrences   // occurrences built ahead by recurLoop
 
 	epoch   atomic.Uint64 // the group's epoch this master serves in (0: none yet)
 	closing atomic.Bool
@@ -34,7 +36,8 @@ type master struct {
 	stopForward chan struct{}
 	forwardDone chan struct{}
 	marksDone   chan struct{}
-	retries     sync.WaitGroup
+	recurDone   chan struct{}
+	retries     sync.WaitGroup // retry timers and the next templates' appends
 }
 
 // openMaster opens (and recovers) the store in the data directory; a
@@ -67,7 +70,8 @@ func openMaster(s *Server) (*master, error) {
 		return nil, err
 	}
 	m := &master{s: s, lg: s.lg, store: st, forward: fwd, marks: make(chan store.Ref, 65536),
-		stopForward: make(chan struct{}), forwardDone: make(chan struct{}), marksDone: make(chan struct{})}
+		stopForward: make(chan struct{}), forwardDone: make(chan struct{}), marksDone: make(chan struct{}), recurDone: make(chan struct{}),
+		nexts: newNextQueue(), built: newOccurrences()}
 	m.src = newSource(m)
 	return m, nil
 }
@@ -76,6 +80,7 @@ func (m *master) start() {
 	m.started = true
 	go m.forwardLoop()
 	go m.markLoop()
+	go m.recurLoop()
 	m.src.start()
 }
 
@@ -206,16 +211,15 @@ func (m *master) forwardLoop() {
 				if d.DueMillis > 0 {
 					m.s.metrics.fireLateness.Observe(float64(now.UnixMilli()-d.DueMillis) / 1000)
 				}
-				if expired(d.Message, now.UnixMilli()) {
+				switch classify(d.Message, now.UnixMilli()) {
+				case dueExpired:
 					m.s.metrics.expired.Inc()
 					m.marks <- d.Ref
-					continue
-				}
-				if isTemplate(d.Message) {
+				case dueTemplate:
 					m.recur(d, now)
-					continue
+				default:
+					m.send(d)
 				}
-				m.send(d)
 			}
 		}
 	}
@@ -301,6 +305,10 @@ func (m *master) close(ctx context.Context) error {
 	}
 	if err := m.forward.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("delay: forwards in flight: %w", err))
+	}
+	m.nexts.close()
+	if m.started {
+		<-m.recurDone
 	}
 	m.retries.Wait()
 	close(m.marks)

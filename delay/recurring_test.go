@@ -131,3 +131,39 @@ func TestParseCron_BadInput(t *testing.T) {
 		t.Fatalf("a template without a name: %v", err)
 	}
 }
+
+// An occurrence built ahead is the one built when its template fires (same
+// bytes), taken once, and never for another template under the same id.
+func TestOccurrences_BuiltAhead(t *testing.T) {
+	now := time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC)
+	due := now.Add(2 * time.Second)
+	tmpl := template(t, "@every 1s", "", "", due)
+	built := newOccurrences()
+	built.build(tmpl, now, protocol.DefaultLimits)
+	want, err := recur(tmpl, due.UnixMilli(), due.UnixMilli(), protocol.DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := recurFrom(tmpl, due.UnixMilli(), due.UnixMilli(), protocol.DefaultLimits, built)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.occurrence) != string(want.occurrence) || string(got.next) != string(want.next) {
+		t.Fatal("the occurrence built ahead differs from the one built when the template fires")
+	}
+	if v, _ := protocol.ParseMessage(tmpl); built.take(&v, due.UnixMilli()) != nil {
+		t.Fatal("an occurrence built ahead was taken twice")
+	}
+	// Another template under the same id (replaced): not taken.
+	built.build(tmpl, now, protocol.DefaultLimits)
+	other := template(t, "@every 2s", "", "", due)
+	if v, _ := protocol.ParseMessage(other); built.take(&v, due.UnixMilli()) != nil {
+		t.Fatal("the occurrence of another template under the same id was taken")
+	}
+	// Due beyond builtAhead: not built.
+	late := template(t, "@every 1s", "", "", now.Add(builtAhead+time.Minute))
+	built.build(late, now, protocol.DefaultLimits)
+	if v, _ := protocol.ParseMessage(late); built.take(&v, now.Add(builtAhead+time.Minute).UnixMilli()) != nil {
+		t.Fatal("an occurrence due beyond builtAhead was built")
+	}
+}

@@ -2,7 +2,9 @@ package store
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/qmq-go/qmq/pkg/protocol"
@@ -169,7 +171,7 @@ func (s *Store) control(targets []protocol.ScheduleTarget, dues []int64, done fu
 		case dues == nil && s.cancelled.has(c.h, c.off):
 			// Cancelled before: written again, so the answer waits until it
 			// is durable (the first cancel's record may still be on its way).
-			records = append(records, appendControl(nil, controlCancel, c.h, c.off))
+			records = append(records, appendControl(make([]byte, 0, controlSize), controlCancel, c.h, c.off))
 			recHits = append(recHits, c)
 		case s.cancelled.has(c.h, c.off):
 			gone[c.target] = true // rescheduled (or cancelled): the new record is another hit
@@ -177,11 +179,11 @@ func (s *Store) control(targets []protocol.ScheduleTarget, dues []int64, done fu
 			fired[c.target] = true
 		case dues == nil:
 			s.cancelled.add(c.h, c.off)
-			records = append(records, appendControl(nil, controlCancel, c.h, c.off))
+			records = append(records, appendControl(make([]byte, 0, controlSize), controlCancel, c.h, c.off))
 			recHits = append(recHits, c)
 		default:
 			s.cancelled.add(c.h, c.off)
-			rec := appendControl(nil, controlReschedule, c.h, c.off)
+			rec := appendControl(make([]byte, 0, controlSize+len(c.msg)), controlReschedule, c.h, c.off)
 			at := len(rec)
 			rec = append(rec, c.msg...)
 			binary.BigEndian.PutUint64(rec[at+16:], uint64(dues[c.target]))
@@ -315,27 +317,40 @@ func (s *Store) lookup(i int, t protocol.ScheduleTarget) (hits []cancelHit, busy
 }
 
 // readRecord reads and checks the schedule record at off of hour h and
-// returns its message.
+// returns its message. One read of recordGuess bytes takes most records
+// whole (a cancel batch reads one record a target); a longer one takes a
+// second read.
 func (s *Store) readRecord(h, off int64) ([]byte, error) {
 	cf, err := s.schedules.acquire(h, false)
 	if err != nil {
 		return nil, err
 	}
 	defer s.schedules.release(cf)
-	var hdr [scheduleHeaderSize]byte
-	if _, err := cf.f.ReadAt(hdr[:], off); err != nil {
+	b := make([]byte, recordGuess)
+	got, err := cf.f.ReadAt(b, off)
+	if got < scheduleHeaderSize {
+		if err == nil || errors.Is(err, io.EOF) {
+			err = fmt.Errorf("%w: schedule record at %d: %d bytes", errTorn, off, got)
+		}
 		return nil, err
 	}
-	n := int64(binary.BigEndian.Uint32(hdr[:]))
+	n := int64(binary.BigEndian.Uint32(b))
 	if n > maxRecordSize {
 		return nil, fmt.Errorf("%w: schedule record of %d bytes", errTorn, n)
 	}
-	b := make([]byte, scheduleHeaderSize+n)
-	if _, err := cf.f.ReadAt(b, off); err != nil {
-		return nil, err
+	if need := scheduleHeaderSize + int(n); need <= got {
+		b = b[:need:need]
+	} else {
+		b = make([]byte, need)
+		if _, err := cf.f.ReadAt(b, off); err != nil {
+			return nil, err
+		}
 	}
 	return checkScheduleRecord(b)
 }
+
+// recordGuess is readRecord's first read.
+const recordGuess = 512
 
 // awaitReplay waits until the index holds what was found at Open and the
 // replay has passed pos.

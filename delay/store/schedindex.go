@@ -224,13 +224,14 @@ func (s *Store) indexHour(h, size, records int64) error {
 		s.idx.mu.Unlock()
 		batch = batch[:0]
 	}
-	scan := scanScheduleWAL(f, 0, size, maxRecordSize, func(off, wal int64, msg []byte) {
+	scan := scanScheduleWAL(f, 0, size, maxRecordSize, func(off, wal int64, msg []byte) bool {
 		if v, err := protocol.ParseMessageNoCRC(msg); err == nil {
 			batch = append(batch, s.idx.entryOf(packLoc(h, off), wal, &v))
 			if len(batch) == cap(batch) {
 				flush()
 			}
 		}
+		return true
 	})
 	flush()
 	if scan.err != nil && !errors.Is(scan.err, errTorn) {

@@ -120,12 +120,19 @@ func scanScheduleFrom(f *os.File, from, limit int64, maxSize int64, fn func(off 
 	if fn == nil {
 		return scanScheduleWAL(f, from, limit, maxSize, nil)
 	}
-	return scanScheduleWAL(f, from, limit, maxSize, func(off, _ int64, msg []byte) { fn(off, msg) })
+	return scanScheduleWAL(f, from, limit, maxSize, func(off, _ int64, msg []byte) bool { fn(off, msg); return true })
+}
+
+// scanScheduleUntil is scanScheduleFrom that stops once fn returns false
+// (a page of the timeline is full: the rest of the file is not read).
+func scanScheduleUntil(f *os.File, from, limit int64, maxSize int64, fn func(off int64, msg []byte) bool) scheduleScan {
+	return scanScheduleWAL(f, from, limit, maxSize, func(off, _ int64, msg []byte) bool { return fn(off, msg) })
 }
 
 // scanScheduleWAL is scanScheduleFrom whose fn also gets each record's
-// message-log offset (its append order).
-func scanScheduleWAL(f *os.File, from, limit int64, maxSize int64, fn func(off, wal int64, msg []byte)) scheduleScan {
+// message-log offset (its append order); fn returning false ends the scan
+// after that record.
+func scanScheduleWAL(f *os.File, from, limit int64, maxSize int64, fn func(off, wal int64, msg []byte) bool) scheduleScan {
 	res := scheduleScan{lastWAL: -1}
 	if limit < 0 {
 		st, err := f.Stat()
@@ -187,12 +194,13 @@ func scanScheduleWAL(f *os.File, from, limit int64, maxSize int64, fn func(off, 
 			res.err = fmt.Errorf("at %d: %w", off, err)
 			break
 		}
-		if fn != nil {
-			fn(off, int64(binary.BigEndian.Uint64(rec[8:16])), msg)
-		}
+		more := fn == nil || fn(off, int64(binary.BigEndian.Uint64(rec[8:16])), msg)
 		res.records++
 		res.lastWAL = int64(binary.BigEndian.Uint64(rec[8:16]))
 		off += scheduleHeaderSize + n
+		if !more {
+			break
+		}
 	}
 	res.end = off
 	return res

@@ -144,8 +144,9 @@ func (s *Store) scanPending(subject string, from, to time.Time, cursor Cursor, f
 	fireMark := s.fireMark
 	for h, st := range s.hours {
 		// An hour file holds messages due in its hour, and messages that
-		// were already due when they were stored (due earlier).
-		if hourStart(h) >= toMs || h < cursor.Hour || st.size == 0 {
+		// were already due when they were stored (due earlier): one that
+		// ends before the window holds nothing due in it.
+		if hourStart(h) >= toMs || hourStart(h+1) <= fromMs || h < cursor.Hour || st.size == 0 {
 			continue
 		}
 		snap := hourSnap{h: h, size: st.size}
@@ -160,9 +161,6 @@ func (s *Store) scanPending(subject string, from, to time.Time, cursor Cursor, f
 	s.mu.Unlock()
 	sort.Slice(hours, func(i, j int) bool { return hours[i].h < hours[j].h })
 	for _, hs := range hours {
-		if hourStart(hs.h+1) <= fromMs && hourStart(hs.h+1) <= fireMark {
-			continue // ended before the window, and everything in it was handed out
-		}
 		b, err := os.ReadFile(filepath.Join(s.dir, dispatchDir, hourName(hs.h)))
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
@@ -180,25 +178,23 @@ func (s *Store) scanPending(subject string, from, to time.Time, cursor Cursor, f
 			start = cursor.Offset
 		}
 		stop := false
-		scan := scanScheduleFrom(f, start, hs.size, maxRecordSize, func(off int64, msg []byte) {
-			if stop {
-				return
-			}
+		scan := scanScheduleUntil(f, start, hs.size, maxRecordSize, func(off int64, msg []byte) bool {
 			due := dueOf(msg)
 			if due < fromMs || due >= toMs || due <= fireMark {
-				return
+				return true
 			}
 			if i := sort.Search(len(done), func(i int) bool { return done[i] >= off }); i < len(done) && done[i] == off {
-				return
+				return true
 			}
 			if _, ok := hs.cancelled[off]; ok {
-				return
+				return true
 			}
 			v, err := protocol.ParseMessageNoCRC(msg)
 			if err != nil || subject != "" && string(v.Subject) != subject {
-				return
+				return true
 			}
 			stop = !fn(Cursor{Hour: hs.h, Offset: off}, due, &v)
+			return !stop
 		})
 		f.Close()
 		if stop {

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,10 +50,12 @@ import (
 //	                               occurrences delivered twice (no failover
 //	                               in this run).
 //
-// Not measured yet: delay_query_p99_ms and
-// delay_rss_mb_10m_pending_1m_cancelled (10 M pending: the fill alone takes
-// longer than this suite's budget here), cron_duplicates_across_failover
-// (needs a meta-server-run failover in the suite).
+// delay_query_p99_ms and delay_rss_mb_10m_pending_1m_cancelled:
+// delay_pending.go; cron_duplicates_across_failover:
+// delay_cron_failover.go. QMQ_BENCH_CONTROL_PARTS (comma-separated: cancel,
+// pending, race, cron, failover) runs some parts only; QMQ_BENCH_PROFILE (a directory)
+// saves CPU profiles of the servers during the cancel and cron parts.
+
 func init() { register("delay-control", runDelayControl) }
 
 const (
@@ -63,12 +68,28 @@ const (
 )
 
 func runDelayControl(env *Env) error {
+	if controlPart("failover") {
+		// Its own processes, first: a meta server and a delay group of two.
+		if err := benchCronFailover(env); err != nil {
+			return err
+		}
+	}
+	if controlPart("pending") {
+		// Its own servers too: the other parts' figures are not taken
+		// with 10 M messages pending, nor this part's memory with theirs.
+		if err := benchPendingAlone(env); err != nil {
+			return err
+		}
+	}
+	if !controlPart("cancel") && !controlPart("race") && !controlPart("cron") {
+		return nil
+	}
 	rt, rtAddr, err := env.startRealtime(filepath.Join(env.Dir, "control-realtime"))
 	if err != nil {
 		return err
 	}
 	defer rt.stop()
-	dl, dlAddr, _, err := env.startDelay(filepath.Join(env.Dir, "control-delay"), "", rtAddr)
+	dl, dlAddr, dlHTTP, err := env.startDelay(filepath.Join(env.Dir, "control-delay"), "", rtAddr)
 	if err != nil {
 		return err
 	}
@@ -80,13 +101,37 @@ func runDelayControl(env *Env) error {
 		return err
 	}
 	defer p.Close(context.Background())
-	if err := benchCancelRate(env, p); err != nil {
-		return err
+	if controlPart("cancel") {
+		if err := benchCancelRate(env, p, dl, dlHTTP); err != nil {
+			return err
+		}
 	}
-	if err := benchCancelRace(env, p, rtAddr, dl.cmd.Process.Pid); err != nil {
-		return err
+	if controlPart("race") {
+		if err := benchCancelRace(env, p, rtAddr, dl.cmd.Process.Pid); err != nil {
+			return err
+		}
 	}
-	return benchCron(env, p, rtAddr)
+	if controlPart("cron") {
+		if err := benchCron(env, p, rtAddr, dlHTTP, cronProcs{delay: dl, realtime: rt}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// controlPart reports whether QMQ_BENCH_CONTROL_PARTS (a comma-separated
+// list; default every part) names part.
+func controlPart(part string) bool {
+	v := os.Getenv("QMQ_BENCH_CONTROL_PARTS")
+	if v == "" {
+		return true
+	}
+	for _, p := range strings.Split(v, ",") {
+		if strings.TrimSpace(p) == part {
+			return true
+		}
+	}
+	return false
 }
 
 func envInt(name string, def int) int {
@@ -96,7 +141,10 @@ func envInt(name string, def int) int {
 	return def
 }
 
-func benchCron(env *Env, p *producer.Producer, rtAddr string) error {
+// cronProcs are the servers whose CPU the cron part reports.
+type cronProcs struct{ delay, realtime *process }
+
+func benchCron(env *Env, p *producer.Producer, rtAddr, dlHTTP string, procs cronProcs) error {
 	schedules := envInt("QMQ_BENCH_CRON_SCHEDULES", 10_000)
 	seconds := envInt("QMQ_BENCH_CRON_SECONDS", 60)
 	subject := "bench.cron"
@@ -154,7 +202,23 @@ func benchCron(env *Env, p *producer.Producer, rtAddr string) error {
 	}
 	env.Logf("delay-control: %d schedules created in %v", schedules, time.Since(start).Round(time.Millisecond))
 	env.logLoad()
+	if dir := os.Getenv("QMQ_BENCH_PROFILE"); dir != "" {
+		go saveProfile(env, dlHTTP, filepath.Join(dir, "delay-cron.pprof"), min(seconds/2, 10))
+		go saveProfile(env, argValue(procs.realtime, "--http-addr"), filepath.Join(dir, "realtime-cron.pprof"), min(seconds/2, 10))
+	}
+	cpuDelay, cpuRealtime, cpuSelf := processCPU(procs.delay.cmd.Process.Pid), processCPU(procs.realtime.cmd.Process.Pid), processCPU(os.Getpid())
+	mu.Lock()
+	before := len(lateness)
+	mu.Unlock()
 	time.Sleep(time.Duration(seconds) * time.Second)
+	mu.Lock()
+	if n := len(lateness) - before; n > 0 {
+		per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
+		env.Logf("delay-control: cron: CPU per occurrence: qmq-delay %.1f µs, qmq-realtime %.1f µs, bench (consumer) %.1f µs",
+			per(processCPU(procs.delay.cmd.Process.Pid)-cpuDelay), per(processCPU(procs.realtime.cmd.Process.Pid)-cpuRealtime), per(processCPU(os.Getpid())-cpuSelf))
+	}
+	mu.Unlock()
+	env.logHistograms(dlHTTP, "qmq_delay_fire_lateness_seconds", "qmq_delay_forward_lateness_seconds")
 	if err := create(func(i int) error {
 		return p.DeleteSchedule(context.Background(), subject, "s"+strconv.Itoa(i))
 	}); err != nil {
@@ -207,7 +271,7 @@ func fillKeyed(p *producer.Producer, subject, prefix string, n int, due func(i i
 	return nil
 }
 
-func benchCancelRate(env *Env, p *producer.Producer) error {
+func benchCancelRate(env *Env, p *producer.Producer, dl *process, dlHTTP string) error {
 	due := time.Now().Add(time.Hour)
 	start := time.Now()
 	if err := fillKeyed(p, controlSubject+".rate", "r", controlCancelFill, func(int) time.Time { return due }); err != nil {
@@ -215,9 +279,13 @@ func benchCancelRate(env *Env, p *producer.Producer) error {
 	}
 	env.Logf("delay-control: %d keyed messages stored in %v", controlCancelFill, time.Since(start).Round(time.Millisecond))
 	env.logLoad()
+	if dir := os.Getenv("QMQ_BENCH_PROFILE"); dir != "" {
+		go saveProfile(env, dlHTTP, filepath.Join(dir, "delay-cancel.pprof"), 1)
+	}
 	var next atomic.Int64
 	var bad atomic.Int64
 	var wg sync.WaitGroup
+	cpuDelay, cpuSelf := processCPU(dl.cmd.Process.Pid), processCPU(os.Getpid())
 	start = time.Now()
 	for w := 0; w < 8; w++ {
 		wg.Add(1)
@@ -245,6 +313,8 @@ func benchCancelRate(env *Env, p *producer.Producer) error {
 	if b := bad.Load(); b > 0 {
 		return fmt.Errorf("%d of %d cancels of pending messages were not answered cancelled", b, controlCancelN)
 	}
+	env.Logf("delay-control: %d cancels in %v; CPU per cancel: qmq-delay %.1f µs, bench (producer) %.1f µs", controlCancelN, elapsed.Round(time.Millisecond),
+		float64((processCPU(dl.cmd.Process.Pid)-cpuDelay).Microseconds())/controlCancelN, float64((processCPU(os.Getpid())-cpuSelf).Microseconds())/controlCancelN)
 	env.Metric("delay_cancel_per_s", float64(controlCancelN)/elapsed.Seconds(), "cancels/s")
 	return nil
 }
@@ -353,4 +423,32 @@ func firstOther(answers []error) error {
 		}
 	}
 	return nil
+}
+
+// saveProfile writes a CPU profile of the server at httpAddr (seconds
+// long) to path (QMQ_BENCH_PROFILE names the directory).
+func saveProfile(env *Env, httpAddr, path string, seconds int) {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", httpAddr, seconds))
+	if err != nil {
+		env.Logf("profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil {
+		err = os.WriteFile(path, b, 0o644)
+	}
+	if err != nil {
+		env.Logf("profile: %v", err)
+	}
+}
+
+// argValue returns the value following name in p's command line.
+func argValue(p *process, name string) string {
+	for i, a := range p.cmd.Args {
+		if a == name && i+1 < len(p.cmd.Args) {
+			return p.cmd.Args[i+1]
+		}
+	}
+	return ""
 }
