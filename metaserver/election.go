@@ -340,6 +340,8 @@ func nextEpoch(st seatState, req protocol.RegisterRequest) uint64 {
 // won answers an election won at revision rev, with the epoch in rec, and
 // frees the slave seat the winner held.
 func (s *Server) won(ctx context.Context, req protocol.RegisterRequest, rec brokerRecord, lease clientv3.LeaseID, rev int64, set *eligibleRecord) (protocol.RegisterResponse, error) {
+	for cur := s.seatWritten.Load(); cur < rev && !s.seatWritten.CompareAndSwap(cur, rev); cur = s.seatWritten.Load() {
+	}
 	s.freeSlaveSeat(ctx, req)
 	flags, slave := setFlags(set, req.BrokerID)
 	return protocol.RegisterResponse{LeaseID: int64(lease), TTL: s.opts.BrokerTTL, Version: uint64(rev), Master: req.Address,

@@ -90,7 +90,12 @@ func (s *Server) registerBroker(ctx context.Context, req protocol.RegisterReques
 		if master && !fresh {
 			rec.Epoch = cur.rec.Epoch // the key lives on: same election
 		}
-		if !fresh && rec == cur.rec && (!master || rec.Epoch != 0) && req.Flags&protocol.RegisterTakeover == 0 {
+		// A heartbeat that changes nothing is answered from the view, unless
+		// this server wrote a seat change the view has not caught up with
+		// yet (a takeover or election a moment ago: the view could still
+		// show the deposed master); then etcd decides (registerMaster).
+		if !fresh && rec == cur.rec && (!master || rec.Epoch != 0) && req.Flags&protocol.RegisterTakeover == 0 &&
+			(!master || int64(s.version()) >= s.seatWritten.Load()) {
 			addr, epoch := s.masterOf(req, rec.Epoch)
 			flags, slave := s.viewSetFlags(req.Group, req.BrokerID)
 			return protocol.RegisterResponse{LeaseID: int64(lease), TTL: s.opts.BrokerTTL, Version: s.version(), Master: addr, Epoch: epoch,

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,12 +37,16 @@ type Server struct {
 	// policiesSent counts CmdPolicy answers that carried a policy.
 	policiesSent prometheus.Counter
 
-	etcd      *clientv3.Client
-	view      *view
-	store     *store
-	transport *transport.Client
-	caller    caller
-	metrics   *metrics
+	etcd *clientv3.Client
+	view *view
+	// seatWritten is the etcd revision of this server's latest election
+	// or takeover: a master's heartbeat is answered from the view only
+	// once the view has reached it (registry.go).
+	seatWritten atomic.Int64
+	store       *store
+	transport   *transport.Client
+	caller      caller
+	metrics     *metrics
 	// failoverMetrics: elections, takeovers, eligible sets (election.go).
 	failoverMetrics *failoverMetrics
 
