@@ -10,9 +10,10 @@ import (
 // messages of the request's subject with its id, or with its value as
 // schedule key (store.Find: pending, cancelled or rescheduled, fired), each
 // flagged FoundScheduled with its due time as Stored and its record's hour
-// file and offset as Seq and Offset. A request that names no subject finds
-// nothing here: the index is by subject. Admin read; bodies only for
-// identities that may read them.
+// file and offset as Seq and Offset. By id a request may name no subject
+// (the id index spans subjects); by schedule key it must (a request without
+// one finds nothing here). Admin read; bodies only for identities that may
+// read them.
 func (s *Server) serveFindMessages(r *netserver.Request) {
 	q, err := protocol.DecodeFindMessagesRequest(r.Body)
 	if err != nil {
@@ -20,7 +21,7 @@ func (s *Server) serveFindMessages(r *netserver.Request) {
 		return
 	}
 	var resp protocol.FindMessagesResponse
-	if q.Subject == "" {
+	if q.Subject == "" && q.By != protocol.FindByID {
 		r.Reply(protocol.StatusOK, protocol.AppendFindMessagesResponse(nil, &resp))
 		return
 	}

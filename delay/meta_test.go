@@ -94,8 +94,9 @@ func TestDelay_ThroughMetaServer(t *testing.T) {
 		return fmt.Errorf("no delay group listed")
 	})
 
-	// Lookup and trace through the meta server: a delay server answers for
-	// a subject (by id, or by schedule key), pending and then cancelled.
+	// Lookup and trace through the meta server: a delay server answers by
+	// id (with or without the subject) or by schedule key within its
+	// subject, pending and then cancelled.
 	keyed := &producer.Message{Subject: "later", Body: []byte("keyed"), DeliverAt: time.Now().Add(time.Hour)}
 	producer.SetScheduleKey(keyed, "k-1")
 	if err := p.Send(context.Background(), keyed); err != nil {
@@ -117,8 +118,10 @@ func TestDelay_ThroughMetaServer(t *testing.T) {
 	scheduled(l, err, "pending")
 	l, err = admin.LookupKey(ctx, "k-1", api.InSubject("later"))
 	scheduled(l, err, "pending")
-	if _, err := admin.LookupID(ctx, keyed.ID); !errors.Is(err, api.ErrNotFound) {
-		t.Fatalf("a lookup without the subject found a scheduled message: %v", err)
+	l, err = admin.LookupID(ctx, keyed.ID) // by id, no subject: every delay server looks
+	scheduled(l, err, "pending")
+	if _, err := admin.LookupKey(ctx, "k-1"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("a lookup by schedule key without its subject found a scheduled message: %v", err)
 	}
 	if err := p.Cancel(ctx, "later", "k-1"); err != nil {
 		t.Fatal(err)

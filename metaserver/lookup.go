@@ -62,9 +62,10 @@ func (s *Server) getTrace(r *http.Request) (any, error) {
 	return traces, nil
 }
 
-// findMessages relays CmdFindMessages to every realtime master and, when
-// subject is given, to the masters of the subject's delay route (a delay
-// server's index is by subject; it finds by id or by schedule key).
+// findMessages relays CmdFindMessages to every realtime master and to the
+// delay masters: those of the subject's delay route when subject is given,
+// every one for a lookup by id without a subject (a delay server's id index
+// spans subjects; a schedule key is found only within its subject).
 func (s *Server) findMessages(ctx context.Context, id, key, subject string) (api.Lookup, error) {
 	req := protocol.FindMessagesRequest{By: protocol.FindByID, Value: id, Subject: subject}
 	if key != "" {
@@ -76,6 +77,8 @@ func (s *Server) findMessages(ctx context.Context, id, key, subject string) (api
 			return api.Lookup{}, err
 		}
 		targets = append(targets, s.delayRouteMasters(subject)...)
+	} else if key == "" {
+		targets = append(targets, s.delayMasters()...)
 	}
 	out := api.Lookup{ID: id, Key: key, Messages: []api.StoredMessage{}}
 	for _, r := range s.relay(ctx, targets, protocol.CmdFindMessages, protocol.AppendFindMessagesRequest(nil, &req)) {

@@ -101,6 +101,10 @@ type Options struct {
 	Limits secure.Limits `yaml:"limits"`
 	// EtcdTimeout bounds each etcd request. Default 3 s.
 	EtcdTimeout time.Duration `yaml:"etcd_timeout"`
+	// StartTimeout bounds how long Start waits for etcd: to load the view
+	// and make sure identity admin holds the admin token (a slow or
+	// starting etcd is retried until then). Default 30 s.
+	StartTimeout time.Duration `yaml:"start_timeout"`
 	// BrokerTimeout bounds each admin request relayed to a broker. Default 5 s.
 	BrokerTimeout time.Duration `yaml:"broker_timeout"`
 	// HistoryInterval is how often the server samples the cluster's rates,
@@ -122,6 +126,7 @@ func NewOptions() Options {
 		ClientTTL:       30 * time.Second,     // the consumer timeout
 		MinGroups:       2,                    // groups per new route
 		EtcdTimeout:     3 * time.Second,      // per etcd request
+		StartTimeout:    30 * time.Second,     // Start's wait for etcd
 		BrokerTimeout:   5 * time.Second,      // per relayed admin request
 		HistoryInterval: 10 * time.Second,     // console history samples
 		Log:             logging.NewOptions(), // info, JSON
@@ -150,6 +155,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Insecure, "insecure", o.Insecure, "listen on a non-loopback address without TLS and --auth (anyone who reaches the port may use it)")
 	o.Limits.AddFlags(fs)
 	fs.DurationVar(&o.EtcdTimeout, "etcd-timeout", o.EtcdTimeout, "timeout of each etcd request")
+	fs.DurationVar(&o.StartTimeout, "start-timeout", o.StartTimeout, "how long start-up waits for etcd")
 	fs.DurationVar(&o.BrokerTimeout, "broker-timeout", o.BrokerTimeout, "timeout of each admin request relayed to a broker")
 	o.Log.AddFlags(fs)
 }
@@ -235,6 +241,8 @@ func (o *Options) Validate() error {
 		return bad("min_groups %d is under 1", o.MinGroups)
 	case o.EtcdTimeout <= 0:
 		return bad("etcd_timeout %v must be positive", o.EtcdTimeout)
+	case o.StartTimeout <= 0:
+		return bad("start_timeout %v must be positive", o.StartTimeout)
 	case o.HistoryInterval < 0:
 		return bad("history_interval %v is negative", o.HistoryInterval)
 	case o.BrokerTimeout <= 0:

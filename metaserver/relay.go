@@ -74,13 +74,19 @@ func (s *Server) delayRouteMasters(subject string) []target {
 }
 
 // realtimeMasters returns every live realtime master.
-func (s *Server) realtimeMasters() []target {
+func (s *Server) realtimeMasters() []target { return s.masters(protocol.KindRealtime) }
+
+// delayMasters returns every live delay master.
+func (s *Server) delayMasters() []target { return s.masters(protocol.KindDelay) }
+
+// masters returns every live master of kind, by group.
+func (s *Server) masters(kind protocol.BrokerKind) []target {
 	v := s.view
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	var out []target
 	for bk, e := range v.brokers {
-		if bk.role == protocol.RoleMaster && e.rec.Kind == protocol.KindRealtime {
+		if bk.role == protocol.RoleMaster && e.rec.Kind == kind {
 			out = append(out, target{group: bk.group, addr: e.rec.Address})
 		}
 	}

@@ -167,7 +167,7 @@ func (s *Server) Start() error {
 		defer s.loops.Done()
 		s.store.probeLoop(s.loopCtx, min(time.Second, s.opts.EtcdTimeout))
 	}()
-	ctx, cancel := context.WithTimeout(s.loopCtx, 3*s.opts.EtcdTimeout)
+	ctx, cancel := context.WithTimeout(s.loopCtx, s.opts.StartTimeout)
 	defer cancel()
 	for {
 		if _, loaded := s.view.revision(); loaded {

@@ -281,7 +281,7 @@ func describe(t protocol.ScheduleTarget) string {
 func (s *Store) lookup(i int, t protocol.ScheduleTarget) (hits []cancelHit, busy bool) {
 	var locs []uint64
 	if t.ByID {
-		locs = s.idx.idLocs(s.idx.idHash([]byte(t.Subject), []byte(t.Key)))
+		locs = s.idx.idLocs(s.idx.idHash([]byte(t.Key)))
 	} else {
 		s.idx.mu.Lock()
 		if r, ok := s.idx.byKey[s.idx.keyHash([]byte(t.Subject), []byte(t.Key))]; ok {
@@ -301,7 +301,7 @@ func (s *Store) lookup(i int, t protocol.ScheduleTarget) (hits []cancelHit, busy
 			continue // removed by retention meanwhile, or unreadable
 		}
 		v, err := protocol.ParseMessageNoCRC(msg)
-		if err != nil || string(v.Subject) != t.Subject {
+		if err != nil || t.Subject != "" && string(v.Subject) != t.Subject {
 			continue
 		}
 		if t.ByID && string(v.ID) != t.Key || !t.ByID && !hasKey(&v, t.Key) {
@@ -403,7 +403,7 @@ func (s *Store) reserveKey(v *protocol.View, key []byte, replace bool) (settle f
 	}
 	x := s.idx
 	kh := x.keyHash(v.Subject, key)
-	idh := x.idHash(v.Subject, v.ID)
+	idh := x.idHash(v.ID)
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	replaced = reservedLoc

@@ -1,6 +1,10 @@
 package store
 
-import "github.com/qmq-go/qmq/pkg/protocol"
+import (
+	"fmt"
+
+	"github.com/qmq-go/qmq/pkg/protocol"
+)
 
 // ScheduleState is where a message Find reports stands.
 type ScheduleState uint8
@@ -25,13 +29,17 @@ type Scheduled struct {
 	Message      []byte
 }
 
-// Find reports the messages of t's subject with t's id (ByID) or schedule
-// key that the store still holds (a message stays until its hour file is
+// Find reports the messages of t's subject with t's id (ByID; of any
+// subject when t.Subject is empty) or schedule key that the store still holds (a message stays until its hour file is
 // removed), as Cancel would find them, with their state decided as Cancel
 // decides it. It waits, as Cancel does, until every message acknowledged
 // before the call is indexed.
 func (s *Store) Find(t protocol.ScheduleTarget) ([]Scheduled, error) {
-	if err := s.opts.Limits.CheckScheduleTarget(t); err != nil {
+	if t.ByID && t.Subject == "" {
+		if t.Key == "" || len(t.Key) > protocol.MaxScheduleKeyLen {
+			return nil, protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf("message id of %d bytes", len(t.Key)))
+		}
+	} else if err := s.opts.Limits.CheckScheduleTarget(t); err != nil {
 		return nil, err
 	}
 	if err := s.awaitReplay(s.replayLimit()); err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
-// schedIndex finds stored messages by (subject, message id) and by
+// schedIndex finds stored messages by message id (of any subject) and by
 // (subject, schedule key) for Cancel and for the key rule of Append. It
 // holds hashes and locations only (no strings, no bodies): a lookup reads
 // the record it points to and checks the names, so a hash collision costs
@@ -65,7 +65,9 @@ func (x *schedIndex) hash(kind byte, subject, name []byte) uint64 {
 	return h.Sum64()
 }
 
-func (x *schedIndex) idHash(subject, id []byte) uint64   { return x.hash(0, subject, id) }
+// idHash hashes a message id alone, so a lookup by id needs no subject
+// (Find by id across subjects); a cancel by id checks the record's subject.
+func (x *schedIndex) idHash(id []byte) uint64            { return x.hash(0, nil, id) }
 func (x *schedIndex) keyHash(subject, key []byte) uint64 { return x.hash(1, subject, key) }
 
 // scheduleKey returns the message's schedule key property, if it has one.
@@ -90,7 +92,7 @@ type indexed struct {
 // entryOf hashes the names of the message v stored at loc, appended at
 // message-log offset wal.
 func (x *schedIndex) entryOf(loc uint64, wal int64, v *protocol.View) indexed {
-	e := indexed{loc: loc, id: x.idHash(v.Subject, v.ID), due: v.DeliverAtMillis, wal: wal}
+	e := indexed{loc: loc, id: x.idHash(v.ID), due: v.DeliverAtMillis, wal: wal}
 	if key, ok := scheduleKey(v); ok {
 		e.key, e.hasKey = x.keyHash(v.Subject, key), true
 	}

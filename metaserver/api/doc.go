@@ -52,7 +52,7 @@
 //	GET    /deadletters/{subject}/{group}/{id}        DeadLetters (inspect one)  (read bodies)
 //	POST   /deadletters/{subject}/{group}/redrive     DeadLetterAction → DeadLetters (write)
 //	POST   /deadletters/{subject}/{group}/purge       DeadLetterAction → DeadLetters (write)
-//	GET    /messages?id=ID | ?key=KEY [&subject=S]     Lookup (bodies with read bodies; 404 not found; S: S's delay servers too)
+//	GET    /messages?id=ID | ?key=KEY [&subject=S]     Lookup (bodies with read bodies; 404 not found; by id every delay server; S: S's delay servers, by key too)
 //	GET    /trace?id=ID [&subject=S]                  Trace                      (404 not found)
 //	GET    /trace?key=KEY [&subject=S]                []Trace, one per message id
 //	GET    /identities                                []Identity                 (admin read)

@@ -92,9 +92,11 @@ type Trace struct {
 // LookupOption changes where a lookup or trace looks.
 type LookupOption func(url.Values)
 
-// InSubject also asks the delay servers of subject's delay route: they
-// find scheduled messages (pending, cancelled or fired) by id, or by
-// schedule key for a key lookup; their index is by subject.
+// InSubject narrows where delay servers look. Without it a lookup by id
+// asks every delay server (their id index spans subjects) and a lookup by
+// key asks none (a schedule key is unique only within its subject); with it
+// both ask the delay servers of subject's delay route. Delay servers find
+// scheduled messages: pending, cancelled or fired.
 func InSubject(subject string) LookupOption {
 	return func(v url.Values) { v.Set("subject", subject) }
 }

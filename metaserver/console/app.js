@@ -354,7 +354,7 @@ async function find(arg) {
   const by = el("select", { id: "find-by" }, el("option", { value: "id" }, "message id"), el("option", { value: "key" }, "key"));
   by.value = by0 === "key" ? "key" : "id";
   const value = el("input", { id: "find-value", placeholder: "message id or key", value: value0, required: true, size: 40 });
-  const subject = el("input", { id: "find-subject", placeholder: "subject (to ask its delay servers too)", value: subject0, size: 30 });
+  const subject = el("input", { id: "find-subject", placeholder: "subject (for a schedule key)", value: subject0, size: 30 });
   const form = el("form", { class: "inline", id: "find-form", onsubmit: e => { e.preventDefault(); location.hash = "find/" + by.value + "/" + enc(value.value) + (subject.value ? "/" + enc(subject.value) : ""); } },
     by, value, subject, el("button", { type: "submit" }, "Find"));
   const out = [el("h2", {}, "Find a message"), form];

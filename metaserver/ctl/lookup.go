@@ -33,7 +33,7 @@ func inSubject(subject string) []api.LookupOption {
 }
 
 // subjectFlagUsage documents --subject of lookup and trace.
-const subjectFlagUsage = "also ask the subject's delay servers (scheduled messages by id, or by schedule key with --key)"
+const subjectFlagUsage = "ask only the subject's delay servers (by id every delay server is asked; by schedule key with --key, only with --subject)"
 
 func when(t *time.Time) string {
 	if t == nil || t.IsZero() {
