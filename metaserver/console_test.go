@@ -256,7 +256,7 @@ func TestConsole_InHeadlessChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, b := range []*fakeBroker{b1, b2} {
-		b.stats = protocol.BrokerStatsResponse{Subjects: []protocol.SubjectStats{{Subject: "orders", Messages: 50, Groups: []protocol.GroupStats{{Group: "billing", Cursor: 45, Backlog: 5,
+		b.stats = protocol.BrokerStatsResponse{Subjects: []protocol.SubjectStats{{Subject: "orders", Messages: 50, Groups: []protocol.GroupStats{{Group: "billing", Cursor: 45, Backlog: 5, OutPerSec: 12,
 			Consumers: []protocol.ConsumerStats{{Consumer: "c1", Unacked: 2, LastSeen: time.Now()}}}}}}}
 		b.addDeadLetter(t, 1, "orders", "dl-"+b.group, "payload of "+b.group)
 	}
@@ -287,7 +287,7 @@ func TestConsole_InHeadlessChromium(t *testing.T) {
 	ch.screenshot("consumers")
 	ch.eval("document.querySelector('tr[data-group=billing] a[href=\"#subject/orders\"]').click()")
 	ch.waitText("subject", "Subject orders", "billing", "c1", "online", "g1: 5 of 50")
-	for sel, want := range map[string]string{"#subject-messages": "100", "tr[data-consumer=c1] .unacked": "4", "tr[data-group=billing] .backlog": "10"} {
+	for sel, want := range map[string]string{"#subject-messages": "100", "tr[data-consumer=c1] .unacked": "4", "tr[data-group=billing] .backlog": "10", "tr[data-group=billing] .out-rate": "24"} {
 		if got := ch.eval("document.querySelector('" + sel + "').textContent"); got != want {
 			t.Fatalf("subject page: %s shows %q, want %q", sel, got, want)
 		}

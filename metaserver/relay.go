@@ -239,7 +239,9 @@ func (s *Server) consumerGroupsOf(ctx context.Context, subject string, totals *s
 				cg := get(cgKey{real, gs.Group})
 				addConsumerStats(cg, gs.Consumers)
 				cg.Backlog += gs.Backlog
-				cg.PerBroker = append(cg.PerBroker, api.GroupBacklog{BrokerGroup: r.group, Messages: ss.Messages, Cursor: gs.Cursor, Backlog: gs.Backlog})
+				cg.OutPerSec += uint64(gs.OutPerSec)
+				cg.PerBroker = append(cg.PerBroker, api.GroupBacklog{BrokerGroup: r.group, Messages: ss.Messages, Cursor: gs.Cursor, Backlog: gs.Backlog,
+					OutPerSec: uint64(gs.OutPerSec)})
 			}
 		}
 	}

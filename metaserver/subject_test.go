@@ -24,10 +24,10 @@ func TestAdminAPI_Subject(t *testing.T) {
 	}
 	early, late := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC), time.Date(2026, 12, 1, 10, 0, 5, 0, time.UTC)
 	b1.stats = protocol.BrokerStatsResponse{Subjects: []protocol.SubjectStats{{Subject: "orders", Messages: 100, InPerSec: 40,
-		Groups: []protocol.GroupStats{{Group: "billing", Cursor: 90, Backlog: 10, Consumers: []protocol.ConsumerStats{
+		Groups: []protocol.GroupStats{{Group: "billing", Cursor: 90, Backlog: 10, OutPerSec: 30, Consumers: []protocol.ConsumerStats{
 			{Consumer: "c1", Unacked: 3, LastSeen: late}, {Consumer: "c2", Flags: protocol.ConsumerOffline, Unacked: 1, LastSeen: early}}}}}}}
 	b2.stats = protocol.BrokerStatsResponse{Subjects: []protocol.SubjectStats{{Subject: "orders", Messages: 50, InPerSec: 2,
-		Groups: []protocol.GroupStats{{Group: "billing", Cursor: 30, Backlog: 20, Consumers: []protocol.ConsumerStats{
+		Groups: []protocol.GroupStats{{Group: "billing", Cursor: 30, Backlog: 20, OutPerSec: 5, Consumers: []protocol.ConsumerStats{
 			{Consumer: "c1", Unacked: 4, LastSeen: early}}}}}}}
 	eventually(t, 5*time.Second, "the consumer registered", func() bool {
 		s.view.mu.RLock()
@@ -44,7 +44,8 @@ func TestAdminAPI_Subject(t *testing.T) {
 		t.Fatalf("subject: %+v", sub)
 	}
 	g := sub.Groups[0]
-	if g.Group != "billing" || g.Backlog != 30 || len(g.PerBroker) != 2 || len(g.Consumers) != 2 {
+	if g.Group != "billing" || g.Backlog != 30 || g.OutPerSec != 35 || len(g.PerBroker) != 2 || len(g.Consumers) != 2 ||
+		g.PerBroker[0].OutPerSec+g.PerBroker[1].OutPerSec != 35 {
 		t.Fatalf("group: %+v", g)
 	}
 	c1, c2 := g.Consumers[0], g.Consumers[1]

@@ -41,7 +41,9 @@ func (b *Broker) serveConsumerManage(r *netserver.Request) {
 	r.Reply(protocol.StatusOK)
 }
 
-// serveBrokerStats reports subjects, groups, consumers and backlog.
+// serveBrokerStats reports subjects (with their in-rates), groups (with
+// their out-rates; both as of the last heartbeat report, subjectrates.go),
+// consumers and backlog.
 func (b *Broker) serveBrokerStats(r *netserver.Request) {
 	q, err := protocol.DecodeBrokerStatsRequest(r.Body)
 	if err != nil {
@@ -55,7 +57,8 @@ func (b *Broker) serveBrokerStats(r *netserver.Request) {
 		if g.Broadcast || (q.Group != "" && g.Group != q.Group) {
 			continue
 		}
-		gs := protocol.GroupStats{Group: g.Group, Cursor: uint64(max(g.Cursor, 0)), Backlog: uint64(max(g.Backlog, 0))}
+		gs := protocol.GroupStats{Group: g.Group, Cursor: uint64(max(g.Cursor, 0)), Backlog: uint64(max(g.Backlog, 0)),
+			OutPerSec: b.subjRates.outPerSec(g.Subject, g.Group)}
 		for _, c := range g.Consumers {
 			cs := protocol.ConsumerStats{Consumer: c.ID, Unacked: uint64(max(c.Unacked, 0)), LastSeen: c.LastSeen}
 			if b.offline(g.Subject, g.Group, c.ID) {
@@ -87,7 +90,8 @@ func (b *Broker) serveBrokerStats(r *netserver.Request) {
 		if q.Subject != "" && s.Subject != q.Subject {
 			continue
 		}
-		resp.Subjects = append(resp.Subjects, protocol.SubjectStats{Subject: s.Subject, Messages: uint64(max(s.NextSeq, 0)), Groups: groups[s.Subject]})
+		resp.Subjects = append(resp.Subjects, protocol.SubjectStats{Subject: s.Subject, Messages: uint64(max(s.NextSeq, 0)),
+			InPerSec: b.subjRates.inPerSec(s.Subject), Groups: groups[s.Subject]})
 	}
 	r.Reply(protocol.StatusOK, protocol.AppendBrokerStatsResponse(nil, &resp))
 }

@@ -52,6 +52,7 @@ type Broker struct {
 	dead       *deadLetters       // re-driven and purged dead letters
 	deadCounts deadCounts         // dead letters per dead subject, for stats and metrics
 	rates      metaclient.Rates   // in and out rates reported to the meta servers
+	subjRates  subjectRates       // per subject and group, for CmdBrokerStats
 	fair       *fairShare         // deliveries per pull actor, to hold the greedy
 
 	// Failover: member runs the group's role loop (with meta servers and no

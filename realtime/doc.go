@@ -129,7 +129,8 @@
 // per group (deadcount.go, masters only); replication and
 // qmq_failover_* series. A scrape walks every subject and group.
 // CmdConsumerManage resets offsets and takes consumers offline or online,
-// CmdBrokerStats reports, CmdDeadLetters lists, re-drives and purges,
+// CmdBrokerStats reports (with each subject's in-rate and each group's
+// out-rate over the last heartbeat interval, subjectrates.go), CmdDeadLetters lists, re-drives and purges,
 // CmdFindMessages finds stored messages by id or key (lookup.go) with where
 // each stands in its consumer groups (store.Deliveries): admin identities
 // only. Options.TracerProvider (off by default; qmq-realtime takes it from

@@ -41,6 +41,7 @@ func (b *Broker) report() (protocol.GroupState, protocol.BrokerLoad) {
 	}
 	st := t.store.Stats()
 	in, out := b.rates.Update(st.Appended, st.Pulled)
+	b.subjRates.update(&st)
 	load := protocol.BrokerLoad{InPerSec: in, OutPerSec: out, Subjects: uint32(len(st.Subjects)),
 		StoredBytes: uint64(max(st.MessageLogEnd-st.MessageLogStart, 0))}
 	switch {

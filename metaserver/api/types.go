@@ -119,7 +119,8 @@ type Subject struct {
 	Subject string  `json:"subject"`
 	Routes  []Route `json:"routes"`
 	// Messages is the messages its realtime brokers hold; InPerSec the
-	// rate they take it at, over their last few seconds.
+	// rate they take it at, over their last heartbeat interval (each
+	// group's out-rate is in Groups).
 	Messages uint64          `json:"messages"`
 	InPerSec uint64          `json:"inPerSec"`
 	Groups   []ConsumerGroup `json:"groups"`
@@ -138,9 +139,12 @@ type ConsumerGroup struct {
 	RetryBacklog uint64 `json:"retryBacklog"`
 	// DeadLetters counts the group's dead letters (%DEAD%…) not re-driven
 	// nor purged.
-	DeadLetters uint64          `json:"deadLetters"`
-	PerBroker   []GroupBacklog  `json:"perBroker"`
-	Errors      []BrokerFailure `json:"errors,omitempty"`
+	DeadLetters uint64 `json:"deadLetters"`
+	// OutPerSec is the messages the group takes per second, over its
+	// masters' last heartbeat interval.
+	OutPerSec uint64          `json:"outPerSec"`
+	PerBroker []GroupBacklog  `json:"perBroker"`
+	Errors    []BrokerFailure `json:"errors,omitempty"`
 }
 
 // GroupBacklog is one broker group's share of a consumer group's backlog.
@@ -149,6 +153,7 @@ type GroupBacklog struct {
 	Messages    uint64 `json:"messages"`
 	Cursor      uint64 `json:"cursor"`
 	Backlog     uint64 `json:"backlog"`
+	OutPerSec   uint64 `json:"outPerSec"`
 }
 
 // BrokerFailure is a broker group an admin request could not reach.

@@ -276,10 +276,10 @@ async function subjectPage(arg) {
     el("td", {}, r.kind), el("td", {}, g.group), stateCell(g.state), el("td", {}, g.master || "-"), el("td", {}, g.epoch || "-"))));
   out.push(el("h3", {}, "Routes"), table(["kind", "broker group", "state", "master", "epoch"], routeRows));
   const groupRows = s.groups.map(cg => el("tr", { "data-group": cg.group },
-    el("td", {}, cg.group), el("td", { class: "backlog" }, cg.backlog), el("td", { class: "retry-backlog" }, cg.retryBacklog),
+    el("td", {}, cg.group), el("td", { class: "out-rate" }, cg.outPerSec || 0), el("td", { class: "backlog" }, cg.backlog), el("td", { class: "retry-backlog" }, cg.retryBacklog),
     el("td", { class: "dead-count" }, cg.deadLetters ? el("a", { href: "#dead/" + enc(s.subject) + "/" + enc(cg.group) }, cg.deadLetters) : "0"),
     el("td", {}, cg.perBroker.map(p => p.brokerGroup + ": " + p.backlog + " of " + p.messages).join(", ") || "-")));
-  out.push(el("h3", {}, "Consumer groups"), table(["group", "backlog", "retrying", "dead", "per broker group (backlog of messages)"], groupRows));
+  out.push(el("h3", {}, "Consumer groups"), table(["group", "out msg/s", "backlog", "retrying", "dead", "per broker group (backlog of messages)"], groupRows));
   const consumerRows = s.groups.flatMap(cg => cg.consumers.map(c => el("tr", { "data-group": cg.group, "data-consumer": c.clientId },
     el("td", {}, cg.group), el("td", {}, c.clientId),
     el("td", {}, el("span", { class: c.online ? "state-rw" : "state-unavailable" }, c.online ? "online" : "offline")),

@@ -30,9 +30,12 @@ import (
 //	time ms i64 | in/s u32 | out/s u32 | stored bytes u64 | subject count u32 |
 //	subject count × (subject s16 | messages u64 | in/s u32 | group count u32 |
 //	  group count × (group s8 | cursor u64 | backlog u64 | consumer count u32 |
-//	    consumer count × (consumer s8 | flags u8 | unacked u64 | last seen ms i64)))
+//	    consumer count × (consumer s8 | flags u8 | unacked u64 | last seen ms i64))) |
+//	[ group total u32 | group total × out/s u32 ]   (optional trailer)
 //
-// messages is the subject's consume-log length (its next sequence); cursor is
+// The trailer gives each group's out-rate (entries taken per second), in the
+// order the groups appear; a response without it (an older broker) decodes
+// with out-rates 0. A subject's in/s is messages stored per second. messages is the subject's consume-log length (its next sequence); cursor is
 // the group's next consume sequence; backlog is messages − cursor plus the
 // group's un-acked entries. consumer flags bit0 (ConsumerOffline): taken
 // offline by an admin. A dead-letter subject %DEAD%<subject>%<group> lists
@@ -161,11 +164,13 @@ type ConsumerStats struct {
 	LastSeen time.Time
 }
 
-// GroupStats is one consumer group of a subject on one broker.
+// GroupStats is one consumer group of a subject on one broker; OutPerSec
+// the entries it takes per second (its cursor's advance).
 type GroupStats struct {
 	Group     string
 	Cursor    uint64
 	Backlog   uint64
+	OutPerSec uint32
 	Consumers []ConsumerStats
 }
 
@@ -222,6 +227,16 @@ func AppendBrokerStatsResponse(dst []byte, r *BrokerStatsResponse) []byte {
 			}
 		}
 	}
+	groups := 0
+	for i := range r.Subjects {
+		groups += len(r.Subjects[i].Groups)
+	}
+	dst = binary.BigEndian.AppendUint32(dst, uint32(groups))
+	for i := range r.Subjects {
+		for _, g := range r.Subjects[i].Groups {
+			dst = binary.BigEndian.AppendUint32(dst, g.OutPerSec)
+		}
+	}
 	return dst
 }
 
@@ -255,6 +270,20 @@ func DecodeBrokerStatsResponse(body []byte) (BrokerStatsResponse, error) {
 			s.Groups = append(s.Groups, g)
 		}
 		q.Subjects = append(q.Subjects, s)
+	}
+	if r.err == nil && r.off < len(r.b) {
+		groups := 0
+		for i := range q.Subjects {
+			groups += len(q.Subjects[i].Groups)
+		}
+		if n := r.count(4); r.err == nil && n != groups {
+			r.err = fmt.Errorf("%w: %d out-rates for %d groups", ErrTrailingBytes, n, groups)
+		}
+		for i := 0; i < len(q.Subjects) && r.err == nil; i++ {
+			for j := range q.Subjects[i].Groups {
+				q.Subjects[i].Groups[j].OutPerSec = r.u32()
+			}
+		}
 	}
 	if err := r.done(); err != nil {
 		return BrokerStatsResponse{}, fmt.Errorf("%w: broker stats response", err)
