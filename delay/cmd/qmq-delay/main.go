@@ -9,6 +9,7 @@ import (
 	"flag"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/qmq-go/qmq/delay"
@@ -23,6 +24,7 @@ func main() {
 	opts := delay.NewOptions()
 	fs := flag.NewFlagSet("qmq-delay", flag.ContinueOnError)
 	opts.AddFlags(fs)
+	gcPercent := fs.Int("gc-percent", 25, "GOGC of the process: its big heap (the indexes of pending messages) holds no pointers and is cheap to mark, so collecting more often costs little CPU and keeps the resident memory near the live heap (ignored when GOGC is set)")
 	config.Server{
 		Name:     "qmq-delay",
 		Short:    "qmq-delay runs a delay server: the master or the slave of one delay group.",
@@ -34,11 +36,14 @@ func main() {
 			}
 			return opts.Validate()
 		},
-		Run: func() error { return run(opts) },
+		Run: func() error { return run(opts, *gcPercent) },
 	}.Main()
 }
 
-func run(opts delay.Options) error {
+func run(opts delay.Options, gcPercent int) error {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
+	}
 	lg, _, err := logging.New(opts.Log)
 	if err != nil {
 		return err
