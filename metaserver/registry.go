@@ -28,6 +28,7 @@ func (s *Server) registerBroker(ctx context.Context, req protocol.RegisterReques
 	s.view.mu.RLock()
 	cur, known := s.view.brokers[bk]
 	holder, hasMaster := s.view.brokers[brokerKey{req.Group, protocol.RoleMaster}]
+	seen := s.view.rev // the revision cur was read at
 	s.view.mu.RUnlock()
 	if req.Role == protocol.RoleSlave && hasMaster && holder.rec.BrokerID == req.BrokerID && req.Flags&protocol.RegisterLeaving == 0 {
 		// A promoted slave's last slave heartbeat must not take the seat
@@ -91,11 +92,13 @@ func (s *Server) registerBroker(ctx context.Context, req protocol.RegisterReques
 			rec.Epoch = cur.rec.Epoch // the key lives on: same election
 		}
 		// A heartbeat that changes nothing is answered from the view, unless
-		// this server wrote a seat change the view has not caught up with
-		// yet (a takeover or election a moment ago: the view could still
-		// show the deposed master); then etcd decides (registerMaster).
+		// this server wrote a seat change the view had not caught up with
+		// when cur was read (a takeover or election a moment ago: cur could
+		// still be the deposed master); then etcd decides (registerMaster).
+		// The revision compared is cur's own snapshot's: the view may catch
+		// up during the keep-alive above, after cur was read.
 		if !fresh && rec == cur.rec && (!master || rec.Epoch != 0) && req.Flags&protocol.RegisterTakeover == 0 &&
-			(!master || int64(s.version()) >= s.seatWritten.Load()) {
+			(!master || seen >= s.seatWritten.Load()) {
 			addr, epoch := s.masterOf(req, rec.Epoch)
 			flags, slave := s.viewSetFlags(req.Group, req.BrokerID)
 			return protocol.RegisterResponse{LeaseID: int64(lease), TTL: s.opts.BrokerTTL, Version: s.version(), Master: addr, Epoch: epoch,
