@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 
 	"github.com/qmq-go/qmq/pkg/fsutil"
 )
@@ -99,4 +100,14 @@ func (c *fileCache) closeAll() {
 		delete(c.files, h)
 	}
 	c.lru.Init()
+}
+
+// fdatasync flushes f's data (and the metadata needed to read it back).
+func fdatasync(f *os.File) error {
+	for {
+		err := syscall.Fdatasync(int(f.Fd()))
+		if err != syscall.EINTR {
+			return err
+		}
+	}
 }

@@ -126,7 +126,7 @@ func (r *Replica) load() error {
 		r.marked = true
 	case errors.Is(err, os.ErrNotExist):
 		// A master's directory, or a new one.
-		for _, p := range []string{checkpointFile, walDir, idFile} {
+		for _, p := range []string{checkpointFile, logDir, legacyLogDir, idFile} {
 			if _, err := os.Stat(filepath.Join(r.dir, p)); err == nil {
 				r.master = true
 			}
@@ -295,7 +295,7 @@ func (r *Replica) Drop() error {
 func (r *Replica) wipeLocked() error {
 	r.schedules.closeAll()
 	r.dispatch.closeAll()
-	for _, d := range []string{scheduleDir, dispatchDir, walDir} {
+	for _, d := range []string{scheduleDir, dispatchDir, logDir} {
 		if err := os.RemoveAll(filepath.Join(r.dir, d)); err != nil {
 			return err
 		}
@@ -586,8 +586,10 @@ func (r *Replica) Promote() error {
 }
 
 func unmarkReplicaDir(dir string, lg *zap.Logger) error {
-	if err := os.RemoveAll(filepath.Join(dir, walDir)); err != nil {
-		return err
+	for _, d := range []string{logDir, legacyLogDir} {
+		if err := os.RemoveAll(filepath.Join(dir, d)); err != nil {
+			return err
+		}
 	}
 	// The promoted store is a store of its own: a new ID (Open makes it).
 	if err := os.Remove(filepath.Join(dir, idFile)); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -33,6 +34,10 @@ const (
 	// scanChunk is how much a schedule-log scan reads at a time.
 	scanChunk = 1 << 20
 )
+
+// errTorn reports a schedule or dispatch record that is cut short or fails
+// its checksum.
+var errTorn = errors.New("torn or corrupt record")
 
 // hourOf returns the hour (since the Unix epoch) holding ms.
 func hourOf(ms int64) int64 {

@@ -14,6 +14,7 @@ import (
 	"github.com/qmq-go/qmq/pkg/clock"
 	"github.com/qmq-go/qmq/pkg/fsutil"
 	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/segment"
 	"github.com/qmq-go/qmq/pkg/timewheel"
 )
 
@@ -29,12 +30,15 @@ type Store struct {
 	origin     Origin // where the store came from (origin file)
 	maxMessage int64  // largest encoded message accepted
 
-	// Append path: writeLoop owns wal; syncLoop completes waiters.
+	// Append path: writeLoop writes log through batch; syncLoop syncs it
+	// and completes waiters.
 	closeMu    sync.RWMutex // guards closed and sends on appendCh
 	closed     bool
 	appendCh   chan *appendReq
-	wal        walWriter
-	syncMu     sync.Mutex // guards pending
+	log        *segment.Log
+	batch      *segment.Batch
+	head       [appendTimeSize]byte // the append time of the group being written
+	syncMu     sync.Mutex           // guards pending
 	pending    syncJob
 	syncWake   chan struct{}
 	writerDone chan struct{}
@@ -56,7 +60,7 @@ type Store struct {
 	batchSeq uint64
 
 	// Owned by indexLoop.
-	reader           *walReader
+	reader           *segment.Reader
 	replayPos        int64
 	recoveredEnd     int64
 	caughtUp         bool
@@ -143,7 +147,7 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 	if err := promoteReplicaDir(dir, lg); err != nil {
 		return nil, fmt.Errorf("delay/store: promote replica %s: %w", dir, err)
 	}
-	for _, d := range []string{dir, filepath.Join(dir, walDir), filepath.Join(dir, scheduleDir), filepath.Join(dir, dispatchDir)} {
+	for _, d := range []string{dir, filepath.Join(dir, scheduleDir), filepath.Join(dir, dispatchDir)} {
 		if err := fsutil.MkdirPrivate(fsutil.OS, d); err != nil {
 			return nil, err
 		}
@@ -258,11 +262,8 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) closeFiles() {
-	if s.wal.f != nil {
-		s.wal.f.Close()
-	}
-	if s.reader != nil {
-		s.reader.close()
+	if s.log != nil {
+		s.log.Close()
 	}
 	s.schedules.closeAll()
 	s.dispatch.close()
