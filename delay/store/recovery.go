@@ -62,6 +62,9 @@ func (s *Store) recover() error {
 			records++
 			return nil
 		})
+		if errors.Is(err, segment.ErrCorrupt) {
+			return fmt.Errorf("%w: message log: %w", ErrCorrupt, err)
+		}
 		if err != nil {
 			return fmt.Errorf("message log: %w", err)
 		}
