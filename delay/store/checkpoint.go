@@ -177,7 +177,7 @@ func (s *Store) syncSchedules() error {
 					first = err
 					continue
 				}
-				if err := fdatasync(cf.f); err != nil {
+				if err := cf.File.Sync(); err != nil {
 					first = fmt.Errorf("sync schedule file %s: %w", hourName(h), err)
 				}
 				s.schedules.release(cf)

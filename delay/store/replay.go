@@ -198,7 +198,7 @@ func (s *Store) cutSchedule(h int64, size int64) {
 		return // never created
 	}
 	defer s.schedules.release(cf)
-	if err := cf.f.Truncate(size); err != nil {
+	if err := cf.File.Truncate(size); err != nil {
 		s.lg.Warn("cannot cut a schedule file back after a failed write", zap.String("hour", hourName(h)), zap.Error(err))
 	}
 }
@@ -244,7 +244,7 @@ func (s *Store) writeSchedule(h int64, hb *hourBuf) error {
 		return fmt.Errorf("open schedule file %s: %w", hourName(h), err)
 	}
 	defer s.schedules.release(cf)
-	if _, err := cf.f.WriteAt(hb.buf, hb.base); err != nil {
+	if _, err := cf.File.WriteAt(hb.buf, hb.base); err != nil {
 		return fmt.Errorf("write schedule file %s: %w", hourName(h), err)
 	}
 	return nil

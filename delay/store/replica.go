@@ -445,11 +445,11 @@ func (r *Replica) write(files *fileCache, h, off int64, data []byte, size func(*
 		return err
 	}
 	defer files.release(cf)
-	if _, err := cf.f.WriteAt(data, off); err != nil {
+	if _, err := cf.File.WriteAt(data, off); err != nil {
 		// Cut what was written back to the size (the next open would cut
 		// it too): on a full disk a partial write's bytes hold the space
 		// the next copy needs.
-		if terr := cf.f.Truncate(off); terr != nil {
+		if terr := cf.File.Truncate(off); terr != nil {
 			r.lg.Warn("cannot cut a copy back after a failed write", zap.String("hour", hourName(h)), zap.Error(terr))
 		}
 		return fmt.Errorf("write %s copy: %w", hourName(h), err)
@@ -496,7 +496,7 @@ func (r *Replica) Commit(replayed int64) error {
 			if err != nil {
 				return err
 			}
-			err = fdatasync(cf.f)
+			err = cf.File.Sync()
 			c.release(cf)
 			if err != nil {
 				return fmt.Errorf("sync %s copy: %w", hourName(h), err)
