@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
-	"strings"
 
 	"go.uber.org/zap"
 
@@ -141,14 +140,14 @@ func legacyBases(dir string) ([]int64, error) {
 	var bases []int64
 	for _, e := range ents {
 		name := e.Name()
-		if !strings.HasSuffix(name, legacySuffix) || len(name) != 20+len(legacySuffix) {
+		if len(name) != 20+len(legacySuffix) || name[20:] != legacySuffix {
 			continue
 		}
-		if b, err := strconv.ParseInt(strings.TrimSuffix(name, legacySuffix), 10, 64); err == nil {
+		if b, err := strconv.ParseInt(name[:20], 10, 64); err == nil {
 			bases = append(bases, b)
 		}
 	}
-	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
+	slices.Sort(bases)
 	return bases, nil
 }
 
@@ -156,7 +155,8 @@ func legacyBases(dir string) ([]int64, error) {
 // (at least bases[0]) on, and returns how many there were and where they
 // end.
 func readLegacyLog(dir string, bases []int64, from int64, fn func(appendMillis int64, msg []byte) error) (int, int64, error) {
-	i := sort.Search(len(bases), func(i int) bool { return bases[i] > from }) - 1
+	i, _ := slices.BinarySearch(bases, from+1) // the first base past from
+	i--
 	pos, n := from, 0
 	for {
 		base := bases[i]

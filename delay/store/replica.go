@@ -96,12 +96,7 @@ func OpenReplica(dir string, lg *zap.Logger) (*Replica, error) {
 	if lg == nil {
 		lg = zap.NewNop()
 	}
-	for _, d := range []string{dir, filepath.Join(dir, scheduleDir), filepath.Join(dir, dispatchDir)} {
-		if err := fsutil.MkdirPrivate(fsutil.OS, d); err != nil {
-			return nil, err
-		}
-	}
-	lock, err := fsutil.LockDir(dir)
+	lock, err := lockDirs(dir)
 	if err != nil {
 		return nil, err
 	}

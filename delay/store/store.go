@@ -147,12 +147,7 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 	if err := promoteReplicaDir(dir, lg); err != nil {
 		return nil, fmt.Errorf("delay/store: promote replica %s: %w", dir, err)
 	}
-	for _, d := range []string{dir, filepath.Join(dir, scheduleDir), filepath.Join(dir, dispatchDir)} {
-		if err := fsutil.MkdirPrivate(fsutil.OS, d); err != nil {
-			return nil, err
-		}
-	}
-	lock, err := fsutil.LockDir(dir)
+	lock, err := lockDirs(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -233,6 +228,18 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 		go s.rebuildIndex(toIndex)
 	}
 	return s, nil
+}
+
+// lockDirs makes the directories of a store (or a copy of one) in dir,
+// private to the server's user, and locks dir. The message log's directory
+// is made when it is opened, after an old one is converted (migrate.go).
+func lockDirs(dir string) (*fsutil.DirLock, error) {
+	for _, d := range []string{dir, filepath.Join(dir, scheduleDir), filepath.Join(dir, dispatchDir)} {
+		if err := fsutil.MkdirPrivate(fsutil.OS, d); err != nil {
+			return nil, err
+		}
+	}
+	return fsutil.LockDir(dir)
 }
 
 // Close stops taking messages, makes what was acknowledged durable, writes
