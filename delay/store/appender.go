@@ -166,6 +166,7 @@ func (s *Store) writeGroup(group []*appendReq) {
 		} else {
 			s.fail(err)
 		}
+		signal(s.takenBack) // a sync that met the poison tries again
 		for _, r := range group {
 			r.complete(storeError(err))
 		}
@@ -237,7 +238,16 @@ func (s *Store) syncOnce() {
 	if !job.written {
 		return
 	}
-	if err := s.log.Sync(); err != nil {
+	err := s.log.Sync()
+	for errors.Is(err, segment.ErrNewSegment) && s.refusal() == nil {
+		// The writer could not start a new segment: the failed write
+		// poisoned the log until writeGroup's Reset takes that group
+		// back. The groups of this job were written before it and are
+		// whole: sync again once the poison is cleared.
+		<-s.takenBack
+		err = s.log.Sync()
+	}
+	if err != nil {
 		err = fmt.Errorf("sync message log: %w", err)
 		s.fail(err)
 		for _, r := range job.waiters {

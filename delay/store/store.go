@@ -41,6 +41,7 @@ type Store struct {
 	syncMu     sync.Mutex           // guards pending
 	pending    syncJob
 	syncWake   chan struct{}
+	takenBack  chan struct{} // writeGroup dealt with a failed write (takeBack)
 	writerDone chan struct{}
 	errMu      sync.Mutex
 	writeErr   error        // sticky message-log write or sync failure
@@ -160,6 +161,7 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 		maxMessage: int64(opts.Limits.MaxEncodedSize()),
 		appendCh:   make(chan *appendReq, 1024),
 		syncWake:   make(chan struct{}, 1),
+		takenBack:  make(chan struct{}, 1),
 		writerDone: make(chan struct{}),
 		hours:      make(map[int64]*hourState),
 		inflight:   make(map[uint64]*firedBatch),
