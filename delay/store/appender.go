@@ -13,10 +13,10 @@ import (
 
 // Group commit. Append validates in the caller's goroutine and queues a
 // request; writeLoop takes every request that has arrived (up to
-// maxGroupBytes), writes their records (one pwrite per segment: segment.Log.Write), and
-// hands the group to syncLoop; while syncLoop runs fdatasync, writeLoop
-// already writes the next group, and the next fdatasync covers every group
-// written meanwhile. Under FlushAsync writeLoop completes requests after the
+// maxGroupBytes), writes their records (segment.Log.Write: one pwrite per
+// segment), and hands the group to syncLoop; while syncLoop runs
+// fdatasync, writeLoop already writes the next group, and the next
+// fdatasync covers every group written meanwhile. Under FlushAsync writeLoop completes requests after the
 // write and syncLoop runs on a ticker.
 
 // maxGroupBytes bounds the message bytes one write group takes.
@@ -142,10 +142,11 @@ func (s *Store) writeGroup(group []*appendReq) {
 		segs = len(s.log.Segments())
 	}
 	var err error
+fill:
 	for _, r := range group {
 		for _, m := range r.msgs {
 			if _, err = b.Append(logKindMessage, head, m); err != nil {
-				break
+				break fill
 			}
 		}
 	}

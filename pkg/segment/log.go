@@ -679,7 +679,17 @@ func (l *Log) Reset(off int64) error {
 		}
 	}
 	l.segs = keep
-	l.unsynced = l.unsynced[:0]
+	// Segments written since the last Sync stay listed if they stay: a
+	// Reset past Synced (a writer taking back a batch that could not start
+	// a segment) must not leave earlier writes unsynced.
+	stay := l.unsynced[:0]
+	for _, u := range l.unsynced {
+		if u.base < off {
+			stay = append(stay, u)
+		}
+	}
+	clear(l.unsynced[len(stay):])
+	l.unsynced = stay
 	if n := len(l.segs); n > 0 {
 		s := l.segs[n-1]
 		if off < s.end() {

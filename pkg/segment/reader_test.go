@@ -203,3 +203,36 @@ func TestLogErrNewSegment(t *testing.T) {
 	}
 	sameRecs(t, got, want)
 }
+
+// A Reset past Synced keeps the segments written since the last Sync that
+// it does not cut away on the list Sync goes through.
+func TestLogResetKeepsUnsyncedSegments(t *testing.T) {
+	l, err := OpenLog(t.TempDir(), LogOptions{SegmentSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	b := l.NewBatch()
+	for i := 0; i < 100; i++ {
+		if _, err := b.Append(1, payloadOf(i), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	segs := l.Segments()
+	if len(segs) < 3 {
+		t.Fatalf("segments %+v", segs)
+	}
+	if err := l.Reset(segs[1].Base + 1); err == nil {
+		l.mu.RLock()
+		n := len(l.unsynced)
+		l.mu.RUnlock()
+		if n != 2 {
+			t.Fatalf("%d segments left to sync after the Reset, want the 2 the cut leaves", n)
+		}
+	} else {
+		t.Fatal(err)
+	}
+}
