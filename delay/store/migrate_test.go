@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/qmq-go/qmq/pkg/clock"
+	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/segment"
 )
 
@@ -164,5 +166,49 @@ func TestMigrate_RefusesTrimmedLogWithoutCheckpoint(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, legacyLogDir)); err != nil {
 		t.Fatalf("the old log was touched: %v", err)
+	}
+}
+
+// legacyRecord encodes one old-format (format 1) message-log record.
+func legacyRecord(appendMillis int64, msg []byte) []byte {
+	b := binary.BigEndian.AppendUint32(nil, uint32(len(msg)))
+	b = append(b, 0, 0, 0, 0)
+	b = binary.BigEndian.AppendUint64(b, uint64(appendMillis))
+	b = append(b, msg...)
+	binary.BigEndian.PutUint32(b[4:], protocol.Checksum(b[8:]))
+	return b
+}
+
+// An old log that was never trimmed and has no checkpoint (a store that
+// crashed before its first one) is converted whole, spanning segments
+// (the next named by where the previous one's data ended), and the
+// schedule is rebuilt from it.
+func TestMigrate_WholeLogWithoutCheckpoint(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	if err := os.MkdirAll(filepath.Join(dir, legacyLogDir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var seg []byte
+	base := int64(0)
+	flush := func() {
+		if err := os.WriteFile(filepath.Join(dir, legacyLogDir, fmt.Sprintf("%020d.wal", base)), seg, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		base += int64(len(seg))
+		seg = nil
+	}
+	for i, id := range ids("w", 30) {
+		seg = append(seg, legacyRecord(epoch.UnixMilli(), encode(t, id, epoch.Add(time.Duration(i)*time.Minute)))...)
+		if i%10 == 9 {
+			flush()
+		}
+	}
+	h := newHarness(t, dir, Options{}, clock.NewFake(epoch))
+	h.clock.Set(epoch.Add(time.Hour))
+	h.waitCount(30)
+	h.settle()
+	h.expectOnce("w", 30)
+	if bases := logBases(t, dir); len(bases) != 1 || bases[0] != 0 {
+		t.Fatalf("converted segments %v, want one from 0", bases)
 	}
 }
