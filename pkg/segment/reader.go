@@ -16,6 +16,10 @@ type Reader struct {
 	pos    int64
 	buf    []byte
 	bufOff int64 // offset of buf[0]
+	// segBase and segEnd bound the segment last found holding pos (a
+	// segment's bounds never change while it is in the log), so the log's
+	// lock is taken once per segment, not per record.
+	segBase, segEnd int64
 }
 
 // NewReader returns a reader positioned at from, a record's start.
@@ -27,14 +31,14 @@ func (r *Reader) Pos() int64 { return r.pos }
 // SetPos moves the reader to pos, a record's start.
 func (r *Reader) SetPos(pos int64) { r.pos = pos }
 
-// segmentEnd returns the end of the segment holding off.
-func (l *Log) segmentEnd(off int64) (int64, bool) {
+// segmentBounds returns the start and end of the segment holding off.
+func (l *Log) segmentBounds(off int64) (base, end int64, ok bool) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if s := l.segmentFor(off); s != nil {
-		return s.end(), true
+		return s.base, s.end(), true
 	}
-	return 0, false
+	return 0, 0, false
 }
 
 // Next returns the record at Pos and moves past it, when the record ends
@@ -44,10 +48,14 @@ func (l *Log) segmentEnd(off int64) (int64, bool) {
 // reader's buffer until the next call.
 func (r *Reader) Next(limit int64) (off int64, kind uint8, payload []byte, ok bool, err error) {
 	for r.pos < limit {
-		segEnd, found := r.l.segmentEnd(r.pos)
-		if !found {
-			return 0, 0, nil, false, nil
+		if r.pos < r.segBase || r.pos >= r.segEnd {
+			base, end, found := r.l.segmentBounds(r.pos)
+			if !found {
+				return 0, 0, nil, false, nil
+			}
+			r.segBase, r.segEnd = base, end
 		}
+		segEnd := r.segEnd
 		if segEnd-r.pos < HeaderSize {
 			r.pos = segEnd
 			continue
