@@ -1,23 +1,22 @@
 package store
 
 import (
+	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/qmq-go/qmq/pkg/fsutil"
 	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/segment"
 )
 
 // Group commit. Append validates in the caller's goroutine and queues a
 // request; writeLoop takes every request that has arrived (up to
-// maxGroupBytes), writes their records with one pwrite per segment, and
-// hands the group to syncLoop; while syncLoop runs fdatasync, writeLoop
-// already writes the next group, and the next fdatasync covers every group
-// written meanwhile. Under FlushAsync writeLoop completes requests after the
+// maxGroupBytes), writes their records (segment.Log.Write: one pwrite per
+// segment), and hands the group to syncLoop; while syncLoop runs
+// fdatasync, writeLoop already writes the next group, and the next
+// fdatasync covers every group written meanwhile. Under FlushAsync writeLoop completes requests after the
 // write and syncLoop runs on a ticker.
 
 // maxGroupBytes bounds the message bytes one write group takes.
@@ -43,11 +42,9 @@ func (r *appendReq) complete(err error) {
 
 // syncJob is what writeLoop has written and syncLoop has not synced yet.
 type syncJob struct {
-	active     *os.File   // segment written last
-	retired    []*os.File // segments rolled away from: sync, then close
-	newSegment bool       // a segment was created: sync the directory
-	end        int64      // message-log end covered by this job
-	waiters    []*appendReq
+	written bool  // something was written since the last sync
+	end     int64 // message-log end covered by this job
+	waiters []*appendReq
 }
 
 func (s *Store) fail(err error) {
@@ -97,23 +94,6 @@ func (s *Store) rollFailure() error {
 	return s.rollErr
 }
 
-// unwrite takes back what a failed group wrote into the active segment
-// before it failed to start the next one: it zeroes the bytes from
-// groupStart (a zero length ends a segment's records, as in the
-// preallocated space past them) and moves the write position back there.
-// It reports false when the bytes could not be zeroed.
-func (s *Store) unwrite(groupStart int64) bool {
-	w := &s.wal
-	if w.pos > groupStart {
-		if _, err := w.f.WriteAt(make([]byte, w.pos-groupStart), groupStart); err != nil {
-			s.lg.Error("cannot take back a failed group's records", zap.Error(err))
-			return false
-		}
-	}
-	w.pos = groupStart
-	return true
-}
-
 func storeError(err error) error {
 	return fmt.Errorf("%w: %w", protocol.ErrStoreError, err)
 }
@@ -121,7 +101,6 @@ func storeError(err error) error {
 func (s *Store) writeLoop() {
 	defer s.appendWG.Done()
 	defer close(s.writerDone)
-	var buf []byte
 	group := make([]*appendReq, 0, 64)
 	for req := range s.appendCh {
 		group = append(group[:0], req)
@@ -139,88 +118,72 @@ func (s *Store) writeLoop() {
 				break drain
 			}
 		}
-		buf = s.writeGroup(group, buf)
+		s.writeGroup(group)
 		for i := range group {
 			group[i] = nil
 		}
 	}
 }
 
-// writeGroup writes the records of group and hands it to syncLoop. It
-// returns buf for reuse.
-func (s *Store) writeGroup(group []*appendReq, buf []byte) []byte {
+// writeGroup writes the records of group and hands it to syncLoop.
+func (s *Store) writeGroup(group []*appendReq) {
 	if err := s.refusal(); err != nil {
 		for _, r := range group {
 			r.complete(storeError(err))
 		}
-		return buf
+		return
 	}
-	now := s.clock.Now().UnixMilli()
-	w := &s.wal
-	var retired []*os.File
-	groupStart := w.pos // in the active segment
-	rollFailed := false
-	write := func() error {
-		b := buf[:0]
-		for _, r := range group {
-			for _, m := range r.msgs {
-				need := int64(walHeaderSize + len(m))
-				if w.pos+int64(len(b))+need > w.alloc && w.pos+int64(len(b)) > 0 {
-					if _, err := w.f.WriteAt(b, w.pos); err != nil {
-						return err
-					}
-					w.pos += int64(len(b))
-					b = b[:0]
-					old, err := w.roll(need)
-					if err != nil {
-						rollFailed = true
-						return err
-					}
-					retired = append(retired, old)
-				}
-				b = appendWALRecord(b, now, m)
+	head := appendTime(s.head[:], s.clock.Now().UnixMilli())
+	b := s.batch
+	b.Reset()
+	groupStart := s.log.End()
+	segs := 0
+	if s.rollFailure() != nil {
+		segs = len(s.log.Segments())
+	}
+	var err error
+fill:
+	for _, r := range group {
+		for _, m := range r.msgs {
+			if _, err = b.Append(logKindMessage, head, m); err != nil {
+				break fill
 			}
 		}
-		if _, err := w.f.WriteAt(b, w.pos); err != nil {
-			return err
-		}
-		w.pos += int64(len(b))
-		if cap(b) <= 2*maxGroupBytes {
-			buf = b
-		}
-		return nil
 	}
-	err := write()
+	if err == nil {
+		err = s.log.Write(b)
+	}
+	if b.Bytes() > 2*maxGroupBytes {
+		s.batch = s.log.NewBatch() // do not keep an outsized buffer
+	}
 	if err != nil {
 		err = fmt.Errorf("write message log: %w", err)
-		if rollFailed && len(retired) == 0 && s.unwrite(groupStart) {
-			// Nothing of the group is left in the log: only this group
-			// fails, and the next tries a new segment again.
+		// A group that cannot start a new segment (a full disk) fails
+		// alone: Reset takes back what it wrote into the old segment (a
+		// restart must not find it) and clears the log's poison, and the
+		// next group tries a new segment again.
+		if errors.Is(err, segment.ErrNewSegment) && s.takeBack(groupStart) {
 			s.setRollErr(err)
 		} else {
 			s.fail(err)
 		}
-	} else if len(retired) > 0 {
-		s.setRollErr(nil)
-	}
-	s.syncMu.Lock()
-	s.pending.retired = append(s.pending.retired, retired...)
-	s.pending.newSegment = s.pending.newSegment || len(retired) > 0
-	if err == nil {
-		s.pending.active = w.f
-		s.pending.end = w.end()
-		if s.opts.Flush == FlushSync {
-			s.pending.waiters = append(s.pending.waiters, group...)
-		}
-	}
-	s.syncMu.Unlock()
-	if err != nil {
+		signal(s.takenBack) // a sync that met the poison tries again
 		for _, r := range group {
 			r.complete(storeError(err))
 		}
-		return buf
+		return
 	}
-	s.written.Store(w.end())
+	if segs > 0 && len(s.log.Segments()) != segs {
+		s.setRollErr(nil)
+	}
+	end := s.log.End()
+	s.syncMu.Lock()
+	s.pending.written, s.pending.end = true, end
+	if s.opts.Flush == FlushSync {
+		s.pending.waiters = append(s.pending.waiters, group...)
+	}
+	s.syncMu.Unlock()
+	s.written.Store(end)
 	n := 0
 	for _, r := range group {
 		n += len(r.msgs)
@@ -231,10 +194,19 @@ func (s *Store) writeGroup(group []*appendReq, buf []byte) []byte {
 			r.complete(nil)
 		}
 		signal(s.indexWake)
-		return buf
+		return
 	}
 	signal(s.syncWake)
-	return buf
+}
+
+// takeBack cuts the message log back to end after a group failed to start
+// a new segment. It reports false when the log could not be cut.
+func (s *Store) takeBack(end int64) bool {
+	if err := s.log.Reset(end); err != nil {
+		s.lg.Error("cannot take back a failed group's records", zap.Error(err))
+		return false
+	}
+	return true
 }
 
 func (s *Store) syncLoop() {
@@ -264,20 +236,17 @@ func (s *Store) syncOnce() {
 	job := s.pending
 	s.pending = syncJob{}
 	s.syncMu.Unlock()
-	var err error
-	for _, f := range job.retired {
-		if e := fdatasync(f); e != nil && err == nil {
-			err = e
-		}
-		f.Close()
+	if !job.written {
+		return
 	}
-	if job.active != nil {
-		if e := fdatasync(job.active); e != nil && err == nil {
-			err = e
-		}
-	}
-	if job.newSegment && err == nil {
-		err = fsutil.SyncDir(filepath.Join(s.dir, walDir))
+	err := s.log.Sync()
+	for errors.Is(err, segment.ErrNewSegment) && s.refusal() == nil {
+		// The writer could not start a new segment: the failed write
+		// poisoned the log until writeGroup's Reset takes that group
+		// back. The groups of this job were written before it and are
+		// whole: sync again once the poison is cleared.
+		<-s.takenBack
+		err = s.log.Sync()
 	}
 	if err != nil {
 		err = fmt.Errorf("sync message log: %w", err)
@@ -287,7 +256,7 @@ func (s *Store) syncOnce() {
 		}
 		return
 	}
-	if job.active != nil && job.end > s.durable.Load() {
+	if job.end > s.durable.Load() {
 		s.durable.Store(job.end)
 		signal(s.indexWake)
 	}

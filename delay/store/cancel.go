@@ -327,7 +327,7 @@ func (s *Store) readRecord(h, off int64) ([]byte, error) {
 	}
 	defer s.schedules.release(cf)
 	b := make([]byte, recordGuess)
-	got, err := cf.f.ReadAt(b, off)
+	got, err := cf.File.ReadAt(b, off)
 	if got < scheduleHeaderSize {
 		if err == nil || errors.Is(err, io.EOF) {
 			err = fmt.Errorf("%w: schedule record at %d: %d bytes", errTorn, off, got)
@@ -342,7 +342,7 @@ func (s *Store) readRecord(h, off int64) ([]byte, error) {
 		b = b[:need:need]
 	} else {
 		b = make([]byte, need)
-		if _, err := cf.f.ReadAt(b, off); err != nil {
+		if _, err := cf.File.ReadAt(b, off); err != nil {
 			return nil, err
 		}
 	}

@@ -177,7 +177,7 @@ func (s *Store) syncSchedules() error {
 					first = err
 					continue
 				}
-				if err := fdatasync(cf.f); err != nil {
+				if err := cf.File.Sync(); err != nil {
 					first = fmt.Errorf("sync schedule file %s: %w", hourName(h), err)
 				}
 				s.schedules.release(cf)
@@ -201,15 +201,7 @@ func (s *Store) syncSchedules() error {
 
 // trimWAL deletes message-log segments that lie wholly before pos.
 func (s *Store) trimWAL(pos int64) {
-	dir := filepath.Join(s.dir, walDir)
-	segs, err := listSegments(dir)
-	if err != nil {
-		s.lg.Warn("list message-log segments", zap.Error(err))
-		return
-	}
-	for i := 0; i+1 < len(segs) && segs[i+1] <= pos; i++ {
-		if err := os.Remove(filepath.Join(dir, segmentName(segs[i]))); err != nil && !errors.Is(err, os.ErrNotExist) {
-			s.lg.Warn("trim message log", zap.Int64("base", segs[i]), zap.Error(err))
-		}
+	if _, err := s.log.DeleteBefore(pos); err != nil {
+		s.lg.Warn("trim message log", zap.Int64("before", pos), zap.Error(err))
 	}
 }

@@ -3,7 +3,7 @@ package store
 import "encoding/binary"
 
 // Control record: a message-log record that is not a message. Its bytes
-// take the place of the message in the record (wal.go), so the log's CRC,
+// take the place of the message in the record (messagelog.go), so the log's CRC,
 // group commit and recovery treat it like any other record:
 //
 //	0                 4     5      6        8                16                24

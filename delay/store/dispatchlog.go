@@ -134,12 +134,12 @@ func (d *dispatchLogs) append(h int64, offs []int64) error {
 		return err
 	}
 	defer d.files.release(cf)
-	if _, err := cf.f.WriteAt(d.buf, size); err != nil {
+	if _, err := cf.File.WriteAt(d.buf, size); err != nil {
 		return fmt.Errorf("write dispatch log %s: %w", hourName(h), err)
 	}
 	d.sizes[h] = size + int64(len(d.buf))
 	if d.sync {
-		if err := fdatasync(cf.f); err != nil {
+		if err := cf.File.Sync(); err != nil {
 			return fmt.Errorf("sync dispatch log %s: %w", hourName(h), err)
 		}
 		return nil
@@ -166,7 +166,7 @@ func (d *dispatchLogs) syncDirty() error {
 			}
 			continue
 		}
-		if err := fdatasync(cf.f); err != nil && first == nil {
+		if err := cf.File.Sync(); err != nil && first == nil {
 			first = fmt.Errorf("sync dispatch log %s: %w", hourName(h), err)
 		}
 		d.files.release(cf)

@@ -26,7 +26,7 @@
 // # Files
 //
 //	dir/LOCK                      flock: one process per directory
-//	dir/wal/<20-digit base>.wal   message log (write-ahead log), preallocated segments
+//	dir/log/<20-digit base>.seg   message log (write-ahead log): a pkg/segment Log
 //	dir/schedule/yyyyMMddHH       one schedule file per hour of due time (UTC)
 //	dir/dispatch/yyyyMMddHH       what of that hour has been forwarded or cancelled
 //	dir/checkpoint                replay position and schedule-file sizes
@@ -34,7 +34,7 @@
 //	dir/replica                   in a slave's copy: the ID of the store it copies
 //	dir/origin                    in a promoted copy: the store it copied and the shared sizes
 //
-// Byte layouts are drawn next to the code that writes them (wal.go,
+// Byte layouts are drawn next to the code that writes them (messagelog.go,
 // schedulelog.go, dispatchlog.go, checkpoint.go); every record carries a
 // CRC-32C.
 //
@@ -46,9 +46,9 @@
 // under FlushAsync callbacks complete after the write and syncLoop
 // fdatasyncs every FlushInterval. A failed write or sync is sticky
 // (ErrStoreError until reopened). A full disk is not: a group that needs a
-// new segment fails alone (its records zeroed), a failed schedule write
-// stalls the replay and makes Append refuse until it catches up
-// (Stats.Refusing); nothing acknowledged is lost.
+// new segment fails alone (segment.Log.Reset takes its records back), a
+// failed schedule write stalls the replay and makes Append refuse until it
+// catches up (Stats.Refusing); nothing acknowledged is lost.
 //
 // # From the message log to the wheel
 //
@@ -75,17 +75,19 @@
 // # Recovery
 //
 //  1. Read the checkpoint (a corrupt one counts as missing).
-//  2. Scan the message log from the replay position; the first torn or
-//     corrupt record ends it (the rest is zeroed or removed: never
-//     acknowledged).
-//  3. Cut every schedule file back to its checkpointed size; the replay is
+//  2. Convert an old-format message log (dir/wal) once (migrate.go).
+//  3. Scan the message log from the replay position with pkg/segment's
+//     Recover: a torn tail (never acknowledged) is cut; damage followed by
+//     valid records, or a missing segment, makes Open fail with ErrCorrupt
+//     naming the offset rather than drop acknowledged messages.
+//  4. Cut every schedule file back to its checkpointed size; the replay is
 //     deterministic (the append time is in the log), so cut records come
 //     back at the same offsets. A file shorter than its checkpoint lost
 //     fsynced data: what is valid is kept, the loss logged.
-//  4. Without a checkpoint, rebuild the schedule files from a whole log, or
+//  5. Without a checkpoint, rebuild the schedule files from a whole log, or
 //     scan them and skip what they hold (each record carries its WAL offset).
-//  5. Cut dispatch logs' torn tails; remove those of hours gone.
-//  6. Replay from the checkpoint; load hours once caught up.
+//  6. Cut dispatch logs' torn tails; remove those of hours gone.
+//  7. Replay from the checkpoint; load hours once caught up.
 //
 // # Schedule keys, cancel and reschedule
 //
@@ -146,7 +148,7 @@
 // flight, the oldest undispatched due time, message-log offsets, and
 // counters (appended, rejected, fired, dispatched, cancelled, corrupt).
 //
-// The message log's segment files are this package's own (wal.go):
-// pkg/segment did not exist when it was written, and its records carry the
-// append time that makes the replay deterministic.
+// The message log is a pkg/segment Log (one record format and one
+// recovery path with the realtime broker's logs); its records carry the
+// append time that makes the replay deterministic (messagelog.go).
 package store

@@ -1,102 +1,58 @@
 package store
 
 import (
-	"container/list"
-	"os"
 	"path/filepath"
 	"sync"
 
 	"github.com/qmq-go/qmq/pkg/fsutil"
+	"github.com/qmq-go/qmq/pkg/segment"
 )
 
-// fileCache keeps at most max hour files open, closing the least recently
-// used one that nobody holds. Thousands of hour files may exist; only the
-// ones being written, loaded or read are open.
+// fileCache keeps at most max hour files of one directory open: a
+// segment.FilePool named by hour. Thousands of hour files may exist; only
+// the ones being written, loaded or read are open.
 type fileCache struct {
-	dir   string
-	max   int
-	mu    sync.Mutex
-	files map[int64]*cachedFile
-	lru   list.List // of *cachedFile, most recent at the front
+	dir  string
+	pool *segment.FilePool
+	mu   sync.Mutex
+	// paths holds each hour's file path, formatted once: the fire path
+	// acquires a file for every run of records it reads.
+	paths map[int64]string
 }
 
-type cachedFile struct {
-	f      *os.File
-	hour   int64
-	refs   int
-	elem   *list.Element
-	doomed bool // forgotten while held: close on the last release
-}
+// cachedFile is an hour file lent by a fileCache (File); release it when
+// done.
+type cachedFile = segment.Handle
 
 func newFileCache(dir string, max int) *fileCache {
-	return &fileCache{dir: dir, max: max, files: make(map[int64]*cachedFile)}
+	return &fileCache{dir: dir, pool: segment.NewFilePool(fsutil.OS, max), paths: make(map[int64]string)}
 }
 
 // acquire returns hour h's file, opened read-write (created when create is
 // set). The caller must release it.
 func (c *fileCache) acquire(h int64, create bool) (*cachedFile, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if cf, ok := c.files[h]; ok {
-		cf.refs++
-		c.lru.MoveToFront(cf.elem)
-		return cf, nil
-	}
-	flag := os.O_RDWR
-	if create {
-		flag |= os.O_CREATE
-	}
-	f, err := os.OpenFile(filepath.Join(c.dir, hourName(h)), flag, fsutil.FileMode)
-	if err != nil {
-		return nil, err
-	}
-	cf := &cachedFile{f: f, hour: h, refs: 1}
-	cf.elem = c.lru.PushFront(cf)
-	c.files[h] = cf
-	for e := c.lru.Back(); e != nil && len(c.files) > c.max; {
-		prev := e.Prev()
-		if old := e.Value.(*cachedFile); old.refs == 0 {
-			c.lru.Remove(e)
-			delete(c.files, old.hour)
-			old.f.Close()
-		}
-		e = prev
-	}
-	return cf, nil
+	return c.pool.Acquire(c.path(h), create)
 }
 
-func (c *fileCache) release(cf *cachedFile) {
+func (c *fileCache) release(cf *cachedFile) { cf.Release() }
+
+func (c *fileCache) path(h int64) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cf.refs--
-	if cf.doomed && cf.refs == 0 {
-		cf.f.Close()
+	p, ok := c.paths[h]
+	if !ok {
+		p = filepath.Join(c.dir, hourName(h))
+		c.paths[h] = p
 	}
+	return p
 }
 
 // forget drops hour h from the cache, closing its file once released.
 func (c *fileCache) forget(h int64) {
+	c.pool.Forget(c.path(h))
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	cf, ok := c.files[h]
-	if !ok {
-		return
-	}
-	delete(c.files, h)
-	c.lru.Remove(cf.elem)
-	if cf.refs == 0 {
-		cf.f.Close()
-	} else {
-		cf.doomed = true
-	}
+	delete(c.paths, h)
+	c.mu.Unlock()
 }
 
-func (c *fileCache) closeAll() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for h, cf := range c.files {
-		cf.f.Close()
-		delete(c.files, h)
-	}
-	c.lru.Init()
-}
+func (c *fileCache) closeAll() { c.pool.Close() }

@@ -164,6 +164,6 @@ func (s *Store) readRun(hour, off int64, b []byte) error {
 		return err
 	}
 	defer s.schedules.release(cf)
-	_, err = cf.f.ReadAt(b, off)
+	_, err = cf.File.ReadAt(b, off)
 	return err
 }

@@ -2,10 +2,12 @@ package store
 
 import (
 	"errors"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/qmq-go/qmq/pkg/clock"
+	"github.com/qmq-go/qmq/pkg/fsutil"
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
@@ -43,9 +45,10 @@ func TestLifecycle_AfterClose(t *testing.T) {
 func TestLifecycle_WriteFailureIsSticky(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	dir := t.TempDir()
-	h := newHarness(t, dir, Options{}, clk)
+	disk := fsutil.NewFaultFS(nil)
+	h := newHarness(t, dir, Options{FS: disk}, clk)
 	h.appendDue("ok", 5, epoch.Add(time.Second), time.Millisecond)
-	h.store.wal.f.Close() // the disk goes away under the writer
+	disk.Fail(fsutil.OpWrite|fsutil.OpSync, syscall.EIO) // the disk goes away under the writer
 	for i := 0; i < 2; i++ {
 		res := h.store.AppendWait([][]byte{encode(t, "lost", epoch.Add(time.Second))})
 		if !errors.Is(res[0].Err, protocol.ErrStoreError) {
@@ -55,8 +58,11 @@ func TestLifecycle_WriteFailureIsSticky(t *testing.T) {
 			t.Fatalf("status %v", protocol.StatusOf(res[0].Err))
 		}
 	}
-	h.store.Close() // reports the failure
+	if err := h.store.Close(); !errors.Is(err, syscall.EIO) { // reports the failure
+		t.Fatalf("Close after a write failure: %v", err)
+	}
 	h.store = nil
+	disk.Heal()
 	h.open()
 	h.appendDue("again", 5, epoch.Add(time.Second), time.Millisecond)
 	clk.Advance(2 * time.Second)

@@ -115,7 +115,7 @@ func (s *Store) loadHour(h int64, to int64) error {
 	}
 	j := 0
 	loaded := 0
-	scan := scanSchedule(cf.f, limit, maxRecordSize, func(off int64, msg []byte) {
+	scan := scanSchedule(cf.File, limit, maxRecordSize, func(off int64, msg []byte) {
 		due := dueOf(msg)
 		if (!first && due <= from) || due > to {
 			return

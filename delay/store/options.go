@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/qmq-go/qmq/pkg/fsutil"
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
@@ -37,6 +38,9 @@ type Options struct {
 	// SegmentSize is the size of a message-log segment (default 64 MiB,
 	// at least 1 MiB).
 	SegmentSize int64
+	// FS is the file system of the message log (default fsutil.OS; tests
+	// inject full disks and I/O errors through fsutil.FaultFS).
+	FS fsutil.FS
 	// Window is how far ahead messages are loaded into the wheel (default
 	// 30m): each enters it between Window and 5/6 Window before it is due.
 	Window time.Duration
@@ -118,6 +122,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.SegmentSize == 0 {
 		o.SegmentSize = d.SegmentSize
+	}
+	if o.FS == nil {
+		o.FS = fsutil.OS
 	}
 	if o.Window == 0 {
 		o.Window = d.Window

@@ -158,7 +158,7 @@ func (r *Replica) Rejoin(store uint64, o Origin) (bool, error) {
 		}
 		kept++
 	}
-	for _, p := range []string{walDir} {
+	for _, p := range []string{logDir, legacyLogDir} {
 		if err := os.RemoveAll(filepath.Join(r.dir, p)); err != nil {
 			return false, err
 		}

@@ -9,13 +9,12 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/qmq-go/qmq/pkg/fsutil"
+	"github.com/qmq-go/qmq/pkg/segment"
 )
 
 // recover brings the files back to a consistent state before the goroutines
 // start (see "Recovery" in the package documentation).
 func (s *Store) recover() error {
-	walPath := filepath.Join(s.dir, walDir)
 	ckpt, found, err := readCheckpoint(filepath.Join(s.dir, checkpointFile))
 	if err != nil {
 		if !errors.Is(err, ErrCorrupt) {
@@ -23,62 +22,63 @@ func (s *Store) recover() error {
 		}
 		s.lg.Warn("checkpoint is corrupt; rebuilding from the files", zap.Error(err))
 	}
-	segs, err := listSegments(walPath)
-	if err != nil {
+	if err := convertLegacyLog(s.dir, s.opts, ckpt.walOffset, found, s.lg); err != nil {
 		return err
 	}
+	if s.log, err = openMessageLog(s.dir, s.opts, s.opts.FS); err != nil {
+		return err
+	}
+	s.batch = s.log.NewBatch()
+	segs := s.log.Segments()
 	start := ckpt.walOffset
 	if !found {
-		start = 0
-		if len(segs) > 0 {
-			start = segs[0]
-		}
+		start = s.log.Start()
+	}
+	if err := s.checkSegments(segs, start); err != nil {
+		return err
 	}
 
 	// 1. The message log: find where its valid records end, from the replay
-	// position on, and which hours they go to.
+	// position on, and which hours they go to. pkg/segment cuts a torn
+	// tail and refuses damage in the middle of the log.
 	touched := make(map[int64]struct{})
-	r := newWALReader(walPath, start, maxRecordSize)
-	records, lastBase := 0, int64(-1)
-	for {
-		rec, ok, err := r.next(-1)
-		if err != nil {
-			if !errors.Is(err, errTorn) {
-				r.close()
+	records := 0
+	validEnd := start
+	if len(segs) == 0 {
+		s.log.SetEnd(start)
+	} else {
+		res, err := s.log.Recover(start, false, func(off int64, kind uint8, payload []byte) error {
+			rec, err := parseLogRecord(off, kind, payload)
+			if err != nil {
 				return err
 			}
-			s.lg.Info("cut torn message-log tail", zap.Int64("offset", r.pos), zap.Error(err))
-			break
+			msg := rec.message
+			if isControl(msg) {
+				msg = controlMessage(msg)
+			}
+			if len(msg) >= 24 {
+				touched[scheduleHour(dueOf(msg), rec.appendMillis)] = struct{}{}
+			}
+			records++
+			return nil
+		})
+		if errors.Is(err, segment.ErrCorrupt) {
+			return fmt.Errorf("%w: message log: %w", ErrCorrupt, err)
 		}
-		if !ok {
-			break
+		if err != nil {
+			return fmt.Errorf("message log: %w", err)
 		}
-		if len(rec.message) < 24 {
-			s.lg.Warn("cut short message-log record", zap.Int64("offset", rec.offset))
-			r.pos = rec.offset
-			break
+		if res.TornAt >= 0 {
+			s.lg.Info("cut torn message-log tail", zap.Int64("offset", res.TornAt))
 		}
-		msg := rec.message
-		if isControl(msg) {
-			msg = controlMessage(msg)
-		}
-		if len(msg) >= 24 {
-			touched[scheduleHour(dueOf(msg), rec.appendMillis)] = struct{}{}
-		}
-		records++
-		lastBase = r.base
-	}
-	validEnd := r.pos
-	r.close()
-	if err := s.recoverWAL(segs, start, validEnd, records, lastBase); err != nil {
-		return err
+		validEnd = res.End
 	}
 
 	// 2. Schedule files.
 	switch {
 	case found:
 		err = s.recoverSchedules(ckpt)
-	case len(segs) == 0 || segs[0] == 0:
+	case s.log.Start() == 0:
 		// The message log is whole: rebuild every schedule file from it. The
 		// replay is deterministic, so dispatch logs stay valid.
 		err = s.removeSchedules()
@@ -127,65 +127,38 @@ func (s *Store) recover() error {
 	s.caughtUp = start >= validEnd
 	s.written.Store(validEnd)
 	s.durable.Store(validEnd)
-	s.reader = newWALReader(walPath, start, maxRecordSize)
+	s.reader = s.log.NewReader(start)
 	s.lg.Info("recovered",
-		zap.Bool("checkpoint", found), zap.Int64("replay_from", start), zap.Int64("wal_end", validEnd),
+		zap.Bool("checkpoint", found), zap.Int64("replay_from", start), zap.Int64("log_end", validEnd),
 		zap.Int("records_to_replay", records), zap.Int("hours", len(s.hours)))
 	return nil
 }
 
-// recoverWAL removes segments past the valid end and positions the writer
-// at it, with every byte after it zero.
-func (s *Store) recoverWAL(segs []int64, start, validEnd int64, records int, lastBase int64) error {
-	dir := filepath.Join(s.dir, walDir)
-	// Continue in the segment of the last valid record or, when there is
-	// none past the replay position, in a segment that starts there. Every
-	// later segment holds only bytes that were never acknowledged.
-	base := lastBase
-	if records == 0 {
-		base = start
+// checkSegments refuses a message log that lacks segments the replay needs:
+// one holding the replay position, or one between two that are there (a
+// segment's file is preallocated to reach the next segment's base).
+// pkg/segment would read either gap as the zero rest of a segment.
+func (s *Store) checkSegments(segs []segment.SegmentInfo, start int64) error {
+	if len(segs) == 0 {
+		return nil
 	}
-	for _, b := range segs {
-		if b > base {
-			s.lg.Info("remove message-log segment past the valid end", zap.Int64("base", b))
-			if err := os.Remove(filepath.Join(dir, segmentName(b))); err != nil {
-				return err
-			}
+	if start < segs[0].Base {
+		return fmt.Errorf("%w: message log starts at %d, the replay at %d: segments are missing", ErrCorrupt, segs[0].Base, start)
+	}
+	for i := 0; i+1 < len(segs); i++ {
+		if segs[i+1].Base <= start {
+			continue
 		}
-	}
-	w := &s.wal
-	w.dir, w.segSize = dir, s.opts.SegmentSize
-	f, err := os.OpenFile(filepath.Join(dir, segmentName(base)), os.O_RDWR, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		f, w.alloc, err = createSegment(dir, base, s.opts.SegmentSize, 0)
+		info, err := os.Stat(filepath.Join(s.dir, logDir, segment.FileName(segs[i].Base)))
 		if err != nil {
 			return err
 		}
-		w.f, w.base, w.pos = f, base, 0
-		return fsutil.SyncDir(dir)
+		if info.Size() < segs[i].Size {
+			return fmt.Errorf("%w: message-log segment %d is %d bytes and the next starts at %d: a segment is missing",
+				ErrCorrupt, segs[i].Base, info.Size(), segs[i+1].Base)
+		}
 	}
-	if err != nil {
-		return err
-	}
-	pos := validEnd - base
-	alloc := s.opts.SegmentSize
-	if pos > alloc {
-		alloc = pos
-	}
-	if err := f.Truncate(pos); err != nil {
-		f.Close()
-		return err
-	}
-	if err := preallocate(f, alloc); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	w.f, w.base, w.pos, w.alloc = f, base, pos, alloc
-	return fsutil.SyncDir(dir)
+	return nil
 }
 
 // recoverSchedules cuts every schedule file back to its checkpointed size;

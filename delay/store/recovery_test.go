@@ -59,16 +59,6 @@ func appendBytes(t *testing.T, path string, off int64, b []byte) {
 	}
 }
 
-func lastSegment(t *testing.T, dir string) (string, int64) {
-	t.Helper()
-	segs, err := listSegments(filepath.Join(dir, walDir))
-	if err != nil || len(segs) == 0 {
-		t.Fatalf("segments %v %v", segs, err)
-	}
-	b := segs[len(segs)-1]
-	return filepath.Join(dir, walDir, segmentName(b)), b
-}
-
 func TestRecovery_TornWALTail(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	dir := t.TempDir()
@@ -78,7 +68,7 @@ func TestRecovery_TornWALTail(t *testing.T) {
 	h.close()
 	// A record cut short after the last acknowledged one.
 	path, base := lastSegment(t, dir)
-	torn := appendWALRecord(nil, epoch.UnixMilli(), encode(t, "torn", epoch))
+	torn := logRecordBytes(t, epoch.UnixMilli(), encode(t, "torn", epoch))
 	appendBytes(t, path, end-base, torn[:len(torn)-7])
 	h.open()
 	h.appendDue("b", 50, epoch.Add(2*time.Minute), time.Second)
@@ -261,7 +251,7 @@ func TestRecovery_CorruptCheckpointTrimmedLog(t *testing.T) {
 	clk.Advance(5 * time.Minute)
 	h.waitCount(6)
 	h.close()
-	segs, _ := listSegments(filepath.Join(dir, walDir))
+	segs := logBases(t, dir)
 	if segs[0] == 0 {
 		t.Fatalf("log was not trimmed: segments %v", segs)
 	}

@@ -54,8 +54,8 @@ func (s *Store) replay() {
 	var adds []wheelAdd
 	var cancels [][2]int64 // hour, offset
 	var index []indexed
-	for s.reader.pos < limit {
-		start := s.reader.pos
+	for s.reader.Pos() < limit {
+		start := s.reader.Pos()
 		clear(bufs)
 		adds = adds[:0]
 		cancels = cancels[:0]
@@ -67,7 +67,7 @@ func (s *Store) replay() {
 			maxBytes = stalledBatchBytes
 		}
 		for n < replayBatchRecords && size < maxBytes {
-			rec, ok, err := s.reader.next(limit)
+			rec, ok, err := nextRecord(s.reader, limit)
 			if err != nil {
 				s.replayErr = fmt.Errorf("%w: replay message log: %w", ErrCorrupt, err)
 				s.lg.Error("replay stopped", zap.Error(s.replayErr))
@@ -123,7 +123,7 @@ func (s *Store) replay() {
 			writeErr = s.writeCancels(cancels)
 		}
 		if writeErr != nil && len(bufs) == 0 {
-			s.reader.seek(start)
+			s.reader.SetPos(start)
 			s.stallReplay(writeErr)
 			return
 		}
@@ -141,7 +141,7 @@ func (s *Store) replay() {
 				for h, hb := range bufs {
 					s.cutSchedule(h, hb.base)
 				}
-				s.reader.seek(start)
+				s.reader.SetPos(start)
 				s.stallReplay(err)
 				return
 			}
@@ -160,26 +160,26 @@ func (s *Store) replay() {
 			}
 			s.changes.log.noteLocked(h)
 		}
-		s.changes.log.replayed = s.reader.pos
+		s.changes.log.replayed = s.reader.Pos()
 		for _, a := range adds {
 			s.wheel.Add(a.due, a.e)
 		}
 		s.mu.Unlock()
 		s.idx.add(index)
-		s.replayedPos.Store(s.reader.pos)
+		s.replayedPos.Store(s.reader.Pos())
 		s.changes.fire()
 		if len(adds) > 0 {
 			signal(s.fireWake)
 		}
-		if s.reader.pos != s.replayPos {
-			s.replayPos = s.reader.pos
+		if s.reader.Pos() != s.replayPos {
+			s.replayPos = s.reader.Pos()
 			s.ckptDirty = true
 		}
 		if s.replayErr != nil || n == 0 {
 			break
 		}
 	}
-	if s.replayErr == nil && s.reader.pos >= limit {
+	if s.replayErr == nil && s.reader.Pos() >= limit {
 		s.unstallReplay() // caught up: full batches again
 	}
 	if !s.caughtUp && s.replayPos >= s.recoveredEnd {
@@ -198,7 +198,7 @@ func (s *Store) cutSchedule(h int64, size int64) {
 		return // never created
 	}
 	defer s.schedules.release(cf)
-	if err := cf.f.Truncate(size); err != nil {
+	if err := cf.File.Truncate(size); err != nil {
 		s.lg.Warn("cannot cut a schedule file back after a failed write", zap.String("hour", hourName(h)), zap.Error(err))
 	}
 }
@@ -244,7 +244,7 @@ func (s *Store) writeSchedule(h int64, hb *hourBuf) error {
 		return fmt.Errorf("open schedule file %s: %w", hourName(h), err)
 	}
 	defer s.schedules.release(cf)
-	if _, err := cf.f.WriteAt(hb.buf, hb.base); err != nil {
+	if _, err := cf.File.WriteAt(hb.buf, hb.base); err != nil {
 		return fmt.Errorf("write schedule file %s: %w", hourName(h), err)
 	}
 	return nil

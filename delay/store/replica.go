@@ -96,12 +96,7 @@ func OpenReplica(dir string, lg *zap.Logger) (*Replica, error) {
 	if lg == nil {
 		lg = zap.NewNop()
 	}
-	for _, d := range []string{dir, filepath.Join(dir, scheduleDir), filepath.Join(dir, dispatchDir)} {
-		if err := fsutil.MkdirPrivate(fsutil.OS, d); err != nil {
-			return nil, err
-		}
-	}
-	lock, err := fsutil.LockDir(dir)
+	lock, err := lockDirs(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +121,7 @@ func (r *Replica) load() error {
 		r.marked = true
 	case errors.Is(err, os.ErrNotExist):
 		// A master's directory, or a new one.
-		for _, p := range []string{checkpointFile, walDir, idFile} {
+		for _, p := range []string{checkpointFile, logDir, legacyLogDir, idFile} {
 			if _, err := os.Stat(filepath.Join(r.dir, p)); err == nil {
 				r.master = true
 			}
@@ -295,7 +290,7 @@ func (r *Replica) Drop() error {
 func (r *Replica) wipeLocked() error {
 	r.schedules.closeAll()
 	r.dispatch.closeAll()
-	for _, d := range []string{scheduleDir, dispatchDir, walDir} {
+	for _, d := range []string{scheduleDir, dispatchDir, logDir} {
 		if err := os.RemoveAll(filepath.Join(r.dir, d)); err != nil {
 			return err
 		}
@@ -445,11 +440,11 @@ func (r *Replica) write(files *fileCache, h, off int64, data []byte, size func(*
 		return err
 	}
 	defer files.release(cf)
-	if _, err := cf.f.WriteAt(data, off); err != nil {
+	if _, err := cf.File.WriteAt(data, off); err != nil {
 		// Cut what was written back to the size (the next open would cut
 		// it too): on a full disk a partial write's bytes hold the space
 		// the next copy needs.
-		if terr := cf.f.Truncate(off); terr != nil {
+		if terr := cf.File.Truncate(off); terr != nil {
 			r.lg.Warn("cannot cut a copy back after a failed write", zap.String("hour", hourName(h)), zap.Error(terr))
 		}
 		return fmt.Errorf("write %s copy: %w", hourName(h), err)
@@ -496,7 +491,7 @@ func (r *Replica) Commit(replayed int64) error {
 			if err != nil {
 				return err
 			}
-			err = fdatasync(cf.f)
+			err = cf.File.Sync()
 			c.release(cf)
 			if err != nil {
 				return fmt.Errorf("sync %s copy: %w", hourName(h), err)
@@ -586,8 +581,10 @@ func (r *Replica) Promote() error {
 }
 
 func unmarkReplicaDir(dir string, lg *zap.Logger) error {
-	if err := os.RemoveAll(filepath.Join(dir, walDir)); err != nil {
-		return err
+	for _, d := range []string{logDir, legacyLogDir} {
+		if err := os.RemoveAll(filepath.Join(dir, d)); err != nil {
+			return err
+		}
 	}
 	// The promoted store is a store of its own: a new ID (Open makes it).
 	if err := os.Remove(filepath.Join(dir, idFile)); err != nil && !errors.Is(err, os.ErrNotExist) {

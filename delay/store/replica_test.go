@@ -214,7 +214,7 @@ func TestReplica_FollowDropsForeignCopies(t *testing.T) {
 	if dropped, err := r.Follow(1); err != nil || !dropped {
 		t.Fatalf("master's directory: dropped %v, %v", dropped, err)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(mdir, walDir)); len(ents) != 0 {
+	if ents, _ := os.ReadDir(filepath.Join(mdir, logDir)); len(ents) != 0 {
 		t.Fatalf("message log left: %v", ents)
 	}
 }

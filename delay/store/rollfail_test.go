@@ -3,14 +3,13 @@ package store
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/qmq-go/qmq/pkg/clock"
+	"github.com/qmq-go/qmq/pkg/fsutil"
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
@@ -22,14 +21,8 @@ import (
 func TestStore_FailedRollTakesBackTheGroup(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	const segment = 1 << 20
-	h := newHarness(t, t.TempDir(), Options{SegmentSize: segment}, clk)
-	var full atomic.Bool
-	h.store.wal.create = func(dir string, base, segSize, need int64) (*os.File, int64, error) {
-		if full.Load() {
-			return nil, 0, fmt.Errorf("preallocate: %w", syscall.ENOSPC)
-		}
-		return createSegment(dir, base, segSize, need)
-	}
+	disk := fsutil.NewFaultFS(nil)
+	h := newHarness(t, t.TempDir(), Options{SegmentSize: segment, FS: disk}, clk)
 	due := epoch.Add(time.Hour)
 	n := 0
 	msg := func(prefix string) ([]byte, string) {
@@ -38,7 +31,7 @@ func TestStore_FailedRollTakesBackTheGroup(t *testing.T) {
 		return encode(t, id, due), id
 	}
 	probe, _ := msg("a")
-	record := int64(walHeaderSize + len(probe))
+	record := int64(logRecordOverhead + len(probe))
 	var acked []string
 	appendOne := func(prefix string) {
 		m, id := msg(prefix)
@@ -49,7 +42,7 @@ func TestStore_FailedRollTakesBackTheGroup(t *testing.T) {
 	for segment-h.store.Stats().WALWritten >= 3*record {
 		appendOne("a")
 	}
-	full.Store(true)
+	disk.Fail(fsutil.OpCreate, syscall.ENOSPC) // no new segment file
 	var group [][]byte
 	var refused []string
 	for range 8 {
@@ -65,7 +58,7 @@ func TestStore_FailedRollTakesBackTheGroup(t *testing.T) {
 		t.Fatalf("Stats.Refusing %q after a group found the disk full", st.Refusing)
 	}
 	appendOne("a") // fits in the old segment, where the group's records were
-	full.Store(false)
+	disk.Heal()
 	h.reopen()
 	for range 20 {
 		appendOne("a") // and on into a new segment

@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -33,6 +34,25 @@ const (
 	// scanChunk is how much a schedule-log scan reads at a time.
 	scanChunk = 1 << 20
 )
+
+// fileSize returns the size of an *os.File or an fsutil.File.
+func fileSize(f io.ReaderAt) (int64, error) {
+	switch f := f.(type) {
+	case interface{ Size() (int64, error) }:
+		return f.Size()
+	case interface{ Stat() (os.FileInfo, error) }:
+		st, err := f.Stat()
+		if err != nil {
+			return 0, err
+		}
+		return st.Size(), nil
+	}
+	return 0, fmt.Errorf("size of a %T", f)
+}
+
+// errTorn reports a schedule or dispatch record that is cut short or fails
+// its checksum.
+var errTorn = errors.New("torn or corrupt record")
 
 // hourOf returns the hour (since the Unix epoch) holding ms.
 func hourOf(ms int64) int64 {
@@ -110,13 +130,13 @@ type scheduleScan struct {
 // scanSchedule reads records of f from offset 0 up to limit (limit < 0: to
 // the end of the file) and calls fn for each valid one (fn may be nil). It
 // stops at the first invalid record. msg is valid only during fn.
-func scanSchedule(f *os.File, limit int64, maxSize int64, fn func(off int64, msg []byte)) scheduleScan {
+func scanSchedule(f io.ReaderAt, limit int64, maxSize int64, fn func(off int64, msg []byte)) scheduleScan {
 	return scanScheduleFrom(f, 0, limit, maxSize, fn)
 }
 
 // scanScheduleFrom is scanSchedule from offset from (a record start); the
 // result counts the records from there.
-func scanScheduleFrom(f *os.File, from, limit int64, maxSize int64, fn func(off int64, msg []byte)) scheduleScan {
+func scanScheduleFrom(f io.ReaderAt, from, limit int64, maxSize int64, fn func(off int64, msg []byte)) scheduleScan {
 	if fn == nil {
 		return scanScheduleWAL(f, from, limit, maxSize, nil)
 	}
@@ -125,22 +145,22 @@ func scanScheduleFrom(f *os.File, from, limit int64, maxSize int64, fn func(off 
 
 // scanScheduleUntil is scanScheduleFrom that stops once fn returns false
 // (a page of the timeline is full: the rest of the file is not read).
-func scanScheduleUntil(f *os.File, from, limit int64, maxSize int64, fn func(off int64, msg []byte) bool) scheduleScan {
+func scanScheduleUntil(f io.ReaderAt, from, limit int64, maxSize int64, fn func(off int64, msg []byte) bool) scheduleScan {
 	return scanScheduleWAL(f, from, limit, maxSize, func(off, _ int64, msg []byte) bool { return fn(off, msg) })
 }
 
 // scanScheduleWAL is scanScheduleFrom whose fn also gets each record's
 // message-log offset (its append order); fn returning false ends the scan
 // after that record.
-func scanScheduleWAL(f *os.File, from, limit int64, maxSize int64, fn func(off, wal int64, msg []byte) bool) scheduleScan {
+func scanScheduleWAL(f io.ReaderAt, from, limit int64, maxSize int64, fn func(off, wal int64, msg []byte) bool) scheduleScan {
 	res := scheduleScan{lastWAL: -1}
 	if limit < 0 {
-		st, err := f.Stat()
+		size, err := fileSize(f)
 		if err != nil {
 			res.err = err
 			return res
 		}
-		limit = st.Size()
+		limit = size
 	}
 	buf := make([]byte, 0, scanChunk)
 	bufOff := from // file offset of buf[0]

@@ -169,7 +169,7 @@ func (s *Store) ReadSchedule(h, from, to int64, max int) ([]byte, error) {
 	defer s.schedules.release(cf)
 	want := min(to-from, int64(max))
 	buf := make([]byte, max64(want, scheduleHeaderSize))
-	if _, err := cf.f.ReadAt(buf[:scheduleHeaderSize], from); err != nil {
+	if _, err := cf.File.ReadAt(buf[:scheduleHeaderSize], from); err != nil {
 		return nil, err
 	}
 	first := scheduleHeaderSize + int64(binary.BigEndian.Uint32(buf))
@@ -183,7 +183,7 @@ func (s *Store) ReadSchedule(h, from, to int64, max int) ([]byte, error) {
 		buf = make([]byte, want)
 	}
 	buf = buf[:want]
-	if _, err := cf.f.ReadAt(buf, from); err != nil {
+	if _, err := cf.File.ReadAt(buf, from); err != nil {
 		return nil, err
 	}
 	// The first record's CRC proves from is a record start; the slave

@@ -14,6 +14,7 @@ import (
 	"github.com/qmq-go/qmq/pkg/clock"
 	"github.com/qmq-go/qmq/pkg/fsutil"
 	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/segment"
 	"github.com/qmq-go/qmq/pkg/timewheel"
 )
 
@@ -29,14 +30,18 @@ type Store struct {
 	origin     Origin // where the store came from (origin file)
 	maxMessage int64  // largest encoded message accepted
 
-	// Append path: writeLoop owns wal; syncLoop completes waiters.
+	// Append path: writeLoop writes log through batch; syncLoop syncs it
+	// and completes waiters.
 	closeMu    sync.RWMutex // guards closed and sends on appendCh
 	closed     bool
 	appendCh   chan *appendReq
-	wal        walWriter
-	syncMu     sync.Mutex // guards pending
+	log        *segment.Log
+	batch      *segment.Batch
+	head       [appendTimeSize]byte // the append time of the group being written
+	syncMu     sync.Mutex           // guards pending
 	pending    syncJob
 	syncWake   chan struct{}
+	takenBack  chan struct{} // writeGroup dealt with a failed write (takeBack)
 	writerDone chan struct{}
 	errMu      sync.Mutex
 	writeErr   error        // sticky message-log write or sync failure
@@ -56,7 +61,7 @@ type Store struct {
 	batchSeq uint64
 
 	// Owned by indexLoop.
-	reader           *walReader
+	reader           *segment.Reader
 	replayPos        int64
 	recoveredEnd     int64
 	caughtUp         bool
@@ -143,12 +148,7 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 	if err := promoteReplicaDir(dir, lg); err != nil {
 		return nil, fmt.Errorf("delay/store: promote replica %s: %w", dir, err)
 	}
-	for _, d := range []string{dir, filepath.Join(dir, walDir), filepath.Join(dir, scheduleDir), filepath.Join(dir, dispatchDir)} {
-		if err := fsutil.MkdirPrivate(fsutil.OS, d); err != nil {
-			return nil, err
-		}
-	}
-	lock, err := fsutil.LockDir(dir)
+	lock, err := lockDirs(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -161,6 +161,7 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 		maxMessage: int64(opts.Limits.MaxEncodedSize()),
 		appendCh:   make(chan *appendReq, 1024),
 		syncWake:   make(chan struct{}, 1),
+		takenBack:  make(chan struct{}, 1),
 		writerDone: make(chan struct{}),
 		hours:      make(map[int64]*hourState),
 		inflight:   make(map[uint64]*firedBatch),
@@ -231,6 +232,18 @@ func Open(dir string, opts Options, clk clock.Clock, lg *zap.Logger) (*Store, er
 	return s, nil
 }
 
+// lockDirs makes the directories of a store (or a copy of one) in dir,
+// private to the server's user, and locks dir. The message log's directory
+// is made when it is opened, after an old one is converted (migrate.go).
+func lockDirs(dir string) (*fsutil.DirLock, error) {
+	for _, d := range []string{dir, filepath.Join(dir, scheduleDir), filepath.Join(dir, dispatchDir)} {
+		if err := fsutil.MkdirPrivate(fsutil.OS, d); err != nil {
+			return nil, err
+		}
+	}
+	return fsutil.LockDir(dir)
+}
+
 // Close stops taking messages, makes what was acknowledged durable, writes
 // a checkpoint, stops the goroutines and closes the Due channel. Messages
 // handed out through Due and not marked dispatched are handed out again
@@ -258,11 +271,8 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) closeFiles() {
-	if s.wal.f != nil {
-		s.wal.f.Close()
-	}
-	if s.reader != nil {
-		s.reader.close()
+	if s.log != nil {
+		s.log.Close()
 	}
 	s.schedules.closeAll()
 	s.dispatch.close()

@@ -69,6 +69,15 @@
 // writer that must not wait behind its syncs (a log fsynced per group
 // commit) sets NoMmap.
 //
+// Reader reads records in order from an offset up to a limit its caller
+// gives (what is written, or what is durable), beside the writer: the delay
+// store's replay. A write that cannot create the next segment fails with
+// ErrNewSegment (its batch reached no new file; Reset to the batch's start
+// takes it back whole). With LargeRecords a record larger than SegmentSize
+// (up to MaxRecordSize) starts a segment of its own, sized to it; without
+// it such a record is ErrTooLarge. A batch's chunk never crosses a
+// segment's start, so each is written within one segment.
+//
 // # Zero filling (Log.ZeroFill)
 //
 // A preallocated block is "unwritten": the first write to it must change

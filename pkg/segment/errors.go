@@ -17,6 +17,10 @@ var (
 	// ErrNoRecord means there is no record at the offset (past the end, in a
 	// deleted segment, or in the zero rest of a segment).
 	ErrNoRecord = errors.New("segment: no record at offset")
+	// ErrNewSegment means the writer could not create the next segment
+	// file (a full disk at fallocate): nothing of the write reached that
+	// segment, and Reset to where the batch started takes it back whole.
+	ErrNewSegment = errors.New("segment: cannot create a segment")
 	// ErrClosed means the log was closed.
 	ErrClosed = errors.New("segment: closed")
 )

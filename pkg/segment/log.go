@@ -31,9 +31,15 @@ type LogOptions struct {
 	// a valid one (default 16 MiB).
 	ResyncWindow int64
 	// MaxRecordSize is the largest record (header included) the log holds
-	// (default SegmentSize); Recover treats a header claiming more as
-	// damaged instead of reading that much.
+	// (default SegmentSize, and at most SegmentSize unless LargeRecords);
+	// Recover treats a header claiming more as damaged instead of reading
+	// that much.
 	MaxRecordSize int64
+	// LargeRecords lets a record larger than SegmentSize (up to
+	// MaxRecordSize) into the log: it starts a segment of its own, created
+	// and preallocated to the record's size (the delay store's message log,
+	// whose records follow the message limits, not the segment size).
+	LargeRecords bool
 	// TrimStep is how much of a deleted segment's file DeleteBefore cuts
 	// off at a time before removing it (default 32 MiB; negative: remove
 	// at once), and TrimPause the pause between cuts (default 10ms). See
@@ -58,7 +64,7 @@ func (o *LogOptions) applyDefaults() error {
 	if o.ResyncWindow == 0 {
 		o.ResyncWindow = 16 << 20
 	}
-	if o.MaxRecordSize == 0 || o.MaxRecordSize > o.SegmentSize {
+	if o.MaxRecordSize == 0 || (o.MaxRecordSize > o.SegmentSize && !o.LargeRecords) {
 		o.MaxRecordSize = o.SegmentSize
 	}
 	if o.TrimStep == 0 {
@@ -397,11 +403,15 @@ func (b *Batch) place(size int64) (*chunk, int64, error) {
 	if size > b.l.opts.MaxRecordSize {
 		return nil, 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, size, b.l.opts.MaxRecordSize)
 	}
+	moved := false
 	if b.next+size > b.segEnd {
 		b.next = b.segEnd
-		b.segEnd = b.next + b.l.opts.SegmentSize
+		b.segEnd = b.next + max(b.l.opts.SegmentSize, size)
+		moved = true
 	}
-	if last := len(b.chunks) - 1; last < 0 || b.chunks[last].run || b.chunks[last].off+int64(len(b.chunks[last].data)) != b.next {
+	// A chunk never crosses a segment's start: a record that ends exactly
+	// at a segment's end is followed by one in the next segment's chunk.
+	if last := len(b.chunks) - 1; last < 0 || moved || b.chunks[last].run || b.chunks[last].off+int64(len(b.chunks[last].data)) != b.next {
 		if len(b.chunks) < cap(b.chunks) {
 			b.chunks = b.chunks[:len(b.chunks)+1]
 			b.chunks[len(b.chunks)-1].off = b.next
@@ -425,7 +435,7 @@ func (l *Log) Write(b *Batch) error {
 		if len(c.data) == 0 {
 			continue
 		}
-		s, err := l.segmentForWrite(c.off)
+		s, err := l.segmentForWrite(c.off, int64(len(c.data)))
 		if err != nil {
 			return l.poison(err)
 		}
@@ -523,8 +533,9 @@ func (l *Log) Mapped(off int64) bool {
 }
 
 // segmentForWrite returns the segment containing off, creating the next
-// segment when off is the end of the last one.
-func (l *Log) segmentForWrite(off int64) (*logSegment, error) {
+// segment when off is the end of the last one (sized for need bytes under
+// LargeRecords).
+func (l *Log) segmentForWrite(off, need int64) (*logSegment, error) {
 	l.mu.RLock()
 	s := l.segmentFor(off)
 	closed := l.closed
@@ -535,9 +546,13 @@ func (l *Log) segmentForWrite(off int64) (*logSegment, error) {
 	if s != nil {
 		return s, nil
 	}
-	s, err := l.createSegment(off)
+	size := l.opts.SegmentSize
+	if l.opts.LargeRecords && need > size {
+		size = need
+	}
+	s, err := l.createSegment(off, size)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrNewSegment, err)
 	}
 	l.mu.Lock()
 	if n := len(l.segs); n > 0 {
@@ -549,14 +564,14 @@ func (l *Log) segmentForWrite(off int64) (*logSegment, error) {
 	return s, nil
 }
 
-func (l *Log) createSegment(base int64) (*logSegment, error) {
+func (l *Log) createSegment(base, size int64) (*logSegment, error) {
 	path := filepath.Join(l.dir, FileName(base))
 	f, err := l.opts.FS.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_TRUNC, fsutil.FileMode)
 	if err != nil {
 		return nil, fmt.Errorf("segment: create %s: %w", path, err)
 	}
 	if !l.opts.NoPreallocate {
-		if err := f.Allocate(0, l.opts.SegmentSize); err != nil {
+		if err := f.Allocate(0, size); err != nil {
 			f.Close()
 			l.opts.FS.Remove(path)
 			return nil, fmt.Errorf("segment: preallocate %s: %w", path, err)
@@ -567,7 +582,7 @@ func (l *Log) createSegment(base int64) (*logSegment, error) {
 		l.opts.FS.Remove(path)
 		return nil, fmt.Errorf("segment: sync dir %s: %w", l.dir, err)
 	}
-	return &logSegment{base: base, cap: l.opts.SegmentSize, f: f}, nil
+	return &logSegment{base: base, cap: size, f: f}, nil
 }
 
 // Sync makes everything written so far durable. It may run while Write
@@ -664,7 +679,17 @@ func (l *Log) Reset(off int64) error {
 		}
 	}
 	l.segs = keep
-	l.unsynced = l.unsynced[:0]
+	// Segments written since the last Sync stay listed if they stay: a
+	// Reset past Synced (a writer taking back a batch that could not start
+	// a segment) must not leave earlier writes unsynced.
+	stay := l.unsynced[:0]
+	for _, u := range l.unsynced {
+		if u.base < off {
+			stay = append(stay, u)
+		}
+	}
+	clear(l.unsynced[len(stay):])
+	l.unsynced = stay
 	if n := len(l.segs); n > 0 {
 		s := l.segs[n-1]
 		if off < s.end() {

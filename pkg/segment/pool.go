@@ -20,7 +20,7 @@ type FilePool struct {
 
 	mu    sync.Mutex
 	files map[string]*pooled
-	lru   list.List // of *pooled, most recently used at the front; only unreferenced
+	lru   list.List // of *pooled, most recently used at the front
 	opens int64
 }
 
@@ -29,9 +29,13 @@ type pooled struct {
 	f    fsutil.File
 	refs int
 	elem *list.Element
+	h    Handle // lent to every user: its fields never change
+	// forgotten: Forget dropped it while in use; the last Release closes it.
+	forgotten bool
 }
 
-// Handle is an open file lent by a FilePool. Release it when done.
+// Handle is an open file lent by a FilePool. Release it when done, once
+// per Acquire.
 type Handle struct {
 	File fsutil.File
 	p    *pooled
@@ -56,18 +60,20 @@ func (fp *FilePool) Acquire(path string, create bool) (*Handle, error) {
 	fp.mu.Lock()
 	defer fp.mu.Unlock()
 	if p, ok := fp.files[path]; ok {
-		if p.elem != nil {
-			fp.lru.Remove(p.elem)
-			p.elem = nil
-		}
 		p.refs++
-		return &Handle{File: p.f, p: p, pool: fp}, nil
+		fp.lru.MoveToFront(p.elem)
+		return &p.h, nil
 	}
-	for len(fp.files) >= fp.max && fp.lru.Len() > 0 {
-		old := fp.lru.Remove(fp.lru.Back()).(*pooled)
-		old.elem = nil
-		old.f.Close()
-		delete(fp.files, old.path)
+	// Close the least recently used files nobody holds.
+	for e := fp.lru.Back(); e != nil && len(fp.files) >= fp.max; {
+		prev := e.Prev()
+		if old := e.Value.(*pooled); old.refs == 0 {
+			fp.lru.Remove(e)
+			old.elem = nil
+			old.f.Close()
+			delete(fp.files, old.path)
+		}
+		e = prev
 	}
 	flag := os.O_RDWR
 	if create {
@@ -79,8 +85,10 @@ func (fp *FilePool) Acquire(path string, create bool) (*Handle, error) {
 	}
 	fp.opens++
 	p := &pooled{path: path, f: f, refs: 1}
+	p.h = Handle{File: f, p: p, pool: fp}
+	p.elem = fp.lru.PushFront(p)
 	fp.files[path] = p
-	return &Handle{File: f, p: p, pool: fp}, nil
+	return &p.h, nil
 }
 
 // Release returns h to the pool.
@@ -89,13 +97,8 @@ func (h *Handle) Release() {
 	fp.mu.Lock()
 	defer fp.mu.Unlock()
 	h.p.refs--
-	if h.p.refs == 0 {
-		if fp.files[h.p.path] != h.p {
-			// Forgotten while in use: close now.
-			h.p.f.Close()
-			return
-		}
-		h.p.elem = fp.lru.PushFront(h.p)
+	if h.p.refs == 0 && h.p.forgotten {
+		h.p.f.Close() // forgotten while in use: close now
 	}
 }
 
@@ -115,6 +118,8 @@ func (fp *FilePool) Forget(path string) {
 	}
 	if p.refs == 0 {
 		p.f.Close()
+	} else {
+		p.forgotten = true
 	}
 }
 
