@@ -2,6 +2,7 @@ package realtime
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -15,21 +16,26 @@ import (
 
 // traceStored records a "store <subject>" span (kind server) for each
 // message of a settled send that carries a trace context, from the
-// request's arrival (start) to now (the append is durable); messages
-// without one make no span. Runs only with Options.TracerProvider set.
-func (b *Broker) traceStored(batch [][]byte, results []store.Result, start time.Time) {
-	tracer := b.opts.TracerProvider.Tracer(tracing.Instrumentation)
-	end := time.Now()
-	for j, raw := range batch {
-		v, err := protocol.ParseMessageNoCRC(raw)
-		if err != nil || j >= len(results) {
+// request's arrival (s.start) to now (the append is durable). The send's
+// checks noted which messages carry one (sendCall.traced: a traceparent
+// among their properties), so a message without one costs nothing here:
+// no parse, no span. Runs only with Options.TracerProvider set.
+func (b *Broker) traceStored(s *sendCall, results []store.Result) {
+	end := trace.WithTimestamp(time.Now())
+	for _, i := range s.traced {
+		j, ok := slices.BinarySearch(s.index, i) // the message's batch position
+		if !ok || j >= len(results) {
+			continue // a duplicate, not stored by this send
+		}
+		v, err := protocol.ParseMessageNoCRC(s.batch[j])
+		if err != nil {
 			continue
 		}
 		ctx := tracing.ExtractView(context.Background(), &v)
 		if !trace.SpanContextFromContext(ctx).IsValid() {
 			continue
 		}
-		_, span := tracer.Start(ctx, "store "+string(v.Subject), trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(start),
+		_, span := b.tracer.Start(ctx, "store "+string(v.Subject), trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(s.start),
 			trace.WithAttributes(attribute.String("messaging.system", "qmq"), attribute.String("messaging.destination.name", string(v.Subject)),
 				attribute.String("messaging.message.id", string(v.ID)), attribute.String("qmq.broker_group", b.opts.Group),
 				attribute.Int64("qmq.offset", results[j].Offset)))
@@ -37,6 +43,6 @@ func (b *Broker) traceStored(batch [][]byte, results []store.Result, start time.
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
 		}
-		span.End(trace.WithTimestamp(end))
+		span.End(end)
 	}
 }

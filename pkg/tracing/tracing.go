@@ -37,6 +37,10 @@ const Instrumentation = "github.com/qmq-go/qmq"
 
 var propagator = propagation.TraceContext{}
 
+// traceparent is the property (W3C Trace Context's header) that carries a
+// message's trace context.
+const traceparent = "traceparent"
+
 // carrier reads and writes a message's properties.
 type carrier struct{ props *[]protocol.Property }
 
@@ -94,4 +98,28 @@ func ExtractView(ctx context.Context, v *protocol.View) context.Context {
 		return ctx
 	}
 	return Extract(ctx, props)
+}
+
+// Carries reports whether props hold a trace context (a traceparent): a
+// caller checks it before Extract, which costs an allocation even when
+// there is nothing to extract.
+func Carries(props []protocol.Property) bool {
+	for i := range props {
+		if props[i].Key == traceparent {
+			return true
+		}
+	}
+	return false
+}
+
+// ViewCarries is Carries for a parsed message.
+func ViewCarries(v *protocol.View) bool {
+	found := false
+	if v.PropertyCount() > 0 {
+		v.Properties(func(k, _ []byte) bool {
+			found = string(k) == traceparent
+			return !found
+		})
+	}
+	return found
 }
