@@ -1,7 +1,6 @@
 package producer
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -56,9 +55,10 @@ type batch struct {
 	msgs    []*pending
 	started time.Time
 	// With tracing on, the send span of the request (nil until a
-	// SendAsync message joins it) and its context (tracing.go).
-	span     trace.Span
-	traceCtx context.Context
+	// SendAsync message joins it) and, when it is sampled, the properties
+	// carrying its context (tracing.go).
+	span       trace.Span
+	traceProps []protocol.Property
 }
 
 // result is the outcome of one send request, handed from the transport's
@@ -297,7 +297,7 @@ func (s *sender) send(b *batch) bool {
 		return false
 	}
 	msgs, span := b.msgs, b.span
-	b.msgs, b.span, b.traceCtx = nil, nil, nil
+	b.msgs, b.span, b.traceProps = nil, nil, nil
 	sentAt := s.p.cfg.now()
 	results := s.p.results
 	err := s.p.transport.Go(g.Addr, protocol.CmdSend, b.body.Bytes(), s.p.cfg.requestTime, func(body []byte, err error) {
@@ -559,7 +559,7 @@ func (s *sender) abortAll() {
 		if b.span != nil {
 			endBatchSpan(b.span, b.msgs, nil, ErrClosed)
 		}
-		b.msgs, b.span, b.traceCtx = nil, nil, nil
+		b.msgs, b.span, b.traceProps = nil, nil, nil
 	}
 	for {
 		select {

@@ -87,26 +87,35 @@ func (p *Producer) sendAsyncTraced(msg *Message, callback func(*Message, error))
 
 // traceInBatch decides pd's trace with its request's (sendLoop): the
 // request's first SendAsync message starts its send span; when that is
-// sampled, pd gets its context and is encoded again with it (a message
-// that no longer fits its limits then goes as it was, untraced).
+// sampled, pd gets its context (formatted once a request) and is encoded
+// again with it (a message that no longer fits its limits then goes as it
+// was, untraced).
 func (s *sender) traceInBatch(b *batch, pd *pending) {
 	pd.traceRoot = false // decided: a retry keeps what it got
 	if b.span == nil {
-		b.traceCtx, b.span = s.p.cfg.tracer.Start(context.Background(), "send", sendSpanOptions...)
+		var ctx context.Context
+		ctx, b.span = s.p.cfg.tracer.Start(context.Background(), "send", sendSpanOptions...)
 		if b.span.IsRecording() {
 			b.span.SetName("send " + pd.subject)
 			b.span.SetAttributes(attribute.String("messaging.system", "qmq"), attribute.String("messaging.destination.name", pd.subject))
 		}
+		if b.span.SpanContext().IsSampled() {
+			tracing.Inject(ctx, &b.traceProps)
+		}
 	}
-	if !b.span.SpanContext().IsSampled() || pd.msg == nil {
+	if len(b.traceProps) == 0 || pd.msg == nil {
 		return
 	}
 	msg := pd.msg
-	n := len(msg.Properties)
-	tracing.Inject(b.traceCtx, &msg.Properties)
-	raw, err := protocol.AppendMessage(nil, msg, s.p.cfg.limits)
+	props := msg.Properties
+	for _, tp := range b.traceProps {
+		props = tracing.SetProperty(props, tp.Key, tp.Value)
+	}
+	old := msg.Properties
+	msg.Properties = props
+	raw, err := protocol.AppendMessage(make([]byte, 0, msg.EncodedSize()), msg, s.p.cfg.limits)
 	if err != nil {
-		msg.Properties = msg.Properties[:n]
+		msg.Properties = old
 		return
 	}
 	pd.raw = raw

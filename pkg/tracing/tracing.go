@@ -123,3 +123,10 @@ func ViewCarries(v *protocol.View) bool {
 	}
 	return found
 }
+
+// SetProperty returns props with key set to value: an earlier value
+// replaced, or the property appended.
+func SetProperty(props []protocol.Property, key, value string) []protocol.Property {
+	carrier{&props}.Set(key, value)
+	return props
+}
