@@ -53,7 +53,9 @@ import (
 //	+----------+----------+----------+-----------+------------+
 //	| "QMQIDX1\n" | from i64 | to i64 | count u32 | fences u32 |
 //	+----------+----------+----------+-----------+------------+
-//	32: count × (hash u64 | offset i64), sorted by hash, then offset
+//	32: count × (hash u64 | offset i64), sorted by the hash's top 33 bits
+//	    (indexKey, indexsort.go), then offset ("QMQIDX1\n" runs, which
+//	    older code wrote: by the whole hash, then offset; both are read)
 //	    fences × hash u64: the hash of every indexFence-th entry
 //	    crc32c u32 over the header and the fences
 //
@@ -75,7 +77,8 @@ import (
 // so a message acknowledged before the lookup is found.
 const (
 	indexDir               = "index"
-	indexMagic             = "QMQIDX1\n"
+	indexMagic             = "QMQIDX2\n" // format 2: sorted by indexKey (indexsort.go)
+	indexMagic1            = "QMQIDX1\n" // format 1: sorted by hash
 	indexHeaderSize        = 32
 	indexEntrySize         = 16
 	indexFence             = 256
@@ -119,6 +122,7 @@ type indexEntry struct {
 type indexRun struct {
 	from, to int64
 	count    int
+	shift    uint // its entries are in the order of hash >> shift (0 in format 1)
 	fences   []uint64
 	f        *os.File
 	path     string
@@ -131,6 +135,7 @@ type messageIndex struct {
 	mu      sync.RWMutex
 	runs    []*indexRun  // by from
 	mem     []indexEntry // entries not in a run yet, for [memFrom, end)
+	scratch []indexEntry // the run sort's second array (indexsort.go), kept
 	memFrom int64
 	memSeg  int64 // base of the segment mem's records lie in, -1 when empty
 	end     atomic.Int64
@@ -299,7 +304,11 @@ func openIndexRun(path string) (*indexRun, error) {
 	if _, err := f.ReadAt(h[:], 0); err != nil {
 		return r, err
 	}
-	if string(h[:8]) != indexMagic {
+	switch string(h[:8]) {
+	case indexMagic:
+		r.shift = indexKeyShift
+	case indexMagic1:
+	default:
 		return r, errors.New("bad magic")
 	}
 	r.from, r.to = int64(binary.BigEndian.Uint64(h[8:])), int64(binary.BigEndian.Uint64(h[16:]))
@@ -518,7 +527,9 @@ func (x *messageIndex) spillLocked() {
 		return
 	}
 	from, to := x.memFrom, x.end.Load()
-	sortIndexEntries(x.mem)
+	sorted, spare := sortIndexEntries(x.mem, x.scratch)
+	// Whichever array holds the sorted entries becomes mem.
+	x.mem, x.scratch = sorted, spare
 	r, err := writeIndexRun(x.dir, from, to, x.mem)
 	if err != nil {
 		x.lg.Warn("index: cannot write a run (its entries stay in memory)", zap.Error(err))
@@ -581,7 +592,7 @@ func writeIndexRun(dir string, from, to int64, entries []indexEntry) (*indexRun,
 	if err != nil {
 		return nil, err
 	}
-	return &indexRun{from: from, to: to, count: len(entries), fences: fences, f: rf, path: path}, nil
+	return &indexRun{from: from, to: to, count: len(entries), shift: indexKeyShift, fences: fences, f: rf, path: path}, nil
 }
 
 func syncDir(dir string) error {
@@ -651,10 +662,13 @@ func (r *indexRun) find(h uint64, dst []int64) []int64 {
 	if r.count == 0 {
 		return dst
 	}
-	// The first fence > h bounds the block; the block starts at the fence
-	// before the first fence >= h (equal hashes may begin in it).
-	lo := sort.Search(len(r.fences), func(i int) bool { return r.fences[i] >= h })
-	hi := sort.Search(len(r.fences), func(i int) bool { return r.fences[i] > h })
+	// Runs are in the order of hash >> r.shift (the key k). The first
+	// fence whose key is > k bounds the block; the block starts at the
+	// fence before the first fence whose key is >= k (equal keys may begin
+	// in it). Entries of k are checked for the whole hash.
+	k := h >> r.shift
+	lo := sort.Search(len(r.fences), func(i int) bool { return r.fences[i]>>r.shift >= k })
+	hi := sort.Search(len(r.fences), func(i int) bool { return r.fences[i]>>r.shift > k })
 	first := max(lo-1, 0) * indexFence
 	last := min(hi*indexFence, r.count)
 	if last <= first {
@@ -668,7 +682,7 @@ func (r *indexRun) find(h uint64, dst []int64) []int64 {
 		eh := binary.BigEndian.Uint64(b[p:])
 		if eh == h {
 			dst = append(dst, int64(binary.BigEndian.Uint64(b[p+8:])))
-		} else if eh > h {
+		} else if eh>>r.shift > k {
 			break
 		}
 	}
