@@ -137,18 +137,7 @@ func TestIndexRunFindsSharedKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	old.f.Close()
-	b, err := os.ReadFile(old.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	copy(b, indexMagic1)
-	nf := (len(full) + indexFence - 1) / indexFence
-	fencesAt := indexHeaderSize + len(full)*indexEntrySize
-	crc := crc32.Update(protocol.Checksum(b[:indexHeaderSize]), crc32.MakeTable(crc32.Castagnoli), b[fencesAt:fencesAt+nf*8])
-	binary.BigEndian.PutUint32(b[fencesAt+nf*8:], crc)
-	if err := os.WriteFile(old.path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	asFormat1(t, old.path)
 	v1, err := openIndexRun(old.path)
 	if err != nil {
 		t.Fatal(err)
@@ -158,4 +147,23 @@ func TestIndexRunFindsSharedKeys(t *testing.T) {
 		t.Fatalf("a format 1 run read with shift %d", v1.shift)
 	}
 	check(v1, "format 1")
+}
+
+// asFormat1 gives the run at path (its entries in the order of their whole
+// hash) format 1's magic, and its checksum again.
+func asFormat1(t testing.TB, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(b, indexMagic1)
+	count := int(binary.BigEndian.Uint32(b[24:]))
+	nf := (count + indexFence - 1) / indexFence
+	fencesAt := indexHeaderSize + count*indexEntrySize
+	crc := crc32.Update(protocol.Checksum(b[:indexHeaderSize]), crc32.MakeTable(crc32.Castagnoli), b[fencesAt:fencesAt+nf*8])
+	binary.BigEndian.PutUint32(b[fencesAt+nf*8:], crc)
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -320,3 +320,46 @@ func firstDiff[T comparable](a, b []T) int {
 	}
 	return min(len(a), len(b))
 }
+
+// A store whose index holds runs of format 1 (FNV-1a hashes, by the whole
+// hash), as older code wrote them, finds their messages, and the ones
+// indexed since (format 2) too.
+func TestMessageIndex_ReadsFormat1Runs(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, testOptions())
+	var entries []indexEntry
+	for i := range 300 {
+		id, key := fmt.Sprintf("old-%d", i), fmt.Sprintf("okey-%d", i%10)
+		res := appendAll(t, s, encodeKeyed(t, "orders", id, key, 0))
+		entries = append(entries, indexEntry{indexHashFNV(indexKindID, []byte(id)), res[0].Offset},
+			indexEntry{indexHashFNV(indexKindKey, []byte(key)), res[0].Offset})
+	}
+	end := s.committedMessages()
+	s.Close()
+	for _, r := range indexRuns(t, dir) {
+		os.Remove(r)
+	}
+	slices.SortStableFunc(entries, func(a, b indexEntry) int { return cmpU64(a.hash, b.hash) })
+	r, err := writeIndexRun(filepath.Join(dir, indexDir), 0, end, entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.f.Close()
+	asFormat1(t, r.path)
+	s = openStore(t, dir, testOptions())
+	defer s.Close()
+	if s.index.end.Load() != end || len(s.index.runs) != 1 || s.index.runs[0].shift != 0 {
+		t.Fatalf("the format 1 run was not kept: index end %d (log %d), %d runs", s.index.end.Load(), end, len(s.index.runs))
+	}
+	appendAll(t, s, encodeKeyed(t, "orders", "new-1", "okey-3", 0))
+	for _, id := range []string{"old-0", "old-123", "old-299", "new-1"} {
+		fs, err := s.FindByID(id)
+		if got := foundIDs(t, fs, err); strings.Join(got, " ") != "orders/"+id {
+			t.Fatalf("%s found %v", id, got)
+		}
+	}
+	fs, err := s.FindByKey("okey-3")
+	if got := foundIDs(t, fs, err); len(got) != 31 || got[30] != "orders/new-1" {
+		t.Fatalf("okey-3 found %d: %v", len(got), got)
+	}
+}
