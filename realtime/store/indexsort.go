@@ -9,15 +9,16 @@ import "slices"
 // indexKeyShift), and entries with equal keys in offset order; a lookup
 // compares keys to find a hash's block and checks every entry of the
 // block whose key is the hash's (runs of format 1 are in full hash order,
-// which is that order too, with a shift of 0). 33 bits tell apart the
-// entries of a run of 2^20 almost always (a key shared by two hashes is
-// about one in 8,000 entries, and costs a lookup one more entry read from
-// the block it reads anyway), and they sort in three radix passes where
-// the whole hash took six.
+// which is that order too, with a shift of 0). A run of 2^20 entries has
+// a quarter as many as there are 22-bit keys: the entries of a key lie
+// within one or two fence blocks of 256, which is what a lookup read
+// with the whole hash too, and they sort in two radix passes where the
+// whole hash took six (the sort was still 3.5 % of a storing broker's CPU
+// with three passes of 33 bits).
 //
 // The index collects entries in log order, so their offsets never
 // decrease, and a stable sort by key alone leaves equal keys in offset
-// order. sortIndexEntries does that with an LSD radix sort, three passes
+// order. sortIndexEntries does that with an LSD radix sort, two passes
 // of 11 bits (2,048 buckets, whose counts stay in the L1 cache) through a
 // scratch array as large as the run, kept from one run to the next (a
 // new 16 MiB array for each run, zeroed, was 2.5 % of a storing broker's
@@ -26,7 +27,7 @@ import "slices"
 // hash 5 %.
 const (
 	indexSortBits   = 11
-	indexKeyBits    = 3 * indexSortBits
+	indexKeyBits    = 2 * indexSortBits
 	indexKeyShift   = 64 - indexKeyBits
 	indexSortMinLen = 512 // below this, a comparison sort
 )

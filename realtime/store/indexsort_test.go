@@ -84,7 +84,7 @@ func BenchmarkSortIndexEntries(b *testing.B) {
 }
 
 // A run finds exactly the entries of a hash, among entries whose hashes
-// share its sort key (the top 33 bits) and across fences, in the order
+// share its sort key (the top 22 bits) and across fences, in the order
 // this code writes (format 2) and in format 1's (the whole hash), which
 // older code wrote.
 func TestIndexRunFindsSharedKeys(t *testing.T) {

@@ -53,7 +53,7 @@ import (
 //	+----------+----------+----------+-----------+------------+
 //	| "QMQIDX2\n" | from i64 | to i64 | count u32 | fences u32 |
 //	+----------+----------+----------+-----------+------------+
-//	32: count × (hash u64 | offset i64), sorted by the hash's top 33 bits
+//	32: count × (hash u64 | offset i64), sorted by the hash's top 22 bits
 //	    (indexKey, indexsort.go), then offset ("QMQIDX1\n" runs, which
 //	    older code wrote: by the whole hash, then offset; both are read)
 //	    fences × hash u64: the hash of every indexFence-th entry
@@ -229,7 +229,7 @@ func indexHashes(v *protocol.View) (id, key uint64, hasKey bool) {
 
 // indexHash is the hash of runs of format 2 and of the entries in memory:
 // eight bytes at a time, each word mixed in by a multiply and a shift,
-// then a final mix (so that the top 33 bits, the runs' sort key, depend on
+// then a final mix (so that the top 22 bits, the runs' sort key, depend on
 // every byte). FNV-1a, format 1's, takes a multiply per byte: an id of 30
 // bytes cost a storing broker 2.5 % of its CPU.
 func indexHash(kind byte, v []byte) uint64 {
