@@ -7,8 +7,12 @@
 // consumer, broker or delay server (their WithTracerProvider options,
 // realtime.Options.TracerProvider and delay.Options.TracerProvider); off,
 // no property is read or written and no span is made, so it costs a nil
-// check. On, the producer starts a "send <subject>" span (kind producer)
-// and injects its context into the message; a delay server records
+// check. On, the producer starts a "send <subject>" span (kind producer;
+// for SendAsync one a send request, whose messages all carry its context
+// when it is sampled) and injects its context into the message; a
+// message of a trace not sampled carries nothing, and the broker and the
+// consumer look at it no further than for a traceparent property
+// (Carries, ViewCarries). A delay server records
 // "schedule <subject>" (kind server, to the durable append) and "forward
 // <subject>" (kind producer, from the firing to the realtime broker's
 // ack); the broker "store <subject>" (kind server) from a message's
