@@ -435,6 +435,11 @@ func (s *Store) indexFromLog(buf []byte, batch []indexEntry, until int64) ([]ind
 	moved := false
 	for until < 0 || x.end.Load() < until {
 		from := x.end.Load()
+		if from >= s.committedMessages() {
+			// Nothing to read: under FlushAsync the feed may have taken
+			// the index past the synced end.
+			break
+		}
 		c, err := s.Source().ReadMessageLogInto(buf, from, indexReadBytes)
 		if err != nil {
 			x.lg.Warn("index: cannot read the message log", zap.Int64("offset", from), zap.Error(err))
