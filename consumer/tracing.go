@@ -35,6 +35,9 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // context for the ack span (delivery.finish).
 func (s *Subscription) handleTraced(d *delivery) error {
 	m := d.msg
+	if !tracing.Carries(m.Properties) {
+		return s.safeHandle(s.handlerCx, m) // an untraced message makes no span, and costs no Extract
+	}
 	ctx := tracing.Extract(s.handlerCx, m.Properties)
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return s.safeHandle(s.handlerCx, m) // an untraced message makes no span

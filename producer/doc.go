@@ -79,6 +79,8 @@
 // SetKey gives a message a business key (property qmq.key) that realtime
 // brokers index: qmqctl lookup --key and trace --key find its messages.
 // WithTracerProvider turns OpenTelemetry on (pkg/tracing: a send span per
-// message, its W3C trace context written into the message's properties);
-// off by default, when it costs a nil check.
+// Send, and per send request for SendAsync's messages, one sampling
+// decision a request; a sampled span's W3C trace context is written into
+// its messages' properties, so an unsampled SendAsync message costs
+// nothing); off by default, when it costs a nil check.
 package producer

@@ -65,6 +65,9 @@ type pending struct {
 	lastErr  error
 	avoid    string    // group that failed this message last
 	retryAt  time.Time // earliest time of the next try
+	// traceRoot: a SendAsync message with tracing on whose trace is
+	// decided with its send request's (tracing.go, traceInBatch).
+	traceRoot bool
 }
 
 // New returns a producer. It needs WithMetaServers, WithResolver or

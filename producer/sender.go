@@ -10,6 +10,7 @@ import (
 	"github.com/qmq-go/qmq/pkg/jitter"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/route"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
@@ -53,6 +54,11 @@ type batch struct {
 	body    protocol.SendBatch
 	msgs    []*pending
 	started time.Time
+	// With tracing on, the send span of the request (nil until a
+	// SendAsync message joins it) and, when it is sampled, the properties
+	// carrying its context (tracing.go).
+	span       trace.Span
+	traceProps []protocol.Property
 }
 
 // result is the outcome of one send request, handed from the transport's
@@ -69,6 +75,7 @@ type result struct {
 	// counted: the request holds one of its group's in-flight slots.
 	counted bool
 	abort   bool
+	span    trace.Span // the request's send span (tracing.go), or nil
 }
 
 // sender is sendLoop's state; only sendLoop touches it, except sel and
@@ -202,6 +209,9 @@ func (s *sender) place(pd *pending) {
 		b.started = now
 		b.body.Reset(g.Epoch)
 	}
+	if pd.traceRoot {
+		s.traceInBatch(b, pd)
+	}
 	b.body.AddEncoded(pd.raw)
 	b.msgs = append(b.msgs, pd)
 	if s.full(b) {
@@ -286,12 +296,12 @@ func (s *sender) send(b *batch) bool {
 		}
 		return false
 	}
-	msgs := b.msgs
-	b.msgs = nil
+	msgs, span := b.msgs, b.span
+	b.msgs, b.span, b.traceProps = nil, nil, nil
 	sentAt := s.p.cfg.now()
 	results := s.p.results
 	err := s.p.transport.Go(g.Addr, protocol.CmdSend, b.body.Bytes(), s.p.cfg.requestTime, func(body []byte, err error) {
-		r := &result{group: g, msgs: msgs, body: body, err: err, sentAt: sentAt, counted: true}
+		r := &result{group: g, msgs: msgs, body: body, err: err, sentAt: sentAt, counted: true, span: span}
 		if err == nil {
 			// Answer waiting Send calls now, one hand-off sooner; sendLoop
 			// does the rest (accounting, retries, callbacks).
@@ -309,7 +319,7 @@ func (s *sender) send(b *batch) bool {
 	})
 	b.body.Reset(g.Epoch)
 	if err != nil {
-		s.handle(&result{group: g, msgs: msgs, err: err, sentAt: sentAt})
+		s.handle(&result{group: g, msgs: msgs, err: err, sentAt: sentAt, span: span})
 		return true
 	}
 	s.inFlight[g.Name]++
@@ -324,6 +334,9 @@ func (s *sender) handle(r *result) {
 	}
 	statuses := r.statuses
 	err := r.err
+	if r.span != nil {
+		defer func() { endBatchSpan(r.span, r.msgs, statuses, err) }()
+	}
 	if err == nil && statuses == nil {
 		statuses, err = protocol.DecodeSendResponse(r.body)
 		if err == nil && len(statuses) != len(r.msgs) {
@@ -543,7 +556,10 @@ func (s *sender) abortAll() {
 		for _, pd := range b.msgs {
 			fail(pd)
 		}
-		b.msgs = nil
+		if b.span != nil {
+			endBatchSpan(b.span, b.msgs, nil, ErrClosed)
+		}
+		b.msgs, b.span, b.traceProps = nil, nil, nil
 	}
 	for {
 		select {

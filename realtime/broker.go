@@ -19,7 +19,9 @@ import (
 	"github.com/qmq-go/qmq/pkg/opsserver"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/secure"
+	"github.com/qmq-go/qmq/pkg/tracing"
 	"github.com/qmq-go/qmq/realtime/store"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
@@ -30,6 +32,7 @@ import (
 // the store is promoted where it is, and only a demotion reopens it.
 type Broker struct {
 	opts   Options
+	tracer trace.Tracer // from Options.TracerProvider; nil: tracing off (tracing.go)
 	lg     *zap.Logger
 	limits protocol.Limits
 	server *netserver.Server
@@ -112,6 +115,9 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 		gate:      failover.NewGate(opts.Group), // closed: a slave's, or a master's until its role loop registers it
 	}
 	b.limits.MaxBody = opts.MaxBody
+	if opts.TracerProvider != nil {
+		b.tracer = opts.TracerProvider.Tracer(tracing.Instrumentation)
+	}
 	b.metrics = newMetrics(b.reg, opts.Group)
 	b.fair = newFairShare(opts.FairShare, b.reg, opts.Group)
 

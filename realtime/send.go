@@ -10,6 +10,7 @@ import (
 	"github.com/qmq-go/qmq/pkg/auth"
 	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/pkg/tracing"
 	"github.com/qmq-go/qmq/realtime/store"
 	"go.uber.org/zap"
 )
@@ -94,6 +95,9 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 		}
 		if direct {
 			s.views = append(s.views, v) // one per message not rejected; duplicates are taken out below
+		}
+		if b.tracer != nil && v.PropertyCount() > 0 && tracing.ViewCarries(&v) {
+			s.traced = append(s.traced, i)
 		}
 		if dedupe {
 			s.keys[i] = t.dedupe.key(v.Subject, v.ID, v.Attempts)
@@ -208,6 +212,7 @@ type sendCall struct {
 	views    []protocol.View // batch, parsed
 	touched  uint64          // what dedupe.touch read (kept so the reads stay)
 	index    []int           // batch position → request position
+	traced   []int           // with a tracer: the request positions of messages that carry a trace context
 	results  []store.Result  // for TryWriteViewsNow
 	stored   int             // messages stored (settle)
 	start    time.Time
@@ -242,6 +247,7 @@ func (s *sendCall) reset(n int, direct bool) {
 	s.reserved = resize(s.reserved, n)
 	s.batch, s.index = slices.Grow(s.batch[:0], n), slices.Grow(s.index[:0], n)
 	s.views = s.views[:0]
+	s.traced = s.traced[:0]
 	if direct {
 		s.views = slices.Grow(s.views, n)
 		s.results = resize(s.results, n)
@@ -266,6 +272,7 @@ func (s *sendCall) free() {
 	clear(s.batch)
 	clear(s.views)
 	s.b, s.t, s.r, s.req.Messages = nil, nil, nil, s.req.Messages[:0]
+	s.traced = s.traced[:0]
 	sendCalls.Put(s)
 }
 
@@ -308,8 +315,8 @@ func (s *sendCall) settle(results []store.Result) int {
 		b.metrics.rejected.WithLabelValues(s.statuses[i].String()).Inc()
 	}
 	s.stored = stored
-	if b.opts.TracerProvider != nil {
-		b.traceStored(s.batch, results, s.start)
+	if len(s.traced) > 0 {
+		b.traceStored(s, results)
 	}
 	return stored
 }

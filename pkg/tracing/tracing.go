@@ -7,8 +7,12 @@
 // consumer, broker or delay server (their WithTracerProvider options,
 // realtime.Options.TracerProvider and delay.Options.TracerProvider); off,
 // no property is read or written and no span is made, so it costs a nil
-// check. On, the producer starts a "send <subject>" span (kind producer)
-// and injects its context into the message; a delay server records
+// check. On, the producer starts a "send <subject>" span (kind producer;
+// for SendAsync one a send request, whose messages all carry its context
+// when it is sampled) and injects its context into the message; a
+// message of a trace not sampled carries nothing, and the broker and the
+// consumer look at it no further than for a traceparent property
+// (Carries, ViewCarries). A delay server records
 // "schedule <subject>" (kind server, to the durable append) and "forward
 // <subject>" (kind producer, from the firing to the realtime broker's
 // ack); the broker "store <subject>" (kind server) from a message's
@@ -36,6 +40,10 @@ import (
 const Instrumentation = "github.com/qmq-go/qmq"
 
 var propagator = propagation.TraceContext{}
+
+// traceparent is the property (W3C Trace Context's header) that carries a
+// message's trace context.
+const traceparent = "traceparent"
 
 // carrier reads and writes a message's properties.
 type carrier struct{ props *[]protocol.Property }
@@ -94,4 +102,35 @@ func ExtractView(ctx context.Context, v *protocol.View) context.Context {
 		return ctx
 	}
 	return Extract(ctx, props)
+}
+
+// Carries reports whether props hold a trace context (a traceparent): a
+// caller checks it before Extract, which costs an allocation even when
+// there is nothing to extract.
+func Carries(props []protocol.Property) bool {
+	for i := range props {
+		if props[i].Key == traceparent {
+			return true
+		}
+	}
+	return false
+}
+
+// ViewCarries is Carries for a parsed message.
+func ViewCarries(v *protocol.View) bool {
+	found := false
+	if v.PropertyCount() > 0 {
+		v.Properties(func(k, _ []byte) bool {
+			found = string(k) == traceparent
+			return !found
+		})
+	}
+	return found
+}
+
+// SetProperty returns props with key set to value: an earlier value
+// replaced, or the property appended.
+func SetProperty(props []protocol.Property, key, value string) []protocol.Property {
+	carrier{&props}.Set(key, value)
+	return props
 }

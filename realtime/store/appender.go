@@ -31,6 +31,10 @@ type msgMeta struct {
 	deliverAt int64
 	bloom     uint64
 	subject   []byte // aliases the message
+	// The message index's hashes of its id and key (msgindex.go,
+	// indexHashes), set when the store keeps an index.
+	idHash, keyHash uint64
+	hasKey          bool
 }
 
 type appendReq struct {
@@ -153,6 +157,9 @@ func (s *Store) appendAsync(msgs [][]byte, done func([]Result), o AppendOption) 
 		prev = sj
 		meta.deliverAt = v.DeliverAtMillis
 		v.Tags(func(t []byte) bool { meta.bloom |= tagBloom(t); return true })
+		if s.index != nil {
+			meta.idHash, meta.keyHash, meta.hasKey = indexHashes(&v)
+		}
 		r.valid++
 		r.bytes += len(m) + recordOverhead
 	}
@@ -362,6 +369,9 @@ func (s *Store) endEntries(sj *subject) {
 func (s *Store) publish(g *commitGroup) {
 	for i, sj := range g.touched {
 		sj.setVisible(g.nexts[i], g.sizes[i])
+	}
+	if s.index != nil {
+		s.index.feedGroup(s.goodEnd.Load(), g)
 	}
 	s.goodEnd.Store(g.end)
 	s.lastPublishedTs.Store(g.ts)

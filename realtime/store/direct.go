@@ -174,6 +174,9 @@ func (s *Store) prepareNow(r *appendReq, views []protocol.View, results []Result
 		meta := &r.metas[i]
 		meta.subject, meta.subj, meta.deliverAt = v.Subject, sj, v.DeliverAtMillis
 		v.Tags(func(t []byte) bool { meta.bloom |= tagBloom(t); return true })
+		if s.index != nil {
+			meta.idHash, meta.keyHash, meta.hasKey = indexHashes(v)
+		}
 		r.valid++
 		r.bytes += len(v.Raw) + recordOverhead
 	}

@@ -25,16 +25,25 @@ import (
 // Message index: find stored messages by id or by key (the property
 // protocol.PropKey) without reading the log.
 //
-// indexLoop follows the committed message log every indexFollow (20 ms),
-// and at once when a lookup waits for it (ReadMessageLogInto, as a slave
-// does: it costs appends nothing but the CPU of reading what they wrote;
-// following every commit cost a goroutine switch per message) and keeps, for every record, an entry per name it is found by:
+// The index keeps, for every message record, an entry per name it is found
+// by. A master's appends hand them over (feed): the store hashes each
+// message's id and key as it checks it (appendAsync, prepareNow, on the
+// caller's goroutine), and publish gives each published group's entries,
+// with the log range [from, to) they cover, to the feed (a lock and a copy
+// of 16 bytes an entry). indexLoop takes the feed every indexFollow (20
+// ms), and at once when a lookup waits for it (a wake-up per commit was a
+// goroutine switch per message for a producer sending one at a time).
+// Whatever the feed lacks it reads back from the committed log
+// (ReadMessageLogInto) and parses: what recovery found past the last run, a
+// replica's records (a slave publishes nothing), a gap the feed dropped when
+// it held indexFeedMax entries. Reading every record back and parsing it again
+// was about a tenth of a producing store's CPU (NOTES.md). The entry:
 //
-//	hash u64 (FNV-1a 64 of a kind byte, 'i' or 'k', then the id or key) |
+//	hash u64 (indexHash of a kind byte, 'i' or 'k', and the id or key) |
 //	message-log offset i64
 //
 // Entries collect in memory (at most indexRunEntries) and are written, sorted
-// by hash, as a run file when that many collected, when the log moves to
+// (indexsort.go), as a run file when that many collected, when the log moves to
 // its next segment (a run never spans two), on Close and after an idle
 // second with entries waiting (indexIdleSpill):
 //
@@ -42,9 +51,11 @@ import (
 //
 //	0          8          16         24          28           32
 //	+----------+----------+----------+-----------+------------+
-//	| "QMQIDX1\n" | from i64 | to i64 | count u32 | fences u32 |
+//	| "QMQIDX2\n" | from i64 | to i64 | count u32 | fences u32 |
 //	+----------+----------+----------+-----------+------------+
-//	32: count × (hash u64 | offset i64), sorted by hash, then offset
+//	32: count × (hash u64 | offset i64), sorted by the hash's top 22 bits
+//	    (indexKey, indexsort.go), then offset ("QMQIDX1\n" runs, which
+//	    older code wrote: by the whole hash, then offset; both are read)
 //	    fences × hash u64: the hash of every indexFence-th entry
 //	    crc32c u32 over the header and the fences
 //
@@ -66,7 +77,8 @@ import (
 // so a message acknowledged before the lookup is found.
 const (
 	indexDir               = "index"
-	indexMagic             = "QMQIDX1\n"
+	indexMagic             = "QMQIDX2\n" // format 2: sorted by indexKey (indexsort.go)
+	indexMagic1            = "QMQIDX1\n" // format 1: sorted by hash
 	indexHeaderSize        = 32
 	indexEntrySize         = 16
 	indexFence             = 256
@@ -110,6 +122,7 @@ type indexEntry struct {
 type indexRun struct {
 	from, to int64
 	count    int
+	shift    uint // its entries are in the order of hash >> shift (0: format 1, FNV hashes)
 	fences   []uint64
 	f        *os.File
 	path     string
@@ -122,14 +135,124 @@ type messageIndex struct {
 	mu      sync.RWMutex
 	runs    []*indexRun  // by from
 	mem     []indexEntry // entries not in a run yet, for [memFrom, end)
+	scratch []indexEntry // the run sort's second array (indexsort.go), kept
 	memFrom int64
 	memSeg  int64 // base of the segment mem's records lie in, -1 when empty
 	end     atomic.Int64
 	lastAdd time.Time
 	nudge   chan struct{} // capacity 1: a lookup waits for the index to catch up
+
+	feed indexFeed
+	// segLo, segHi: the message-log segment the last offset asked of
+	// segmentOf lies in (indexLoop only).
+	segLo, segHi int64
 }
 
+// indexFeedMax bounds the entries waiting in the feed: past it a published
+// group's entries are dropped and indexLoop reads them back from the log.
+var indexFeedMax = 1 << 20 // tests lower it
+
+// indexFeed holds the entries of published groups until indexLoop takes
+// them: entries in log order, chunks saying which log range each group's
+// entries cover.
+type indexFeed struct {
+	mu      sync.Mutex
+	entries []indexEntry
+	chunks  []feedChunk
+}
+
+// feedChunk: the entries of one published group, the records in [from, to).
+type feedChunk struct {
+	from, to int64
+	n        int
+}
+
+// feedGroup hands the index the entries of g, a group about to be
+// published whose records lie in [from, g.end): publish calls it, in log
+// order, before the group's callbacks run (its requests' metas hold the
+// hashes; a message whose result holds an error was not stored).
+func (x *messageIndex) feedGroup(from int64, g *commitGroup) {
+	f := &x.feed
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.entries) >= indexFeedMax {
+		return // indexLoop reads the group back from the log
+	}
+	n := len(f.entries)
+	for _, r := range g.reqs {
+		for i := range r.results {
+			res := &r.results[i]
+			if res.Err != nil {
+				continue
+			}
+			m := &r.metas[i]
+			f.entries = append(f.entries, indexEntry{m.idHash, res.Offset})
+			if m.hasKey {
+				f.entries = append(f.entries, indexEntry{m.keyHash, res.Offset})
+			}
+		}
+	}
+	f.chunks = append(f.chunks, feedChunk{from: from, to: g.end, n: len(f.entries) - n})
+}
+
+// take moves the feed's entries and chunks to the end of entries and
+// chunks (indexLoop's own), swapping arrays when those are empty.
+func (f *indexFeed) take(entries []indexEntry, chunks []feedChunk) ([]indexEntry, []feedChunk) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(entries) == 0 && len(chunks) == 0 {
+		entries, f.entries = f.entries, entries[:0]
+		chunks, f.chunks = f.chunks, chunks[:0]
+		return entries, chunks
+	}
+	entries = append(entries, f.entries...)
+	chunks = append(chunks, f.chunks...)
+	f.entries, f.chunks = f.entries[:0], f.chunks[:0]
+	return entries, chunks
+}
+
+// indexHashes returns the hashes a message is found by: its id's and,
+// when it has one, its key's (the first property protocol.PropKey).
+func indexHashes(v *protocol.View) (id, key uint64, hasKey bool) {
+	id = indexHash(indexKindID, v.ID)
+	if v.PropertyCount() > 0 {
+		v.Properties(func(k, val []byte) bool {
+			if string(k) == protocol.PropKey {
+				key, hasKey = indexHash(indexKindKey, val), true
+				return false
+			}
+			return true
+		})
+	}
+	return id, key, hasKey
+}
+
+// indexHash is the hash of runs of format 2 and of the entries in memory:
+// eight bytes at a time, each word mixed in by a multiply and a shift,
+// then a final mix (so that the top 22 bits, the runs' sort key, depend on
+// every byte). FNV-1a, format 1's, takes a multiply per byte: an id of 30
+// bytes cost a storing broker 2.5 % of its CPU.
 func indexHash(kind byte, v []byte) uint64 {
+	const m1, m2 = 0x9e3779b97f4a7c15, 0xbf58476d1ce4e5b9
+	h := uint64(kind)<<56 ^ uint64(len(v)) ^ 0x243f6a8885a308d3
+	for len(v) >= 8 {
+		h = (h ^ binary.LittleEndian.Uint64(v)) * m1
+		h ^= h >> 32
+		v = v[8:]
+	}
+	var w uint64
+	for i, c := range v {
+		w |= uint64(c) << (8 * i)
+	}
+	h = (h ^ w) * m1
+	h ^= h >> 29
+	h *= m2
+	h ^= h >> 32
+	return h
+}
+
+// indexHashFNV is the hash of runs of format 1: FNV-1a 64.
+func indexHashFNV(kind byte, v []byte) uint64 {
 	const offset64, prime64 = 14695981039346656037, 1099511628211
 	h := uint64(offset64)
 	h ^= uint64(kind)
@@ -206,7 +329,11 @@ func openIndexRun(path string) (*indexRun, error) {
 	if _, err := f.ReadAt(h[:], 0); err != nil {
 		return r, err
 	}
-	if string(h[:8]) != indexMagic {
+	switch string(h[:8]) {
+	case indexMagic:
+		r.shift = indexKeyShift
+	case indexMagic1:
+	default:
 		return r, errors.New("bad magic")
 	}
 	r.from, r.to = int64(binary.BigEndian.Uint64(h[8:])), int64(binary.BigEndian.Uint64(h[16:]))
@@ -230,42 +357,58 @@ func openIndexRun(path string) (*indexRun, error) {
 	return r, nil
 }
 
-// indexLoop follows the committed message log into the index.
+// indexLoop follows the message log into the index: the feed's entries,
+// and what the feed lacks read back from the committed log.
 func (s *Store) indexLoop() {
 	defer s.bg.Done()
 	x := s.index
 	buf := make([]byte, indexReadBytes)
-	var batch []indexEntry
+	var batch, entries []indexEntry
+	var chunks []feedChunk
 	follow := time.NewTicker(indexFollow)
 	defer follow.Stop()
 	for {
 		progressed := false
-		for {
-			from := x.end.Load()
-			c, err := s.Source().ReadMessageLogInto(buf, from, indexReadBytes)
-			if err != nil {
-				x.lg.Warn("index: cannot read the message log", zap.Int64("offset", from), zap.Error(err))
-				break
+		entries, chunks = x.feed.take(entries, chunks)
+		fed := len(chunks) > 0
+		used, done := 0, 0
+		for _, c := range chunks {
+			es := entries[used : used+c.n]
+			if c.to <= x.end.Load() {
+				used, done = used+c.n, done+1
+				continue
 			}
-			if len(c.Data) == 0 {
-				if c.Offset > from { // padding, or retention passed it
-					x.advance(s, nil, c.Offset, c.Offset)
+			if c.from > x.end.Load() {
+				// A gap (recovery's tail, a dropped group): read it back.
+				var ok bool
+				batch, ok = s.indexFromLog(buf, batch, c.from)
+				progressed = progressed || ok
+				if x.end.Load() < c.from {
+					break // not committed yet: wait
 				}
-				break
-			}
-			batch = batch[:0]
-			off := c.Offset
-			for p := 0; p < len(c.Data); {
-				kind, payload, n := splitRecord(c.Data[p:])
-				if kind == recordMessage {
-					if _, _, msg, err := parseRecordPayload(payload); err == nil {
-						batch = appendIndexEntries(batch, msg, off+int64(p))
-					}
+				if c.to <= x.end.Load() {
+					used, done = used+c.n, done+1
+					continue
 				}
-				p += n
 			}
-			x.advance(s, batch, c.Offset, c.Offset+int64(len(c.Data)))
+			from := c.from
+			if end := x.end.Load(); from < end { // read back in part
+				for len(es) > 0 && es[0].off < end {
+					es = es[1:]
+				}
+				from = end
+			}
+			x.advanceSplit(s, es, from, c.to)
+			used, done = used+c.n, done+1
 			progressed = true
+		}
+		entries = entries[:copy(entries, entries[used:])]
+		chunks = chunks[:copy(chunks, chunks[done:])]
+		if !fed && len(chunks) == 0 {
+			// Nothing fed: a replica, a store just opened, a quiet one.
+			var ok bool
+			batch, ok = s.indexFromLog(buf, batch, -1)
+			progressed = progressed || ok
 		}
 		x.retain(s.msgLog.Start())
 		if !progressed {
@@ -284,29 +427,101 @@ func (s *Store) indexLoop() {
 	}
 }
 
+// indexFromLog reads the committed message log back from the index's end
+// into the index, until the end passes until (-1: the committed end). It
+// returns batch (scratch, reused) and whether the end moved.
+func (s *Store) indexFromLog(buf []byte, batch []indexEntry, until int64) ([]indexEntry, bool) {
+	x := s.index
+	moved := false
+	for until < 0 || x.end.Load() < until {
+		from := x.end.Load()
+		if from >= s.committedMessages() {
+			// Nothing to read: under FlushAsync the feed may have taken
+			// the index past the synced end.
+			break
+		}
+		c, err := s.Source().ReadMessageLogInto(buf, from, indexReadBytes)
+		if err != nil {
+			x.lg.Warn("index: cannot read the message log", zap.Int64("offset", from), zap.Error(err))
+			break
+		}
+		if len(c.Data) == 0 {
+			if c.Offset > from { // padding, or retention passed it
+				x.advance(s, nil, c.Offset, c.Offset)
+				moved = true
+			}
+			break
+		}
+		batch = batch[:0]
+		off := c.Offset
+		for p := 0; p < len(c.Data); {
+			kind, payload, n := splitRecord(c.Data[p:])
+			if kind == recordMessage {
+				if _, _, msg, err := parseRecordPayload(payload); err == nil {
+					batch = appendIndexEntries(batch, msg, off+int64(p))
+				}
+			}
+			p += n
+		}
+		x.advance(s, batch, c.Offset, c.Offset+int64(len(c.Data)))
+		moved = true
+	}
+	return batch, moved
+}
+
 // appendIndexEntries appends the entries of the message msg stored at off.
 func appendIndexEntries(dst []indexEntry, msg []byte, off int64) []indexEntry {
 	v, err := protocol.ParseMessageNoCRC(msg)
 	if err != nil {
 		return dst
 	}
-	dst = append(dst, indexEntry{indexHash(indexKindID, v.ID), off})
-	if v.PropertyCount() > 0 {
-		v.Properties(func(k, val []byte) bool {
-			if string(k) == protocol.PropKey {
-				dst = append(dst, indexEntry{indexHash(indexKindKey, val), off})
-				return false
-			}
-			return true
-		})
+	id, key, hasKey := indexHashes(&v)
+	dst = append(dst, indexEntry{id, off})
+	if hasKey {
+		dst = append(dst, indexEntry{key, off})
 	}
 	return dst
+}
+
+// advanceSplit is advance for a fed group's entries (in offset order) of
+// the records in [from, to), split where they cross into another segment
+// (a group written across a segment's end), so that a run never spans two.
+func (x *messageIndex) advanceSplit(s *Store, entries []indexEntry, from, to int64) {
+	for {
+		_, hi := x.segmentOf(s, from)
+		if hi < 0 || to <= hi {
+			x.advance(s, entries, from, to)
+			return
+		}
+		k := 0
+		for k < len(entries) && entries[k].off < hi {
+			k++
+		}
+		x.advance(s, entries[:k], from, hi)
+		entries, from = entries[k:], hi
+	}
+}
+
+// segmentOf returns the bounds of the message-log segment holding off
+// ((-1, -1) when none does), remembering the last one found (indexLoop
+// only).
+func (x *messageIndex) segmentOf(s *Store, off int64) (lo, hi int64) {
+	if off >= x.segLo && off < x.segHi {
+		return x.segLo, x.segHi
+	}
+	for _, sg := range s.msgLog.Segments() {
+		if off >= sg.Base && off < sg.Base+sg.Size {
+			x.segLo, x.segHi = sg.Base, sg.Base+sg.Size
+			return x.segLo, x.segHi
+		}
+	}
+	return -1, -1
 }
 
 // advance adds entries of records in [from, to) and moves the end to to,
 // spilling first when from lies in another segment than mem's records.
 func (x *messageIndex) advance(s *Store, entries []indexEntry, from, to int64) {
-	seg := segmentBase(s.msgLog, from)
+	seg, _ := x.segmentOf(s, from)
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if len(x.mem) > 0 && (seg != x.memSeg || len(x.mem)+len(entries) > indexRunEntries) {
@@ -335,15 +550,6 @@ func (x *messageIndex) advance(s *Store, entries []indexEntry, from, to int64) {
 	}
 }
 
-func segmentBase(l *segment.Log, off int64) int64 {
-	for _, sg := range l.Segments() {
-		if off >= sg.Base && off < sg.Base+sg.Size {
-			return sg.Base
-		}
-	}
-	return -1
-}
-
 // spillLocked writes mem as a run covering [memFrom, end) (x.mu held). A
 // run that cannot be written is logged and its entries kept in memory.
 func (x *messageIndex) spillLocked() {
@@ -351,7 +557,9 @@ func (x *messageIndex) spillLocked() {
 		return
 	}
 	from, to := x.memFrom, x.end.Load()
-	sortIndexEntries(x.mem)
+	sorted, spare := sortIndexEntries(x.mem, x.scratch)
+	// Whichever array holds the sorted entries becomes mem.
+	x.mem, x.scratch = sorted, spare
 	r, err := writeIndexRun(x.dir, from, to, x.mem)
 	if err != nil {
 		x.lg.Warn("index: cannot write a run (its entries stay in memory)", zap.Error(err))
@@ -414,7 +622,7 @@ func writeIndexRun(dir string, from, to int64, entries []indexEntry) (*indexRun,
 	if err != nil {
 		return nil, err
 	}
-	return &indexRun{from: from, to: to, count: len(entries), fences: fences, f: rf, path: path}, nil
+	return &indexRun{from: from, to: to, count: len(entries), shift: indexKeyShift, fences: fences, f: rf, path: path}, nil
 }
 
 func syncDir(dir string) error {
@@ -461,12 +669,21 @@ func (x *messageIndex) close() {
 	x.runs = nil
 }
 
-// candidates returns the offsets whose entries hold hash h, ascending.
-func (x *messageIndex) candidates(h uint64) []int64 {
+// candidates returns the offsets of the entries of kind and v, ascending
+// (hashed for each run as its format hashes).
+func (x *messageIndex) candidates(kind byte, v []byte) []int64 {
+	h, h1 := indexHash(kind, v), uint64(0)
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	var offs []int64
 	for _, r := range x.runs {
+		if r.shift == 0 { // format 1
+			if h1 == 0 {
+				h1 = indexHashFNV(kind, v)
+			}
+			offs = r.find(h1, offs)
+			continue
+		}
 		offs = r.find(h, offs)
 	}
 	for _, e := range x.mem {
@@ -484,10 +701,13 @@ func (r *indexRun) find(h uint64, dst []int64) []int64 {
 	if r.count == 0 {
 		return dst
 	}
-	// The first fence > h bounds the block; the block starts at the fence
-	// before the first fence >= h (equal hashes may begin in it).
-	lo := sort.Search(len(r.fences), func(i int) bool { return r.fences[i] >= h })
-	hi := sort.Search(len(r.fences), func(i int) bool { return r.fences[i] > h })
+	// Runs are in the order of hash >> r.shift (the key k). The first
+	// fence whose key is > k bounds the block; the block starts at the
+	// fence before the first fence whose key is >= k (equal keys may begin
+	// in it). Entries of k are checked for the whole hash.
+	k := h >> r.shift
+	lo := sort.Search(len(r.fences), func(i int) bool { return r.fences[i]>>r.shift >= k })
+	hi := sort.Search(len(r.fences), func(i int) bool { return r.fences[i]>>r.shift > k })
 	first := max(lo-1, 0) * indexFence
 	last := min(hi*indexFence, r.count)
 	if last <= first {
@@ -501,7 +721,7 @@ func (r *indexRun) find(h uint64, dst []int64) []int64 {
 		eh := binary.BigEndian.Uint64(b[p:])
 		if eh == h {
 			dst = append(dst, int64(binary.BigEndian.Uint64(b[p+8:])))
-		} else if eh > h {
+		} else if eh>>r.shift > k {
 			break
 		}
 	}
@@ -537,7 +757,7 @@ func (s *Store) find(kind byte, v string) ([]Found, error) {
 		time.Sleep(time.Millisecond)
 	}
 	var out []Found
-	for _, off := range x.candidates(indexHash(kind, []byte(v))) {
+	for _, off := range x.candidates(kind, []byte(v)) {
 		f, ok := s.readFound(off)
 		if !ok {
 			continue

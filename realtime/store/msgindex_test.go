@@ -1,12 +1,19 @@
 package store
 
 import (
+	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/testutil"
@@ -175,5 +182,196 @@ func TestMessageIndex_Off(t *testing.T) {
 	defer s.Close()
 	if _, err := s.FindByID("x"); err != ErrNoIndex {
 		t.Fatalf("FindByID without an index: %v", err)
+	}
+}
+
+// The entries appends hand the index (the feed) are the ones reading the
+// log back gives: under both flush policies, with appends from several
+// goroutines (groups of several requests), groups written across a
+// segment's end, and a feed small enough to drop groups (read back from
+// the log); no run spans two segments.
+func TestMessageIndex_FedMatchesLog(t *testing.T) {
+	oldRun, oldFeed := indexRunEntries, indexFeedMax
+	indexRunEntries, indexFeedMax = 300, 200
+	t.Cleanup(func() { indexRunEntries, indexFeedMax = oldRun, oldFeed })
+	for _, flush := range []FlushPolicy{FlushSync, FlushAsync} {
+		t.Run(fmt.Sprint(flush), func(t *testing.T) {
+			opts := testOptions()
+			opts.SegmentSize = 2 << 20
+			opts.Limits = protocol.DefaultLimits
+			opts.Limits.MaxBody = 16 << 10
+			opts.Flush = flush
+			core, logs := observer.New(zap.WarnLevel)
+			s, err := Open(t.TempDir(), opts, zap.New(core))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			type want struct {
+				h   uint64
+				off int64
+			}
+			var mu sync.Mutex
+			var wants []want
+			body := strings.Repeat("b", 3000)
+			var wg sync.WaitGroup
+			for w := range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 100 {
+						var batch [][]byte
+						var ids, keys []string
+						for j := range 1 + i%7 {
+							id := fmt.Sprintf("w%d-%d-%d", w, i, j)
+							key := ""
+							if j%2 == 0 {
+								key = "k-" + id
+							}
+							m := &protocol.Message{Subject: fmt.Sprintf("s%d", j%3), ID: id, Body: []byte(body), Created: time.UnixMilli(1)}
+							if key != "" {
+								m.Properties = []protocol.Property{{Key: protocol.PropKey, Value: key}}
+							}
+							b, err := protocol.AppendMessage(nil, m, protocol.DefaultLimits)
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							batch, ids, keys = append(batch, b), append(ids, id), append(keys, key)
+						}
+						var res []Result
+						if r, ok := s.tryAppendNow(batch); ok {
+							res = r
+						} else {
+							var err error
+							if res, err = s.Append(context.Background(), batch); err != nil {
+								t.Error(err)
+								return
+							}
+						}
+						mu.Lock()
+						for j, r := range res {
+							if r.Err != nil {
+								t.Error(r.Err)
+								continue
+							}
+							wants = append(wants, want{indexHash(indexKindID, []byte(ids[j])), r.Offset})
+							if keys[j] != "" {
+								wants = append(wants, want{indexHash(indexKindKey, []byte(keys[j])), r.Offset})
+							}
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			if flush == FlushAsync {
+				s.msgLog.Sync()
+			}
+			if len(s.msgLog.Segments()) < 3 {
+				t.Fatalf("only %d segments written", len(s.msgLog.Segments()))
+			}
+			if fs, err := s.FindByID("w3-99-0"); err != nil || len(fs) != 1 { // waits for the index
+				t.Fatalf("w3-59-0 found %d, %v", len(fs), err)
+			}
+			x := s.index
+			x.mu.Lock()
+			defer x.mu.Unlock()
+			x.spillLocked()
+			var got []want
+			segs := s.msgLog.Segments()
+			for _, r := range x.runs {
+				b := make([]byte, r.count*indexEntrySize)
+				if _, err := r.f.ReadAt(b, indexHeaderSize); err != nil {
+					t.Fatal(err)
+				}
+				for p := 0; p < len(b); p += indexEntrySize {
+					got = append(got, want{binary.BigEndian.Uint64(b[p:]), int64(binary.BigEndian.Uint64(b[p+8:]))})
+				}
+				for _, sg := range segs {
+					if r.from >= sg.Base && r.from < sg.Base+sg.Size && r.to > sg.Base+sg.Size {
+						t.Errorf("run [%d, %d) spans the segment [%d, %d)", r.from, r.to, sg.Base, sg.Base+sg.Size)
+					}
+				}
+			}
+			cmp := func(a, b want) int {
+				if c := cmpU64(a.h, b.h); c != 0 {
+					return c
+				}
+				return int(a.off - b.off)
+			}
+			slices.SortFunc(got, cmp)
+			slices.SortFunc(wants, cmp)
+			if !slices.Equal(got, wants) {
+				t.Fatalf("the index holds %d entries, want %d (first difference at %d)", len(got), len(wants), firstDiff(got, wants))
+			}
+			// Under FlushAsync the feed takes the index past the synced
+			// end: the index must not try to read the log there.
+			if n := logs.Len(); n > 0 {
+				t.Fatalf("%d warnings, the first %q", n, logs.All()[0].Message)
+			}
+		})
+	}
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func firstDiff[T comparable](a, b []T) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// A store whose index holds runs of format 1 (FNV-1a hashes, by the whole
+// hash), as older code wrote them, finds their messages, and the ones
+// indexed since (format 2) too.
+func TestMessageIndex_ReadsFormat1Runs(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, testOptions())
+	var entries []indexEntry
+	for i := range 300 {
+		id, key := fmt.Sprintf("old-%d", i), fmt.Sprintf("okey-%d", i%10)
+		res := appendAll(t, s, encodeKeyed(t, "orders", id, key, 0))
+		entries = append(entries, indexEntry{indexHashFNV(indexKindID, []byte(id)), res[0].Offset},
+			indexEntry{indexHashFNV(indexKindKey, []byte(key)), res[0].Offset})
+	}
+	end := s.committedMessages()
+	s.Close()
+	for _, r := range indexRuns(t, dir) {
+		os.Remove(r)
+	}
+	slices.SortStableFunc(entries, func(a, b indexEntry) int { return cmpU64(a.hash, b.hash) })
+	r, err := writeIndexRun(filepath.Join(dir, indexDir), 0, end, entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.f.Close()
+	asFormat1(t, r.path)
+	s = openStore(t, dir, testOptions())
+	defer s.Close()
+	if s.index.end.Load() != end || len(s.index.runs) != 1 || s.index.runs[0].shift != 0 {
+		t.Fatalf("the format 1 run was not kept: index end %d (log %d), %d runs", s.index.end.Load(), end, len(s.index.runs))
+	}
+	appendAll(t, s, encodeKeyed(t, "orders", "new-1", "okey-3", 0))
+	for _, id := range []string{"old-0", "old-123", "old-299", "new-1"} {
+		fs, err := s.FindByID(id)
+		if got := foundIDs(t, fs, err); strings.Join(got, " ") != "orders/"+id {
+			t.Fatalf("%s found %v", id, got)
+		}
+	}
+	fs, err := s.FindByKey("okey-3")
+	if got := foundIDs(t, fs, err); len(got) != 31 || got[30] != "orders/new-1" {
+		t.Fatalf("okey-3 found %d: %v", len(got), got)
 	}
 }
