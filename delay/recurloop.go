@@ -25,14 +25,14 @@ type nextTemplate struct {
 // templates stay unmarked and fire again after the restart).
 type nextQueue struct {
 	mu     sync.Mutex
-	items  []nextTemplate
+	items  []*nextTemplate
 	closed bool
 	wake   chan struct{}
 }
 
 func newNextQueue() *nextQueue { return &nextQueue{wake: make(chan struct{}, 1)} }
 
-func (q *nextQueue) push(t nextTemplate) {
+func (q *nextQueue) push(t *nextTemplate) {
 	q.mu.Lock()
 	if !q.closed {
 		q.items = append(q.items, t)
@@ -44,12 +44,15 @@ func (q *nextQueue) push(t nextTemplate) {
 	}
 }
 
-// take returns what is queued (nil and false once closed and empty).
-func (q *nextQueue) take() ([]nextTemplate, bool) {
+// take returns what is queued (nil and false once closed and empty). The
+// next burst's queue starts as large as this one's.
+func (q *nextQueue) take() ([]*nextTemplate, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	items := q.items
-	q.items = nil
+	if len(items) > 0 {
+		q.items = make([]*nextTemplate, 0, len(items))
+	}
 	return items, len(items) > 0 || !q.closed
 }
 
@@ -64,7 +67,7 @@ const (
 )
 
 // settle adds to batch what is queued until the queue is quiet.
-func (q *nextQueue) settle(batch []nextTemplate) []nextTemplate {
+func (q *nextQueue) settle(batch []*nextTemplate) []*nextTemplate {
 	deadline := time.Now().Add(nextLinger)
 	for time.Now().Before(deadline) {
 		time.Sleep(nextQuiet)
@@ -109,8 +112,7 @@ func (m *master) recurLoop() {
 		batch = m.nexts.settle(batch)
 		msgs := make([][]byte, len(batch))
 		now := m.s.clk.Now()
-		for i := range batch {
-			t := &batch[i]
+		for i, t := range batch {
 			msgs[i] = withDue(t.tmpl, t.due)
 			m.built.buildNext(msgs[i], t.occ, &t.cs, now, m.s.limits)
 		}
@@ -124,11 +126,11 @@ func (m *master) recurLoop() {
 // message holding the schedule's name ends this chain. A failed append is
 // retried a second later, unless the master is closing (the fired template
 // stays unmarked and fires again after the restart).
-func (m *master) appendNext(batch []nextTemplate, msgs [][]byte) {
+func (m *master) appendNext(batch []*nextTemplate, msgs [][]byte) {
 	m.retries.Add(1)
 	m.store.Append(msgs, func(rs []store.Result) {
 		defer m.retries.Done()
-		var failed []nextTemplate
+		var failed []*nextTemplate
 		var again [][]byte
 		for i, r := range rs {
 			switch err := r.Err; {

@@ -330,7 +330,7 @@ func (m *master) recur(d store.Due, v *protocol.View, now time.Time) {
 		m.marks <- d.Ref
 		return
 	}
-	next := nextTemplate{ref: d.Ref, tmpl: d.Message, due: f.next, cs: f.cs}
+	next := &nextTemplate{ref: d.Ref, tmpl: d.Message, due: f.next, cs: f.cs}
 	if !f.hasNext {
 		next.tmpl = nil
 	}
@@ -343,7 +343,7 @@ func (m *master) recur(d store.Due, v *protocol.View, now time.Time) {
 	m.forwardOccurrence(d, next)
 }
 
-func (m *master) forwardOccurrence(d store.Due, next nextTemplate) {
+func (m *master) forwardOccurrence(d store.Due, next *nextTemplate) {
 	occ := next.occ
 	err := m.forward.SendChecked(occ.msg, occ.subject, occ.id, func(err error) {
 		if err == nil {
@@ -368,7 +368,7 @@ func (m *master) forwardOccurrence(d store.Due, next nextTemplate) {
 
 // storeNext has the next template (none: the schedule ended) appended by
 // recurLoop, which then marks the fired one dispatched.
-func (m *master) storeNext(next nextTemplate) {
+func (m *master) storeNext(next *nextTemplate) {
 	if next.tmpl == nil {
 		m.marks <- next.ref
 		return
