@@ -158,6 +158,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Horizon, "horizon", o.Horizon, "how far ahead a message may be due")
 	fs.DurationVar(&o.Keep, "keep", o.Keep, "how long dispatched hours are kept")
 	config.StringList(fs, &o.MetaServers, "meta", "meta server addresses (comma-separated or repeated)")
+	fs.IntVar(&o.ForwardInFlight, "forward-in-flight", o.ForwardInFlight, "send requests in flight per realtime group while forwarding due messages")
 	config.StringList(fs, &o.Realtime, "realtime", "fixed realtime broker addresses to forward to, without a meta server (comma-separated or repeated)")
 	fs.IntVar(&o.MaxBody, "max-body", o.MaxBody, "largest message body in bytes")
 	fs.StringVar(&o.Role, "role", o.Role, "master or slave")
