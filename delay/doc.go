@@ -39,7 +39,9 @@
 // as the exact bytes the producer encoded (same id), through a producer
 // (pkg producer: batching, a breaker per broker, latency-aware group choice,
 // retries with back-off on another group) to a writable realtime group of
-// its subject. When the realtime broker has stored it (or answers that it
+// its subject; SendChecked takes the bytes with their subject and id, as
+// the store checked them on the way in and on read-back (one parse here,
+// none in the producer). When the realtime broker has stored it (or answers that it
 // already had it: its dedupe window drops re-forwards), markLoop records it
 // in the hour's dispatch log. A message not yet recorded when the server
 // stops or dies is forwarded again after the restart; the realtime broker

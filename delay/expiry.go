@@ -15,15 +15,15 @@ const (
 	dueTemplate                // a recurring schedule's template (recurring.go)
 )
 
-// classify reads a due message's properties once: a message carrying an
+// classify parses a due message and reads its properties once: a message carrying an
 // expiry (protocol.PropExpireAt) that has passed at now (Unix ms) is
 // dropped, marked dispatched and counted in
 // qmq_delay_messages_expired_total instead of being forwarded; a template
 // sends an occurrence.
-func classify(msg []byte, now int64) dueKind {
+func classify(msg []byte, now int64) (dueKind, protocol.View) {
 	v, err := protocol.ParseMessageNoCRC(msg) // the store checked it on the way in and on read-back
 	if err != nil {
-		return dueForward
+		return dueForward, protocol.View{}
 	}
 	kind := dueForward
 	v.Properties(func(k, val []byte) bool {
@@ -38,5 +38,5 @@ func classify(msg []byte, now int64) dueKind {
 		}
 		return true
 	})
-	return kind
+	return kind, v
 }

@@ -211,27 +211,40 @@ func (m *master) forwardLoop() {
 				if d.DueMillis > 0 {
 					m.s.metrics.fireLateness.Observe(float64(now.UnixMilli()-d.DueMillis) / 1000)
 				}
-				switch classify(d.Message, now.UnixMilli()) {
+				kind, v := classify(d.Message, now.UnixMilli())
+				switch kind {
 				case dueExpired:
 					m.s.metrics.expired.Inc()
 					m.marks <- d.Ref
 				case dueTemplate:
-					m.recur(d, now)
+					m.recur(d, &v, now)
 				default:
-					m.send(d)
+					m.send(d, &v)
 				}
 			}
 		}
 	}
 }
 
-func (m *master) send(d store.Due) {
+// send forwards a due message, by its subject and id when its view v
+// parsed (the store checked the bytes when they arrived and read them back
+// whole: the producer takes them as they are), else through SendEncoded's
+// checks (an unparsable stored message cannot happen).
+func (m *master) send(d store.Due, v *protocol.View) {
+	var subject, id string
+	if v.Raw != nil {
+		subject, id = string(v.Subject), string(v.ID)
+	}
+	m.sendAs(d, subject, id)
+}
+
+func (m *master) sendAs(d store.Due, subject, id string) {
 	metrics := m.s.metrics
 	var span trace.Span
 	if m.s.opts.TracerProvider != nil {
 		span = m.traceForward(d)
 	}
-	err := m.forward.SendEncoded(d.Message, func(err error) {
+	cb := func(err error) {
 		if span != nil {
 			endSpan(span, err)
 		}
@@ -250,9 +263,15 @@ func (m *master) send(d store.Due) {
 		m.lg.Warn("forward failed, retrying", zap.Stringer("ref", d.Ref), zap.Error(err))
 		if !m.closing.Load() {
 			m.retries.Add(1)
-			time.AfterFunc(time.Second, func() { defer m.retries.Done(); m.send(d) })
+			time.AfterFunc(time.Second, func() { defer m.retries.Done(); m.sendAs(d, subject, id) })
 		}
-	})
+	}
+	var err error
+	if id != "" {
+		err = m.forward.SendChecked(d.Message, subject, id, cb)
+	} else {
+		err = m.forward.SendEncoded(d.Message, cb)
+	}
 	if err != nil && !errors.Is(err, producer.ErrClosed) {
 		// An invalid stored message cannot happen (the store checked it on
 		// the way in and on read-back): log it and mark it so it does not

@@ -1,6 +1,7 @@
 package delay
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -174,14 +175,52 @@ func (cs CronSchedule) Next(t int64) (int64, bool) {
 	return n.UnixMilli(), true
 }
 
-// recurrence is what the forwarder does with a fired template.
+// firing is what the forwarder does with a fired template: forward occ
+// (nil: a missed occurrence skipped), then have the template stored again
+// due at next (none when the schedule has ended).
+type firing struct {
+	occ     *builtOccurrence
+	next    int64
+	hasNext bool
+	cs      CronSchedule
+}
+
+// plan decides what a template v due at due (Unix ms), fired at now, does:
+// its occurrence is taken from built when built ahead, else built now.
+func plan(v *protocol.View, due, now int64, limits protocol.Limits, built *occurrences) (firing, error) {
+	b := built.take(v, due)
+	if b == nil {
+		cs, _, err := ParseCron(v)
+		if err != nil {
+			return firing{}, err
+		}
+		occ, err := occurrenceOf(v, due, limits)
+		if err != nil {
+			return firing{}, err
+		}
+		b = &builtOccurrence{due: due, msg: occ, subject: string(v.Subject), id: occurrenceID(v.ID, due), cs: cs}
+		b.after, b.afterOK = cs.Next(due)
+	}
+	f := firing{occ: b, next: b.after, hasNext: b.afterOK, cs: b.cs}
+	if b.afterOK && b.after <= now {
+		// Missed occurrences: a further one fell due before now. The next
+		// one is the first after now; this one is sent late, or skipped.
+		f.next, f.hasNext = b.cs.Next(now)
+		if b.cs.Skip {
+			f.occ = nil
+		}
+	}
+	return f, nil
+}
+
+// recurrence is a fired template's occurrence and next template, in bytes.
 type recurrence struct {
-	occurrence []byte // the occurrence to forward; nil: skipped
-	next       []byte // the template again, due at the next occurrence; nil: the schedule ended
+	occurrence []byte // nil: skipped
+	next       []byte // nil: the schedule ended
 }
 
 // recur builds the occurrence of a template due at due (fired at now) and
-// the next template.
+// the next template, as the forwarder and recurLoop do.
 func recur(tmpl []byte, due, now int64, limits protocol.Limits) (recurrence, error) {
 	return recurFrom(tmpl, due, now, limits, nil)
 }
@@ -192,37 +231,30 @@ func recurFrom(tmpl []byte, due, now int64, limits protocol.Limits, built *occur
 	if err != nil {
 		return recurrence{}, err
 	}
-	cs, _, err := ParseCron(&v)
+	f, err := plan(&v, due, now, limits, built)
 	if err != nil {
 		return recurrence{}, err
 	}
 	var r recurrence
-	// Missed occurrences: a further one fell due before now.
-	missed := false
-	if n, ok := cs.Next(due); ok && n <= now {
-		missed = true
+	if f.occ != nil {
+		r.occurrence = f.occ.msg
 	}
-	if !missed || !cs.Skip {
-		if r.occurrence = built.take(&v, due); r.occurrence == nil {
-			if r.occurrence, err = occurrenceOf(&v, due, limits); err != nil {
-				return recurrence{}, err
-			}
-		}
-	}
-	after := due
-	if missed {
-		after = now
-	}
-	if n, ok := cs.Next(after); ok {
-		r.next = withDue(tmpl, n)
+	if f.hasNext {
+		r.next = withDue(tmpl, f.next)
 	}
 	return r, nil
 }
 
+// occurrenceID is "<template id>.<due ms>".
+func occurrenceID(tmplID []byte, due int64) string {
+	var b [256 + 24]byte // an id is at most 255 bytes
+	return string(strconv.AppendInt(append(append(b[:0], tmplID...), '.'), due, 10))
+}
+
 // occurrenceOf builds the occurrence of template v due at due: a copy
 // without the cron properties and the schedule key, id "<template
-// id>.<due ms>", created at due, PropCronOccurrence the due time. The same
-// template and time always give the same bytes.
+// id>.<due ms>", created at due, PropCronOccurrence the due time (the last
+// property). The same template and time always give the same bytes.
 func occurrenceOf(v *protocol.View, due int64, limits protocol.Limits) ([]byte, error) {
 	at := strconv.FormatInt(due, 10)
 	occ := protocol.Message{Subject: string(v.Subject), ID: string(v.ID) + "." + at, Body: v.Body, // AppendMessage copies it
@@ -244,85 +276,35 @@ func occurrenceOf(v *protocol.View, due int64, limits protocol.Limits) ([]byte, 
 	return protocol.AppendMessage(make([]byte, 0, occ.EncodedSize()), &occ, limits)
 }
 
-// occurrences holds occurrences built ahead, when recurLoop stores their
-// templates, so that a second's occurrences of many schedules cost the
-// forwarder a lookup each rather than a decode and an encode while they
-// all fall due together. Keyed by occurrence id, each with its template's
-// checksum (a template replaced or rescheduled under the same id is not
-// taken for another); one not taken by a minute past its due time (the
-// schedule was deleted or moved) is dropped. A miss (after a restart, a
-// failover, for the first occurrence) builds the occurrence then.
-type occurrences struct {
-	mu    sync.Mutex
-	m     map[string]builtOccurrence
-	swept time.Time
-}
-
-type builtOccurrence struct {
-	crc uint32 // the template's
-	due int64
-	msg []byte
-}
-
-// Occurrences are built ahead only when due within builtAhead, and at most
-// maxBuilt are kept.
-const (
-	builtAhead = 10 * time.Minute
-	maxBuilt   = 1 << 18
-)
-
-func newOccurrences() *occurrences { return &occurrences{m: map[string]builtOccurrence{}} }
-
-// build builds ahead the occurrence of a next template (nothing when it
-// falls due later than builtAhead from now, or the store is full).
-func (o *occurrences) build(tmpl []byte, now time.Time, limits protocol.Limits) {
-	due := int64(binary.BigEndian.Uint64(tmpl[16:24]))
-	if due > now.Add(builtAhead).UnixMilli() {
-		return
-	}
-	v, err := protocol.ParseMessageNoCRC(tmpl)
-	if err != nil {
-		return
-	}
-	occ, err := occurrenceOf(&v, due, limits)
-	if err != nil {
-		return
-	}
-	id := string(v.ID) + "." + strconv.FormatInt(due, 10)
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if now.Sub(o.swept) > time.Minute {
-		o.swept = now
-		for k, b := range o.m {
-			if b.due < now.Add(-time.Minute).UnixMilli() {
-				delete(o.m, k)
-			}
-		}
-	}
-	if len(o.m) < maxBuilt {
-		o.m[id] = builtOccurrence{crc: binary.BigEndian.Uint32(tmpl[0:4]), due: due, msg: occ}
-	}
-}
-
-// take returns (and forgets) the occurrence of template v due at due, if
-// it was built ahead from the same template.
-func (o *occurrences) take(v *protocol.View, due int64) []byte {
-	if o == nil {
+// occurrenceAt returns the occurrence of the same template as occ (due at
+// due) due at at instead: occ with its times, the time in its id and its
+// PropCronOccurrence patched, when both times have as many digits (they
+// have until the year 2286) — the bytes occurrenceOf would build, for a
+// copy and a checksum. nil when occ is not laid out as occurrenceOf lays it.
+func occurrenceAt(occ []byte, due, at int64) []byte {
+	var db, ab [20]byte
+	d, a := strconv.AppendInt(db[:0], due, 10), strconv.AppendInt(ab[:0], at, 10)
+	if len(d) != len(a) {
 		return nil
 	}
-	var idb [256 + 24]byte // an id is at most 255 bytes
-	id := strconv.AppendInt(append(append(idb[:0], v.ID...), '.'), due, 10)
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	b, ok := o.m[string(id)]
-	if !ok {
+	v, err := protocol.ParseMessageNoCRC(occ)
+	if err != nil || v.CreatedMillis != due || v.DeliverAtMillis != due || !bytes.HasSuffix(v.ID, d) {
 		return nil
 	}
-	delete(o.m, string(id))
-	if b.crc != binary.BigEndian.Uint32(v.Raw[0:4]) {
+	var lastKey, lastVal []byte
+	v.Properties(func(k, val []byte) bool { lastKey, lastVal = k, val; return true })
+	if string(lastKey) != protocol.PropCronOccurrence || !bytes.Equal(lastVal, d) {
 		return nil
 	}
-	return b.msg
+	idEnd := 24 + 1 + len(v.Subject) + 1 + len(v.ID) // the layout: pkg/protocol message.go
+	valEnd := len(occ) - len(v.Body) - 4             // the last property's value ends at the body's length
+	b := append([]byte(nil), occ...)
+	binary.BigEndian.PutUint64(b[8:16], uint64(at))
+	binary.BigEndian.PutUint64(b[16:24], uint64(at))
+	copy(b[idEnd-len(a):idEnd], a)
+	copy(b[valEnd-len(a):valEnd], a)
+	binary.BigEndian.PutUint32(b[0:4], protocol.Checksum(b[4:]))
+	return b
 }
 
 // withDue returns a copy of msg due at due (Unix ms): the template of the
@@ -336,37 +318,46 @@ func withDue(msg []byte, due int64) []byte {
 }
 
 // recur handles a fired template: forwards its occurrence (retrying as
-// send does), then stores the next template, then marks the fired one.
-func (m *master) recur(d store.Due, now time.Time) {
-	r, err := recurFrom(d.Message, d.DueMillis, now.UnixMilli(), m.s.limits, m.built)
+// send does), then has the next template stored, then the fired one
+// marked. Only what the occurrence's send needs is done here, while a
+// second's templates fire together: the next template is made by
+// recurLoop.
+func (m *master) recur(d store.Due, v *protocol.View, now time.Time) {
+	f, err := plan(v, d.DueMillis, now.UnixMilli(), m.s.limits, m.built)
 	if err != nil {
 		// Cannot happen: templates are checked on the way in.
 		m.lg.Error("cannot build a recurring schedule's occurrence; the schedule ends", zap.Stringer("ref", d.Ref), zap.Error(err))
 		m.marks <- d.Ref
 		return
 	}
-	if r.occurrence == nil {
+	next := &nextTemplate{ref: d.Ref, tmpl: d.Message, due: f.next, cs: f.cs}
+	if !f.hasNext {
+		next.tmpl = nil
+	}
+	if f.occ == nil {
 		m.s.metrics.cronSkipped.Inc()
-		m.storeNext(d, r.next)
+		m.storeNext(next)
 		return
 	}
-	m.forwardOccurrence(d, r)
+	next.occ = f.occ
+	m.forwardOccurrence(d, next)
 }
 
-func (m *master) forwardOccurrence(d store.Due, r recurrence) {
-	err := m.forward.SendEncoded(r.occurrence, func(err error) {
+func (m *master) forwardOccurrence(d store.Due, next *nextTemplate) {
+	occ := next.occ
+	err := m.forward.SendChecked(occ.msg, occ.subject, occ.id, func(err error) {
 		if err == nil {
 			m.s.metrics.forwarded.Inc()
 			m.s.metrics.cronOccurrences.Inc()
 			m.s.metrics.lateness.Observe(float64(m.s.clk.Now().UnixMilli()-d.DueMillis) / 1000)
-			m.storeNext(d, r.next)
+			m.storeNext(next)
 			return
 		}
 		m.s.metrics.forwardErrors.Inc()
 		m.lg.Warn("forwarding an occurrence failed, retrying", zap.Stringer("ref", d.Ref), zap.Error(err))
 		if !m.closing.Load() {
 			m.retries.Add(1)
-			time.AfterFunc(time.Second, func() { defer m.retries.Done(); m.forwardOccurrence(d, r) })
+			time.AfterFunc(time.Second, func() { defer m.retries.Done(); m.forwardOccurrence(d, next) })
 		}
 	})
 	if err != nil && !errors.Is(err, producer.ErrClosed) {
@@ -377,141 +368,10 @@ func (m *master) forwardOccurrence(d store.Due, r recurrence) {
 
 // storeNext has the next template (none: the schedule ended) appended by
 // recurLoop, which then marks the fired one dispatched.
-func (m *master) storeNext(d store.Due, next []byte) {
-	if next == nil {
-		m.marks <- d.Ref
+func (m *master) storeNext(next *nextTemplate) {
+	if next.tmpl == nil {
+		m.marks <- next.ref
 		return
 	}
-	m.nexts.push(nextTemplate{ref: d.Ref, msg: next})
-}
-
-// nextTemplate is a fired template's successor, waiting to be appended.
-type nextTemplate struct {
-	ref store.Ref // the fired template, marked once the next one is stored
-	msg []byte
-}
-
-// nextQueue hands the next templates from the producer's callbacks to
-// recurLoop without blocking them; after close it takes none (their fired
-// templates stay unmarked and fire again after the restart).
-type nextQueue struct {
-	mu     sync.Mutex
-	items  []nextTemplate
-	closed bool
-	wake   chan struct{}
-}
-
-func newNextQueue() *nextQueue { return &nextQueue{wake: make(chan struct{}, 1)} }
-
-func (q *nextQueue) push(t nextTemplate) {
-	q.mu.Lock()
-	if !q.closed {
-		q.items = append(q.items, t)
-	}
-	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
-}
-
-// take returns what is queued (nil and false once closed and empty).
-func (q *nextQueue) take() ([]nextTemplate, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	items := q.items
-	q.items = nil
-	return items, len(items) > 0 || !q.closed
-}
-
-// Next templates are appended once the burst that queued them has settled
-// (nothing new for nextQuiet, or nextLinger after the first): the appends,
-// their replay and the marks then take no CPU from the burst's forwards,
-// whose lateness is what users see. The earliest next occurrence is a
-// second away ("@every" counts whole seconds), far beyond nextLinger.
-const (
-	nextQuiet  = 5 * time.Millisecond
-	nextLinger = 50 * time.Millisecond
-)
-
-// settle adds to batch what is queued until the queue is quiet.
-func (q *nextQueue) settle(batch []nextTemplate) []nextTemplate {
-	deadline := time.Now().Add(nextLinger)
-	for time.Now().Before(deadline) {
-		time.Sleep(nextQuiet)
-		more, open := q.take()
-		if len(more) == 0 {
-			break
-		}
-		batch = append(batch, more...)
-		if !open {
-			break
-		}
-	}
-	return batch
-}
-
-func (q *nextQueue) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
-}
-
-// recurLoop appends the next templates in batches: one Append (one group
-// commit, one callback) for all the occurrences a burst of schedules
-// forwarded meanwhile, off the producer's callback goroutine, which would
-// otherwise check and queue each template on its own while the burst's
-// other forwards wait for their answers.
-func (m *master) recurLoop() {
-	defer close(m.recurDone)
-	for {
-		batch, more := m.nexts.take()
-		if !more {
-			return
-		}
-		if len(batch) == 0 {
-			<-m.nexts.wake
-			continue
-		}
-		batch = m.nexts.settle(batch)
-		m.appendNext(batch)
-	}
-}
-
-// appendNext appends next templates and marks their fired ones once each is
-// stored. The same template stored already (a template fired again after a
-// crash or failover) is a duplicate; another message holding the schedule's
-// name ends this chain. A failed append is retried a second later, unless
-// the master is closing (the fired template stays unmarked and fires again
-// after the restart).
-func (m *master) appendNext(batch []nextTemplate) {
-	msgs := make([][]byte, len(batch))
-	now := m.s.clk.Now()
-	for i, t := range batch {
-		msgs[i] = t.msg
-		m.built.build(t.msg, now, m.s.limits)
-	}
-	m.retries.Add(1)
-	m.store.Append(msgs, func(rs []store.Result) {
-		defer m.retries.Done()
-		var failed []nextTemplate
-		for i, r := range rs {
-			switch err := r.Err; {
-			case err == nil, errors.Is(err, protocol.ErrDuplicate), errors.Is(err, protocol.ErrKeyExists):
-				m.marks <- batch[i].ref
-			case m.closing.Load():
-			default:
-				m.lg.Warn("storing a recurring schedule's next occurrence failed, retrying", zap.Stringer("ref", batch[i].ref), zap.Error(err))
-				failed = append(failed, batch[i])
-			}
-		}
-		if len(failed) > 0 {
-			m.retries.Add(1)
-			time.AfterFunc(time.Second, func() { defer m.retries.Done(); m.appendNext(failed) })
-		}
-	})
+	m.nexts.push(next)
 }

@@ -167,3 +167,48 @@ func TestOccurrences_BuiltAhead(t *testing.T) {
 		t.Fatal("an occurrence due beyond builtAhead was built")
 	}
 }
+
+// The occurrence of the next time patched from the last one is the one
+// occurrenceOf builds, byte for byte; and buildNext's (patched) is the one
+// build's.
+func TestOccurrenceAt_SameBytes(t *testing.T) {
+	due := time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC)
+	tmpl := template(t, "@every 1s", "", "", due)
+	v, _ := protocol.ParseMessage(tmpl)
+	first, err := occurrenceOf(&v, due.UnixMilli(), protocol.DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := due.Add(1234 * time.Millisecond).UnixMilli()
+	want, _ := occurrenceOf(&v, at, protocol.DefaultLimits)
+	if got := occurrenceAt(first, due.UnixMilli(), at); string(got) != string(want) {
+		t.Fatalf("patched occurrence differs:\n%x\n%x", got, want)
+	}
+	if _, err := protocol.ParseMessage(want); err != nil {
+		t.Fatal(err)
+	}
+	if occurrenceAt(first, due.UnixMilli(), 99) != nil {
+		t.Fatal("patched across a change of digits")
+	}
+	if occurrenceAt(first, due.UnixMilli()+1, at) != nil {
+		t.Fatal("patched an occurrence of another time")
+	}
+
+	now := due.Add(-time.Second)
+	cs, _, _ := ParseCron(&v)
+	built := newOccurrences()
+	built.build(tmpl, now, protocol.DefaultLimits)
+	prev := built.take(&v, due.UnixMilli())
+	if prev == nil || string(prev.msg) != string(first) || prev.id != "tmpl."+strconv.FormatInt(due.UnixMilli(), 10) || prev.subject != "jobs" ||
+		!prev.afterOK || prev.after != due.Add(time.Second).UnixMilli() {
+		t.Fatalf("built %+v", prev)
+	}
+	next := withDue(tmpl, at)
+	built.buildNext(next, prev, &cs, now, protocol.DefaultLimits)
+	nv, _ := protocol.ParseMessage(next)
+	b := built.take(&nv, at)
+	if b == nil || string(b.msg) != string(want) || b.id != "tmpl."+strconv.FormatInt(at, 10) || b.subject != "jobs" ||
+		!b.afterOK || b.after != due.Add(2*time.Second).UnixMilli() { // "@every" runs on whole seconds
+		t.Fatalf("built next %+v", b)
+	}
+}

@@ -351,3 +351,32 @@ func TestSend_ConcurrentSendsKeepTheirBytes(t *testing.T) {
 		}
 	}
 }
+
+// SendChecked sends the caller's bytes as they are (same id, even when due
+// later: the delay server forwards with it) and reports each outcome once.
+func TestSendChecked_KeepsBytes(t *testing.T) {
+	b := startFakeBroker(t)
+	p := newProducer(t, WithBrokers(b.addr()))
+	raw, err := protocol.AppendMessage(nil, &Message{Subject: "jobs", ID: "tmpl.1", Body: []byte("run"),
+		DeliverAt: time.Now().Add(time.Hour)}, protocol.DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 2)
+	if err := p.SendChecked(raw, "jobs", "tmpl.1", func(err error) { done <- err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !b.has("tmpl.1") || string(b.stored["tmpl.1"].Body) != "run" {
+		t.Fatal("the broker did not store the message")
+	}
+	// Again: the broker answers that it has it, which is stored too.
+	if err := p.SendChecked(raw, "jobs", "tmpl.1", func(err error) { done <- err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("a duplicate: %v", err)
+	}
+}
