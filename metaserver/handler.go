@@ -3,6 +3,7 @@ package metaserver
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/qmq-go/qmq/pkg/auth"
 	"github.com/qmq-go/qmq/pkg/netserver"
@@ -76,6 +77,10 @@ func (s *Server) replyLookup(r *netserver.Request, resp *protocol.LookupResponse
 	replyBufs.Put(bp)
 }
 
+// registerViewWait bounds how long a registration's answer waits for the
+// view to show it (serveRegister).
+const registerViewWait = time.Second
+
 func (s *Server) serveRegister(r *netserver.Request) {
 	req, err := protocol.DecodeRegisterRequest(r.Body)
 	if err != nil {
@@ -97,6 +102,13 @@ func (s *Server) serveRegister(r *netserver.Request) {
 		if req.Role == protocol.RoleMaster && req.Flags&protocol.RegisterLeaving == 0 && resp.Master == req.Address {
 			s.watchMasterConn(req.Group, req.BrokerID, req.Address, r.Done())
 		}
+		// Read your writes: a registration this server wrote is in its view
+		// before the answer goes, so a lookup right after it (the broker's
+		// clients, a test) routes to the group. Bounded: the write stands
+		// either way, only its visibility here waits for the watch.
+		wctx, cancel := context.WithTimeout(context.Background(), registerViewWait)
+		_ = s.view.waitRevision(wctx, int64(resp.Version))
+		cancel()
 		r.Reply(protocol.StatusOK, protocol.AppendRegisterResponse(nil, &resp))
 	}()
 }

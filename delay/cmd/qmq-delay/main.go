@@ -24,7 +24,7 @@ func main() {
 	fs := flag.NewFlagSet("qmq-delay", flag.ContinueOnError)
 	opts.AddFlags(fs)
 	gcPercent := fs.Int("gc-percent", 25, "GOGC of the process: its big heap (the indexes of pending messages) holds no pointers and is cheap to mark, so collecting more often costs little CPU and keeps the resident memory near the live heap (ignored when GOGC is set)")
-	gcHeadroom := fs.Int("gc-min-headroom-mb", 64, "the least the heap may grow past the live heap before the collector runs (MiB): --gc-percent is raised while the live heap is small, so that a small heap is not collected every few megabytes allocated (0: --gc-percent alone; ignored when GOGC is set)")
+	gcHeadroom := fs.Int("gc-min-headroom-mb", 32, "the least the heap may grow past the live heap before the collector runs (MiB): --gc-percent is raised while the live heap is small, so that a small heap is not collected every few megabytes allocated (0: --gc-percent alone; ignored when GOGC is set)")
 	config.Server{
 		Name:     "qmq-delay",
 		Short:    "qmq-delay runs a delay server: the master or the slave of one delay group.",
