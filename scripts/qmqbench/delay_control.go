@@ -121,8 +121,12 @@ func runDelayControl(env *Env) error {
 
 // controlPart reports whether QMQ_BENCH_CONTROL_PARTS (a comma-separated
 // list; default every part) names part.
-func controlPart(part string) bool {
-	v := os.Getenv("QMQ_BENCH_CONTROL_PARTS")
+func controlPart(part string) bool { return suitePart("QMQ_BENCH_CONTROL_PARTS", part) }
+
+// suitePart reports whether the environment variable name (a
+// comma-separated list of a suite's parts; unset: every part) names part.
+func suitePart(name, part string) bool {
+	v := os.Getenv(name)
 	if v == "" {
 		return true
 	}

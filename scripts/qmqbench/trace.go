@@ -7,10 +7,13 @@ package main
 // with its default durable flush; one producer process on one core, one
 // connection, batches of 256 messages of 256 bytes, 16 batches in flight,
 // 8 s) against a broker with the message index (the default) and one
-// started with --no-message-index, alternating plain and indexed three
-// times on fresh data directories; the best of each side's three runs is
-// its figure (the shared machine's swings hit single runs). Which side
-// runs first alternates from round to round.
+// started with --no-message-index, alternating plain and indexed five
+// times (traceRounds) on fresh data directories; the best of each side's
+// five runs is its figure (the shared machine's swings hit single runs;
+// with three, two runs of one code path differed by up to 25 %). Which side
+// runs first alternates from round to round. Each run's data directory is
+// removed after it and the next run waits for the disks to go quiet
+// (settleRound), so no run inherits another's writeback.
 //
 // lookup_by_id_p99_ms, lookup_by_key_p99_ms: one broker (default flags,
 // index on) is filled by one producer process with -trace-messages
@@ -38,8 +41,8 @@ package main
 // original and retry copies taken and acked by the group.
 //
 // produce_otel_*: the produce run above (fresh broker and data directory
-// each time), alternating three ways three times (each mode first in one
-// round), best of three each: none (the
+// each time), alternating three ways five times (each mode first in a
+// round, in turn), best of five each: none (the
 // producer built without a tracer provider), off (WithTracerProvider(nil):
 // the same code path as none, a nil check; the ratio shows what the runs'
 // swings are) and on (the producer with an SDK tracer provider sampling
@@ -49,8 +52,11 @@ package main
 // fail in the background; a sampled message carries a traceparent, the
 // others nothing).
 //
-//	produce_plain_msgs_per_s          --no-message-index, best of three
-//	produce_indexed_msgs_per_s        index on, best of three
+// QMQ_BENCH_TRACE_PARTS (comma-separated: index, otel, lookup, complete)
+// runs some parts only.
+//
+//	produce_plain_msgs_per_s          --no-message-index, best of five
+//	produce_indexed_msgs_per_s        index on, best of five
 //	produce_indexed_vs_plain_ratio    indexed / plain (target ≥ 0.95)
 //	trace_messages_stored             messages stored before the lookups
 //	lookup_by_id_p50_ms, lookup_by_id_p99_ms    (target p99 ≤ 20)
@@ -81,7 +87,7 @@ import (
 
 // traceRounds is how many runs each side of the trace suite's produce
 // comparisons gets; the best counts.
-const traceRounds = 3
+const traceRounds = 5
 
 var traceMessages = flag.Int64("trace-messages", 50_000_000, "trace suite: messages stored before the lookups")
 
@@ -99,6 +105,28 @@ func init() {
 }
 
 func runTrace(env *Env) error {
+	parts := []struct {
+		name string
+		run  func(*Env) error
+	}{
+		{"index", traceIndexPart},
+		{"otel", traceOtelPart},
+		{"lookup", traceLookupPart},
+		{"complete", traceCompletePart},
+	}
+	for _, p := range parts {
+		if !suitePart("QMQ_BENCH_TRACE_PARTS", p.name) {
+			continue
+		}
+		if err := p.run(env); err != nil {
+			return fmt.Errorf("trace %s: %w", p.name, err)
+		}
+	}
+	return nil
+}
+
+// traceIndexPart: produce_indexed_vs_plain_ratio.
+func traceIndexPart(env *Env) error {
 	var plain, indexed float64
 	for round := range traceRounds {
 		// Which side runs first alternates: a run right after another
@@ -107,9 +135,13 @@ func runTrace(env *Env) error {
 		for k := range 2 {
 			var err error
 			if (round+k)%2 == 0 {
-				p, err = env.produceOurs(filepath.Join(env.Dir, fmt.Sprintf("plain-%d", round)), produceDuration, "--no-message-index")
+				dir := filepath.Join(env.Dir, fmt.Sprintf("plain-%d", round))
+				p, err = env.produceOurs(dir, produceDuration, "--no-message-index")
+				env.dropRun(dir)
 			} else {
-				i, err = env.produceOurs(filepath.Join(env.Dir, fmt.Sprintf("indexed-%d", round)), produceDuration)
+				dir := filepath.Join(env.Dir, fmt.Sprintf("indexed-%d", round))
+				i, err = env.produceOurs(dir, produceDuration)
+				env.dropRun(dir)
 			}
 			if err != nil {
 				return err
@@ -122,12 +154,19 @@ func runTrace(env *Env) error {
 	env.Metric("produce_indexed_msgs_per_s", indexed, "msg/s")
 	env.Metric("produce_indexed_vs_plain_ratio", indexed/plain, "x")
 
+	return nil
+}
+
+// traceOtelPart: produce_otel_*.
+func traceOtelPart(env *Env) error {
 	best := map[string]float64{}
 	modes := []string{"none", "off", "on"}
 	for round := range traceRounds {
 		for k := range modes { // each mode first once
 			mode := modes[(round+k)%len(modes)]
-			r, err := env.produceOtel(filepath.Join(env.Dir, fmt.Sprintf("otel-%s-%d", mode, round)), mode)
+			dir := filepath.Join(env.Dir, fmt.Sprintf("otel-%s-%d", mode, round))
+			r, err := env.produceOtel(dir, mode)
+			env.dropRun(dir)
 			if err != nil {
 				return err
 			}
@@ -141,6 +180,11 @@ func runTrace(env *Env) error {
 	env.Metric("produce_otel_off_vs_none_ratio", best["off"]/best["none"], "x")
 	env.Metric("produce_otel_on_vs_off_ratio", best["on"]/best["off"], "x")
 
+	return nil
+}
+
+// traceLookupPart: lookup_by_id_*, lookup_by_key_*.
+func traceLookupPart(env *Env) error {
 	b, addr, err := env.startRealtime(filepath.Join(env.Dir, "lookup"))
 	if err != nil {
 		return err
@@ -171,7 +215,13 @@ func runTrace(env *Env) error {
 	env.Metric("lookup_by_key_p99_ms", res.KeyP99Ms, "ms")
 	b.stop()
 	stopped = true
+	env.dropRun(filepath.Join(env.Dir, "lookup"))
 
+	return nil
+}
+
+// traceCompletePart: trace_complete_ratio.
+func traceCompletePart(env *Env) error {
 	cb, caddr, err := env.startRealtime(filepath.Join(env.Dir, "complete"))
 	if err != nil {
 		return err
@@ -184,6 +234,17 @@ func runTrace(env *Env) error {
 	env.Logf("traces: %d of %d complete in %v; first incomplete: %s", tc.Complete, tc.Messages, tc.Elapsed, tc.FirstIncomplete)
 	env.Metric("trace_complete_ratio", float64(tc.Complete)/float64(tc.Messages), "x")
 	return nil
+}
+
+// dropRun removes a produce run's data directory and waits for the disks
+// to go quiet, so that the next run does not pay for this one's writeback
+// and discards (a run leaves about 1 GB dirty; which side ran before would
+// otherwise decide part of a ratio).
+func (e *Env) dropRun(dir string) {
+	if err := os.RemoveAll(dir); err != nil {
+		e.Logf("removing %s: %v", dir, err)
+	}
+	e.settleRound()
 }
 
 func traceID(i int64) string  { return fmt.Sprintf("trace-%d", i) }
