@@ -102,7 +102,7 @@ func benchRecovery(env *Env) (float64, error) {
 		return 0, err
 	}
 	el := time.Since(start)
-	rep := s.OpenReport()
+	rep := s.Stats().Open
 	st := s.Stats()
 	s.Close()
 	env.Logf("recovery replayed %d messages (%d subjects, log end %d bytes) in %v", rep.MessagesReplayed, len(st.Subjects), st.MessageLogEnd, el)
