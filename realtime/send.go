@@ -129,7 +129,9 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 			}
 			s.reserved[i] = true
 		}
-		s.views[len(s.index)] = s.views[read-1]
+		if k := len(s.index); k != read-1 {
+			s.views[k] = s.views[read-1]
+		}
 		s.index = append(s.index, i)
 	}
 	clear(s.views[len(s.index):])
@@ -161,7 +163,7 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 		r = r.Detach()
 		s.req.Move(r.Body)
 		for j, i := range s.index {
-			s.views[j] = s.views[j].Moved(s.req.Messages[i])
+			s.views[j].Move(s.req.Messages[i])
 		}
 	}
 	s.r = r

@@ -229,14 +229,14 @@ func parseMessage(b []byte) (View, error) {
 	return v, nil
 }
 
-// Moved returns v pointing into raw, a copy of v.Raw (the same bytes at
-// another address), without parsing again: every field is re-sliced at the
-// offset the layout gives it. A server that parsed a message in a buffer it
-// must give back keeps the view of its copy this way. raw must hold exactly
+// Move points v into raw, a copy of v.Raw (the same bytes at another
+// address), without parsing again: every field is re-sliced at the offset
+// the layout gives it. A server that parsed a message in a buffer it must
+// give back keeps the view of its copy this way. raw must hold exactly
 // v.Raw's bytes (only its length is checked: it panics on another length).
-func (v View) Moved(raw []byte) View {
+func (v *View) Move(raw []byte) {
 	if len(raw) != len(v.Raw) {
-		panic("protocol: View.Moved to bytes of another length")
+		panic("protocol: View.Move to bytes of another length")
 	}
 	at := messageFixedSize + 1
 	v.Raw = raw
@@ -249,7 +249,6 @@ func (v View) Moved(raw []byte) View {
 	v.props = raw[at : at+len(v.props) : at+len(v.props)]
 	at += len(v.props) + 4
 	v.Body = raw[at : at+len(v.Body) : at+len(v.Body)]
-	return v
 }
 
 // TagCount returns the number of tags.

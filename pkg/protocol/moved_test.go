@@ -19,7 +19,7 @@ func within(b, buf []byte) bool {
 
 // A view moved to a copy of its bytes equals a view parsed from the copy,
 // field for field, and points only into the copy.
-func TestView_Moved(t *testing.T) {
+func TestView_Move(t *testing.T) {
 	for _, m := range []*Message{sampleMessage(), {Subject: "s", ID: "i"}} {
 		raw, err := AppendMessage(nil, m, DefaultLimits)
 		if err != nil {
@@ -34,7 +34,8 @@ func TestView_Moved(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := v.Moved(cp)
+		got := v
+		got.Move(cp)
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("moved view %+v, parsed %+v", got, want)
 		}
