@@ -62,19 +62,28 @@ var groupPool = sync.Pool{New: func() any { return new(commitGroup) }}
 // into msgs.
 func Views(msgs [][]byte, l protocol.Limits) ([]protocol.View, []Result) {
 	views, results := make([]protocol.View, len(msgs)), make([]Result, len(msgs))
+	checkInto(views, results, msgs, l)
+	return views, results
+}
+
+// checkInto is Views into views and results (len(msgs) each): it sets
+// every element of both.
+func checkInto(views []protocol.View, results []Result, msgs [][]byte, l protocol.Limits) {
 	for i, m := range msgs {
 		v, err := protocol.ParseMessage(m)
 		if err == nil {
 			err = l.CheckView(&v)
 		}
 		if err != nil {
-			results[i].Err = asProtocolError(err)
+			views[i], results[i] = protocol.View{}, Result{Err: asProtocolError(err)}
 			continue
 		}
-		views[i] = v
+		views[i], results[i] = v, Result{}
 	}
-	return views, results
 }
+
+// viewsPool holds Append's views, given back once its append is done.
+var viewsPool = sync.Pool{New: func() any { return new([]protocol.View) }}
 
 // Append stores msgs (encoded protocol messages, checked here against
 // Options.Limits: Views) and returns one Result per message once they are
@@ -82,7 +91,14 @@ func Views(msgs [][]byte, l protocol.Limits) ([]protocol.View, []Result) {
 // and count in Stats.Rejected. The error is ctx's when ctx ends first (the
 // messages may still be stored), ErrClosed or ErrReplica.
 func (s *Store) Append(ctx context.Context, msgs [][]byte) ([]Result, error) {
-	views, results := Views(msgs, s.opts.Limits)
+	vp := viewsPool.Get().(*[]protocol.View)
+	views := *vp
+	if cap(views) < len(msgs) {
+		views = make([]protocol.View, len(msgs))
+	}
+	views = views[:len(msgs)] // checkInto sets every view
+	results := make([]Result, len(msgs))
+	checkInto(views, results, msgs, s.opts.Limits)
 	ch := make(chan []Result, 1)
 	if err := s.AppendAsync(views, results, func(r []Result) { ch <- r }); err != nil {
 		return nil, err
@@ -94,10 +110,37 @@ func (s *Store) Append(ctx context.Context, msgs [][]byte) ([]Result, error) {
 	}
 	select {
 	case r := <-ch:
+		clear(views)
+		*vp = views[:0]
+		viewsPool.Put(vp)
 		return r, nil
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, ctx.Err() // the store may still hold the views
 	}
+}
+
+// resize returns a zeroed slice of n elements, reusing s's array when it
+// is big enough.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+// reqPool holds appendReqs (with their metas) between appends.
+var reqPool = sync.Pool{New: func() any { return new(appendReq) }}
+
+// putReq gives a request whose done has run back to reqPool (not
+// TryWriteViewsNow's, which the store keeps).
+func (s *Store) putReq(r *appendReq) {
+	if r == &s.direct.req {
+		return
+	}
+	r.views, r.results, r.done = nil, nil, nil
+	reqPool.Put(r)
 }
 
 // AppendOption changes how AppendAsync takes a batch.
@@ -133,7 +176,9 @@ func (s *Store) AppendAsync(views []protocol.View, results []Result, done func([
 	if err := s.errIfReplica(); err != nil {
 		return err
 	}
-	r := &appendReq{views: views, done: done, results: results, metas: make([]msgMeta, len(views))}
+	r := reqPool.Get().(*appendReq)
+	r.views, r.results, r.done = views, results, done
+	r.metas, r.valid, r.bytes = resize(r.metas, len(views)), 0, 0
 	var prev *subject
 	for i := range views {
 		if results[i].Err != nil {
@@ -159,12 +204,14 @@ func (s *Store) AppendAsync(views []protocol.View, results []Result, done func([
 		r.bytes += len(v.Raw) + recordOverhead
 	}
 	if r.valid == 0 {
+		s.putReq(r)
 		done(results)
 		return nil
 	}
 	s.closeMu.RLock()
 	defer s.closeMu.RUnlock()
 	if s.closed {
+		s.putReq(r)
 		return ErrClosed
 	}
 	s.direct.queued.Add(1)
@@ -174,6 +221,7 @@ func (s *Store) AppendAsync(views []protocol.View, results []Result, done func([
 			return nil
 		default:
 			s.direct.queued.Add(-1)
+			s.putReq(r)
 			return ErrWouldBlock
 		}
 	}
@@ -416,6 +464,9 @@ func (s *Store) failGroup(g *commitGroup, err error) {
 }
 
 func (s *Store) putGroup(g *commitGroup) {
+	for _, r := range g.reqs {
+		s.putReq(r)
+	}
 	clear(g.reqs)
 	g.reqs = g.reqs[:0]
 	clear(g.touched)
