@@ -170,7 +170,8 @@ func (b *Broker) retryLostAcks(subject, group string, gap []store.Pulled) {
 		return
 	}
 	b.metrics.retried.Add(float64(len(batch)))
-	err := b.st().AppendAsync(batch, func(results []store.Result) {
+	views, results := store.Views(batch, b.limits)
+	err := b.st().AppendAsync(views, results, func(results []store.Result) {
 		for _, res := range results {
 			if res.Err != nil {
 				b.lg.Error("lost-ack retry not stored", zap.String("subject", retrySubject), zap.Error(res.Err))

@@ -140,7 +140,7 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 		t.store.Close()
 		return nil, err
 	}
-	rep := t.store.OpenReport()
+	rep := t.store.Stats().Open
 	lg.Info("store opened", zap.String("dir", opts.DataDir), zap.String("role", opts.Role), zap.Duration("took", rep.Duration),
 		zap.Int64("messages_replayed", rep.MessagesReplayed), zap.Int64("actions_replayed", rep.ActionsReplayed))
 

@@ -75,7 +75,7 @@ func (b *Broker) deadLetterCount(s store.SubjectStats) (int64, error) {
 // out.
 func (b *Broker) deadLetterCounts(subjects []store.SubjectStats) map[string]int64 {
 	out := map[string]int64{}
-	if b.st().IsReplica() {
+	if b.st().Replica().Active() {
 		return out
 	}
 	for _, s := range subjects {

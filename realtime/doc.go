@@ -16,9 +16,12 @@
 // (group commit under the default sync flush). Small requests are checked
 // on the event loop; under --flush=async a lone send is written and answered
 // on the loop (store.TryWriteViewsNow), otherwise requests are queued
-// (store.AppendAsync with NoWait) or handed to a goroutine. The dedupe table's two
-// generations share one array on transparent huge pages, and a batch's
-// slots are looked up in one pass so its cache misses overlap.
+// (store.AppendAsync with NoWait) or handed to a goroutine. Either way the
+// store takes the views the handler parsed: each message is parsed and
+// checked once (a queued request's copied body gets the views moved into
+// it, protocol.View.Move). The dedupe table's two generations share one
+// array on transparent huge pages, and a batch's slots are looked up in one
+// pass so its cache misses overlap.
 //
 // # Pull
 //

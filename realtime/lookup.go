@@ -24,9 +24,9 @@ func (b *Broker) serveFindMessages(r *netserver.Request) {
 	}
 	var found []store.Found
 	if q.By == protocol.FindByID {
-		found, err = b.st().FindByID(q.Value)
+		found, err = b.st().Lookup().ByID(q.Value)
 	} else {
-		found, err = b.st().FindByKey(q.Value)
+		found, err = b.st().Lookup().ByKey(q.Value)
 	}
 	if errors.Is(err, store.ErrNoIndex) {
 		r.ReplyError(protocol.Errorf(protocol.StatusUnknownCommand, "this broker keeps no message index"))
@@ -63,7 +63,7 @@ func (b *Broker) serveFindMessages(r *netserver.Request) {
 // its consumer groups (none when they cannot be read: a lookup still
 // answers where it is stored).
 func (b *Broker) deliveries(subject string, seq int64) []protocol.GroupDelivery {
-	ds, err := b.st().Deliveries(subject, seq)
+	ds, err := b.st().Lookup().Deliveries(subject, seq)
 	if err != nil {
 		return nil
 	}

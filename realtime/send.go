@@ -26,10 +26,12 @@ const inlineSendBytes = 64 << 10
 // the store can write at once (store.TryWriteViewsNow: FlushAsync, nothing
 // else appending) the reply is made on the loop and written at the end of
 // the read, and the records are published after that write (AfterWrite),
-// so a lone send crosses no goroutine at all. Otherwise the
-// request is detached (its body copied, to be answered from the store's
-// commit goroutine) and queued (store.NoWait); big requests and a full
-// append queue go to a goroutine.
+// so a lone send crosses no goroutine at all. Otherwise the request is
+// detached (its body copied, to be answered from the store's commit
+// goroutine, the parsed views moved into the copy) and queued
+// (store.NoWait); big requests and a full append queue go to a goroutine.
+// Either way each message is parsed and checked once, here: the store takes
+// the views.
 func (b *Broker) serveSendInline(r *netserver.Request) {
 	if len(r.Body) > inlineSendBytes {
 		go b.sendRequest(r.Detach(), true)
@@ -62,10 +64,9 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 	}
 	n := len(s.req.Messages)
 	b.metrics.received.Add(float64(n))
-	// Appending at once (on the loop, without waiting for the slave) takes
-	// the parsed messages; otherwise the store parses them itself.
-	direct := !blocking && !t.waitsForSlave() && t.store.AppendsNow()
-	s.reset(n, direct)
+	// Appending at once: on the loop, without waiting for the slave.
+	direct := !blocking && !t.waitsForSlave()
+	s.reset(n)
 	// Parse and check every message, and hash the ids, before reserving
 	// any: reading every id's dedupe slot first, in one tight loop
 	// (dedupe.touch), lets the cache misses of a batch overlap, where
@@ -93,9 +94,7 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 			b.lg.Debug("message rejected", zap.String("conn", r.Conn.String()), zap.Error(err))
 			continue
 		}
-		if direct {
-			s.views = append(s.views, v) // one per message not rejected; duplicates are taken out below
-		}
+		s.views = append(s.views, v) // one per message not rejected; duplicates are taken out below
 		if b.tracer != nil && v.PropertyCount() > 0 && tracing.ViewCarries(&v) {
 			s.traced = append(s.traced, i)
 		}
@@ -115,9 +114,9 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 	}
 	// s.views holds a view per message not rejected; those of duplicates
 	// are taken out as they are found: read counts the views passed, and
-	// each kept one moves down to len(s.batch).
+	// each kept one moves down to len(s.index).
 	read := 0
-	for i, raw := range s.req.Messages {
+	for i := range s.req.Messages {
 		if s.statuses[i] != protocol.StatusOK {
 			continue
 		}
@@ -130,17 +129,15 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 			}
 			s.reserved[i] = true
 		}
-		if direct {
-			s.views[len(s.batch)] = s.views[read-1]
+		if k := len(s.index); k != read-1 {
+			s.views[k] = s.views[read-1]
 		}
-		s.batch = append(s.batch, raw)
 		s.index = append(s.index, i)
 	}
-	if direct {
-		clear(s.views[len(s.batch):])
-		s.views = s.views[:len(s.batch)]
-	}
-	if len(s.batch) == 0 {
+	clear(s.views[len(s.index):])
+	s.views = s.views[:len(s.index)]
+	s.results = s.results[:len(s.views)]
+	if len(s.views) == 0 {
 		r.Reply(protocol.StatusOK, protocol.AppendSendResponse(nil, s.statuses))
 		s.free()
 		return
@@ -150,45 +147,41 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 		// A reply made now goes out with the loop's write at the end of the
 		// read, unless it must wait for the slave.
 		if direct {
-			s.results = s.results[:len(s.views)]
-			if t.store.TryWriteViewsNow(s.views, s.results) {
+			if w, ok := t.store.TryWriteViewsNow(s.views, s.results); ok {
 				// The records are in the log: answer now, and publish them
 				// (index, wake readers) and count them once the answer is
 				// on the socket (AfterWrite).
-				s.r = r
+				s.r, s.written = r, w
 				s.settle(s.results)
 				b.replyStored(s, s.results) // at once: direct means no wait for the slave
 				r.AfterWrite(s)
 				return
 			}
 		}
-		// Answer later: keep a copy of the body and point the batch into it.
-		// The call is not reused: the store's callback and the reply hold it.
+		// Answer later: keep a copy of the body and move the views into it
+		// (re-sliced by their lengths: nothing is parsed again).
 		r = r.Detach()
-		if err := s.req.Decode(r.Body); err != nil {
-			panic("realtime: a detached send request no longer decodes: " + err.Error())
-		}
+		s.req.Move(r.Body)
 		for j, i := range s.index {
-			s.batch[j] = s.req.Messages[i]
+			s.views[j].Move(s.req.Messages[i])
 		}
 	}
-	clear(s.views) // they point into the loop's buffer
 	s.r = r
-	// The messages were checked above (CRC, limits): the store reads their
-	// headers without checking them again (store.Checked).
+	// The messages were parsed and checked above (CRC, limits): the store
+	// takes the views.
 	var err error
 	if !blocking {
-		err = t.store.AppendAsync(s.batch, s.done, store.NoWait, store.Checked)
+		err = t.store.AppendAsync(s.views, s.results, s.done, store.NoWait)
 		if errors.Is(err, store.ErrWouldBlock) {
 			go func() {
-				if err := t.store.AppendAsync(s.batch, s.done, store.Checked); err != nil {
+				if err := t.store.AppendAsync(s.views, s.results, s.done); err != nil {
 					s.failed(err)
 				}
 			}()
 			return
 		}
 	} else {
-		err = t.store.AppendAsync(s.batch, s.done, store.Checked)
+		err = t.store.AppendAsync(s.views, s.results, s.done)
 	}
 	if err != nil {
 		s.failed(err)
@@ -196,10 +189,12 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 }
 
 // sendCall is one send request between its checks and its reply. Calls
-// answered on the event loop (the common case of a producer waiting for
-// each message under FlushAsync) go back to sendCalls and are reused with
-// their slices, so such a send allocates nothing; the others are left to
-// the garbage collector once their reply is made.
+// go back to sendCalls and are reused with their slices once their reply
+// is made (on the event loop: the common case of a producer waiting for
+// each message under FlushAsync, where such a send allocates nothing; or
+// from the store's callback), except those whose reply waits for the
+// slave (its closure holds the statuses) or failed: the garbage collector
+// takes those.
 type sendCall struct {
 	b        *Broker
 	t        *term // the term the request was taken in
@@ -208,12 +203,12 @@ type sendCall struct {
 	statuses []protocol.Status
 	keys     []uint64
 	reserved []bool
-	batch    [][]byte        // the messages to store
-	views    []protocol.View // batch, parsed
+	views    []protocol.View // the messages to store, parsed and checked
 	touched  uint64          // what dedupe.touch read (kept so the reads stay)
-	index    []int           // batch position → request position
+	index    []int           // batch (views) position → request position
 	traced   []int           // with a tracer: the request positions of messages that carry a trace context
-	results  []store.Result  // for TryWriteViewsNow
+	results  []store.Result  // one per view
+	written  store.Written   // what TryWriteViewsNow wrote, published by AfterWrite
 	stored   int             // messages stored (settle)
 	start    time.Time
 	// one backs the slices above for a request of one message.
@@ -221,8 +216,9 @@ type sendCall struct {
 		status   [1]protocol.Status
 		key      [1]uint64
 		reserved [1]bool
-		batch    [1][]byte
+		view     [1]protocol.View
 		index    [1]int
+		result   [1]store.Result
 	}
 }
 
@@ -235,23 +231,18 @@ func newSendCall(b *Broker, t *term) *sendCall {
 }
 
 // reset sizes the call for a request of n messages, reusing its slices
-// (a new call's one-message arrays for n == 1); views and results are only
-// sized when the append may be made at once (direct).
-func (s *sendCall) reset(n int, direct bool) {
+// (a new call's one-message arrays for n == 1).
+func (s *sendCall) reset(n int) {
 	if cap(s.statuses) < n && n == 1 {
 		s.statuses, s.keys, s.reserved = s.one.status[:], s.one.key[:], s.one.reserved[:]
-		s.batch, s.index = s.one.batch[:0], s.one.index[:0]
+		s.views, s.index, s.results = s.one.view[:0], s.one.index[:0], s.one.result[:]
 	}
 	s.statuses = resize(s.statuses, n)
 	s.keys = resize(s.keys, n)
 	s.reserved = resize(s.reserved, n)
-	s.batch, s.index = slices.Grow(s.batch[:0], n), slices.Grow(s.index[:0], n)
-	s.views = s.views[:0]
+	s.views, s.index = slices.Grow(s.views[:0], n), slices.Grow(s.index[:0], n)
+	s.results = resize(s.results, n)
 	s.traced = s.traced[:0]
-	if direct {
-		s.views = slices.Grow(s.views, n)
-		s.results = resize(s.results, n)
-	}
 }
 
 // resize returns a zeroed slice of n elements, reusing s's array when it
@@ -269,20 +260,23 @@ func resize[T any](s []T, n int) []T {
 // references to the request's bytes.
 func (s *sendCall) free() {
 	clear(s.req.Messages)
-	clear(s.batch)
 	clear(s.views)
 	s.b, s.t, s.r, s.req.Messages = nil, nil, nil, s.req.Messages[:0]
+	s.written = store.Written{}
 	s.traced = s.traced[:0]
 	sendCalls.Put(s)
 }
 
-// done completes the call with the store's results.
+// done completes the call with the store's results, and puts it back for
+// reuse unless its reply waits for the slave.
 func (s *sendCall) done(results []store.Result) {
 	b := s.b
 	stored := s.settle(results)
 	b.metrics.stored.Add(float64(stored))
 	b.metrics.appendSecs.Observe(time.Since(s.start).Seconds())
-	b.replyStored(s, results)
+	if !b.replyStored(s, results) {
+		s.free()
+	}
 }
 
 // AfterWrite ends a send whose records TryWriteViewsNow wrote and whose
@@ -290,7 +284,7 @@ func (s *sendCall) done(results []store.Result) {
 // records, counts them and puts the call back for reuse.
 func (s *sendCall) AfterWrite() {
 	b := s.b
-	s.t.store.PublishWritten()
+	s.written.Publish()
 	b.metrics.stored.Add(float64(s.stored))
 	b.metrics.appendSecs.Observe(time.Since(s.start).Seconds())
 	s.free()
@@ -323,7 +317,7 @@ func (s *sendCall) settle(results []store.Result) int {
 
 // failed answers a call the store did not take.
 func (s *sendCall) failed(err error) {
-	for j := range s.batch {
+	for j := range s.views {
 		if i := s.index[j]; s.reserved[i] {
 			s.t.dedupe.release(s.keys[i])
 		}

@@ -581,11 +581,11 @@ func (y *syncService) waiting() int {
 // answer). A master that writes under a lease (async mode) checks its gate
 // again before it acknowledges: the lease may have run out since the
 // messages were taken.
-func (b *Broker) replyStored(s *sendCall, results []store.Result) {
+func (b *Broker) replyStored(s *sendCall, results []store.Result) (held bool) {
 	r, statuses, y := s.r, s.statuses, s.t.sync
 	if !b.opts.WaitSlave && !b.gate.Open() {
 		r.ReplyError(b.gate.Err())
-		return
+		return false
 	}
 	// The slave's durable end is a record boundary: past a record's offset
 	// means past its end.
@@ -599,7 +599,7 @@ func (b *Broker) replyStored(s *sendCall, results []store.Result) {
 	}
 	if need < 0 {
 		r.Reply(protocol.StatusOK, protocol.AppendSendResponse(nil, statuses))
-		return
+		return false
 	}
 	if s.t.dedupe.enabled() {
 		settled := y.slaveMsg.Load()
@@ -619,6 +619,7 @@ func (b *Broker) replyStored(s *sendCall, results []store.Result) {
 		}
 		r.Reply(protocol.StatusOK, protocol.AppendSendResponse(nil, statuses))
 	})
+	return true
 }
 
 // duplicateStatus answers a message whose dedupe key is known: a

@@ -127,7 +127,7 @@ func (b *Broker) Promote(epoch uint64) error {
 	}
 	t.replica.close()
 	start := time.Now()
-	if err := t.store.Promote(); err != nil {
+	if err := t.store.Replica().Promote(); err != nil {
 		return fmt.Errorf("realtime: promote: %w", err)
 	}
 	nt, err := b.newTerm(RoleMaster, t.store)
@@ -239,7 +239,7 @@ func (b *Broker) StartCopy() {
 		return
 	default:
 	}
-	if t.broken || !t.store.IsReplica() {
+	if t.broken || !t.store.Replica().Active() {
 		b.stopTerm(t)
 		if err := b.reopenAsSlave(t, nil); err != nil {
 			b.lg.Error("cannot reopen the store as a copy", zap.Error(err))

@@ -42,10 +42,7 @@ func (b *Broker) traceStored(s *sendCall, results []store.Result) {
 		if !ok || j >= len(results) {
 			continue // a duplicate, not stored by this send
 		}
-		v, err := protocol.ParseMessageNoCRC(s.batch[j])
-		if err != nil {
-			continue
-		}
+		v := &s.views[j]
 		sp := storedSpan{subject: string(v.Subject), id: string(v.ID), offset: results[j].Offset, err: results[j].Err}
 		v.Properties(func(k, val []byte) bool {
 			if ks := string(k); ks == "traceparent" || ks == "tracestate" {

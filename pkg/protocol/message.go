@@ -229,6 +229,28 @@ func parseMessage(b []byte) (View, error) {
 	return v, nil
 }
 
+// Move points v into raw, a copy of v.Raw (the same bytes at another
+// address), without parsing again: every field is re-sliced at the offset
+// the layout gives it. A server that parsed a message in a buffer it must
+// give back keeps the view of its copy this way. raw must hold exactly
+// v.Raw's bytes (only its length is checked: it panics on another length).
+func (v *View) Move(raw []byte) {
+	if len(raw) != len(v.Raw) {
+		panic("protocol: View.Move to bytes of another length")
+	}
+	at := messageFixedSize + 1
+	v.Raw = raw
+	v.Subject = raw[at : at+len(v.Subject) : at+len(v.Subject)]
+	at += len(v.Subject) + 1
+	v.ID = raw[at : at+len(v.ID) : at+len(v.ID)]
+	at += len(v.ID) + 1
+	v.tags = raw[at : at+len(v.tags) : at+len(v.tags)]
+	at += len(v.tags) + 2
+	v.props = raw[at : at+len(v.props) : at+len(v.props)]
+	at += len(v.props) + 4
+	v.Body = raw[at : at+len(v.Body) : at+len(v.Body)]
+}
+
 // TagCount returns the number of tags.
 func (v *View) TagCount() int { return v.tagCount }
 

@@ -129,6 +129,18 @@ func (r *SendRequest) Decode(body []byte) error {
 	return nil
 }
 
+// Move points r.Messages into body, a copy of the body r was decoded
+// from, by the messages' lengths alone (no decoding, no checks): a server
+// that keeps a request past its read buffer re-points what it decoded.
+func (r *SendRequest) Move(body []byte) {
+	at := 12 // epoch, count
+	for i, m := range r.Messages {
+		at += 4
+		r.Messages[i] = body[at : at+len(m) : at+len(m)]
+		at += len(m)
+	}
+}
+
 // AppendSendResponse appends a send response body.
 func AppendSendResponse(dst []byte, statuses []Status) []byte {
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(statuses)))

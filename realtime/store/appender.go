@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 
@@ -23,14 +22,9 @@ type Result struct {
 	Err error
 }
 
-// validSubject stands in for a subject already validated (see AppendAsync).
-var validSubject = []byte("s")
-
 type msgMeta struct {
-	subj      *subject
-	deliverAt int64
-	bloom     uint64
-	subject   []byte // aliases the message
+	subj  *subject
+	bloom uint64
 	// The message index's hashes of its id and key (msgindex.go,
 	// indexHashes), set when the store keeps an index.
 	idHash, keyHash uint64
@@ -38,7 +32,7 @@ type msgMeta struct {
 }
 
 type appendReq struct {
-	msgs    [][]byte
+	views   []protocol.View
 	metas   []msgMeta
 	results []Result
 	valid   int
@@ -61,115 +55,163 @@ type commitGroup struct {
 
 var groupPool = sync.Pool{New: func() any { return new(commitGroup) }}
 
-// Append stores msgs (encoded protocol messages) and returns one Result per
-// message once they are durable (FlushSync) or written (FlushAsync). Invalid
-// messages fail alone. The error is ctx's when ctx ends first (the messages
-// may still be stored) or ErrClosed.
+// Views parses and checks msgs for AppendAsync or TryWriteViewsNow
+// (protocol.ParseMessage with its CRC, then l.CheckView): one view and one
+// result per message; a rejected message's result holds a *protocol.Error
+// (StatusInvalid, StatusTooLarge) and its view is zero. The views point
+// into msgs.
+func Views(msgs [][]byte, l protocol.Limits) ([]protocol.View, []Result) {
+	views, results := make([]protocol.View, len(msgs)), make([]Result, len(msgs))
+	checkInto(views, results, msgs, l)
+	return views, results
+}
+
+// checkInto is Views into views and results (len(msgs) each): it sets
+// every element of both.
+func checkInto(views []protocol.View, results []Result, msgs [][]byte, l protocol.Limits) {
+	for i, m := range msgs {
+		v, err := protocol.ParseMessage(m)
+		if err == nil {
+			err = l.CheckView(&v)
+		}
+		if err != nil {
+			views[i], results[i] = protocol.View{}, Result{Err: asProtocolError(err)}
+			continue
+		}
+		views[i], results[i] = v, Result{}
+	}
+}
+
+// viewsPool holds Append's views, given back once its append is done.
+var viewsPool = sync.Pool{New: func() any { return new([]protocol.View) }}
+
+// Append stores msgs (encoded protocol messages, checked here against
+// Options.Limits: Views) and returns one Result per message once they are
+// durable (FlushSync) or written (FlushAsync). Invalid messages fail alone
+// and count in Stats.Rejected. The error is ctx's when ctx ends first (the
+// messages may still be stored), ErrClosed or ErrReplica.
 func (s *Store) Append(ctx context.Context, msgs [][]byte) ([]Result, error) {
+	vp := viewsPool.Get().(*[]protocol.View)
+	views := *vp
+	if cap(views) < len(msgs) {
+		views = make([]protocol.View, len(msgs))
+	}
+	views = views[:len(msgs)] // checkInto sets every view
+	results := make([]Result, len(msgs))
+	checkInto(views, results, msgs, s.opts.Limits)
 	ch := make(chan []Result, 1)
-	if err := s.AppendAsync(msgs, func(r []Result) { ch <- r }); err != nil {
+	if err := s.AppendAsync(views, results, func(r []Result) { ch <- r }); err != nil {
 		return nil, err
+	}
+	for i := range views {
+		if views[i].Raw == nil {
+			s.stats.rejected.Add(1)
+		}
 	}
 	select {
 	case r := <-ch:
+		clear(views)
+		*vp = views[:0]
+		viewsPool.Put(vp)
 		return r, nil
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, ctx.Err() // the store may still hold the views
 	}
+}
+
+// resize returns a zeroed slice of n elements, reusing s's array when it
+// is big enough.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+// reqPool holds appendReqs (with their metas) between appends.
+var reqPool = sync.Pool{New: func() any { return new(appendReq) }}
+
+// putReq gives a request whose done has run back to reqPool (not
+// TryWriteViewsNow's, which the store keeps).
+func (s *Store) putReq(r *appendReq) {
+	if r == &s.direct.req {
+		return
+	}
+	r.views, r.results, r.done = nil, nil, nil
+	reqPool.Put(r)
 }
 
 // AppendOption changes how AppendAsync takes a batch.
 type AppendOption uint8
 
-const (
-	// NoWait: when the append queue is full AppendAsync queues nothing,
-	// does not call done and returns ErrWouldBlock, so a caller that must
-	// not block (a server's event loop) can hand the append to a goroutine.
-	NoWait AppendOption = 1 << iota
-	// Checked: the caller has already checked every message's CRC and
-	// limits (the broker's send handler does, on the same bytes), so the
-	// store reads their headers without checking again; a message for a
-	// subject the store does not have yet is still checked in full.
-	Checked
-)
+// NoWait: when the append queue is full AppendAsync queues nothing, does
+// not call done and returns ErrWouldBlock, so a caller that must not block
+// (a server's event loop) can hand the append to a goroutine.
+const NoWait AppendOption = 1
 
-// AppendAsync validates msgs and queues them; done receives one Result per
-// message, in order, once they are durable (FlushSync) or written
-// (FlushAsync). done runs on the store's commit goroutine: it must not block
-// (and so must not call Append); when every message is rejected it runs
-// before AppendAsync returns, on the caller's goroutine. msgs must not change
-// until done runs. The error is ErrClosed (done is then not called), or
-// ErrWouldBlock with NoWait.
-func (s *Store) AppendAsync(msgs [][]byte, done func([]Result), opts ...AppendOption) error {
+// AppendAsync queues parsed and checked messages (views: parsed with
+// protocol.ParseMessage and checked with Options.Limits' CheckView, as a
+// broker's send handler does, or by Views), the store's one asynchronous
+// append; done receives results, one per view, in order, once the messages
+// are durable (FlushSync) or written (FlushAsync). A view whose result
+// already holds an error is skipped and its result left as it is. The store
+// does not check a known subject's messages again; a message for a subject
+// it does not have yet is checked against its Limits (the subject's rules)
+// before the subject is created. done runs on the store's commit goroutine:
+// it must not block (and so must not call Append); when no message is left
+// to store it runs before AppendAsync returns, on the caller's goroutine.
+// views, their bytes and results must not change until done runs. The error
+// is ErrClosed or ErrReplica (done is then not called), or ErrWouldBlock
+// with NoWait.
+func (s *Store) AppendAsync(views []protocol.View, results []Result, done func([]Result), opts ...AppendOption) error {
+	if len(results) != len(views) {
+		panic("store: AppendAsync needs one result per view")
+	}
 	var o AppendOption
 	for _, x := range opts {
 		o |= x
 	}
-	return s.appendAsync(msgs, done, o)
-}
-
-func (s *Store) appendAsync(msgs [][]byte, done func([]Result), o AppendOption) error {
 	if err := s.errIfReplica(); err != nil {
 		return err
 	}
-	r := &appendReq{msgs: msgs, done: done, results: make([]Result, len(msgs)), metas: make([]msgMeta, len(msgs))}
+	r := reqPool.Get().(*appendReq)
+	r.views, r.results, r.done = views, results, done
+	r.metas, r.valid, r.bytes = resize(r.metas, len(views)), 0, 0
 	var prev *subject
-	checked := o&Checked != 0
-	for i, m := range msgs {
-		var v protocol.View
-		var err error
-		if checked {
-			v, err = protocol.ParseMessageNoCRC(m)
-		} else {
-			v, err = protocol.ParseMessage(m)
-		}
-		var sj *subject
-		if err == nil {
-			// A subject the store already has passed the subject rules when
-			// it was created: check the rest of the message only.
-			if prev != nil && string(v.Subject) == prev.name {
-				sj = prev
-			} else {
-				sj = s.lookupSubject(v.Subject)
-			}
-			switch {
-			case sj != nil && checked:
-			case sj != nil:
-				known := v
-				known.Subject = validSubject
-				err = s.opts.Limits.CheckView(&known)
-			default:
-				err = s.opts.Limits.CheckView(&v)
-			}
-		}
-		if err != nil {
-			var pe *protocol.Error
-			if !errors.As(err, &pe) {
-				err = protocol.Errorf(protocol.StatusInvalid, err.Error())
-			}
-			r.results[i].Err = err
-			s.stats.rejected.Add(1)
+	for i := range views {
+		if results[i].Err != nil {
 			continue
 		}
-		meta := &r.metas[i]
-		meta.subject = v.Subject
-		meta.subj = sj
-		prev = sj
-		meta.deliverAt = v.DeliverAtMillis
-		v.Tags(func(t []byte) bool { meta.bloom |= tagBloom(t); return true })
-		if s.index != nil {
-			meta.idHash, meta.keyHash, meta.hasKey = indexHashes(&v)
+		v := &views[i]
+		sj := prev
+		if sj == nil || string(v.Subject) != sj.name {
+			sj = s.lookupSubject(v.Subject)
 		}
+		if sj == nil {
+			// A new subject: its name must pass the store's rules before
+			// appendLoop creates it.
+			if err := s.opts.Limits.CheckView(v); err != nil {
+				results[i].Err = asProtocolError(err)
+				s.stats.rejected.Add(1)
+				continue
+			}
+		}
+		prev = sj
+		s.prepareMeta(&r.metas[i], v, sj)
 		r.valid++
-		r.bytes += len(m) + recordOverhead
+		r.bytes += len(v.Raw) + recordOverhead
 	}
 	if r.valid == 0 {
-		done(r.results)
+		s.putReq(r)
+		done(results)
 		return nil
 	}
 	s.closeMu.RLock()
 	defer s.closeMu.RUnlock()
 	if s.closed {
+		s.putReq(r)
 		return ErrClosed
 	}
 	s.direct.queued.Add(1)
@@ -179,11 +221,23 @@ func (s *Store) appendAsync(msgs [][]byte, done func([]Result), o AppendOption) 
 			return nil
 		default:
 			s.direct.queued.Add(-1)
+			s.putReq(r)
 			return ErrWouldBlock
 		}
 	}
 	s.appendCh <- r
 	return nil
+}
+
+// prepareMeta fills what the appender needs of a message beside its view,
+// on the caller's goroutine: its subject (nil when new), its tags' bloom
+// and its index hashes.
+func (s *Store) prepareMeta(meta *msgMeta, v *protocol.View, sj *subject) {
+	meta.subj = sj
+	v.Tags(func(t []byte) bool { meta.bloom |= tagBloom(t); return true })
+	if s.index != nil {
+		meta.idHash, meta.keyHash, meta.hasKey = indexHashes(v)
+	}
 }
 
 // appendLoop is the message log's writer (with tryAppendNow, under
@@ -266,15 +320,16 @@ func (s *Store) writeGroup(g *commitGroup) bool {
 	s.lastTs = now
 	g.touched, g.nexts, g.sizes = g.touched[:0], g.nexts[:0], g.sizes[:0]
 	for _, r := range g.reqs {
-		for i, m := range r.msgs {
+		for i := range r.views {
 			if r.results[i].Err != nil {
 				continue
 			}
+			m := r.views[i].Raw
 			meta := &r.metas[i]
 			sj := meta.subj
 			if sj == nil {
 				var err error
-				if sj, err = s.subjectFor(string(meta.subject), true); err != nil {
+				if sj, err = s.subjectFor(string(r.views[i].Subject), true); err != nil {
 					r.results[i].Err = fmt.Errorf("%w: %w", ErrIO, err)
 					continue
 				}
@@ -325,7 +380,7 @@ func (s *Store) indexGroup(g *commitGroup) {
 	now := g.ts
 	var run *subject
 	for _, r := range g.reqs {
-		for i, m := range r.msgs {
+		for i := range r.views {
 			res := &r.results[i]
 			if res.Err != nil {
 				continue
@@ -338,7 +393,8 @@ func (s *Store) indexGroup(g *commitGroup) {
 				run = meta.subj
 				run.mu.Lock()
 			}
-			e := entry{offset: res.Offset, size: uint32(recordOverhead + len(m)), timestamp: now, deliverAt: meta.deliverAt, bloom: meta.bloom}
+			v := &r.views[i]
+			e := entry{offset: res.Offset, size: uint32(recordOverhead + len(v.Raw)), timestamp: now, deliverAt: v.DeliverAtMillis, bloom: meta.bloom}
 			run.addEntryLocked(&e)
 		}
 	}
@@ -408,6 +464,9 @@ func (s *Store) failGroup(g *commitGroup, err error) {
 }
 
 func (s *Store) putGroup(g *commitGroup) {
+	for _, r := range g.reqs {
+		s.putReq(r)
+	}
 	clear(g.reqs)
 	g.reqs = g.reqs[:0]
 	clear(g.touched)

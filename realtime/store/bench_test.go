@@ -39,7 +39,7 @@ func BenchmarkAppendAsync(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		sem <- struct{}{}
 		wg.Add(1)
-		s.AppendAsync(batch, func([]Result) { <-sem; wg.Done() })
+		appendRaw(s, batch, func([]Result) { <-sem; wg.Done() })
 	}
 	wg.Wait()
 }
@@ -62,7 +62,7 @@ func BenchmarkPullAck(b *testing.B) {
 	var wg sync.WaitGroup
 	for i := 0; i < total/256+1; i++ {
 		wg.Add(1)
-		s.AppendAsync(batch, func([]Result) { wg.Done() })
+		appendRaw(s, batch, func([]Result) { wg.Done() })
 	}
 	wg.Wait()
 	b.ResetTimer()

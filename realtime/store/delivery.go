@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// Delivery states of a stored message in one consumer group (Deliveries).
+// Delivery states of a stored message in one consumer group
+// (Lookup.Deliveries).
 const (
 	// DeliveryWaiting: the group has not taken it yet (its cursor is not
 	// past it, or a dead consumer's entries were handed back with it).
@@ -30,12 +31,8 @@ type Delivery struct {
 	LastSeen time.Time
 }
 
-// Deliveries reports, for every consumer group of subject (broadcast
-// subscribers left out), where the message at consume sequence seq
-// stands: read from the groups' cursors, returned queues and the un-acked
-// part of their consumers' pull logs (at most maxDeliveryScan entries
-// each). Groups are sorted by name.
-func (s *Store) Deliveries(subject string, seq int64) ([]Delivery, error) {
+// deliveries is Lookup.Deliveries.
+func (s *Store) deliveries(subject string, seq int64) ([]Delivery, error) {
 	s.groupsMu.RLock()
 	var groups []*group
 	for k, g := range s.groups {

@@ -13,7 +13,7 @@ func TestDeliveries(t *testing.T) {
 	appendN(t, s, "a", "m", 3)
 	state := func(seq int64) string {
 		t.Helper()
-		ds, err := s.Deliveries("a", seq)
+		ds, err := s.Lookup().Deliveries("a", seq)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -41,7 +41,7 @@ func TestDeliveries(t *testing.T) {
 	if got := state(2); got != "g:waiting h:waiting " {
 		t.Fatalf("the third message: %q", got)
 	}
-	if ds, err := s.Deliveries("nothing", 0); err != nil || len(ds) != 0 {
+	if ds, err := s.Lookup().Deliveries("nothing", 0); err != nil || len(ds) != 0 {
 		t.Fatalf("a subject without groups: %v, %v", ds, err)
 	}
 }

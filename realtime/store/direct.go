@@ -10,20 +10,21 @@ import (
 )
 
 // directAppend is the writer's state that appendLoop shares with
-// tryAppendNow. Whoever holds mu writes the message log: appendLoop while it
-// appends and publishes (or hands to syncLoop) a group, tryAppendNow while
-// it appends one request on its caller's goroutine.
+// TryWriteViewsNow. Whoever holds mu writes the message log: appendLoop
+// while it appends and publishes (or hands to syncLoop) a group,
+// TryWriteViewsNow while it appends one request on its caller's goroutine
+// (until Written.Publish).
 type directAppend struct {
 	mu sync.Mutex
 	// queued counts requests given to appendLoop and not yet through it;
-	// tryAppendNow appends only when it is zero, so it never overtakes a
+	// TryWriteViewsNow appends only when it is zero, so it never overtakes a
 	// queued request (a connection's requests stay in order).
 	queued atomic.Int64
 	batch  *segment.Batch
 	head   [recordHeadSize]byte
-	// req is the request tryAppendViewsNow appends, reused (mu held).
+	// req is the request TryWriteViewsNow appends, reused (mu held).
 	req appendReq
-	// written is the group TryWriteViewsNow wrote and PublishWritten
+	// written is the group TryWriteViewsNow wrote and Written.Publish
 	// publishes (mu held), nil when nothing was written.
 	written *commitGroup
 }
@@ -32,82 +33,73 @@ type directAppend struct {
 // returns the results instead.
 func noDone([]Result) {}
 
-// tryAppendNow appends msgs on the caller's goroutine and returns their
-// results (as AppendAsync's callback would get them) when it can do so
-// without waiting and without slow file operations: under FlushAsync (a
-// durable append waits for a sync, so FlushSync always queues), with no
-// other append queued or running, every subject already known, and the
-// records fitting in the current message-log segment. Otherwise it stores
-// nothing and reports false; the caller then queues the append with
-// AppendAsync. It saves the hand-off to the appender and
-// back for a lone request, which is most of the cost of a small send when
-// a producer has one message in flight; a server's event loop may call it.
-// msgs are copied into the log before it returns.
+// tryAppendNow is tryAppendViewsNow for encoded messages, checked here
+// (Views); rejected ones count in Stats.Rejected. It returns the results
+// (as AppendAsync's callback would get them), or false when it stored
+// nothing and the caller must queue the append.
 func (s *Store) tryAppendNow(msgs [][]byte) ([]Result, bool) {
-	if !s.AppendsNow() {
+	if !s.appendsNow() {
 		return nil, false
 	}
-	results := make([]Result, len(msgs))
-	views := make([]protocol.View, len(msgs))
-	for i, m := range msgs {
-		v, err := protocol.ParseMessage(m)
-		if err == nil {
-			err = s.opts.Limits.CheckView(&v)
-		}
-		if err != nil {
-			results[i].Err = asProtocolError(err)
-			continue
-		}
-		views[i] = v
-	}
+	views, results := Views(msgs, s.opts.Limits)
 	if !s.tryAppendViewsNow(views, results) {
 		return nil, false
 	}
 	for i := range results {
-		if results[i].Err != nil && views[i].Raw == nil {
+		if views[i].Raw == nil {
 			s.stats.rejected.Add(1)
 		}
 	}
 	return results, true
 }
 
-// tryAppendViewsNow is tryAppendNow for messages its caller has parsed
-// (protocol.ParseMessage) and checked against the store's Limits
-// (Limits.CheckView), as a broker does before it looks for duplicates: it
-// saves the second parse and CRC, and allocates nothing. results must have
-// one element per view; a view whose result already holds an error is
-// skipped and its result left as it is, the others' results are set. It
-// reports false, storing nothing and leaving results as they were, when
-// the append cannot be made at once (see tryAppendNow). The views' bytes
-// are copied into the log before it returns.
+// tryAppendViewsNow is TryWriteViewsNow followed at once by the Publish of
+// what it wrote.
 func (s *Store) tryAppendViewsNow(views []protocol.View, results []Result) bool {
-	if !s.TryWriteViewsNow(views, results) {
-		return false
+	w, ok := s.TryWriteViewsNow(views, results)
+	if ok {
+		w.Publish()
 	}
-	s.PublishWritten()
-	return true
+	return ok
 }
 
-// TryWriteViewsNow is tryAppendViewsNow in two steps, for a server that
-// answers before it indexes: when it reports true the views' records are
-// in the message log and results are set, as tryAppendViewsNow sets them,
-// but the messages are not yet readable, and the store's writer stays
-// held (no other append runs, Close waits) until PublishWritten, which the
-// caller must then call exactly once, soon. Under FlushAsync a record
-// written to the log is as stored as a published one: a process crash
-// keeps it (recovery indexes it again from the log), so the caller may
-// report the messages stored before it publishes them. When it reports
-// false nothing was stored and PublishWritten must not be called.
-func (s *Store) TryWriteViewsNow(views []protocol.View, results []Result) bool {
+// Written is what TryWriteViewsNow wrote and has not published yet; its
+// Publish must be called exactly once, soon.
+type Written struct{ s *Store }
+
+// TryWriteViewsNow is the store's one try-now append: it writes views
+// (parsed and checked as for AppendAsync) on the caller's goroutine when it
+// can do so without waiting and without slow file operations: under
+// FlushAsync (a durable append waits for a sync, so FlushSync always
+// queues), with no other append queued or running, every subject already
+// known, and the records fitting in the current message-log segment. It
+// saves the hand-off to the appender and back for a lone request, which is
+// most of the cost of a small send when a producer has one message in
+// flight; a server's event loop may call it, and it allocates nothing.
+//
+// results must have one element per view; a view whose result already
+// holds an error is skipped and its result left as it is. When it reports
+// true the others' results are set as AppendAsync's callback would get
+// them and the records are in the message log, but the messages are not
+// yet readable and the store's writer stays held (no other append runs,
+// Close waits) until the returned Written's Publish, which indexes them,
+// makes them readable and wakes their readers: a server can reply in
+// between. Under FlushAsync a record written to the log is as stored as a
+// published one (a process crash keeps it: recovery indexes it from the
+// log), so the caller may report the messages stored before it publishes
+// them. When it reports false nothing was stored, results are as they
+// were, and the caller queues the append with AppendAsync. The views'
+// bytes are copied into the log before it returns.
+func (s *Store) TryWriteViewsNow(views []protocol.View, results []Result) (Written, bool) {
 	if len(results) != len(views) {
 		panic("store: TryWriteViewsNow needs one result per view")
 	}
-	if !s.AppendsNow() || !s.closeMu.TryRLock() {
-		return false
+	if !s.appendsNow() || !s.closeMu.TryRLock() {
+		return Written{}, false
 	}
 	if s.closed || !s.direct.mu.TryLock() {
 		s.closeMu.RUnlock()
-		return false
+		return Written{}, false
 	}
 	d := &s.direct
 	r := &d.req
@@ -115,7 +107,7 @@ func (s *Store) TryWriteViewsNow(views []protocol.View, results []Result) bool {
 		r.release()
 		d.mu.Unlock()
 		s.closeMu.RUnlock()
-		return false
+		return Written{}, false
 	}
 	if r.valid > 0 {
 		g := groupPool.Get().(*commitGroup)
@@ -124,13 +116,14 @@ func (s *Store) TryWriteViewsNow(views []protocol.View, results []Result) bool {
 			d.written = g
 		}
 	}
-	return true
+	return Written{s}, true
 }
 
-// PublishWritten ends what TryWriteViewsNow began: it indexes the written
+// Publish ends what TryWriteViewsNow began: it indexes the written
 // messages, makes them readable, wakes their readers and releases the
 // writer.
-func (s *Store) PublishWritten() {
+func (w Written) Publish() {
+	s := w.s
 	d := &s.direct
 	if g := d.written; g != nil {
 		d.written = nil
@@ -142,10 +135,9 @@ func (s *Store) PublishWritten() {
 	s.closeMu.RUnlock()
 }
 
-// AppendsNow reports whether tryAppendNow or tryAppendViewsNow could
-// append at once now (FlushAsync, nothing queued, not a replica): a hint
-// for callers that prepare differently for them; they may still refuse.
-func (s *Store) AppendsNow() bool {
+// appendsNow reports whether TryWriteViewsNow could append at once now
+// (FlushAsync, nothing queued, not a replica); it may still refuse.
+func (s *Store) appendsNow() bool {
 	return s.opts.Flush == FlushAsync && s.direct.queued.Load() == 0 && s.errIfReplica() == nil
 }
 
@@ -154,12 +146,11 @@ func (s *Store) AppendsNow() bool {
 // false, leaving results alone, when a subject is new (creating it writes
 // files). direct.mu must be held.
 func (s *Store) prepareNow(r *appendReq, views []protocol.View, results []Result) bool {
-	r.msgs, r.metas, r.results = r.msgs[:0], r.metas[:0], results
+	r.views, r.metas, r.results = views, r.metas[:0], results
 	r.valid, r.bytes, r.done = 0, 0, noDone
 	var prev *subject
 	for i := range views {
 		v := &views[i]
-		r.msgs = append(r.msgs, v.Raw)
 		r.metas = append(r.metas, msgMeta{})
 		if results[i].Err != nil {
 			continue
@@ -171,12 +162,7 @@ func (s *Store) prepareNow(r *appendReq, views []protocol.View, results []Result
 			}
 		}
 		prev = sj
-		meta := &r.metas[i]
-		meta.subject, meta.subj, meta.deliverAt = v.Subject, sj, v.DeliverAtMillis
-		v.Tags(func(t []byte) bool { meta.bloom |= tagBloom(t); return true })
-		if s.index != nil {
-			meta.idHash, meta.keyHash, meta.hasKey = indexHashes(v)
-		}
+		s.prepareMeta(&r.metas[i], v, sj)
 		r.valid++
 		r.bytes += len(v.Raw) + recordOverhead
 	}
@@ -190,9 +176,8 @@ func (s *Store) prepareNow(r *appendReq, views []protocol.View, results []Result
 
 // release drops a reused request's references to its caller's memory.
 func (r *appendReq) release() {
-	clear(r.msgs)
 	clear(r.metas)
-	r.msgs, r.metas, r.results = r.msgs[:0], r.metas[:0], nil
+	r.views, r.metas, r.results = nil, r.metas[:0], nil
 }
 
 // asProtocolError gives a rejected message's error a status.

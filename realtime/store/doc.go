@@ -9,27 +9,36 @@
 //
 // # API
 //
-//	s, err := store.Open(dir, opts, lg)         // recover and start
-//	s.AppendAsync(msgs, func([]store.Result))   // the broker replies from the callback
-//	s.Append(ctx, msgs) ([]store.Result, error) // the same, waiting
-//	s.Pull(store.PullRequest{...}) (store.PullResult, error)
-//	s.Ack(store.AckRequest{...}) (store.AckResult, error)   // AckResult.Gap: lost acks to retry
-//	s.ReturnUnacked / RemoveConsumer / ResetGroup / Read    // consumers, offsets, tools
-//	s.Stats(); s.Checkpoint(); s.RunRetention(); s.Close()
-//	s.Source().ReadMessageTailInto / ReadActionLogInto / CommitSignal  // a master's side
-//	s.Replica().ReplicateMessages / ReplicateActions / Ends           // a slave's side
-//	s.CommittedEnds(), s.Promote(), store.Truncate(...)              // failover
-//	s.FindByID(id), s.FindByKey(key) ([]store.Found, error)     // the message index (msgindex.go)
-//	s.Deliveries(subject, seq) ([]store.Delivery, error)       // where a message stands per group (delivery.go)
+// Store's exported methods (20), by concern:
 //
-// Messages are encoded pkg/protocol messages; Append validates each
-// (ParseMessage with its CRC, Limits.CheckView) and stores exactly those
-// bytes; a rejected message gets a *protocol.Error in its Result and the
-// rest of the batch goes on. System subjects (%RETRY%, %DEAD%) are ordinary
-// subjects here; message ids are not deduplicated (the broker keeps that
-// window). Options.OnAppend fires on the commit goroutine for watched
-// subjects (Store.Watch) whose new entries became readable. Pulled messages
-// are copies the caller owns (one pooled buffer per pull; Release).
+//	s, err := store.Open(dir, opts, lg)          // recover and start; s.Close()
+//	s.Append(ctx, msgs) ([]store.Result, error)  // encoded messages, checked here, waiting
+//	s.AppendAsync(views, results, done, opts...) // the asynchronous append: parsed, checked views
+//	s.TryWriteViewsNow(views, results) (store.Written, bool) // the try-now append; Written.Publish
+//	s.Pull(store.PullRequest{...}) (store.PullResult, error)
+//	s.Ack(req) (store.AckResult, error); s.TryAck(req)  // AckResult.Gap: lost acks to retry
+//	s.ReturnUnacked / RemoveConsumer / ResetGroup       // consumers and offsets
+//	s.Read(subject, from, max); s.Watch(subject)        // tools; OnAppend for a subject
+//	s.Stats() (Stats.Open: what recovery did); s.CommittedEnds(); s.SegmentSizes()
+//	s.Checkpoint(); s.FlushActions()                    // maintenance the loops also do
+//	s.Lookup().ByID / ByKey / Deliveries                // message index (msgindex.go), per-group state (delivery.go)
+//	s.Source().ReadMessageTailInto / ReadActionLogInto / CommitSignal  // a master's side
+//	s.Replica().ReplicateMessages / ReplicateActions / Ends / Active / Promote // a slave's side
+//	store.Truncate(...), store.Views(msgs, limits)      // failover; parse and check for AppendAsync
+//
+// Messages are encoded pkg/protocol messages, parsed and checked once per
+// hop: Append (and Views, for other callers of AppendAsync) validates each
+// (ParseMessage with its CRC, Limits.CheckView); AppendAsync and
+// TryWriteViewsNow take views their caller parsed and checked (the broker's
+// send handler), re-checking only a message for a subject the store does
+// not have yet against Options.Limits. The store keeps exactly the
+// messages' bytes; a rejected message gets a *protocol.Error in its Result
+// and the rest of the batch goes on. System subjects (%RETRY%, %DEAD%) are
+// ordinary subjects here; message ids are not deduplicated (the broker
+// keeps that window). Options.OnAppend fires on the commit goroutine for
+// watched subjects (Store.Watch) whose new entries became readable. Pulled
+// messages are copies the caller owns (one pooled buffer per pull;
+// Release).
 //
 // # Files
 //
@@ -61,8 +70,8 @@
 // consume-log entries become visible, callbacks run, OnAppend fires.
 // After a failed sync nothing in flight is published. Under FlushAsync the appender publishes after the
 // write and flushLoop fdatasyncs every FlushInterval; a caller with nothing
-// queued may append on its own goroutine (TryWriteViewsNow
-// then PublishWritten, so a server can reply in between). Readers see only
+// queued may append on its own goroutine (TryWriteViewsNow, then
+// Written.Publish, so a server can reply in between). Readers see only
 // published entries, so under FlushSync no consumer receives a message a
 // crash could take back. Consume-log entries are buffered per subject and
 // written in bulk: derived data, made durable by checkpoints and rebuilt
@@ -129,10 +138,10 @@
 //
 // # Retention
 //
-// RunRetention deletes whole message-log segments, oldest first and never
-// the active one, while every record of one is older than RetentionAge or
-// the log is larger than RetentionBytes, then the consume-log segments
-// below the subjects' new minimums. Stats shows what the next pass would
+// A retention pass (every RetentionInterval) deletes whole message-log
+// segments, oldest first and never the active one, while every record of
+// one is older than RetentionAge or the log is larger than RetentionBytes,
+// then the consume-log segments below the subjects' new minimums. Stats shows what the next pass would
 // drop (RetentionBoundary, RetentionDropSeq, GroupStats.AtRisk); a pull
 // whose cursor fell below the minimum skips forward (PullResult.Expired).
 //
@@ -153,7 +162,7 @@
 // log at the master's Start (holes below); action logs cannot skip
 // (ErrReplicaGap). Truncate cuts a closed store back to a new master's
 // promotion point after a failover (or wipes it to be copied again);
-// Promote turns a replica into a master's store where its copy ends.
+// Replica.Promote turns a replica into a master's store where its copy ends.
 //
 // # Scale
 //

@@ -94,3 +94,10 @@ func msgID(t testing.TB, b []byte) string {
 	}
 	return string(v.ID)
 }
+
+// appendRaw is AppendAsync for encoded messages, checked as Append checks
+// them (Views).
+func appendRaw(s *Store, msgs [][]byte, done func([]Result), opts ...AppendOption) error {
+	views, results := Views(msgs, s.opts.Limits)
+	return s.AppendAsync(views, results, done, opts...)
+}

@@ -728,19 +728,9 @@ func (r *indexRun) find(h uint64, dst []int64) []int64 {
 	return dst
 }
 
-// FindByID returns the stored copies of the message with id (the original
-// and any retry or dead-letter copy of it), oldest first, at most
-// indexMaxFound.
-func (s *Store) FindByID(id string) ([]Found, error) {
-	return s.find(indexKindID, id)
-}
-
-// FindByKey returns the stored messages whose property protocol.PropKey
-// is key, oldest first, at most indexMaxFound.
-func (s *Store) FindByKey(key string) ([]Found, error) {
-	return s.find(indexKindKey, key)
-}
-
+// find returns the stored messages whose id (indexKindID) or key
+// (indexKindKey) is v, oldest first, at most indexMaxFound (Lookup.ByID,
+// Lookup.ByKey).
 func (s *Store) find(kind byte, v string) ([]Found, error) {
 	x := s.index
 	if x == nil {
@@ -807,13 +797,4 @@ func (s *Store) readFound(off int64) (Found, bool) {
 		return Found{}, false
 	}
 	return Found{Offset: off, Subject: string(v.Subject), Seq: seq, Stored: time.UnixMilli(ts), Message: slices.Clone(msg)}, true
-}
-
-// IndexedEnd returns the message-log offset the index covers up to (-1
-// without an index).
-func (s *Store) IndexedEnd() int64 {
-	if s.index == nil {
-		return -1
-	}
-	return s.index.end.Load()
 }

@@ -83,7 +83,7 @@ func TestMessageIndex_FindByIDAndKey(t *testing.T) {
 	check := func(s *Store, when string) {
 		t.Helper()
 		got := foundIDs(t, nil, nil)
-		fs, err := s.FindByID("id-7")
+		fs, err := s.Lookup().ByID("id-7")
 		got = foundIDs(t, fs, err)
 		want := []string{"orders/id-7", "%RETRY%orders%billing/id-7", "%DEAD%orders%billing/id-7"}
 		if strings.Join(got, " ") != strings.Join(want, " ") {
@@ -92,20 +92,20 @@ func TestMessageIndex_FindByIDAndKey(t *testing.T) {
 		if fs[0].Seq != 7 || fs[0].Stored.IsZero() || fs[0].Offset >= fs[1].Offset {
 			t.Fatalf("%s: found %+v", when, fs[0])
 		}
-		fs, err = s.FindByKey("order-42")
+		fs, err = s.Lookup().ByKey("order-42")
 		if got := foundIDs(t, fs, err); strings.Join(got, " ") != "orders/id-42 orders/id-142 orders/id-242 orders/id-342 orders/id-442" {
 			t.Fatalf("%s: key order-42 found %v", when, got)
 		}
 		for _, unknown := range []string{"id-500", "order-42", ""} {
-			if fs, err := s.FindByID(unknown); err != nil || len(fs) != 0 {
+			if fs, err := s.Lookup().ByID(unknown); err != nil || len(fs) != 0 {
 				t.Fatalf("%s: unknown id %q found %d, %v", when, unknown, len(fs), err)
 			}
 		}
-		if fs, err := s.FindByKey("order-100"); err != nil || len(fs) != 0 {
+		if fs, err := s.Lookup().ByKey("order-100"); err != nil || len(fs) != 0 {
 			t.Fatalf("%s: unknown key found %d, %v", when, len(fs), err)
 		}
 		for i := 0; i < n; i += 37 {
-			if fs, err := s.FindByID(fmt.Sprintf("id-%d", i)); err != nil || len(fs) != 1 {
+			if fs, err := s.Lookup().ByID(fmt.Sprintf("id-%d", i)); err != nil || len(fs) != 1 {
 				t.Fatalf("%s: id-%d found %d, %v", when, i, len(fs), err)
 			}
 		}
@@ -147,21 +147,21 @@ func TestMessageIndex_Retention(t *testing.T) {
 	s := openStore(t, dir, opts)
 	defer s.Close()
 	n := fill(t, s, "a", 5, clock)
-	if fs, err := s.FindByID("a0"); err != nil || len(fs) != 1 {
+	if fs, err := s.Lookup().ByID("a0"); err != nil || len(fs) != 1 {
 		t.Fatalf("a0 before retention: %d, %v", len(fs), err)
 	}
 	s.index.mu.Lock()
 	s.index.spillLocked()
 	s.index.mu.Unlock()
 	before := len(indexRuns(t, dir))
-	if _, err := s.RunRetention(); err != nil {
+	if _, err := s.runRetention(); err != nil {
 		t.Fatal(err)
 	}
-	if fs, err := s.FindByID("a0"); err != nil || len(fs) != 0 {
+	if fs, err := s.Lookup().ByID("a0"); err != nil || len(fs) != 0 {
 		t.Fatalf("a0 after retention: %d, %v", len(fs), err)
 	}
 	last := fmt.Sprint("a", n-1)
-	if fs, err := s.FindByID(last); err != nil || len(fs) != 1 {
+	if fs, err := s.Lookup().ByID(last); err != nil || len(fs) != 1 {
 		t.Fatalf("%s after retention: %d, %v", last, len(fs), err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -180,8 +180,8 @@ func TestMessageIndex_Off(t *testing.T) {
 	opts.NoMessageIndex = true
 	s := openStore(t, t.TempDir(), opts)
 	defer s.Close()
-	if _, err := s.FindByID("x"); err != ErrNoIndex {
-		t.Fatalf("FindByID without an index: %v", err)
+	if _, err := s.Lookup().ByID("x"); err != ErrNoIndex {
+		t.Fatalf("Lookup.ByID without an index: %v", err)
 	}
 }
 
@@ -271,7 +271,7 @@ func TestMessageIndex_FedMatchesLog(t *testing.T) {
 			if len(s.msgLog.Segments()) < 3 {
 				t.Fatalf("only %d segments written", len(s.msgLog.Segments()))
 			}
-			if fs, err := s.FindByID("w3-99-0"); err != nil || len(fs) != 1 { // waits for the index
+			if fs, err := s.Lookup().ByID("w3-99-0"); err != nil || len(fs) != 1 { // waits for the index
 				t.Fatalf("w3-59-0 found %d, %v", len(fs), err)
 			}
 			x := s.index
@@ -368,12 +368,12 @@ func TestMessageIndex_ReadsFormat1Runs(t *testing.T) {
 	}
 	appendAll(t, s, encodeKeyed(t, "orders", "new-1", "okey-3", 0))
 	for _, id := range []string{"old-0", "old-123", "old-299", "new-1"} {
-		fs, err := s.FindByID(id)
+		fs, err := s.Lookup().ByID(id)
 		if got := foundIDs(t, fs, err); strings.Join(got, " ") != "orders/"+id {
 			t.Fatalf("%s found %v", id, got)
 		}
 	}
-	fs, err := s.FindByKey("okey-3")
+	fs, err := s.Lookup().ByKey("okey-3")
 	if got := foundIDs(t, fs, err); len(got) != 31 || got[30] != "orders/new-1" {
 		t.Fatalf("okey-3 found %d: %v", len(got), got)
 	}

@@ -60,7 +60,7 @@ type Options struct {
 	// larger than this (0, the default, means no size limit).
 	RetentionBytes int64
 	// RetentionInterval is how often retention runs (default 1 min; negative
-	// disables the loop; RunRetention may still be called).
+	// disables it).
 	RetentionInterval time.Duration
 	// MaxScan bounds the consume-log entries one pull skips (tag filter
 	// misses, holes) before it answers with what it has (default 4096).
@@ -93,7 +93,7 @@ type Options struct {
 	// a negative value for none.
 	ActionLogFloor func() int64
 	// NoMessageIndex turns off the index of messages by id and key
-	// (msgindex.go; on by default): FindByID and FindByKey then fail with
+	// (msgindex.go; on by default): Lookup.ByID and Lookup.ByKey then fail with
 	// ErrNoIndex.
 	NoMessageIndex bool
 }

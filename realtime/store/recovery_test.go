@@ -84,7 +84,7 @@ func TestTornMessageTail(t *testing.T) {
 			if len(got) != 20 || got[19] != "m-19" {
 				t.Fatalf("cut %d garbage %v: %d messages", cut, garbage, len(got))
 			}
-			if rep := s2.OpenReport(); cut > 0 || garbage {
+			if rep := s2.Stats().Open; cut > 0 || garbage {
 				if rep.TornMessageTail != last.Offset {
 					t.Fatalf("cut %d: torn tail at %d, want %d", cut, rep.TornMessageTail, last.Offset)
 				}
@@ -259,7 +259,7 @@ func TestDerivedLogsRebuilt(t *testing.T) {
 		mutate(t, path, func(b []byte) { b[end-3] ^= 0xFF }) // the last action: the second pull
 		s2 := openStore(t, dir, testOptions())
 		defer s2.Close()
-		if rep := s2.OpenReport(); rep.TornActionTail < 0 {
+		if rep := s2.Stats().Open; rep.TornActionTail < 0 {
 			t.Fatal("torn action tail not reported")
 		}
 		g := s2.Stats().Groups[0]

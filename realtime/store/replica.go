@@ -627,9 +627,9 @@ func (s *Store) replicateAction(want int64, kind uint8, payload []byte) error {
 	return nil
 }
 
-// IsReplica reports whether the store is a replica (opened with
+// Active reports whether the store is a replica (opened with
 // Options.Replica and not promoted).
-func (s *Store) IsReplica() bool { return s.replica.Load() }
+func (r *Replica) Active() bool { return r.s.replica.Load() }
 
 // errIfReplica refuses changes from clients on a replica.
 func (s *Store) errIfReplica() error {
@@ -647,7 +647,8 @@ func (s *Store) errIfReplica() error {
 // continues its sequence. The appender takes over the last append time, so
 // append times never go back. Promoting a store that is not a replica
 // fails with ErrNotReplica.
-func (s *Store) Promote() error {
+func (r *Replica) Promote() error {
+	s := r.s
 	s.replMu.Lock()
 	defer s.replMu.Unlock()
 	if !s.replica.Load() {

@@ -183,7 +183,7 @@ func TestReplicaCatchesUpAfterRetention(t *testing.T) {
 	if _, err := m.Pull(PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 10, KnownPullSeq: -1}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := m.RunRetention()
+	rep, err := m.runRetention()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,13 +370,13 @@ func TestPromotedReplicaContinues(t *testing.T) {
 	replicate(t, m, r, 1<<20)
 	mEnd, _ := m.CommittedEnds()
 
-	if err := r.Promote(); err != nil {
+	if err := r.Replica().Promote(); err != nil {
 		t.Fatal(err)
 	}
-	if r.IsReplica() {
+	if r.Replica().Active() {
 		t.Fatal("promoted store still a replica")
 	}
-	if err := r.Promote(); !errors.Is(err, ErrNotReplica) {
+	if err := r.Replica().Promote(); !errors.Is(err, ErrNotReplica) {
 		t.Fatalf("second promote: %v", err)
 	}
 	if err := r.Replica().ReplicateMessages(LogChunk{Offset: mEnd, End: mEnd}); !errors.Is(err, ErrNotReplica) {
@@ -629,7 +629,7 @@ func TestPromoteIndexesTheTail(t *testing.T) {
 	if got, _ := r.Read("p", 0, 100); len(got) != 10 {
 		t.Fatalf("replica reads %d messages before the promotion, want the 10 below the end it was told", len(got))
 	}
-	if err := r.Promote(); err != nil {
+	if err := r.Replica().Promote(); err != nil {
 		t.Fatal(err)
 	}
 	if c, _ := r.CommittedEnds(); c != all {

@@ -8,8 +8,8 @@ import (
 	"go.uber.org/zap"
 )
 
-// RetentionReport says what a retention pass deleted.
-type RetentionReport struct {
+// retentionReport says what a retention pass deleted.
+type retentionReport struct {
 	// Segments and Bytes count the message-log segments deleted.
 	Segments int
 	Bytes    int64
@@ -17,21 +17,21 @@ type RetentionReport struct {
 	Start int64
 }
 
-// RunRetention deletes whole message-log segments that are older than
+// runRetention deletes whole message-log segments that are older than
 // RetentionAge (every record in them is) or that push the log over
 // RetentionBytes, oldest first and never the active one, then raises each
 // subject's minimum sequence and deletes consume-log segments below it.
 // Entries no group consumed yet are deleted too; Stats shows them before.
-func (s *Store) RunRetention() (RetentionReport, error) {
+func (s *Store) runRetention() (retentionReport, error) {
 	s.retMu.Lock()
 	defer s.retMu.Unlock()
 	if s.isClosed() {
-		return RetentionReport{}, ErrClosed
+		return retentionReport{}, ErrClosed
 	}
 	boundary := s.retentionBoundary()
 	before := s.msgLog.Segments()
 	n, err := s.msgLog.DeleteBefore(boundary)
-	rep := RetentionReport{Segments: n, Start: s.msgLog.Start()}
+	rep := retentionReport{Segments: n, Start: s.msgLog.Start()}
 	for i := 0; i < n && i < len(before); i++ {
 		rep.Bytes += before[i].Size
 	}

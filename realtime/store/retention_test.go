@@ -39,7 +39,7 @@ func TestRetentionByAge(t *testing.T) {
 	defer s.Close()
 	pull(t, s, PullRequest{Subject: "a", Group: "slow", Consumer: "c", Earliest: true})
 	n := fill(t, s, "a", 3, clock)
-	if rep, err := s.RunRetention(); err != nil || rep.Segments != 0 {
+	if rep, err := s.runRetention(); err != nil || rep.Segments != 0 {
 		t.Fatalf("young log lost %d segments, %v", rep.Segments, err)
 	}
 	clock.Add(2 * time.Hour)
@@ -52,13 +52,13 @@ func TestRetentionByAge(t *testing.T) {
 	if st.Groups[0].AtRisk != drop || drop == 0 {
 		t.Fatalf("at risk %d, drop seq %d", st.Groups[0].AtRisk, drop)
 	}
-	rep, err := s.RunRetention()
+	rep, err := s.runRetention()
 	if err != nil || rep.Segments != 2 {
 		t.Fatalf("deleted %d, %v", rep.Segments, err)
 	}
 	// The active segment is never deleted.
 	clock.Add(100 * time.Hour)
-	if rep, _ := s.RunRetention(); rep.Segments != 0 {
+	if rep, _ := s.runRetention(); rep.Segments != 0 {
 		t.Fatalf("active segment deleted")
 	}
 	st = s.Stats()
@@ -87,7 +87,7 @@ func TestRetentionBySize(t *testing.T) {
 	s := openStore(t, dir, opts)
 	fill(t, s, "a", 5, clock)
 	pull(t, s, PullRequest{Subject: "b", Group: "g", Consumer: "c"})
-	rep, err := s.RunRetention()
+	rep, err := s.runRetention()
 	if err != nil || rep.Segments != 3 {
 		t.Fatalf("deleted %d, %v", rep.Segments, err)
 	}

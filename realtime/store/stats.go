@@ -47,6 +47,8 @@ type Stats struct {
 	// ZeroFilled counts the bytes of the message log written with zeros
 	// ahead of its end (zeroFillLoop).
 	ZeroFilled int64
+	// Open is what Open found and did (recovery).
+	Open OpenReport
 }
 
 // SubjectStats describes one subject.
@@ -94,6 +96,7 @@ func (s *Store) Stats() Stats {
 	st := Stats{
 		MessageLogStart:   s.msgLog.Start(),
 		MessageLogEnd:     s.goodEnd.Load(),
+		Open:              s.open,
 		RetentionBoundary: s.retentionBoundary(),
 		Appended:          s.stats.appended.Load(),
 		Rejected:          s.stats.rejected.Load(),

@@ -173,9 +173,6 @@ func Open(dir string, opts Options, lg *zap.Logger) (*Store, error) {
 	return s, nil
 }
 
-// OpenReport returns what Open found.
-func (s *Store) OpenReport() OpenReport { return s.open }
-
 func (s *Store) closeFiles() {
 	if s.msgLog != nil {
 		s.msgLog.Close()
@@ -434,7 +431,7 @@ func (s *Store) every(interval time.Duration, fn func()) {
 
 func (s *Store) retentionLoop() {
 	s.every(s.opts.RetentionInterval, func() {
-		if _, err := s.RunRetention(); err != nil {
+		if _, err := s.runRetention(); err != nil {
 			s.lg.Error("retention failed", zap.Error(err))
 		}
 	})

@@ -72,7 +72,7 @@ func TestAppendReadReopen(t *testing.T) {
 			testutil.RequirePrivateTree(t, dir)
 			s = openStore(t, dir, opts)
 			defer s.Close()
-			if r := s.OpenReport(); r.MessagesReplayed != 0 {
+			if r := s.Stats().Open; r.MessagesReplayed != 0 {
 				t.Fatalf("clean reopen replayed %d messages", r.MessagesReplayed)
 			}
 			check(s)

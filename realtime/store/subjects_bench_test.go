@@ -47,7 +47,7 @@ func BenchmarkAppendSubjects(b *testing.B) {
 			appendBatch := func(batch [][]byte) {
 				sem <- struct{}{}
 				wg.Add(1)
-				if err := s.AppendAsync(batch, func([]Result) { <-sem; wg.Done() }); err != nil {
+				if err := appendRaw(s, batch, func([]Result) { <-sem; wg.Done() }); err != nil {
 					b.Fatal(err)
 				}
 			}

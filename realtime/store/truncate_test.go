@@ -136,7 +136,7 @@ func TestTruncateRejoinsDivergentCopy(t *testing.T) {
 			}
 
 			// The replica is promoted and takes its own writes.
-			if err := r.Promote(); err != nil {
+			if err := r.Replica().Promote(); err != nil {
 				t.Fatal(err)
 			}
 			for i := 0; i < 5; i++ {
@@ -189,7 +189,7 @@ func TestTruncateRejoinsDivergentCopy(t *testing.T) {
 			}
 			// The copy can be promoted in turn and serves the group's consumer
 			// from where the new master left it.
-			if err := x.Promote(); err != nil {
+			if err := x.Replica().Promote(); err != nil {
 				t.Fatal(err)
 			}
 			pr, err := x.Pull(PullRequest{Subject: "s", Group: "g", Consumer: "c", Max: 100, KnownPullSeq: 12})

@@ -23,7 +23,7 @@ func TestAppendAsync_NoWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan []Result, 1)
-	if err := s.AppendAsync([][]byte{encode(t, "s", "id-1", []byte("x"))}, func(r []Result) { done <- r }, NoWait); err != nil {
+	if err := appendRaw(s, [][]byte{encode(t, "s", "id-1", []byte("x"))}, func(r []Result) { done <- r }, NoWait); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -37,7 +37,7 @@ func TestAppendAsync_NoWait(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AppendAsync([][]byte{encode(t, "s", "id-2", []byte("y"))}, func([]Result) {}, NoWait); !errors.Is(err, ErrClosed) {
+	if err := appendRaw(s, [][]byte{encode(t, "s", "id-2", []byte("y"))}, func([]Result) {}, NoWait); !errors.Is(err, ErrClosed) {
 		t.Fatalf("after Close: %v", err)
 	}
 }
@@ -248,9 +248,9 @@ func TestTryAppendViewsNow(t *testing.T) {
 
 // TryWriteViewsNow writes without publishing: the results are set and the
 // records are in the log, but nothing is readable, OnAppend has not fired
-// and other appends wait, until PublishWritten; Close waits for it too.
+// and other appends wait, until Written.Publish; Close waits for it too.
 // The pair allocates nothing.
-func TestTryWriteViewsNow_PublishWritten(t *testing.T) {
+func TestTryWriteViewsNow_Publish(t *testing.T) {
 	opts := testOptions()
 	opts.Flush = FlushAsync
 	var woken atomic.Int64
@@ -263,9 +263,10 @@ func TestTryWriteViewsNow_PublishWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	views, results := []protocol.View{v}, make([]Result, 1)
+	var w Written
 	ok := false
 	for deadline := time.Now().Add(5 * time.Second); !ok && time.Now().Before(deadline); {
-		if ok = s.TryWriteViewsNow(views, results); !ok {
+		if w, ok = s.TryWriteViewsNow(views, results); !ok {
 			time.Sleep(time.Millisecond)
 		}
 	}
@@ -276,16 +277,16 @@ func TestTryWriteViewsNow_PublishWritten(t *testing.T) {
 		t.Fatalf("results %+v", results)
 	}
 	if got, err := s.Read("s", 0, 10); err != nil || len(got) != 1 {
-		t.Fatalf("before PublishWritten: read %d entries (%v), want only the first", len(got), err)
+		t.Fatalf("before Publish: read %d entries (%v), want only the first", len(got), err)
 	}
 	if woken.Load() != 1 {
-		t.Fatalf("OnAppend saw next %d before PublishWritten", woken.Load())
+		t.Fatalf("OnAppend saw next %d before Publish", woken.Load())
 	}
 	if s.tryAppendViewsNow(views, make([]Result, 1)) {
 		t.Fatal("appended now while a write waited to be published")
 	}
 	queued := make(chan []Result, 1)
-	if err := s.AppendAsync([][]byte{encode(t, "s", "queued", nil)}, func(r []Result) { queued <- r }); err != nil {
+	if err := appendRaw(s, [][]byte{encode(t, "s", "queued", nil)}, func(r []Result) { queued <- r }); err != nil {
 		t.Fatal(err)
 	}
 	closed := make(chan error, 1)
@@ -300,9 +301,9 @@ func TestTryWriteViewsNow_PublishWritten(t *testing.T) {
 		t.Fatalf("Close returned while a write waited to be published: %v", err)
 	case <-time.After(200 * time.Millisecond):
 	}
-	s.PublishWritten()
+	w.Publish()
 	if r := <-queued; r[0].Err != nil || r[0].Seq != 2 {
-		t.Fatalf("the queued append after PublishWritten: %+v", r)
+		t.Fatalf("the queued append after Publish: %+v", r)
 	}
 	if err := <-closed; err != nil {
 		t.Fatal(err)
@@ -319,20 +320,23 @@ func TestTryWriteViewsNow_PublishWritten(t *testing.T) {
 	}
 	allocs := testing.AllocsPerRun(50, func() {
 		results[0] = Result{}
-		if !s.TryWriteViewsNow(views, results) || results[0].Err != nil {
+		w, ok := s.TryWriteViewsNow(views, results)
+		if !ok || results[0].Err != nil {
 			t.Fatalf("write now: %+v", results[0])
 		}
-		s.PublishWritten()
+		w.Publish()
 	})
 	if allocs != 0 && !raceEnabled {
 		t.Errorf("a lone write and publish allocated %.1f times", allocs)
 	}
 }
 
-// AppendAsync with Checked reads the headers of a known subject's messages
-// without checking them again (the caller did), and still checks in full a
-// message for a subject the store does not have.
-func TestAppendAsync_Checked(t *testing.T) {
+// AppendAsync takes its caller's views as checked: a known subject's
+// messages are not checked again (a view of bytes whose CRC no longer
+// matches is stored as it is), while a message for a subject the store does
+// not have is checked against its Limits before the subject is created;
+// Views (Append's check) refuses both.
+func TestAppendAsync_TakesCheckedViews(t *testing.T) {
 	s := openStore(t, t.TempDir(), testOptions())
 	defer s.Close()
 	appendAll(t, s, encode(t, "a", "first", []byte("x")))
@@ -341,29 +345,49 @@ func TestAppendAsync_Checked(t *testing.T) {
 	flipped[len(flipped)-1] ^= 0xff // the CRC no longer matches
 	wide := protocol.DefaultLimits
 	wide.MaxSubject = 1000
-	long, err := protocol.AppendMessage(nil, &protocol.Message{Subject: strings.Repeat("n", 300), ID: "long", Body: []byte("x"), Created: time.UnixMilli(1)}, wide)
+	long, err := protocol.AppendMessage(nil, &protocol.Message{Subject: strings.Repeat("n", 250), ID: "long", Body: []byte("x"), Created: time.UnixMilli(1)}, wide)
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(opts ...AppendOption) []Result {
+	msgs := [][]byte{flipped, long, encode(t, "b", "new", []byte("y"))}
+	run := func(views []protocol.View, results []Result) []Result {
 		done := make(chan []Result, 1)
-		if err := s.AppendAsync([][]byte{flipped, long, encode(t, "b", "new", []byte("y"))}, func(r []Result) { done <- r }, opts...); err != nil {
+		if err := s.AppendAsync(views, results, func(r []Result) { done <- r }); err != nil {
 			t.Fatal(err)
 		}
 		return <-done
 	}
-	unchecked := run()
-	if unchecked[0].Err == nil || unchecked[1].Err == nil || unchecked[2].Err != nil {
-		t.Fatalf("without Checked: %v, %v, %v; want the bad CRC and the long subject refused", unchecked[0].Err, unchecked[1].Err, unchecked[2].Err)
+	_, checked := Views(msgs, s.opts.Limits)
+	if checked[0].Err == nil || checked[1].Err == nil || checked[2].Err != nil {
+		t.Fatalf("Views: %v, %v, %v; want the bad CRC and the long subject refused", checked[0].Err, checked[1].Err, checked[2].Err)
 	}
-	checked := run(Checked)
-	if checked[0].Err != nil {
-		t.Fatalf("with Checked, a known subject's message was checked again: %v", checked[0].Err)
+	// Views parsed by a caller with other limits (and no CRC check).
+	views := make([]protocol.View, len(msgs))
+	for i, m := range msgs {
+		if views[i], err = protocol.ParseMessageNoCRC(m); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if checked[1].Err == nil {
-		t.Fatal("with Checked, a message for a new subject over the limits was stored")
+	taken := run(views, make([]Result, len(views)))
+	if taken[0].Err != nil {
+		t.Fatalf("a known subject's message was checked again: %v", taken[0].Err)
+	}
+	if taken[1].Err == nil {
+		t.Fatal("a message for a new subject over the limits was stored")
+	}
+	if taken[2].Err != nil {
+		t.Fatal(taken[2].Err)
 	}
 	if got := pullAll(t, s, "a", "g"); len(got) != 2 || got["flipped"] == nil {
 		t.Fatalf("subject a holds %d messages, want first and flipped", len(got))
+	}
+	// A result that holds an error already is passed through, its view skipped.
+	refused := errors.New("refused by the caller")
+	r := run([]protocol.View{views[2]}, []Result{{Err: refused}})
+	if r[0].Err != refused {
+		t.Fatalf("a pre-refused message: %+v", r[0])
+	}
+	if got := pullAll(t, s, "b", "g"); len(got) != 1 {
+		t.Fatalf("subject b holds %d messages, want 1", len(got))
 	}
 }

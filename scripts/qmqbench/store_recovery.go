@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/realtime/store"
 )
 
@@ -58,7 +59,8 @@ func storeFill(dir string) error {
 	for n := int64(0); n*per < recoveryTarget; n++ {
 		sem <- struct{}{}
 		wg.Add(1)
-		if err := s.AppendAsync(batches[n%16], func([]store.Result) { <-sem; wg.Done() }); err != nil {
+		views, results := store.Views(batches[n%16], protocol.DefaultLimits)
+		if err := s.AppendAsync(views, results, func([]store.Result) { <-sem; wg.Done() }); err != nil {
 			return err
 		}
 	}
@@ -100,7 +102,7 @@ func benchRecovery(env *Env) (float64, error) {
 		return 0, err
 	}
 	el := time.Since(start)
-	rep := s.OpenReport()
+	rep := s.Stats().Open
 	st := s.Stats()
 	s.Close()
 	env.Logf("recovery replayed %d messages (%d subjects, log end %d bytes) in %v", rep.MessagesReplayed, len(st.Subjects), st.MessageLogEnd, el)
