@@ -58,15 +58,16 @@ func (q *nextQueue) take() ([]*nextTemplate, bool) {
 }
 
 // Next templates are appended once the burst that queued them has settled:
-// nothing new queued for nextQuiet and no forward waiting for its broker's
-// answer (the burst's last occurrences are still on their way to the
-// consumers until then), or nextLinger after the first, but never later
-// than nextMargin before the earliest next occurrence. The appends, their
+// nothing new queued and no forward waiting for its broker's answer for
+// nextTail (the burst's last occurrences are on their way to the consumers
+// meanwhile), or nextLinger after the first, but never later than
+// nextMargin before the earliest next occurrence. The appends, their
 // replay and the marks then take no CPU from the burst's forwards, whose
 // lateness is what users see. The earliest next occurrence is a second
 // away ("@every" counts whole seconds).
 const (
 	nextQuiet  = 2 * time.Millisecond
+	nextTail   = 20 * time.Millisecond
 	nextLinger = 300 * time.Millisecond
 	nextMargin = 300 * time.Millisecond
 )
@@ -80,6 +81,7 @@ func (q *nextQueue) settle(batch []*nextTemplate, busy func() bool, nowMillis fu
 		earliest = min(earliest, t.due)
 	}
 	start := time.Now()
+	var settled time.Time // when the queue was quiet and no forward in flight
 	for {
 		wait := min(nextLinger, time.Duration(earliest-nowMillis())*time.Millisecond-nextMargin)
 		if time.Since(start) >= wait {
@@ -91,7 +93,14 @@ func (q *nextQueue) settle(batch []*nextTemplate, busy func() bool, nowMillis fu
 			earliest = min(earliest, t.due)
 		}
 		batch = append(batch, more...)
-		if !open || len(more) == 0 && !busy() {
+		switch {
+		case !open:
+			return batch
+		case len(more) > 0 || busy():
+			settled = time.Time{}
+		case settled.IsZero():
+			settled = time.Now()
+		case time.Since(settled) >= nextTail:
 			return batch
 		}
 	}
