@@ -41,9 +41,12 @@
 // retries with back-off on another group) to a writable realtime group of
 // its subject; SendChecked takes the bytes with their subject and id, as
 // the store checked them on the way in and on read-back (one parse here,
-// none in the producer). When the realtime broker has stored it (or answers that it
-// already had it: its dedupe window drops re-forwards), markLoop records it
-// in the hour's dispatch log. A message not yet recorded when the server
+// none in the producer); while two of its requests are unanswered, a batch
+// that is not full waits up to 1 ms to fill (producer.WithBusyLinger), so a
+// burst due in the same millisecond goes out as full requests. When the
+// realtime broker has stored it (or answers that it already had it: its
+// dedupe window drops re-forwards), markLoop records it in the hour's
+// dispatch log. A message not yet recorded when the server
 // stops or dies is forwarded again after the restart; the realtime broker
 // drops that copy. A master whose gate is closed takes nothing from the
 // store (the wheel keeps the messages; forwards already handed to the

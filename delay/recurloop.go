@@ -2,6 +2,7 @@ package delay
 
 import (
 	"errors"
+	"math"
 	"sync"
 	"time"
 
@@ -56,31 +57,53 @@ func (q *nextQueue) take() ([]*nextTemplate, bool) {
 	return items, len(items) > 0 || !q.closed
 }
 
-// Next templates are appended once the burst that queued them has settled
-// (nothing new for nextQuiet, or nextLinger after the first): the appends,
-// their replay and the marks then take no CPU from the burst's forwards,
-// whose lateness is what users see. The earliest next occurrence is a
-// second away ("@every" counts whole seconds), far beyond nextLinger.
+// Next templates are appended once the burst that queued them has settled:
+// nothing new queued and no forward waiting for its broker's answer for
+// nextTail (the burst's last occurrences are on their way to the consumers
+// meanwhile), or nextLinger after the first, but never later than
+// nextMargin before the earliest next occurrence. The appends, their
+// replay and the marks then take no CPU from the burst's forwards, whose
+// lateness is what users see. The earliest next occurrence is a second
+// away ("@every" counts whole seconds).
 const (
-	nextQuiet  = 5 * time.Millisecond
-	nextLinger = 50 * time.Millisecond
+	nextQuiet  = 2 * time.Millisecond
+	nextTail   = 20 * time.Millisecond
+	nextLinger = 300 * time.Millisecond
+	nextMargin = 300 * time.Millisecond
 )
 
-// settle adds to batch what is queued until the queue is quiet.
-func (q *nextQueue) settle(batch []*nextTemplate) []*nextTemplate {
-	deadline := time.Now().Add(nextLinger)
-	for time.Now().Before(deadline) {
+// settle adds to batch what is queued until the burst has settled: busy
+// reports forwards in flight; nowMillis reads the clock the due times are
+// in.
+func (q *nextQueue) settle(batch []*nextTemplate, busy func() bool, nowMillis func() int64) []*nextTemplate {
+	earliest := int64(math.MaxInt64)
+	for _, t := range batch {
+		earliest = min(earliest, t.due)
+	}
+	start := time.Now()
+	var settled time.Time // when the queue was quiet and no forward in flight
+	for {
+		wait := min(nextLinger, time.Duration(earliest-nowMillis())*time.Millisecond-nextMargin)
+		if time.Since(start) >= wait {
+			return batch
+		}
 		time.Sleep(nextQuiet)
 		more, open := q.take()
-		if len(more) == 0 {
-			break
+		for _, t := range more {
+			earliest = min(earliest, t.due)
 		}
 		batch = append(batch, more...)
-		if !open {
-			break
+		switch {
+		case !open:
+			return batch
+		case len(more) > 0 || busy():
+			settled = time.Time{}
+		case settled.IsZero():
+			settled = time.Now()
+		case time.Since(settled) >= nextTail:
+			return batch
 		}
 	}
-	return batch
 }
 
 func (q *nextQueue) close() {
@@ -109,7 +132,7 @@ func (m *master) recurLoop() {
 			<-m.nexts.wake
 			continue
 		}
-		batch = m.nexts.settle(batch)
+		batch = m.nexts.settle(batch, func() bool { return m.forwarding.Load() > 0 }, func() int64 { return m.s.clk.Now().UnixMilli() })
 		msgs := make([][]byte, len(batch))
 		now := m.s.clk.Now()
 		for i, t := range batch {

@@ -345,7 +345,9 @@ func (m *master) recur(d store.Due, v *protocol.View, now time.Time) {
 
 func (m *master) forwardOccurrence(d store.Due, next *nextTemplate) {
 	occ := next.occ
+	m.forwarding.Add(1)
 	err := m.forward.SendChecked(occ.msg, occ.subject, occ.id, func(err error) {
+		m.forwarding.Add(-1)
 		if err == nil {
 			m.s.metrics.forwarded.Inc()
 			m.s.metrics.cronOccurrences.Inc()
@@ -360,6 +362,9 @@ func (m *master) forwardOccurrence(d store.Due, next *nextTemplate) {
 			time.AfterFunc(time.Second, func() { defer m.retries.Done(); m.forwardOccurrence(d, next) })
 		}
 	})
+	if err != nil {
+		m.forwarding.Add(-1)
+	}
 	if err != nil && !errors.Is(err, producer.ErrClosed) {
 		m.lg.Error("cannot forward an occurrence; the schedule ends", zap.Stringer("ref", d.Ref), zap.Error(err))
 		m.marks <- d.Ref

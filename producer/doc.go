@@ -47,7 +47,11 @@
 // One goroutine (sendLoop) owns the batches: it appends each queued message
 // to its group's batch and sends a batch when it is full (WithBatch), when
 // the queue has nothing more to add (so a lone message goes out at once), or
-// after WithLinger when a linger is set. Each group has at most
+// after WithLinger when a linger is set. Under WithBusyLinger a batch that is
+// not full waits (a bounded time) while its group has that many requests
+// unanswered: a burst queued one message at a time then goes out as full
+// requests rather than a small one each time the queue is momentarily
+// empty (the delay server's forwarder uses it). Each group has at most
 // WithMaxInFlight batches in flight; meanwhile batches grow. The queue is
 // bounded (WithQueueSize): SendAsync blocks while it is full, or fails with
 // ErrQueueFull under WithNonBlocking.

@@ -29,6 +29,8 @@ type config struct {
 	batchMessages int
 	batchBytes    int
 	linger        time.Duration
+	busyInFlight  int           // WithBusyLinger: requests in flight from which…
+	busyLinger    time.Duration // …a partial batch waits this long
 	queueSize     int
 	nonBlocking   bool
 	maxInFlight   int
@@ -76,6 +78,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("producer: send spin must not be negative, got %v", c.spin)
 	case c.linger < 0:
 		return fmt.Errorf("producer: linger must not be negative, got %v", c.linger)
+	case c.busyLinger < 0 || c.busyInFlight < 0:
+		return fmt.Errorf("producer: busy linger must not be negative, got %d requests, %v", c.busyInFlight, c.busyLinger)
 	case c.transport != nil && (c.tls != nil || c.credentials != nil):
 		return fmt.Errorf("producer: WithTLS and WithCredentials configure the producer's own transport; " +
 			"give a shared one (WithTransport) its TLS config and credentials in its transport.Options")
@@ -169,6 +173,16 @@ func WithBatch(messages, bytes int) Option {
 // WithLinger makes a batch wait up to d for more messages before it is sent
 // (default 0: a batch goes out as soon as the queue has nothing more to add).
 func WithLinger(d time.Duration) Option { return func(c *config) { c.linger = d } }
+
+// WithBusyLinger makes a batch that is not full wait up to d for more
+// messages while at least inFlight requests to its group are unanswered
+// (default off; no effect with WithLinger). A burst of messages queued one
+// by one then goes out as a few small requests, whose answers come early,
+// and then as full ones, instead of a request each time the queue is
+// momentarily empty; a lone message still goes out at once.
+func WithBusyLinger(inFlight int, d time.Duration) Option {
+	return func(c *config) { c.busyInFlight, c.busyLinger = inFlight, d }
+}
 
 // WithQueueSize bounds the messages waiting to be batched (default 10,000).
 func WithQueueSize(n int) Option { return func(c *config) { c.queueSize = n } }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -379,4 +380,65 @@ func TestSendChecked_KeepsBytes(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("a duplicate: %v", err)
 	}
+}
+
+// WithBusyLinger: lone messages go out at once while fewer requests than
+// its bound are unanswered; past it, messages queued one by one wait in one
+// batch, which goes out when the wait ends although no answer came.
+func TestBusyLinger_BatchesWhileRequestsInFlight(t *testing.T) {
+	b := startFakeBroker(t)
+	hold := make(chan struct{})
+	b.mu.Lock()
+	b.hold = hold
+	b.mu.Unlock()
+	var release sync.Once
+	defer release.Do(func() { close(hold) }) // a failed test's held answers
+	const wait = 300 * time.Millisecond      // below the transport's request timeout
+	p := newProducer(t, WithBrokers(b.addr()), WithBusyLinger(2, wait))
+	var cbs sync.WaitGroup
+	send := func(i int) {
+		cbs.Add(1)
+		if err := p.SendAsync(&Message{Subject: "jobs", Body: []byte(strconv.Itoa(i))}, func(_ *Message, err error) {
+			if err != nil {
+				t.Errorf("message %d: %v", i, err)
+			}
+			cbs.Done()
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for b.count() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("broker holds %d messages, want %d", b.count(), n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	send(0)
+	stored(1) // nothing in flight: at once
+	send(1)
+	stored(2) // one in flight: at once
+	start := time.Now()
+	for i := 2; i < 22; i++ {
+		send(i)
+		time.Sleep(time.Millisecond)
+	}
+	if n := b.count(); n != 2 && time.Since(start) < wait {
+		t.Fatalf("with two requests unanswered, %d messages reached the broker before the wait ended", n)
+	}
+	stored(22)
+	b.mu.Lock()
+	reqs := b.reqs
+	b.mu.Unlock()
+	if reqs != 3 {
+		t.Fatalf("%d requests, want 3 (two lone messages, then one batch of 20)", reqs)
+	}
+	if since := time.Since(start); since < wait-50*time.Millisecond {
+		t.Fatalf("the batch went out %v after its first message, before the wait (%v)", since, wait)
+	}
+	release.Do(func() { close(hold) })
+	cbs.Wait()
 }

@@ -269,7 +269,8 @@ func (s *sender) resolve(kind route.Kind, subject string, now time.Time) (*route
 }
 
 // flush sends batches that are ready: full ones always, others when idle
-// (the queue has nothing more to add) or past their linger.
+// (the queue has nothing more to add; under WithBusyLinger, not while
+// busy) or past their linger.
 func (s *sender) flush(idle bool) {
 	now := s.p.cfg.now()
 	s.blocked = false
@@ -277,7 +278,7 @@ func (s *sender) flush(idle bool) {
 		if len(b.msgs) == 0 {
 			continue
 		}
-		ready := s.full(b) || (idle && s.p.cfg.linger == 0) || (s.p.cfg.linger > 0 && now.Sub(b.started) >= s.p.cfg.linger)
+		ready := s.full(b) || (idle && s.p.cfg.linger == 0 && !s.busy(b, now)) || (s.p.cfg.linger > 0 && now.Sub(b.started) >= s.p.cfg.linger)
 		if !ready {
 			continue
 		}
@@ -285,6 +286,13 @@ func (s *sender) flush(idle bool) {
 			s.blocked = true
 		}
 	}
+}
+
+// busy reports whether b, not full, waits for more messages: its group has
+// WithBusyLinger's requests in flight and b is younger than its wait.
+func (s *sender) busy(b *batch, now time.Time) bool {
+	c := &s.p.cfg
+	return c.busyLinger > 0 && s.inFlight[b.group.Name] >= c.busyInFlight && now.Sub(b.started) < c.busyLinger
 }
 
 // send sends b if its group has an in-flight slot; it reports whether it did.
@@ -507,7 +515,8 @@ func (s *sender) publish() {
 	s.completions = nil
 }
 
-// resetTimer arms the timer for the next retry or linger deadline.
+// resetTimer arms the timer for the next retry or linger deadline (the
+// busy linger's too).
 func (s *sender) resetTimer() {
 	var next time.Time
 	for _, pd := range s.retries {
@@ -515,10 +524,14 @@ func (s *sender) resetTimer() {
 			next = pd.retryAt
 		}
 	}
-	if s.p.cfg.linger > 0 {
+	wait := s.p.cfg.linger
+	if wait == 0 {
+		wait = s.p.cfg.busyLinger
+	}
+	if wait > 0 {
 		for _, b := range s.batches {
 			if len(b.msgs) > 0 {
-				if d := b.started.Add(s.p.cfg.linger); next.IsZero() || d.Before(next) {
+				if d := b.started.Add(wait); next.IsZero() || d.Before(next) {
 					next = d
 				}
 			}
