@@ -26,19 +26,13 @@
 //	s.Replica().ReplicateMessages / ReplicateActions / Ends / Active / Promote // a slave's side
 //	store.Truncate(...), store.Views(msgs, limits)      // failover; parse and check for AppendAsync
 //
-// Messages are encoded pkg/protocol messages, parsed and checked once per
-// hop: Append (and Views, for other callers of AppendAsync) validates each
-// (ParseMessage with its CRC, Limits.CheckView); AppendAsync and
-// TryWriteViewsNow take views their caller parsed and checked (the broker's
-// send handler), re-checking only a message for a subject the store does
-// not have yet against Options.Limits. The store keeps exactly the
-// messages' bytes; a rejected message gets a *protocol.Error in its Result
-// and the rest of the batch goes on. System subjects (%RETRY%, %DEAD%) are
-// ordinary subjects here; message ids are not deduplicated (the broker
-// keeps that window). Options.OnAppend fires on the commit goroutine for
-// watched subjects (Store.Watch) whose new entries became readable. Pulled
-// messages are copies the caller owns (one pooled buffer per pull;
-// Release).
+// Messages are pkg/protocol messages, parsed and checked once per hop:
+// Append and Views check each (CRC, Limits); AppendAsync and
+// TryWriteViewsNow take views the caller checked (a subject new to the
+// store is checked against Options.Limits). The store keeps the messages'
+// bytes exactly; a rejected message gets a *protocol.Error in its Result
+// and the rest go on. Ids are not deduplicated here (the broker keeps that
+// window). Pulled messages are copies the caller owns (Release).
 //
 // # Files
 //
@@ -82,13 +76,9 @@
 // sequences are given back, the log is cut back to the last published group
 // and appends resume when space returns. Nothing published is touched.
 //
-// Under FlushAsync the message log is written through a shared mapping of
-// its last segment (pages prefaulted ahead of the writer); under FlushSync,
-// and for the action log, with pwrite (a fault on a fresh page waits for
-// the journal commit of a running fdatasync). Under FlushSync zeroFillLoop
-// keeps ZeroFillAhead (16 MiB) past the log's end written with zeros, so a
-// group commit's fdatasync overwrites written blocks (one device request
-// fewer); it stops while the log grows faster than 32 MB/s.
+// Under FlushSync zeroFillLoop keeps ZeroFillAhead (16 MiB) past the log's
+// end written with zeros (a sync then overwrites written blocks); under
+// FlushAsync the log is written through a shared mapping (NOTES.md).
 //
 // # Consumer groups and acks
 //
@@ -130,11 +120,8 @@
 // cursors past a subject's end (FlushAsync only). crash_test.go kills an
 // appending child with SIGKILL and checks every acknowledged message.
 //
-// Reads check every consume-log entry's CRC, and a message-log record's
-// header and sequence always; its CRC only for records written before this
-// Open (this process wrote the rest, with the CRC computed over the bytes it
-// wrote). A failed check is logged, counted (Stats.CorruptReads) and never
-// served; consumers check each message's own CRC end to end.
+// Reads check every consume-log entry's CRC and each record's header; a
+// failed check is counted (Stats.CorruptReads) and never served.
 //
 // # Retention
 //
@@ -148,29 +135,21 @@
 // # Replication
 //
 // A slave's store (Options.Replica) refuses client changes (ErrReplica)
-// and is fed the master's two logs byte for byte: Source's
-// ReadMessageTailInto and ReadActionLogInto on the master give LogChunks (whole records of one
-// segment, as stored, up to the committed end, and for the message log a
-// tentative tail past it so the slave's fdatasync overlaps the master's);
-// Replica.ReplicateMessages checks every record's CRC, writes the chunk at the
-// master's offsets, fdatasyncs and indexes it with recovery's code (the
-// tentative tail only once a later chunk's End passes it, so a cut of it is
-// a reset alone): WriteMessages, SyncMessages (may run beside the next
-// WriteMessages) and IndexMessages (durable records only) in a row;
-// ReplicateActions applies each action as a live one is.
-// A replica whose master no longer keeps its offset restarts its message
-// log at the master's Start (holes below); action logs cannot skip
-// (ErrReplicaGap). Truncate cuts a closed store back to a new master's
+// and is fed the master's two logs byte for byte: Source gives LogChunks
+// (whole records as stored, up to the committed end, plus a tentative tail
+// so the slave's fdatasync overlaps the master's); Replica checks every
+// record's CRC, writes it at the master's offsets, syncs and indexes it
+// with recovery's code (the tentative tail only once a later chunk passes
+// it); actions apply as live ones do. A replica whose master no longer
+// keeps its offset restarts at the master's Start; action logs cannot
+// skip (ErrReplicaGap). Truncate cuts a closed store back to a new master's
 // promotion point after a failover (or wipes it to be copied again);
 // Replica.Promote turns a replica into a master's store where its copy ends.
 //
 // # Scale
 //
-// Consume-log and pull-log files go through one segment.FilePool (LRU,
-// MaxOpenFiles 1024). About 570 bytes of heap per subject and 900 per
-// consumer (TestScale: 10,000 subjects, 2,000 consumers), plus buffered
-// entries outside the heap while they are written; un-acked entries live
-// in pull-log files.
+// Consume-log and pull-log files share one segment.FilePool (LRU,
+// MaxOpenFiles 1024); un-acked entries live in pull-log files (TestScale).
 //
 // # Locks
 //
