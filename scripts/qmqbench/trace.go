@@ -3,17 +3,15 @@ package main
 // The trace suite (issue 34): what the message index costs the write path
 // and how fast a message is found by id and by key. Ours only (no peer).
 //
-// produce_indexed_vs_plain_ratio: the produce suite's own run (qmq-realtime
-// with its default durable flush; one producer process on one core, one
-// connection, batches of 256 messages of 256 bytes, 16 batches in flight,
-// 8 s) against a broker with the message index (the default) and one
-// started with --no-message-index, alternating plain and indexed five
-// times (traceRounds) on fresh data directories; the best of each side's
-// five runs is its figure (the shared machine's swings hit single runs;
-// with three, two runs of one code path differed by up to 25 %). Which side
-// runs first alternates from round to round. Each run's data directory is
-// removed after it and the next run waits for the disks to go quiet
-// (settleRound), so no run inherits another's writeback.
+// produce_indexed_vs_plain_ratio: the produce suite's broker (qmq-realtime,
+// default durable flush) and producer (one process on one core, one
+// connection per broker, batches of 256 messages of 256 bytes, 16 batches
+// in flight) against two brokers started at once on fresh data
+// directories, one with the message index (the default) and one with
+// --no-message-index, in interleaved slices (slices.go: 400 ms slices, 40 s
+// a side, the order alternating). Separate 8 s runs a side, even the best
+// of five, measured the host's moments more than the index: the same
+// binary made 456 k to 691 k msg/s from one run to the next.
 //
 // lookup_by_id_p99_ms, lookup_by_key_p99_ms: one broker (default flags,
 // index on) is filled by one producer process with -trace-messages
@@ -40,23 +38,22 @@ package main
 // letter with its error and why, the re-driven copy, and each of the
 // original and retry copies taken and acked by the group.
 //
-// produce_otel_*: the produce run above (fresh broker and data directory
-// each time), alternating three ways five times (each mode first in a
-// round, in turn), best of five each: none (the
-// producer built without a tracer provider), off (WithTracerProvider(nil):
-// the same code path as none, a nil check; the ratio shows what the runs'
-// swings are) and on (the producer with an SDK tracer provider sampling
-// 1 % of traces, its spans handed to a batcher that drops them; the broker
-// started with OTEL_TRACES_EXPORTER=otlp and an endpoint nobody listens
-// on, so it makes a store span for every sampled message and its exports
-// fail in the background; a sampled message carries a traceparent, the
-// others nothing).
+// produce_otel_*: the interleaved produce slices above, three setups,
+// each with its broker: none (the producer built without a tracer
+// provider), off (WithTracerProvider(nil): the same code path as none, a
+// nil check; the ratio shows how even the slices are) and on (the producer
+// with an SDK tracer provider sampling 1 % of traces, its spans handed to
+// a batcher that drops them; its broker started with
+// OTEL_TRACES_EXPORTER=otlp and an endpoint nobody listens on, so it makes
+// a store span for every sampled message and its exports fail in the
+// background; a sampled message carries a traceparent, the others
+// nothing).
 //
 // QMQ_BENCH_TRACE_PARTS (comma-separated: index, otel, lookup, complete)
 // runs some parts only.
 //
-//	produce_plain_msgs_per_s          --no-message-index, best of five
-//	produce_indexed_msgs_per_s        index on, best of five
+//	produce_plain_msgs_per_s          --no-message-index, its slices
+//	produce_indexed_msgs_per_s        index on, its slices
 //	produce_indexed_vs_plain_ratio    indexed / plain (target ≥ 0.95)
 //	trace_messages_stored             messages stored before the lookups
 //	lookup_by_id_p50_ms, lookup_by_id_p99_ms    (target p99 ≤ 20)
@@ -85,10 +82,6 @@ import (
 	"github.com/qmq-go/qmq/producer"
 )
 
-// traceRounds is how many runs each side of the trace suite's produce
-// comparisons gets; the best counts.
-const traceRounds = 5
-
 var traceMessages = flag.Int64("trace-messages", 50_000_000, "trace suite: messages stored before the lookups")
 
 const (
@@ -101,7 +94,6 @@ func init() {
 	registerWorker("trace-fill", traceFillWorker)
 	registerWorker("trace-lookup", traceLookupWorker)
 	registerWorker("trace-complete", traceCompleteWorker)
-	registerWorker("trace-produce", traceProduceWorker)
 }
 
 func runTrace(env *Env) error {
@@ -127,59 +119,37 @@ func runTrace(env *Env) error {
 
 // traceIndexPart: produce_indexed_vs_plain_ratio.
 func traceIndexPart(env *Env) error {
-	var plain, indexed float64
-	for round := range traceRounds {
-		// Which side runs first alternates: a run right after another
-		// finds the page cache and the disk's queue as that one left them.
-		var p, i float64
-		for k := range 2 {
-			var err error
-			if (round+k)%2 == 0 {
-				dir := filepath.Join(env.Dir, fmt.Sprintf("plain-%d", round))
-				p, err = env.produceOurs(dir, produceDuration, "--no-message-index")
-				env.dropRun(dir)
-			} else {
-				dir := filepath.Join(env.Dir, fmt.Sprintf("indexed-%d", round))
-				i, err = env.produceOurs(dir, produceDuration)
-				env.dropRun(dir)
-			}
-			if err != nil {
-				return err
-			}
-		}
-		env.Logf("round %d: plain %.0f msg/s, indexed %.0f msg/s", round, p, i)
-		plain, indexed = max(plain, p), max(indexed, i)
+	res, err := env.produceSlices([]sliceSetup{
+		{name: "plain", brokerArgs: []string{"--no-message-index"}},
+		{name: "indexed"},
+	})
+	if err != nil {
+		return err
 	}
-	env.Metric("produce_plain_msgs_per_s", plain, "msg/s")
-	env.Metric("produce_indexed_msgs_per_s", indexed, "msg/s")
-	env.Metric("produce_indexed_vs_plain_ratio", indexed/plain, "x")
-
+	env.Logf("indexed / plain by round: %s", spread(res.roundRatios(0, 1)))
+	env.Metric("produce_plain_msgs_per_s", res.rate(0), "msg/s")
+	env.Metric("produce_indexed_msgs_per_s", res.rate(1), "msg/s")
+	env.Metric("produce_indexed_vs_plain_ratio", res.rate(1)/res.rate(0), "x")
 	return nil
 }
 
 // traceOtelPart: produce_otel_*.
 func traceOtelPart(env *Env) error {
-	best := map[string]float64{}
-	modes := []string{"none", "off", "on"}
-	for round := range traceRounds {
-		for k := range modes { // each mode first once
-			mode := modes[(round+k)%len(modes)]
-			dir := filepath.Join(env.Dir, fmt.Sprintf("otel-%s-%d", mode, round))
-			r, err := env.produceOtel(dir, mode)
-			env.dropRun(dir)
-			if err != nil {
-				return err
-			}
-			env.Logf("round %d: otel %s %.0f msg/s", round, mode, r)
-			best[mode] = max(best[mode], r)
-		}
+	res, err := env.produceSlices([]sliceSetup{
+		{name: "otel-none", otel: "none"},
+		{name: "otel-off", otel: "off"},
+		{name: "otel-on", otel: "on", brokerEnv: []string{"OTEL_TRACES_EXPORTER=otlp",
+			"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + freeAddr(), "OTEL_EXPORTER_OTLP_INSECURE=true"}},
+	})
+	if err != nil {
+		return err
 	}
-	env.Metric("produce_otel_none_msgs_per_s", best["none"], "msg/s")
-	env.Metric("produce_otel_off_msgs_per_s", best["off"], "msg/s")
-	env.Metric("produce_otel_on_msgs_per_s", best["on"], "msg/s")
-	env.Metric("produce_otel_off_vs_none_ratio", best["off"]/best["none"], "x")
-	env.Metric("produce_otel_on_vs_off_ratio", best["on"]/best["off"], "x")
-
+	env.Logf("off / none by round: %s; on / off: %s", spread(res.roundRatios(0, 1)), spread(res.roundRatios(1, 2)))
+	env.Metric("produce_otel_none_msgs_per_s", res.rate(0), "msg/s")
+	env.Metric("produce_otel_off_msgs_per_s", res.rate(1), "msg/s")
+	env.Metric("produce_otel_on_msgs_per_s", res.rate(2), "msg/s")
+	env.Metric("produce_otel_off_vs_none_ratio", res.rate(1)/res.rate(0), "x")
+	env.Metric("produce_otel_on_vs_off_ratio", res.rate(2)/res.rate(1), "x")
 	return nil
 }
 
@@ -530,85 +500,8 @@ func traceIncomplete(call func(protocol.Command, []byte) ([]byte, error), id str
 	return "", nil
 }
 
-// produceOtel runs the trace-produce worker for produceDuration in mode
-// (none, off, on) against a fresh broker, traced too when mode is on.
-func (e *Env) produceOtel(dir, mode string) (float64, error) {
-	if mode == "on" {
-		os.Setenv("OTEL_TRACES_EXPORTER", "otlp")
-		os.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+freeAddr())
-		os.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
-	}
-	b, addr, err := e.startRealtime(dir)
-	os.Unsetenv("OTEL_TRACES_EXPORTER")
-	os.Unsetenv("OTEL_EXPORTER_OTLP_ENDPOINT")
-	os.Unsetenv("OTEL_EXPORTER_OTLP_INSECURE")
-	if err != nil {
-		return 0, err
-	}
-	defer b.stop()
-	var res rateResult
-	if err := runWorker("trace-produce", &res, "-addr", addr, "-duration", produceDuration.String(), "-otel", mode); err != nil {
-		return 0, err
-	}
-	if res.Failed > 0 {
-		return 0, fmt.Errorf("%d sends failed", res.Failed)
-	}
-	return res.rate(), nil
-}
-
 // discardSpans is a span exporter that drops what it is given.
 type discardSpans struct{}
 
 func (discardSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (discardSpans) Shutdown(context.Context) error                             { return nil }
-
-// traceProduceWorker is the produce worker's default run (one subject,
-// batches of 256 messages of 256 bytes, 16 in flight) with tracing as
-// -otel says: none, off (a nil tracer provider) or on (1 % sampled).
-func traceProduceWorker(args []string) (any, error) {
-	fs := flag.NewFlagSet("trace-produce", flag.ContinueOnError)
-	addr := fs.String("addr", "", "broker address")
-	d := fs.Duration("duration", produceDuration, "how long to send")
-	mode := fs.String("otel", "none", "none, off or on")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	opts := []producer.Option{producer.WithBrokers(*addr), producer.WithQueueSize(50000), producer.WithMaxInFlight(16),
-		producer.WithBatch(256, 1<<20)}
-	switch *mode {
-	case "off":
-		opts = append(opts, producer.WithTracerProvider(nil))
-	case "on":
-		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.01))),
-			sdktrace.WithBatcher(discardSpans{}))
-		defer tp.Shutdown(context.Background())
-		opts = append(opts, producer.WithTracerProvider(tp))
-	}
-	p, err := producer.New(opts...)
-	if err != nil {
-		return nil, err
-	}
-	body := make([]byte, messageSize)
-	var ok, failed atomic.Int64
-	cb := func(_ *producer.Message, err error) {
-		if err != nil {
-			failed.Add(1)
-		} else {
-			ok.Add(1)
-		}
-	}
-	start := time.Now()
-	deadline := start.Add(*d)
-	for i := 0; ; i++ {
-		if i&1023 == 0 && time.Now().After(deadline) {
-			break
-		}
-		if err := p.SendAsync(&producer.Message{Subject: "bench.s0", Body: body}, cb); err != nil {
-			return nil, err
-		}
-	}
-	if err := p.Close(context.Background()); err != nil {
-		return nil, err
-	}
-	return rateResult{Messages: ok.Load(), Failed: failed.Load(), Elapsed: time.Since(start)}, nil
-}
