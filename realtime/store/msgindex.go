@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -42,20 +41,22 @@ import (
 //	hash u64 (indexHash of a kind byte, 'i' or 'k', and the id or key) |
 //	message-log offset i64
 //
-// Entries collect in memory (at most indexRunEntries) and are written, sorted
-// (indexsort.go), as a run file when that many collected, when the log moves to
-// its next segment (a run never spans two), on Close and after an idle
-// second with entries waiting (indexIdleSpill):
+// Entries collect in memory (at most indexRunEntries) and are written,
+// bucketed by their hash's top 11 bits (indexsort.go, which draws the
+// file), as a run file when that many collected, when the log moves to its
+// next segment (a run never spans two), on Close and after an idle second
+// with entries waiting (indexIdleSpill):
 //
 //	dir/index/%020d.run   named by the first offset it covers
+//
+// Runs of formats 1 and 2, which older code wrote, are still read:
 //
 //	0          8          16         24          28           32
 //	+----------+----------+----------+-----------+------------+
 //	| "QMQIDX2\n" | from i64 | to i64 | count u32 | fences u32 |
 //	+----------+----------+----------+-----------+------------+
-//	32: count × (hash u64 | offset i64), sorted by the hash's top 22 bits
-//	    (indexKey, indexsort.go), then offset ("QMQIDX1\n" runs, which
-//	    older code wrote: by the whole hash, then offset; both are read)
+//	32: count × (hash u64 | offset i64), sorted by the hash's top 22 bits,
+//	    then offset ("QMQIDX1\n": by the whole FNV-1a hash, then offset)
 //	    fences × hash u64: the hash of every indexFence-th entry
 //	    crc32c u32 over the header and the fences
 //
@@ -68,8 +69,9 @@ import (
 // is rebuilt from the message log. Retention deletes a run once the
 // message log no longer keeps any of its records.
 //
-// A lookup reads, from each run, the block of entries between two fences
-// holding the hash (one pread), then each candidate's record (CRC checked)
+// A lookup reads, from each run, the bucket of the hash (format 3) or the
+// block of entries between two fences holding it (formats 1 and 2): one
+// pread; then each candidate's record (CRC checked)
 // and keeps it only when the message's id or key is the one asked for: a
 // hash collision or a damaged entry can hide nothing it should find as long
 // as the entry is right, and never returns a wrong message. It first waits
@@ -77,8 +79,10 @@ import (
 // so a message acknowledged before the lookup is found.
 const (
 	indexDir               = "index"
-	indexMagic             = "QMQIDX2\n" // format 2: sorted by indexKey (indexsort.go)
+	indexMagic3            = "QMQIDX3\n" // format 3: bucketed (indexsort.go)
+	indexMagic2            = "QMQIDX2\n" // format 2: sorted by the hash's top 22 bits
 	indexMagic1            = "QMQIDX1\n" // format 1: sorted by hash
+	indexKeyShift2         = 64 - 22     // format 2's sort key: hash >> indexKeyShift2
 	indexHeaderSize        = 32
 	indexEntrySize         = 16
 	indexFence             = 256
@@ -122,8 +126,10 @@ type indexEntry struct {
 type indexRun struct {
 	from, to int64
 	count    int
-	shift    uint // its entries are in the order of hash >> shift (0: format 1, FNV hashes)
-	fences   []uint64
+	format   int      // 1, 2 or 3
+	ends     []uint32 // format 3: the bucket table
+	shift    uint     // formats 1, 2: entries in the order of hash >> shift (0: format 1, FNV hashes)
+	fences   []uint64 // formats 1, 2
 	f        *os.File
 	path     string
 }
@@ -135,7 +141,7 @@ type messageIndex struct {
 	mu      sync.RWMutex
 	runs    []*indexRun  // by from
 	mem     []indexEntry // entries not in a run yet, for [memFrom, end)
-	scratch []indexEntry // the run sort's second array (indexsort.go), kept
+	runBuf  []byte       // the last run's file image (indexsort.go), kept
 	memFrom int64
 	memSeg  int64 // base of the segment mem's records lie in, -1 when empty
 	end     atomic.Int64
@@ -227,10 +233,10 @@ func indexHashes(v *protocol.View) (id, key uint64, hasKey bool) {
 	return id, key, hasKey
 }
 
-// indexHash is the hash of runs of format 2 and of the entries in memory:
-// eight bytes at a time, each word mixed in by a multiply and a shift,
-// then a final mix (so that the top 22 bits, the runs' sort key, depend on
-// every byte). FNV-1a, format 1's, takes a multiply per byte: an id of 30
+// indexHash is the hash of runs of formats 2 and 3 and of the entries in
+// memory: eight bytes at a time, each word mixed in by a multiply and a
+// shift, then a final mix (so that the top bits, format 3's bucket and
+// format 2's sort key, depend on every byte). FNV-1a, format 1's, takes a multiply per byte: an id of 30
 // bytes cost a storing broker 2.5 % of its CPU.
 func indexHash(kind byte, v []byte) uint64 {
 	const m1, m2 = 0x9e3779b97f4a7c15, 0xbf58476d1ce4e5b9
@@ -330,14 +336,20 @@ func openIndexRun(path string) (*indexRun, error) {
 		return r, err
 	}
 	switch string(h[:8]) {
-	case indexMagic:
-		r.shift = indexKeyShift
+	case indexMagic3:
+		r.format = 3
+	case indexMagic2:
+		r.format, r.shift = 2, indexKeyShift2
 	case indexMagic1:
+		r.format = 1
 	default:
 		return r, errors.New("bad magic")
 	}
 	r.from, r.to = int64(binary.BigEndian.Uint64(h[8:])), int64(binary.BigEndian.Uint64(h[16:]))
 	r.count = int(binary.BigEndian.Uint32(h[24:]))
+	if r.format == 3 {
+		return r, r.openFormat3()
+	}
 	nf := int(binary.BigEndian.Uint32(h[28:]))
 	if nf != (r.count+indexFence-1)/indexFence || r.to < r.from {
 		return r, errors.New("bad header")
@@ -355,6 +367,31 @@ func openIndexRun(path string) (*indexRun, error) {
 		r.fences[i] = binary.BigEndian.Uint64(fb[i*8:])
 	}
 	return r, nil
+}
+
+// openFormat3 checks a format 3 run's header, table and size and loads its
+// table.
+func (r *indexRun) openFormat3() error {
+	if r.to < r.from || r.to-r.from > indexMaxSpan {
+		return errors.New("bad header")
+	}
+	b := make([]byte, indexDataAt3)
+	if _, err := r.f.ReadAt(b, 0); err != nil {
+		return err
+	}
+	ends, err := parseBucketTable(b, r.count)
+	if err != nil {
+		return err
+	}
+	st, err := r.f.Stat()
+	if err != nil {
+		return err
+	}
+	if st.Size() != int64(indexDataAt3+r.count*indexEntrySize3) {
+		return fmt.Errorf("size %d for %d entries", st.Size(), r.count)
+	}
+	r.ends = ends
+	return nil
 }
 
 // indexLoop follows the message log into the index: the feed's entries,
@@ -524,7 +561,7 @@ func (x *messageIndex) advance(s *Store, entries []indexEntry, from, to int64) {
 	seg, _ := x.segmentOf(s, from)
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if len(x.mem) > 0 && (seg != x.memSeg || len(x.mem)+len(entries) > indexRunEntries) {
+	if len(x.mem) > 0 && (seg != x.memSeg || len(x.mem)+len(entries) > indexRunEntries || to-x.memFrom > indexMaxSpan) {
 		x.spillLocked()
 	}
 	if len(x.mem) == 0 {
@@ -557,10 +594,8 @@ func (x *messageIndex) spillLocked() {
 		return
 	}
 	from, to := x.memFrom, x.end.Load()
-	sorted, spare := sortIndexEntries(x.mem, x.scratch)
-	// Whichever array holds the sorted entries becomes mem.
-	x.mem, x.scratch = sorted, spare
-	r, err := writeIndexRun(x.dir, from, to, x.mem)
+	r, buf, err := writeIndexRun(x.dir, from, to, x.mem, x.runBuf)
+	x.runBuf = buf
 	if err != nil {
 		x.lg.Warn("index: cannot write a run (its entries stay in memory)", zap.Error(err))
 		return
@@ -570,39 +605,37 @@ func (x *messageIndex) spillLocked() {
 	x.memFrom, x.memSeg = to, -1
 }
 
-func writeIndexRun(dir string, from, to int64, entries []indexEntry) (*indexRun, error) {
+// writeIndexRun writes a run of format 3 covering [from, to) with entries
+// (in offset order), its file image built in buf, which it returns for the
+// next run.
+func writeIndexRun(dir string, from, to int64, entries []indexEntry, buf []byte) (*indexRun, []byte, error) {
+	buf, ends, err := bucketRun(buf, from, to, entries)
+	if err != nil {
+		return nil, buf, err
+	}
+	path, err := writeRunFile(dir, from, buf)
+	if err != nil {
+		return nil, buf, err
+	}
+	rf, err := os.Open(path)
+	if err != nil {
+		return nil, buf, err
+	}
+	return &indexRun{from: from, to: to, count: len(entries), format: 3, ends: ends, f: rf, path: path}, buf, nil
+}
+
+// writeRunFile writes the run image b as the run of from: a temporary file,
+// written, fsynced and renamed, then the directory fsynced (whole or
+// absent).
+func writeRunFile(dir string, from int64, b []byte) (string, error) {
 	path := filepath.Join(dir, fmt.Sprintf("%020d.run", from))
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, indexRunFileMode)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	defer os.Remove(tmp) // after the rename: no-op
-	nf := (len(entries) + indexFence - 1) / indexFence
-	var h [indexHeaderSize]byte
-	copy(h[:], indexMagic)
-	binary.BigEndian.PutUint64(h[8:], uint64(from))
-	binary.BigEndian.PutUint64(h[16:], uint64(to))
-	binary.BigEndian.PutUint32(h[24:], uint32(len(entries)))
-	binary.BigEndian.PutUint32(h[28:], uint32(nf))
-	w := bufio.NewWriterSize(f, 1<<20)
-	w.Write(h[:])
-	var e [indexEntrySize]byte
-	fences := make([]uint64, 0, nf)
-	fb := make([]byte, 0, nf*8+4)
-	for i, en := range entries {
-		binary.BigEndian.PutUint64(e[0:], en.hash)
-		binary.BigEndian.PutUint64(e[8:], uint64(en.off))
-		w.Write(e[:])
-		if i%indexFence == 0 {
-			fences = append(fences, en.hash)
-			fb = binary.BigEndian.AppendUint64(fb, en.hash)
-		}
-	}
-	crc := crc32.Update(protocol.Checksum(h[:]), crc32.MakeTable(crc32.Castagnoli), fb)
-	fb = binary.BigEndian.AppendUint32(fb, crc)
-	w.Write(fb)
-	err = w.Flush()
+	_, err = f.Write(b)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -615,14 +648,7 @@ func writeIndexRun(dir string, from, to int64, entries []indexEntry) (*indexRun,
 	if err == nil {
 		err = syncDir(dir)
 	}
-	if err != nil {
-		return nil, err
-	}
-	rf, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	return &indexRun{from: from, to: to, count: len(entries), shift: indexKeyShift, fences: fences, f: rf, path: path}, nil
+	return path, err
 }
 
 func syncDir(dir string) error {
@@ -677,14 +703,17 @@ func (x *messageIndex) candidates(kind byte, v []byte) []int64 {
 	defer x.mu.RUnlock()
 	var offs []int64
 	for _, r := range x.runs {
-		if r.shift == 0 { // format 1
+		switch r.format {
+		case 3:
+			offs = r.findBucket(h, offs)
+		case 2:
+			offs = r.find(h, offs)
+		default:
 			if h1 == 0 {
 				h1 = indexHashFNV(kind, v)
 			}
 			offs = r.find(h1, offs)
-			continue
 		}
-		offs = r.find(h, offs)
 	}
 	for _, e := range x.mem {
 		if e.hash == h {
@@ -695,8 +724,33 @@ func (x *messageIndex) candidates(kind byte, v []byte) []int64 {
 	return slices.Compact(offs)
 }
 
-// find appends the offsets of r's entries with hash h: the entries between
-// the fences around h, read with one pread.
+// findBucket appends the offsets of the entries of a format 3 run r whose
+// hash may be h (bucket and fragment equal): h's bucket, read with one
+// pread.
+func (r *indexRun) findBucket(h uint64, dst []int64) []int64 {
+	b := indexBucket(h)
+	lo, hi := uint32(0), r.ends[b]
+	if b > 0 {
+		lo = r.ends[b-1]
+	}
+	if hi <= lo {
+		return dst
+	}
+	buf := make([]byte, int(hi-lo)*indexEntrySize3)
+	if _, err := r.f.ReadAt(buf, int64(indexDataAt3)+int64(lo)*indexEntrySize3); err != nil {
+		return dst // checked at open: the file shrank under us
+	}
+	frag := indexFrag(h)
+	for p := 0; p < len(buf); p += indexEntrySize3 {
+		if binary.BigEndian.Uint32(buf[p:]) == frag {
+			dst = append(dst, r.from+int64(binary.BigEndian.Uint32(buf[p+4:])))
+		}
+	}
+	return dst
+}
+
+// find appends the offsets of the entries of a run r of format 1 or 2 with
+// hash h: the entries between the fences around h, read with one pread.
 func (r *indexRun) find(h uint64, dst []int64) []int64 {
 	if r.count == 0 {
 		return dst
