@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"runtime"
 
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
@@ -39,6 +40,8 @@ const (
 	// indexMaxSpan is the widest log range a run of format 3 covers (its
 	// entries' offsets are 32 bits from its from).
 	indexMaxSpan = math.MaxUint32
+	// indexYieldEvery+1 entries (~1 ms) are scattered between yields.
+	indexYieldEvery = 1<<16 - 1
 )
 
 var errIndexSpan = errors.New("store: index run spans more than 4 GiB of log")
@@ -82,6 +85,11 @@ func bucketRun(buf []byte, from, to int64, entries []indexEntry) ([]byte, []uint
 	}
 	data := buf[indexDataAt3:]
 	for i := range entries {
+		if i&indexYieldEvery == indexYieldEvery {
+			// A broker on one processor (pkg/procs) goes on serving
+			// between slices of the pass instead of waiting for it.
+			runtime.Gosched()
+		}
 		e := &entries[i]
 		b := indexBucket(e.hash)
 		p := int(pos[b]) * indexEntrySize3
