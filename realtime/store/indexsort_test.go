@@ -226,3 +226,82 @@ func writeOldRun(t testing.TB, dir string, format int, from, to int64, entries [
 	}
 	return path
 }
+
+// indexHash spreads ids alike but for a few bytes (a generator's, counting
+// up in one millisecond; sequence numbers) over the buckets, keeps their
+// top 43 bits (what a format 3 run keeps) distinct, tells the kinds and
+// every length apart, and changes with any one byte.
+func TestIndexHashSpread(t *testing.T) {
+	const n = 1 << 20
+	for _, form := range []string{"01JEXAMPLE0000%016X", "%d", "order-%08d-of-the-day"} {
+		var count [indexBuckets]int
+		seen := make(map[uint64]bool, n)
+		dup := 0
+		for i := range n {
+			h := indexHash(indexKindID, []byte(fmt.Sprintf(form, i)))
+			count[indexBucket(h)]++
+			if seen[h>>indexFragShift] {
+				dup++
+			}
+			seen[h>>indexFragShift] = true
+		}
+		if dup > 2 {
+			t.Errorf("%q: %d of %d ids share their top 43 bits", form, dup, n)
+		}
+		// A uniform spread puts 512 ± 23 in a bucket.
+		if lo, hi := slices.Min(count[:]), slices.Max(count[:]); lo < 400 || hi > 630 {
+			t.Errorf("%q: buckets hold %d to %d ids, want about 512", form, lo, hi)
+		}
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	hashes := map[uint64]string{}
+	for size := range 48 {
+		v := make([]byte, size)
+		for i := range v {
+			v[i] = byte(r.Uint32())
+		}
+		for _, kind := range []byte{indexKindID, indexKindKey} {
+			h := indexHash(kind, v)
+			if prev, ok := hashes[h]; ok {
+				t.Fatalf("%c %x and %s hash alike", kind, v, prev)
+			}
+			hashes[h] = fmt.Sprintf("%c %x", kind, v)
+			for i := range v {
+				for _, bit := range []byte{1, 0x80} {
+					w := slices.Clone(v)
+					w[i] ^= bit
+					if indexHash(kind, w) == h {
+						t.Fatalf("%x and %x hash alike", v, w)
+					}
+				}
+			}
+		}
+	}
+	// Zero bytes count: a value and the same with a zero byte more differ.
+	if indexHash(indexKindID, []byte("ab")) == indexHash(indexKindID, []byte("ab\x00")) {
+		t.Fatal("a trailing zero byte does not change the hash")
+	}
+}
+
+func BenchmarkIndexHash(b *testing.B) {
+	ids := make([][]byte, 1024)
+	for i := range ids {
+		ids[i] = fmt.Appendf(nil, "01JEXAMPLE00000000%08d", i) // 26 bytes, as pkg/msgid's
+	}
+	var sink uint64
+	b.Run("format3", func(b *testing.B) {
+		for b.Loop() {
+			for _, id := range ids {
+				sink += indexHash(indexKindID, id)
+			}
+		}
+	})
+	b.Run("format2", func(b *testing.B) {
+		for b.Loop() {
+			for _, id := range ids {
+				sink += indexHash2(indexKindID, id)
+			}
+		}
+	})
+	_ = sink
+}

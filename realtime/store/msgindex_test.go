@@ -343,8 +343,8 @@ func TestMessageIndex_ReadsOlderRuns(t *testing.T) {
 			mid = s.committedMessages()
 			continue
 		}
-		old[1] = append(old[1], indexEntry{indexHash(indexKindID, []byte(id)), res[0].Offset},
-			indexEntry{indexHash(indexKindKey, []byte(key)), res[0].Offset})
+		old[1] = append(old[1], indexEntry{indexHash2(indexKindID, []byte(id)), res[0].Offset},
+			indexEntry{indexHash2(indexKindKey, []byte(key)), res[0].Offset})
 	}
 	end := s.committedMessages()
 	s.Close()
