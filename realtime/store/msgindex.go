@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"math/bits"
 	"os"
 	"path/filepath"
@@ -110,6 +109,10 @@ var indexRunEntries = indexRunEntriesDefault
 
 // ErrNoIndex: the store was opened with Options.NoMessageIndex.
 var ErrNoIndex = errors.New("store: message index off")
+
+// ErrIndexRead: a lookup could not read a run of the message index (it
+// fails rather than leave that run's messages out).
+var ErrIndexRead = errors.New("store: cannot read the message index")
 
 // Found is one stored message a lookup found.
 type Found struct {
@@ -737,26 +740,32 @@ func (x *messageIndex) close() {
 }
 
 // candidates returns the offsets of the entries of kind and v, ascending
-// (hashed for each run as its format hashes).
-func (x *messageIndex) candidates(kind byte, v []byte) []int64 {
+// (hashed for each run as its format hashes), or an error wrapping
+// ErrIndexRead when a run cannot be read (rather than leave its entries
+// out).
+func (x *messageIndex) candidates(kind byte, v []byte) ([]int64, error) {
 	h, h2, h1 := indexHash(kind, v), uint64(0), uint64(0)
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	var offs []int64
+	var err error
 	for _, r := range x.runs {
 		switch r.format {
 		case 3:
-			offs = r.findBucket(h, offs)
+			offs, err = r.findBucket(h, offs)
 		case 2:
 			if h2 == 0 {
 				h2 = indexHash2(kind, v)
 			}
-			offs = r.find(h2, offs)
+			offs, err = r.find(h2, offs)
 		default:
 			if h1 == 0 {
 				h1 = indexHashFNV(kind, v)
 			}
-			offs = r.find(h1, offs)
+			offs, err = r.find(h1, offs)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrIndexRead, r.path, err)
 		}
 	}
 	for _, e := range x.mem {
@@ -765,24 +774,24 @@ func (x *messageIndex) candidates(kind byte, v []byte) []int64 {
 		}
 	}
 	slices.Sort(offs)
-	return slices.Compact(offs)
+	return slices.Compact(offs), nil
 }
 
 // findBucket appends the offsets of the entries of a format 3 run r whose
 // hash may be h (bucket and fragment equal): h's bucket, read with one
 // pread.
-func (r *indexRun) findBucket(h uint64, dst []int64) []int64 {
+func (r *indexRun) findBucket(h uint64, dst []int64) ([]int64, error) {
 	b := indexBucket(h)
 	lo, hi := uint32(0), r.ends[b]
 	if b > 0 {
 		lo = r.ends[b-1]
 	}
 	if hi <= lo {
-		return dst
+		return dst, nil
 	}
 	buf := make([]byte, int(hi-lo)*indexEntrySize3)
 	if _, err := r.f.ReadAt(buf, int64(indexDataAt3)+int64(lo)*indexEntrySize3); err != nil {
-		return dst // checked at open: the file shrank under us
+		return dst, err // its size was checked at open: it shrank since, or the disk failed
 	}
 	frag := indexFrag(h)
 	for p := 0; p < len(buf); p += indexEntrySize3 {
@@ -790,14 +799,14 @@ func (r *indexRun) findBucket(h uint64, dst []int64) []int64 {
 			dst = append(dst, r.from+int64(binary.BigEndian.Uint32(buf[p+4:])))
 		}
 	}
-	return dst
+	return dst, nil
 }
 
 // find appends the offsets of the entries of a run r of format 1 or 2 with
 // hash h: the entries between the fences around h, read with one pread.
-func (r *indexRun) find(h uint64, dst []int64) []int64 {
+func (r *indexRun) find(h uint64, dst []int64) ([]int64, error) {
 	if r.count == 0 {
-		return dst
+		return dst, nil
 	}
 	// Runs are in the order of hash >> r.shift (the key k). The first
 	// fence whose key is > k bounds the block; the block starts at the
@@ -809,11 +818,11 @@ func (r *indexRun) find(h uint64, dst []int64) []int64 {
 	first := max(lo-1, 0) * indexFence
 	last := min(hi*indexFence, r.count)
 	if last <= first {
-		return dst
+		return dst, nil
 	}
 	b := make([]byte, (last-first)*indexEntrySize)
-	if _, err := r.f.ReadAt(b, int64(indexHeaderSize+first*indexEntrySize)); err != nil && !errors.Is(err, io.EOF) {
-		return dst
+	if _, err := r.f.ReadAt(b, int64(indexHeaderSize+first*indexEntrySize)); err != nil {
+		return dst, err // the entries lie before the fences: an EOF is a cut file
 	}
 	for p := 0; p+indexEntrySize <= len(b); p += indexEntrySize {
 		eh := binary.BigEndian.Uint64(b[p:])
@@ -823,7 +832,7 @@ func (r *indexRun) find(h uint64, dst []int64) []int64 {
 			break
 		}
 	}
-	return dst
+	return dst, nil
 }
 
 // find returns the stored messages whose id (indexKindID) or key
@@ -844,8 +853,12 @@ func (s *Store) find(kind byte, v string) ([]Found, error) {
 	for wait := time.Now().Add(indexCatchUp); x.end.Load() < target && time.Now().Before(wait); {
 		time.Sleep(time.Millisecond)
 	}
+	offs, err := x.candidates(kind, []byte(v))
+	if err != nil {
+		return nil, err
+	}
 	var out []Found
-	for _, off := range x.candidates(kind, []byte(v)) {
+	for _, off := range offs {
 		f, ok := s.readFound(off)
 		if !ok {
 			continue
