@@ -15,9 +15,10 @@ import (
 // A run written by this code (format 3, "QMQIDX3\n") holds its entries in
 // indexBuckets buckets, an entry's bucket being the top indexBucketBits
 // bits of its hash; a bucket's entries are in offset order, and the
-// header's bucket table says where each bucket ends, so a lookup reads
-// exactly one bucket (one pread, ~512 entries in a run of 2^20) and keeps
-// the entries whose fragment (the next 32 bits of the hash) is the hash's.
+// header's bucket table says where each bucket ends and holds its
+// checksum, so a lookup reads exactly one bucket (one pread, ~512 entries
+// in a run of 2^20), checks it, and keeps the entries whose fragment (the
+// next 32 bits of the hash) is the hash's.
 // An entry is 8 bytes, the fragment and the record's offset from the
 // run's from (a run never spans two segments, and never more than 4 GiB).
 //
@@ -36,7 +37,7 @@ const (
 	indexEntrySize3  = 8
 	// indexDataAt3 is where a format 3 run's entries begin: the header,
 	// the bucket table and its checksum.
-	indexDataAt3 = indexHeaderSize + 4*indexBuckets + 4
+	indexDataAt3 = indexHeaderSize + 8*indexBuckets + 4
 	// indexMaxSpan is the widest log range a run of format 3 covers (its
 	// entries' offsets are 32 bits from its from).
 	indexMaxSpan = math.MaxUint32
@@ -54,18 +55,19 @@ func indexFrag(h uint64) uint32 { return uint32(h >> indexFragShift) }
 
 // bucketRun returns the file image of a run of format 3 covering the log
 // range [from, to) with entries (in nondecreasing offset order, every
-// offset in [from, to)), built in buf (grown when too short) and the
-// bucket ends of its table.
+// offset in [from, to)), built in buf (grown when too short), and its
+// bucket table.
 //
 //	0          8          16         24          28            32
 //	+----------+----------+----------+-----------+-------------+
 //	| "QMQIDX3\n" | from i64 | to i64 | count u32 | buckets u32 |
 //	+----------+----------+----------+-----------+-------------+
-//	32: buckets × end u32 (entries in buckets 0..b) | crc32c u32 over all before
+//	32: buckets × (end u32: entries in buckets 0..b | crc32c u32 of the bucket's entries)
+//	    crc32c u32 over all before
 //	indexDataAt3: count × (fragment u32 | offset − from u32), by bucket
-func bucketRun(buf []byte, from, to int64, entries []indexEntry) ([]byte, []uint32, error) {
+func bucketRun(buf []byte, from, to int64, entries []indexEntry) ([]byte, bucketTable, error) {
 	if to-from > indexMaxSpan || len(entries) > math.MaxUint32 {
-		return buf, nil, errIndexSpan
+		return buf, bucketTable{}, errIndexSpan
 	}
 	size := indexDataAt3 + len(entries)*indexEntrySize3
 	if cap(buf) < size {
@@ -102,35 +104,58 @@ func bucketRun(buf []byte, from, to int64, entries []indexEntry) ([]byte, []uint
 	binary.BigEndian.PutUint64(buf[16:], uint64(to))
 	binary.BigEndian.PutUint32(buf[24:], uint32(len(entries)))
 	binary.BigEndian.PutUint32(buf[28:], indexBuckets)
+	crcs := make([]uint32, indexBuckets)
+	lo := uint32(0)
 	for b, end := range ends {
-		binary.BigEndian.PutUint32(buf[indexHeaderSize+4*b:], end)
+		crcs[b] = protocol.Checksum(data[lo*indexEntrySize3 : end*indexEntrySize3])
+		lo = end
+		binary.BigEndian.PutUint32(buf[indexHeaderSize+8*b:], end)
+		binary.BigEndian.PutUint32(buf[indexHeaderSize+8*b+4:], crcs[b])
 	}
 	crcAt := indexDataAt3 - 4
 	binary.BigEndian.PutUint32(buf[crcAt:], protocol.Checksum(buf[:crcAt]))
-	return buf, ends, nil
+	return buf, bucketTable{ends, crcs}, nil
+}
+
+// bucketTable is a format 3 run's table: where each bucket ends, and the
+// checksum of its entries.
+type bucketTable struct {
+	ends, crcs []uint32
+}
+
+// bucket returns the entries [lo, hi) of bucket b and their checksum.
+func (t bucketTable) bucket(b int) (lo, hi, crc uint32) {
+	if b > 0 {
+		lo = t.ends[b-1]
+	}
+	return lo, t.ends[b], t.crcs[b]
 }
 
 // parseBucketTable checks a format 3 run's header and bucket table (b,
 // its first indexDataAt3 bytes) and returns the table.
-func parseBucketTable(b []byte, count int) ([]uint32, error) {
+func parseBucketTable(b []byte, count int) (bucketTable, error) {
 	if len(b) < indexDataAt3 || int(binary.BigEndian.Uint32(b[28:])) != indexBuckets {
-		return nil, errors.New("bad header")
+		return bucketTable{}, errors.New("bad header")
 	}
 	crcAt := indexDataAt3 - 4
 	if protocol.Checksum(b[:crcAt]) != binary.BigEndian.Uint32(b[crcAt:]) {
-		return nil, errors.New("bad checksum")
+		return bucketTable{}, errors.New("bad checksum")
 	}
-	ends := make([]uint32, indexBuckets)
+	t := bucketTable{make([]uint32, indexBuckets), make([]uint32, indexBuckets)}
 	prev := uint32(0)
-	for i := range ends {
-		ends[i] = binary.BigEndian.Uint32(b[indexHeaderSize+4*i:])
-		if ends[i] < prev {
-			return nil, errors.New("bad bucket table")
+	for i := range t.ends {
+		t.ends[i] = binary.BigEndian.Uint32(b[indexHeaderSize+8*i:])
+		t.crcs[i] = binary.BigEndian.Uint32(b[indexHeaderSize+8*i+4:])
+		if t.ends[i] < prev {
+			return bucketTable{}, errors.New("bad bucket table")
 		}
-		prev = ends[i]
+		prev = t.ends[i]
 	}
 	if int(prev) != count {
-		return nil, errors.New("bad bucket table")
+		return bucketTable{}, errors.New("bad bucket table")
 	}
-	return ends, nil
+	return t, nil
 }
+
+// errBucketChecksum: a bucket's entries do not match their checksum.
+var errBucketChecksum = errors.New("bad bucket checksum")

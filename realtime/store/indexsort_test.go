@@ -50,16 +50,20 @@ func decodeRun(t testing.TB, b []byte) []runEntry {
 		t.Fatalf("magic %q", b[:8])
 	}
 	from, count := int64(binary.BigEndian.Uint64(b[8:])), int(binary.BigEndian.Uint32(b[24:]))
-	ends, err := parseBucketTable(b[:indexDataAt3], count)
+	table, err := parseBucketTable(b[:indexDataAt3], count)
 	if err != nil {
 		t.Fatal(err)
 	}
+	ends := table.ends
 	if len(b) != indexDataAt3+count*indexEntrySize3 {
 		t.Fatalf("%d bytes for %d entries", len(b), count)
 	}
 	out := make([]runEntry, 0, count)
 	lo := uint32(0)
 	for bk, hi := range ends {
+		if protocol.Checksum(b[indexDataAt3+int(lo)*indexEntrySize3:indexDataAt3+int(hi)*indexEntrySize3]) != table.crcs[bk] {
+			t.Fatalf("bucket %d: bad checksum", bk)
+		}
 		for i := lo; i < hi; i++ {
 			p := indexDataAt3 + int(i)*indexEntrySize3
 			frag := uint64(binary.BigEndian.Uint32(b[p:]))

@@ -131,10 +131,11 @@ type indexEntry struct {
 type indexRun struct {
 	from, to int64
 	count    int
-	format   int      // 1, 2 or 3
-	ends     []uint32 // format 3: the bucket table
-	shift    uint     // formats 1, 2: entries in the order of hash >> shift (0: format 1, FNV hashes)
-	fences   []uint64 // formats 1, 2
+	format   int         // 1, 2 or 3
+	table    bucketTable // format 3
+	damaged  atomic.Bool // a lookup could not read it: indexLoop builds it again
+	shift    uint        // formats 1, 2: entries in the order of hash >> shift (0: format 1, FNV hashes)
+	fences   []uint64    // formats 1, 2
 	f        *os.File
 	path     string
 }
@@ -423,7 +424,7 @@ func (r *indexRun) openFormat3() error {
 	if _, err := r.f.ReadAt(b, 0); err != nil {
 		return err
 	}
-	ends, err := parseBucketTable(b, r.count)
+	table, err := parseBucketTable(b, r.count)
 	if err != nil {
 		return err
 	}
@@ -434,7 +435,7 @@ func (r *indexRun) openFormat3() error {
 	if st.Size() != int64(indexDataAt3+r.count*indexEntrySize3) {
 		return fmt.Errorf("size %d for %d entries", st.Size(), r.count)
 	}
-	r.ends = ends
+	r.table = table
 	return nil
 }
 
@@ -492,6 +493,7 @@ func (s *Store) indexLoop() {
 			progressed = progressed || ok
 		}
 		x.retain(s.msgLog.Start())
+		s.rebuildDamaged(buf)
 		if !progressed {
 			x.mu.Lock()
 			if len(x.mem) > 0 && time.Since(x.lastAdd) > indexIdleSpill {
@@ -548,6 +550,78 @@ func (s *Store) indexFromLog(buf []byte, batch []indexEntry, until int64) ([]ind
 		moved = true
 	}
 	return batch, moved
+}
+
+// rebuildDamaged builds again, from the message log, every run a lookup
+// could not read (indexLoop only): the records in the run's range are read
+// back and indexed, and the new run replaces the old one under its name
+// (whole or absent). A run that cannot be built is tried again when a
+// lookup fails on it again.
+func (s *Store) rebuildDamaged(buf []byte) {
+	x := s.index
+	x.mu.RLock()
+	var damaged []*indexRun
+	for _, r := range x.runs {
+		if r.damaged.Load() {
+			damaged = append(damaged, r)
+		}
+	}
+	x.mu.RUnlock()
+	for _, old := range damaged {
+		old.damaged.Store(false)
+		entries, err := s.indexRange(buf, old.from, old.to)
+		var r *indexRun
+		if err == nil {
+			r, _, err = writeIndexRun(x.dir, old.from, old.to, entries, nil)
+		}
+		if err != nil {
+			x.lg.Warn("index: cannot build a damaged run again", zap.String("path", old.path), zap.Error(err))
+			continue
+		}
+		x.mu.Lock()
+		i := slices.Index(x.runs, old)
+		if i >= 0 {
+			x.runs[i] = r
+		}
+		x.mu.Unlock()
+		if i < 0 { // retention dropped it meanwhile
+			r.f.Close()
+			_ = os.Remove(r.path)
+			continue
+		}
+		old.f.Close()
+		x.lg.Warn("index: a run a lookup could not read was built again from the log", zap.String("path", r.path))
+	}
+}
+
+// indexRange returns the entries of the committed log's records in [from,
+// to), read back (buf: scratch).
+func (s *Store) indexRange(buf []byte, from, to int64) ([]indexEntry, error) {
+	var entries []indexEntry
+	for off := from; off < to; {
+		c, err := s.Source().ReadMessageLogInto(buf, off, indexReadBytes)
+		if err != nil {
+			return nil, err
+		}
+		if len(c.Data) == 0 {
+			if c.Offset > off { // padding, or retention passed it
+				off = c.Offset
+				continue
+			}
+			return nil, fmt.Errorf("the log ends at %d, before %d", off, to)
+		}
+		for p := 0; p < len(c.Data) && c.Offset+int64(p) < to; {
+			kind, payload, n := splitRecord(c.Data[p:])
+			if kind == recordMessage {
+				if _, _, msg, err := parseRecordPayload(payload); err == nil {
+					entries = appendIndexEntries(entries, msg, c.Offset+int64(p))
+				}
+			}
+			p += n
+		}
+		off = c.Offset + int64(len(c.Data))
+	}
+	return entries, nil
 }
 
 // appendIndexEntries appends the entries of the message msg stored at off.
@@ -653,7 +727,7 @@ func (x *messageIndex) spillLocked() {
 // (in offset order), its file image built in buf, which it returns for the
 // next run.
 func writeIndexRun(dir string, from, to int64, entries []indexEntry, buf []byte) (*indexRun, []byte, error) {
-	buf, ends, err := bucketRun(buf, from, to, entries)
+	buf, table, err := bucketRun(buf, from, to, entries)
 	if err != nil {
 		return nil, buf, err
 	}
@@ -665,7 +739,7 @@ func writeIndexRun(dir string, from, to int64, entries []indexEntry, buf []byte)
 	if err != nil {
 		return nil, buf, err
 	}
-	return &indexRun{from: from, to: to, count: len(entries), format: 3, ends: ends, f: rf, path: path}, buf, nil
+	return &indexRun{from: from, to: to, count: len(entries), format: 3, table: table, f: rf, path: path}, buf, nil
 }
 
 // writeRunFile writes the run image b as the run of from: a temporary file,
@@ -765,6 +839,11 @@ func (x *messageIndex) candidates(kind byte, v []byte) ([]int64, error) {
 			offs, err = r.find(h1, offs)
 		}
 		if err != nil {
+			r.damaged.Store(true)
+			select {
+			case x.nudge <- struct{}{}:
+			default:
+			}
 			return nil, fmt.Errorf("%w: %s: %w", ErrIndexRead, r.path, err)
 		}
 	}
@@ -779,19 +858,18 @@ func (x *messageIndex) candidates(kind byte, v []byte) ([]int64, error) {
 
 // findBucket appends the offsets of the entries of a format 3 run r whose
 // hash may be h (bucket and fragment equal): h's bucket, read with one
-// pread.
+// pread and checked.
 func (r *indexRun) findBucket(h uint64, dst []int64) ([]int64, error) {
-	b := indexBucket(h)
-	lo, hi := uint32(0), r.ends[b]
-	if b > 0 {
-		lo = r.ends[b-1]
-	}
+	lo, hi, crc := r.table.bucket(indexBucket(h))
 	if hi <= lo {
 		return dst, nil
 	}
 	buf := make([]byte, int(hi-lo)*indexEntrySize3)
 	if _, err := r.f.ReadAt(buf, int64(indexDataAt3)+int64(lo)*indexEntrySize3); err != nil {
 		return dst, err // its size was checked at open: it shrank since, or the disk failed
+	}
+	if protocol.Checksum(buf) != crc {
+		return dst, errBucketChecksum
 	}
 	frag := indexFrag(h)
 	for p := 0; p < len(buf); p += indexEntrySize3 {

@@ -496,59 +496,78 @@ func patch(path string, off int64, b byte) error {
 	return err
 }
 
-// A run that cannot be read at lookup time (cut under the open store: a
-// failing disk reads as short) fails the lookup with ErrIndexRead instead
-// of leaving its messages out; its neighbours' messages are still found
-// once it is whole again.
-func TestMessageIndex_RunReadFails(t *testing.T) {
+// A run that cannot be read at lookup time (an entry damaged, which open
+// does not read, or the file cut under the open store, as a failing disk
+// reads) fails the lookups that need it with ErrIndexRead instead of
+// leaving its messages out, and is built again from the log: then every
+// message is found again and the run on disk is whole.
+func TestMessageIndex_UnreadableRunRebuilt(t *testing.T) {
 	old := indexRunEntries
 	indexRunEntries = 40
 	t.Cleanup(func() { indexRunEntries = old })
-	dir := t.TempDir()
-	s := openStore(t, dir, testOptions())
-	defer s.Close()
-	for i := 0; i < 200; i += 20 {
-		var batch [][]byte
-		for j := i; j < i+20; j++ {
-			batch = append(batch, encodeKeyed(t, "orders", fmt.Sprintf("id-%d", j), "", 0))
-		}
-		appendAll(t, s, batch...)
-		testutil.Eventually(t, 10*time.Second, "the index to reach the log's end", func() bool {
-			return s.index.end.Load() >= s.committedMessages()
+	for _, damage := range []string{"entry", "cut"} {
+		t.Run(damage, func(t *testing.T) {
+			dir := t.TempDir()
+			s := openStore(t, dir, testOptions())
+			defer func() { s.Close() }()
+			for i := 0; i < 200; i += 20 {
+				var batch [][]byte
+				for j := i; j < i+20; j++ {
+					batch = append(batch, encodeKeyed(t, "orders", fmt.Sprintf("id-%d", j), "", 0))
+				}
+				appendAll(t, s, batch...)
+				testutil.Eventually(t, 10*time.Second, "the index to reach the log's end", func() bool {
+					return s.index.end.Load() >= s.committedMessages()
+				})
+			}
+			runs := indexRuns(t, dir)
+			if len(runs) < 3 {
+				t.Fatalf("only %d runs", len(runs))
+			}
+			whole, err := os.ReadFile(runs[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch damage {
+			case "entry":
+				// Every entry's offset: whichever bucket a lookup reads is damaged.
+				s.Close()
+				for p := indexDataAt3 + 4; p < len(whole); p += indexEntrySize3 {
+					if err := patch(runs[0], int64(p), whole[p]^0x40); err != nil {
+						t.Fatal(err)
+					}
+				}
+				s = openStore(t, dir, testOptions())
+			case "cut":
+				if err := os.Truncate(runs[0], indexDataAt3); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// id-0..39 are in the first run.
+			failed := 0
+			for i := range 40 {
+				fs, err := s.Lookup().ByID(fmt.Sprintf("id-%d", i))
+				switch {
+				case errors.Is(err, ErrIndexRead):
+					failed++
+				case err != nil || len(fs) != 1:
+					t.Fatalf("id-%d with its run damaged: %d found, %v", i, len(fs), err)
+				}
+			}
+			if failed == 0 {
+				t.Fatal("no lookup failed with its run damaged")
+			}
+			testutil.Eventually(t, 10*time.Second, "the run built again", func() bool {
+				for i := range 200 {
+					if fs, err := s.Lookup().ByID(fmt.Sprintf("id-%d", i)); err != nil || len(fs) != 1 {
+						return false
+					}
+				}
+				return true
+			})
+			if b, err := os.ReadFile(runs[0]); err != nil || !slices.Equal(b, whole) {
+				t.Fatalf("the run built again differs from the one first written (%d bytes against %d), %v", len(b), len(whole), err)
+			}
 		})
-	}
-	runs := indexRuns(t, dir)
-	if len(runs) < 3 {
-		t.Fatalf("only %d runs", len(runs))
-	}
-	whole, err := os.ReadFile(runs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(runs[0], indexDataAt3); err != nil {
-		t.Fatal(err)
-	}
-	// id-0 is in the first run; every id hashes to some bucket of it, and
-	// the ids of all its buckets are read: ask them all.
-	failed := 0
-	for i := range 40 {
-		fs, err := s.Lookup().ByID(fmt.Sprintf("id-%d", i))
-		switch {
-		case errors.Is(err, ErrIndexRead):
-			failed++
-		case err != nil || len(fs) != 1:
-			t.Fatalf("id-%d with its run cut: %d found, %v", i, len(fs), err)
-		}
-	}
-	if failed == 0 {
-		t.Fatal("no lookup failed with its run cut")
-	}
-	if err := os.WriteFile(runs[0], whole, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 200 {
-		if fs, err := s.Lookup().ByID(fmt.Sprintf("id-%d", i)); err != nil || len(fs) != 1 {
-			t.Fatalf("id-%d with its run whole again: %d found, %v", i, len(fs), err)
-		}
 	}
 }
