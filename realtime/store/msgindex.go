@@ -63,21 +63,22 @@ import (
 // A run covers the message-log records in [from, to). It is written to a
 // temporary file, fsynced and renamed (then the directory fsynced), so it is
 // whole or absent. Open keeps the runs that chain from the oldest without a
-// gap and whose header, table or fences and size check, drops the others, drops runs past
-// the committed end (a truncated log) and indexes the log again from the
-// end of the last run kept: what a crash lost (the entries still in memory)
-// is rebuilt from the message log. Retention deletes a run once the
-// message log no longer keeps any of its records.
+// gap and whose header, table (or fences) and size check, drops the others,
+// drops runs past the committed end (a truncated log) and indexes the log
+// again from the end of the last run kept: what a crash lost (the entries
+// still in memory) is rebuilt from the message log. Retention deletes a run
+// once the message log no longer keeps any of its records.
 //
-// A lookup reads, from each run, the bucket of the hash (format 3) or the
-// block of entries between two fences holding it (formats 1 and 2), with
-// that format's hash: one pread; then each candidate's record (CRC
-// checked), and keeps it only when the message's id or key is the one
-// asked for: a
-// hash collision or a damaged entry can hide nothing it should find as long
-// as the entry is right, and never returns a wrong message. It first waits
-// (at most indexCatchUp) for the index to reach the committed end it saw,
-// so a message acknowledged before the lookup is found.
+// A lookup reads, from each run, the bucket of the hash (format 3, checked
+// against its checksum) or the block of entries between two fences holding
+// it (formats 1 and 2), with that format's hash: one pread; then each
+// candidate's record (CRC checked), and keeps it only when the message's id
+// or key is the one asked for: a hash collision can hide nothing and a
+// wrong message is never returned. A run it cannot read or whose bucket
+// does not check fails the lookup (ErrIndexRead) and is built again from
+// the log by indexLoop. A lookup first waits (at most indexCatchUp) for the
+// index to reach the committed end it saw, so a message acknowledged
+// before the lookup is found.
 const (
 	indexDir               = "index"
 	indexMagic3            = "QMQIDX3\n" // format 3: bucketed (indexsort.go)
