@@ -1,12 +1,11 @@
 package store
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"slices"
@@ -42,43 +41,50 @@ import (
 //	hash u64 (indexHash of a kind byte, 'i' or 'k', and the id or key) |
 //	message-log offset i64
 //
-// Entries collect in memory (at most indexRunEntries) and are written, sorted
-// (indexsort.go), as a run file when that many collected, when the log moves to
-// its next segment (a run never spans two), on Close and after an idle
-// second with entries waiting (indexIdleSpill):
+// Entries collect in memory (at most indexRunEntries) and are written,
+// bucketed by their hash's top 11 bits (indexsort.go, which draws the
+// file), as a run file when that many collected, when the log moves to its
+// next segment (a run never spans two), on Close and after an idle second
+// with entries waiting (indexIdleSpill):
 //
 //	dir/index/%020d.run   named by the first offset it covers
+//
+// Runs of formats 1 and 2, which older code wrote, are still read:
 //
 //	0          8          16         24          28           32
 //	+----------+----------+----------+-----------+------------+
 //	| "QMQIDX2\n" | from i64 | to i64 | count u32 | fences u32 |
 //	+----------+----------+----------+-----------+------------+
-//	32: count × (hash u64 | offset i64), sorted by the hash's top 22 bits
-//	    (indexKey, indexsort.go), then offset ("QMQIDX1\n" runs, which
-//	    older code wrote: by the whole hash, then offset; both are read)
+//	32: count × (hash u64 | offset i64), sorted by the hash's top 22 bits,
+//	    then offset ("QMQIDX1\n": by the whole FNV-1a hash, then offset)
 //	    fences × hash u64: the hash of every indexFence-th entry
 //	    crc32c u32 over the header and the fences
 //
 // A run covers the message-log records in [from, to). It is written to a
 // temporary file, fsynced and renamed (then the directory fsynced), so it is
 // whole or absent. Open keeps the runs that chain from the oldest without a
-// gap and whose header and fences check, drops the others, drops runs past
-// the committed end (a truncated log) and indexes the log again from the
-// end of the last run kept: what a crash lost (the entries still in memory)
-// is rebuilt from the message log. Retention deletes a run once the
-// message log no longer keeps any of its records.
+// gap and whose header, table (or fences) and size check, drops the others,
+// drops runs past the committed end (a truncated log) and indexes the log
+// again from the end of the last run kept: what a crash lost (the entries
+// still in memory) is rebuilt from the message log. Retention deletes a run
+// once the message log no longer keeps any of its records.
 //
-// A lookup reads, from each run, the block of entries between two fences
-// holding the hash (one pread), then each candidate's record (CRC checked)
-// and keeps it only when the message's id or key is the one asked for: a
-// hash collision or a damaged entry can hide nothing it should find as long
-// as the entry is right, and never returns a wrong message. It first waits
-// (at most indexCatchUp) for the index to reach the committed end it saw,
-// so a message acknowledged before the lookup is found.
+// A lookup reads, from each run, the bucket of the hash (format 3, checked
+// against its checksum) or the block of entries between two fences holding
+// it (formats 1 and 2), with that format's hash: one pread; then each
+// candidate's record (CRC checked), and keeps it only when the message's id
+// or key is the one asked for: a hash collision can hide nothing and a
+// wrong message is never returned. A run it cannot read or whose bucket
+// does not check fails the lookup (ErrIndexRead) and is built again from
+// the log by indexLoop. A lookup first waits (at most indexCatchUp) for the
+// index to reach the committed end it saw, so a message acknowledged
+// before the lookup is found.
 const (
 	indexDir               = "index"
-	indexMagic             = "QMQIDX2\n" // format 2: sorted by indexKey (indexsort.go)
+	indexMagic3            = "QMQIDX3\n" // format 3: bucketed (indexsort.go)
+	indexMagic2            = "QMQIDX2\n" // format 2: sorted by the hash's top 22 bits
 	indexMagic1            = "QMQIDX1\n" // format 1: sorted by hash
+	indexKeyShift2         = 64 - 22     // format 2's sort key: hash >> indexKeyShift2
 	indexHeaderSize        = 32
 	indexEntrySize         = 16
 	indexFence             = 256
@@ -105,6 +111,10 @@ var indexRunEntries = indexRunEntriesDefault
 // ErrNoIndex: the store was opened with Options.NoMessageIndex.
 var ErrNoIndex = errors.New("store: message index off")
 
+// ErrIndexRead: a lookup could not read a run of the message index (it
+// fails rather than leave that run's messages out).
+var ErrIndexRead = errors.New("store: cannot read the message index")
+
 // Found is one stored message a lookup found.
 type Found struct {
 	Offset  int64     // its message-log record
@@ -122,8 +132,11 @@ type indexEntry struct {
 type indexRun struct {
 	from, to int64
 	count    int
-	shift    uint // its entries are in the order of hash >> shift (0: format 1, FNV hashes)
-	fences   []uint64
+	format   int         // 1, 2 or 3
+	table    bucketTable // format 3
+	damaged  atomic.Bool // a lookup could not read it: indexLoop builds it again
+	shift    uint        // formats 1, 2: entries in the order of hash >> shift (0: format 1, FNV hashes)
+	fences   []uint64    // formats 1, 2
 	f        *os.File
 	path     string
 }
@@ -135,7 +148,7 @@ type messageIndex struct {
 	mu      sync.RWMutex
 	runs    []*indexRun  // by from
 	mem     []indexEntry // entries not in a run yet, for [memFrom, end)
-	scratch []indexEntry // the run sort's second array (indexsort.go), kept
+	runBuf  []byte       // the last run's file image (indexsort.go), kept
 	memFrom int64
 	memSeg  int64 // base of the segment mem's records lie in, -1 when empty
 	end     atomic.Int64
@@ -227,12 +240,51 @@ func indexHashes(v *protocol.View) (id, key uint64, hasKey bool) {
 	return id, key, hasKey
 }
 
-// indexHash is the hash of runs of format 2 and of the entries in memory:
-// eight bytes at a time, each word mixed in by a multiply and a shift,
-// then a final mix (so that the top 22 bits, the runs' sort key, depend on
-// every byte). FNV-1a, format 1's, takes a multiply per byte: an id of 30
-// bytes cost a storing broker 2.5 % of its CPU.
+// indexHash is the hash of runs of format 3 and of the entries in memory.
+// It takes the bytes 16 at a time, each pair of words folded by one
+// 64×64→128-bit multiply (the high and low halves xored), the last 16
+// (or fewer) bytes by a multiply of their own beside the loop's, then a
+// final fold with the length and kind, so that the top bits, format 3's
+// bucket, depend on every byte. An id of 26 bytes takes three multiplies,
+// two of them side by side; format 2's hash (indexHash2) took a dependent
+// multiply per 8 bytes and a loop over the last ones.
 func indexHash(kind byte, v []byte) uint64 {
+	const k0, k1, k2, k3, k4 = 0x9e3779b97f4a7c15, 0xbf58476d1ce4e5b9, 0x94d049bb133111eb, 0x2545f4914f6cdd1d, 0x243f6a8885a308d3
+	n := len(v)
+	seed := uint64(kind)<<56 ^ uint64(n) ^ k0
+	acc, all := seed, v
+	for len(v) > 16 {
+		acc = indexFold(binary.LittleEndian.Uint64(v)^k1, binary.LittleEndian.Uint64(v[8:])^acc)
+		v = v[16:]
+	}
+	// The last 1–16 bytes (overlapping the loop's when n > 16).
+	var x, y uint64
+	switch {
+	case n >= 16:
+		x, y = binary.LittleEndian.Uint64(all[n-16:]), binary.LittleEndian.Uint64(all[n-8:])
+	case n >= 8:
+		x, y = binary.LittleEndian.Uint64(v), binary.LittleEndian.Uint64(v[n-8:])
+	case n >= 4:
+		x, y = uint64(binary.LittleEndian.Uint32(v)), uint64(binary.LittleEndian.Uint32(v[n-4:]))
+	case n > 0:
+		x = uint64(v[0])<<16 | uint64(v[n>>1])<<8 | uint64(v[n-1])
+	}
+	t := indexFold(x^k2, y^k3^seed)
+	return indexFold(acc^t^k4, uint64(n)^k1^seed)
+}
+
+// indexFold multiplies a and b into 128 bits and xors the halves.
+func indexFold(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
+}
+
+// indexHash2 is the hash of runs of format 2: eight bytes at a time, each
+// word mixed in by a multiply and a shift, then a final mix (so that the
+// top 22 bits, format 2's sort key, depend on every byte). FNV-1a, format
+// 1's, takes a multiply per byte: an id of 30 bytes cost a storing broker
+// 2.5 % of its CPU.
+func indexHash2(kind byte, v []byte) uint64 {
 	const m1, m2 = 0x9e3779b97f4a7c15, 0xbf58476d1ce4e5b9
 	h := uint64(kind)<<56 ^ uint64(len(v)) ^ 0x243f6a8885a308d3
 	for len(v) >= 8 {
@@ -330,14 +382,20 @@ func openIndexRun(path string) (*indexRun, error) {
 		return r, err
 	}
 	switch string(h[:8]) {
-	case indexMagic:
-		r.shift = indexKeyShift
+	case indexMagic3:
+		r.format = 3
+	case indexMagic2:
+		r.format, r.shift = 2, indexKeyShift2
 	case indexMagic1:
+		r.format = 1
 	default:
 		return r, errors.New("bad magic")
 	}
 	r.from, r.to = int64(binary.BigEndian.Uint64(h[8:])), int64(binary.BigEndian.Uint64(h[16:]))
 	r.count = int(binary.BigEndian.Uint32(h[24:]))
+	if r.format == 3 {
+		return r, r.openFormat3()
+	}
 	nf := int(binary.BigEndian.Uint32(h[28:]))
 	if nf != (r.count+indexFence-1)/indexFence || r.to < r.from {
 		return r, errors.New("bad header")
@@ -355,6 +413,31 @@ func openIndexRun(path string) (*indexRun, error) {
 		r.fences[i] = binary.BigEndian.Uint64(fb[i*8:])
 	}
 	return r, nil
+}
+
+// openFormat3 checks a format 3 run's header, table and size and loads its
+// table.
+func (r *indexRun) openFormat3() error {
+	if r.to < r.from || r.to-r.from > indexMaxSpan {
+		return errors.New("bad header")
+	}
+	b := make([]byte, indexDataAt3)
+	if _, err := r.f.ReadAt(b, 0); err != nil {
+		return err
+	}
+	table, err := parseBucketTable(b, r.count)
+	if err != nil {
+		return err
+	}
+	st, err := r.f.Stat()
+	if err != nil {
+		return err
+	}
+	if st.Size() != int64(indexDataAt3+r.count*indexEntrySize3) {
+		return fmt.Errorf("size %d for %d entries", st.Size(), r.count)
+	}
+	r.table = table
+	return nil
 }
 
 // indexLoop follows the message log into the index: the feed's entries,
@@ -411,6 +494,7 @@ func (s *Store) indexLoop() {
 			progressed = progressed || ok
 		}
 		x.retain(s.msgLog.Start())
+		s.rebuildDamaged(buf)
 		if !progressed {
 			x.mu.Lock()
 			if len(x.mem) > 0 && time.Since(x.lastAdd) > indexIdleSpill {
@@ -469,6 +553,78 @@ func (s *Store) indexFromLog(buf []byte, batch []indexEntry, until int64) ([]ind
 	return batch, moved
 }
 
+// rebuildDamaged builds again, from the message log, every run a lookup
+// could not read (indexLoop only): the records in the run's range are read
+// back and indexed, and the new run replaces the old one under its name
+// (whole or absent). A run that cannot be built is tried again when a
+// lookup fails on it again.
+func (s *Store) rebuildDamaged(buf []byte) {
+	x := s.index
+	x.mu.RLock()
+	var damaged []*indexRun
+	for _, r := range x.runs {
+		if r.damaged.Load() {
+			damaged = append(damaged, r)
+		}
+	}
+	x.mu.RUnlock()
+	for _, old := range damaged {
+		old.damaged.Store(false)
+		entries, err := s.indexRange(buf, old.from, old.to)
+		var r *indexRun
+		if err == nil {
+			r, _, err = writeIndexRun(x.dir, old.from, old.to, entries, nil)
+		}
+		if err != nil {
+			x.lg.Warn("index: cannot build a damaged run again", zap.String("path", old.path), zap.Error(err))
+			continue
+		}
+		x.mu.Lock()
+		i := slices.Index(x.runs, old)
+		if i >= 0 {
+			x.runs[i] = r
+		}
+		x.mu.Unlock()
+		if i < 0 { // retention dropped it meanwhile
+			r.f.Close()
+			_ = os.Remove(r.path)
+			continue
+		}
+		old.f.Close()
+		x.lg.Warn("index: a run a lookup could not read was built again from the log", zap.String("path", r.path))
+	}
+}
+
+// indexRange returns the entries of the committed log's records in [from,
+// to), read back (buf: scratch).
+func (s *Store) indexRange(buf []byte, from, to int64) ([]indexEntry, error) {
+	var entries []indexEntry
+	for off := from; off < to; {
+		c, err := s.Source().ReadMessageLogInto(buf, off, indexReadBytes)
+		if err != nil {
+			return nil, err
+		}
+		if len(c.Data) == 0 {
+			if c.Offset > off { // padding, or retention passed it
+				off = c.Offset
+				continue
+			}
+			return nil, fmt.Errorf("the log ends at %d, before %d", off, to)
+		}
+		for p := 0; p < len(c.Data) && c.Offset+int64(p) < to; {
+			kind, payload, n := splitRecord(c.Data[p:])
+			if kind == recordMessage {
+				if _, _, msg, err := parseRecordPayload(payload); err == nil {
+					entries = appendIndexEntries(entries, msg, c.Offset+int64(p))
+				}
+			}
+			p += n
+		}
+		off = c.Offset + int64(len(c.Data))
+	}
+	return entries, nil
+}
+
 // appendIndexEntries appends the entries of the message msg stored at off.
 func appendIndexEntries(dst []indexEntry, msg []byte, off int64) []indexEntry {
 	v, err := protocol.ParseMessageNoCRC(msg)
@@ -524,7 +680,7 @@ func (x *messageIndex) advance(s *Store, entries []indexEntry, from, to int64) {
 	seg, _ := x.segmentOf(s, from)
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if len(x.mem) > 0 && (seg != x.memSeg || len(x.mem)+len(entries) > indexRunEntries) {
+	if len(x.mem) > 0 && (seg != x.memSeg || len(x.mem)+len(entries) > indexRunEntries || to-x.memFrom > indexMaxSpan) {
 		x.spillLocked()
 	}
 	if len(x.mem) == 0 {
@@ -557,10 +713,8 @@ func (x *messageIndex) spillLocked() {
 		return
 	}
 	from, to := x.memFrom, x.end.Load()
-	sorted, spare := sortIndexEntries(x.mem, x.scratch)
-	// Whichever array holds the sorted entries becomes mem.
-	x.mem, x.scratch = sorted, spare
-	r, err := writeIndexRun(x.dir, from, to, x.mem)
+	r, buf, err := writeIndexRun(x.dir, from, to, x.mem, x.runBuf)
+	x.runBuf = buf
 	if err != nil {
 		x.lg.Warn("index: cannot write a run (its entries stay in memory)", zap.Error(err))
 		return
@@ -570,39 +724,37 @@ func (x *messageIndex) spillLocked() {
 	x.memFrom, x.memSeg = to, -1
 }
 
-func writeIndexRun(dir string, from, to int64, entries []indexEntry) (*indexRun, error) {
+// writeIndexRun writes a run of format 3 covering [from, to) with entries
+// (in offset order), its file image built in buf, which it returns for the
+// next run.
+func writeIndexRun(dir string, from, to int64, entries []indexEntry, buf []byte) (*indexRun, []byte, error) {
+	buf, table, err := bucketRun(buf, from, to, entries)
+	if err != nil {
+		return nil, buf, err
+	}
+	path, err := writeRunFile(dir, from, buf)
+	if err != nil {
+		return nil, buf, err
+	}
+	rf, err := os.Open(path)
+	if err != nil {
+		return nil, buf, err
+	}
+	return &indexRun{from: from, to: to, count: len(entries), format: 3, table: table, f: rf, path: path}, buf, nil
+}
+
+// writeRunFile writes the run image b as the run of from: a temporary file,
+// written, fsynced and renamed, then the directory fsynced (whole or
+// absent).
+func writeRunFile(dir string, from int64, b []byte) (string, error) {
 	path := filepath.Join(dir, fmt.Sprintf("%020d.run", from))
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, indexRunFileMode)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	defer os.Remove(tmp) // after the rename: no-op
-	nf := (len(entries) + indexFence - 1) / indexFence
-	var h [indexHeaderSize]byte
-	copy(h[:], indexMagic)
-	binary.BigEndian.PutUint64(h[8:], uint64(from))
-	binary.BigEndian.PutUint64(h[16:], uint64(to))
-	binary.BigEndian.PutUint32(h[24:], uint32(len(entries)))
-	binary.BigEndian.PutUint32(h[28:], uint32(nf))
-	w := bufio.NewWriterSize(f, 1<<20)
-	w.Write(h[:])
-	var e [indexEntrySize]byte
-	fences := make([]uint64, 0, nf)
-	fb := make([]byte, 0, nf*8+4)
-	for i, en := range entries {
-		binary.BigEndian.PutUint64(e[0:], en.hash)
-		binary.BigEndian.PutUint64(e[8:], uint64(en.off))
-		w.Write(e[:])
-		if i%indexFence == 0 {
-			fences = append(fences, en.hash)
-			fb = binary.BigEndian.AppendUint64(fb, en.hash)
-		}
-	}
-	crc := crc32.Update(protocol.Checksum(h[:]), crc32.MakeTable(crc32.Castagnoli), fb)
-	fb = binary.BigEndian.AppendUint32(fb, crc)
-	w.Write(fb)
-	err = w.Flush()
+	_, err = f.Write(b)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -615,14 +767,7 @@ func writeIndexRun(dir string, from, to int64, entries []indexEntry) (*indexRun,
 	if err == nil {
 		err = syncDir(dir)
 	}
-	if err != nil {
-		return nil, err
-	}
-	rf, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	return &indexRun{from: from, to: to, count: len(entries), shift: indexKeyShift, fences: fences, f: rf, path: path}, nil
+	return path, err
 }
 
 func syncDir(dir string) error {
@@ -670,21 +815,38 @@ func (x *messageIndex) close() {
 }
 
 // candidates returns the offsets of the entries of kind and v, ascending
-// (hashed for each run as its format hashes).
-func (x *messageIndex) candidates(kind byte, v []byte) []int64 {
-	h, h1 := indexHash(kind, v), uint64(0)
+// (hashed for each run as its format hashes), or an error wrapping
+// ErrIndexRead when a run cannot be read (rather than leave its entries
+// out).
+func (x *messageIndex) candidates(kind byte, v []byte) ([]int64, error) {
+	h, h2, h1 := indexHash(kind, v), uint64(0), uint64(0)
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	var offs []int64
+	var err error
 	for _, r := range x.runs {
-		if r.shift == 0 { // format 1
+		switch r.format {
+		case 3:
+			offs, err = r.findBucket(h, offs)
+		case 2:
+			if h2 == 0 {
+				h2 = indexHash2(kind, v)
+			}
+			offs, err = r.find(h2, offs)
+		default:
 			if h1 == 0 {
 				h1 = indexHashFNV(kind, v)
 			}
-			offs = r.find(h1, offs)
-			continue
+			offs, err = r.find(h1, offs)
 		}
-		offs = r.find(h, offs)
+		if err != nil {
+			r.damaged.Store(true)
+			select {
+			case x.nudge <- struct{}{}:
+			default:
+			}
+			return nil, fmt.Errorf("%w: %s: %w", ErrIndexRead, r.path, err)
+		}
 	}
 	for _, e := range x.mem {
 		if e.hash == h {
@@ -692,14 +854,38 @@ func (x *messageIndex) candidates(kind byte, v []byte) []int64 {
 		}
 	}
 	slices.Sort(offs)
-	return slices.Compact(offs)
+	return slices.Compact(offs), nil
 }
 
-// find appends the offsets of r's entries with hash h: the entries between
-// the fences around h, read with one pread.
-func (r *indexRun) find(h uint64, dst []int64) []int64 {
+// findBucket appends the offsets of the entries of a format 3 run r whose
+// hash may be h (bucket and fragment equal): h's bucket, read with one
+// pread and checked.
+func (r *indexRun) findBucket(h uint64, dst []int64) ([]int64, error) {
+	lo, hi, crc := r.table.bucket(indexBucket(h))
+	if hi <= lo {
+		return dst, nil
+	}
+	buf := make([]byte, int(hi-lo)*indexEntrySize3)
+	if _, err := r.f.ReadAt(buf, int64(indexDataAt3)+int64(lo)*indexEntrySize3); err != nil {
+		return dst, err // its size was checked at open: it shrank since, or the disk failed
+	}
+	if protocol.Checksum(buf) != crc {
+		return dst, errBucketChecksum
+	}
+	frag := indexFrag(h)
+	for p := 0; p < len(buf); p += indexEntrySize3 {
+		if binary.BigEndian.Uint32(buf[p:]) == frag {
+			dst = append(dst, r.from+int64(binary.BigEndian.Uint32(buf[p+4:])))
+		}
+	}
+	return dst, nil
+}
+
+// find appends the offsets of the entries of a run r of format 1 or 2 with
+// hash h: the entries between the fences around h, read with one pread.
+func (r *indexRun) find(h uint64, dst []int64) ([]int64, error) {
 	if r.count == 0 {
-		return dst
+		return dst, nil
 	}
 	// Runs are in the order of hash >> r.shift (the key k). The first
 	// fence whose key is > k bounds the block; the block starts at the
@@ -711,11 +897,11 @@ func (r *indexRun) find(h uint64, dst []int64) []int64 {
 	first := max(lo-1, 0) * indexFence
 	last := min(hi*indexFence, r.count)
 	if last <= first {
-		return dst
+		return dst, nil
 	}
 	b := make([]byte, (last-first)*indexEntrySize)
-	if _, err := r.f.ReadAt(b, int64(indexHeaderSize+first*indexEntrySize)); err != nil && !errors.Is(err, io.EOF) {
-		return dst
+	if _, err := r.f.ReadAt(b, int64(indexHeaderSize+first*indexEntrySize)); err != nil {
+		return dst, err // the entries lie before the fences: an EOF is a cut file
 	}
 	for p := 0; p+indexEntrySize <= len(b); p += indexEntrySize {
 		eh := binary.BigEndian.Uint64(b[p:])
@@ -725,7 +911,7 @@ func (r *indexRun) find(h uint64, dst []int64) []int64 {
 			break
 		}
 	}
-	return dst
+	return dst, nil
 }
 
 // find returns the stored messages whose id (indexKindID) or key
@@ -746,8 +932,12 @@ func (s *Store) find(kind byte, v string) ([]Found, error) {
 	for wait := time.Now().Add(indexCatchUp); x.end.Load() < target && time.Now().Before(wait); {
 		time.Sleep(time.Millisecond)
 	}
+	offs, err := x.candidates(kind, []byte(v))
+	if err != nil {
+		return nil, err
+	}
 	var out []Found
-	for _, off := range x.candidates(kind, []byte(v)) {
+	for _, off := range offs {
 		f, ok := s.readFound(off)
 		if !ok {
 			continue

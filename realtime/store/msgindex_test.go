@@ -2,7 +2,7 @@ package store
 
 import (
 	"context"
-	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -129,8 +129,7 @@ func TestMessageIndex_FindByIDAndKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _ := f.Stat()
-	f.WriteAt([]byte{0xff, 0xee}, st.Size()-6) // a fence
+	f.WriteAt([]byte{0xff, 0xee}, indexHeaderSize+4*indexBuckets/2) // its bucket table
 	f.Close()
 	s4 := openStore(t, dir, testOptions())
 	defer s4.Close()
@@ -207,10 +206,7 @@ func TestMessageIndex_FedMatchesLog(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			type want struct {
-				h   uint64
-				off int64
-			}
+			type want = runEntry
 			var mu sync.Mutex
 			var wants []want
 			body := strings.Repeat("b", 3000)
@@ -255,9 +251,9 @@ func TestMessageIndex_FedMatchesLog(t *testing.T) {
 								t.Error(r.Err)
 								continue
 							}
-							wants = append(wants, want{indexHash(indexKindID, []byte(ids[j])), r.Offset})
+							wants = append(wants, want{indexHash(indexKindID, []byte(ids[j])) >> indexFragShift, r.Offset})
 							if keys[j] != "" {
-								wants = append(wants, want{indexHash(indexKindKey, []byte(keys[j])), r.Offset})
+								wants = append(wants, want{indexHash(indexKindKey, []byte(keys[j])) >> indexFragShift, r.Offset})
 							}
 						}
 						mu.Unlock()
@@ -281,13 +277,11 @@ func TestMessageIndex_FedMatchesLog(t *testing.T) {
 			var got []want
 			segs := s.msgLog.Segments()
 			for _, r := range x.runs {
-				b := make([]byte, r.count*indexEntrySize)
-				if _, err := r.f.ReadAt(b, indexHeaderSize); err != nil {
+				b, err := os.ReadFile(r.path)
+				if err != nil {
 					t.Fatal(err)
 				}
-				for p := 0; p < len(b); p += indexEntrySize {
-					got = append(got, want{binary.BigEndian.Uint64(b[p:]), int64(binary.BigEndian.Uint64(b[p+8:]))})
-				}
+				got = append(got, decodeRun(t, b)...)
 				for _, sg := range segs {
 					if r.from >= sg.Base && r.from < sg.Base+sg.Size && r.to > sg.Base+sg.Size {
 						t.Errorf("run [%d, %d) spans the segment [%d, %d)", r.from, r.to, sg.Base, sg.Base+sg.Size)
@@ -295,7 +289,7 @@ func TestMessageIndex_FedMatchesLog(t *testing.T) {
 				}
 			}
 			cmp := func(a, b want) int {
-				if c := cmpU64(a.h, b.h); c != 0 {
+				if c := cmpU64(a.top, b.top); c != 0 {
 					return c
 				}
 				return int(a.off - b.off)
@@ -333,48 +327,247 @@ func firstDiff[T comparable](a, b []T) int {
 	return min(len(a), len(b))
 }
 
-// A store whose index holds runs of format 1 (FNV-1a hashes, by the whole
-// hash), as older code wrote them, finds their messages, and the ones
-// indexed since (format 2) too.
-func TestMessageIndex_ReadsFormat1Runs(t *testing.T) {
+// A store whose index holds runs of formats 1 (FNV-1a hashes, by the whole
+// hash) and 2 (by the top 22 bits), as older code wrote them, finds their
+// messages, and the ones indexed since (format 3) too.
+func TestMessageIndex_ReadsOlderRuns(t *testing.T) {
 	dir := t.TempDir()
 	s := openStore(t, dir, testOptions())
-	var entries []indexEntry
-	for i := range 300 {
+	var old [2][]indexEntry // format 1's, format 2's
+	var mid int64
+	for i := range 600 {
 		id, key := fmt.Sprintf("old-%d", i), fmt.Sprintf("okey-%d", i%10)
 		res := appendAll(t, s, encodeKeyed(t, "orders", id, key, 0))
-		entries = append(entries, indexEntry{indexHashFNV(indexKindID, []byte(id)), res[0].Offset},
-			indexEntry{indexHashFNV(indexKindKey, []byte(key)), res[0].Offset})
+		if i < 300 {
+			old[0] = append(old[0], indexEntry{indexHashFNV(indexKindID, []byte(id)), res[0].Offset},
+				indexEntry{indexHashFNV(indexKindKey, []byte(key)), res[0].Offset})
+			mid = s.committedMessages()
+			continue
+		}
+		old[1] = append(old[1], indexEntry{indexHash2(indexKindID, []byte(id)), res[0].Offset},
+			indexEntry{indexHash2(indexKindKey, []byte(key)), res[0].Offset})
 	}
 	end := s.committedMessages()
 	s.Close()
 	for _, r := range indexRuns(t, dir) {
 		os.Remove(r)
 	}
-	slices.SortStableFunc(entries, func(a, b indexEntry) int { return cmpU64(a.hash, b.hash) })
-	r, err := writeIndexRun(filepath.Join(dir, indexDir), 0, end, entries)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.f.Close()
-	asFormat1(t, r.path)
+	writeOldRun(t, filepath.Join(dir, indexDir), 1, 0, mid, old[0])
+	writeOldRun(t, filepath.Join(dir, indexDir), 2, mid, end, old[1])
 	s = openStore(t, dir, testOptions())
 	defer s.Close()
 	s.index.mu.RLock() // indexLoop may be retaining runs meanwhile
-	runs, format1 := len(s.index.runs), len(s.index.runs) == 1 && s.index.runs[0].shift == 0
+	var formats []int
+	for _, r := range s.index.runs {
+		formats = append(formats, r.format)
+	}
 	s.index.mu.RUnlock()
-	if s.index.end.Load() != end || !format1 {
-		t.Fatalf("the format 1 run was not kept: index end %d (log %d), %d runs", s.index.end.Load(), end, runs)
+	if s.index.end.Load() != end || !slices.Equal(formats, []int{1, 2}) {
+		t.Fatalf("the older runs were not kept: index end %d (log %d), formats %v", s.index.end.Load(), end, formats)
 	}
 	appendAll(t, s, encodeKeyed(t, "orders", "new-1", "okey-3", 0))
-	for _, id := range []string{"old-0", "old-123", "old-299", "new-1"} {
+	s.index.mu.Lock()
+	s.index.spillLocked() // new-1 in a run of format 3
+	s.index.mu.Unlock()
+	for _, id := range []string{"old-0", "old-123", "old-299", "old-300", "old-599", "new-1"} {
 		fs, err := s.Lookup().ByID(id)
 		if got := foundIDs(t, fs, err); strings.Join(got, " ") != "orders/"+id {
 			t.Fatalf("%s found %v", id, got)
 		}
 	}
 	fs, err := s.Lookup().ByKey("okey-3")
-	if got := foundIDs(t, fs, err); len(got) != 31 || got[30] != "orders/new-1" {
+	if got := foundIDs(t, fs, err); len(got) != 61 || got[60] != "orders/new-1" {
 		t.Fatalf("okey-3 found %d: %v", len(got), got)
+	}
+}
+
+// Each way a run can be damaged on disk is found at open: the run and every
+// later one are dropped with a warning, the log is indexed again from
+// there, and every message is still found (and nothing else).
+func TestMessageIndex_DamagedRuns(t *testing.T) {
+	old := indexRunEntries
+	indexRunEntries = 40
+	t.Cleanup(func() { indexRunEntries = old })
+	dir := t.TempDir()
+	s := openStore(t, dir, testOptions())
+	const n = 400
+	for i := 0; i < n; i += 20 {
+		var batch [][]byte
+		for j := i; j < i+20; j++ {
+			batch = append(batch, encodeKeyed(t, "orders", fmt.Sprintf("id-%d", j), fmt.Sprintf("key-%d", j%50), 0))
+		}
+		appendAll(t, s, batch...)
+		testutil.Eventually(t, 10*time.Second, "the index to reach the log's end", func() bool {
+			return s.index.end.Load() >= s.committedMessages()
+		})
+	}
+	s.Close()
+	runs := indexRuns(t, dir)
+	if len(runs) < 6 {
+		t.Fatalf("only %d runs", len(runs))
+	}
+	victim := filepath.Base(runs[len(runs)/2])
+	damages := []struct {
+		name, warn string
+		damage     func(path string) error
+	}{
+		{"magic", "bad magic", func(p string) error { return patch(p, 3, 'X') }},
+		{"header", "bad checksum", func(p string) error { return patch(p, 26, 0x7f) }}, // its count
+		{"table", "bad checksum", func(p string) error { return patch(p, indexHeaderSize+4*100, 0x01) }},
+		{"checksum", "bad checksum", func(p string) error { return patch(p, indexDataAt3-1, 0x55) }},
+		{"truncated", "size", func(p string) error {
+			st, err := os.Stat(p)
+			if err != nil {
+				return err
+			}
+			return os.Truncate(p, st.Size()-indexEntrySize3)
+		}},
+		{"grown", "size", func(p string) error {
+			f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = f.Write(make([]byte, indexEntrySize3))
+			return err
+		}},
+		{"torn header", "EOF", func(p string) error { return os.Truncate(p, indexHeaderSize+100) }},
+		{"empty", "EOF", func(p string) error { return os.Truncate(p, 0) }},
+	}
+	for _, d := range damages {
+		t.Run(d.name, func(t *testing.T) {
+			cp := crashCopy(t, dir)
+			// A temporary file a crash left is removed too.
+			if err := os.WriteFile(filepath.Join(cp, indexDir, victim+".tmp"), []byte("torn"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.damage(filepath.Join(cp, indexDir, victim)); err != nil {
+				t.Fatal(err)
+			}
+			core, logs := observer.New(zap.WarnLevel)
+			s, err := Open(cp, testOptions(), zap.New(core))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			warned := logs.FilterMessage("index run damaged: indexing again from the log").All()
+			if len(warned) != 1 || !strings.Contains(fmt.Sprint(warned[0].ContextMap()["error"]), d.warn) {
+				t.Fatalf("warnings %v, want one naming %q", logs.All(), d.warn)
+			}
+			s.index.mu.RLock()
+			kept := len(s.index.runs)
+			s.index.mu.RUnlock()
+			if kept != len(runs)/2 {
+				t.Fatalf("%d runs kept, want the %d before the damaged one", kept, len(runs)/2)
+			}
+			if _, err := os.Stat(filepath.Join(cp, indexDir, victim+".tmp")); !os.IsNotExist(err) {
+				t.Fatalf("the temporary file is still there: %v", err)
+			}
+			for i := 0; i < n; i += 7 {
+				fs, err := s.Lookup().ByID(fmt.Sprintf("id-%d", i))
+				if got := foundIDs(t, fs, err); strings.Join(got, " ") != fmt.Sprintf("orders/id-%d", i) {
+					t.Fatalf("id-%d found %v", i, got)
+				}
+			}
+			fs, err := s.Lookup().ByKey("key-17")
+			if got := foundIDs(t, fs, err); len(got) != n/50 {
+				t.Fatalf("key-17 found %d: %v", len(got), got)
+			}
+		})
+	}
+}
+
+// patch sets the byte at off of the file at path to b (xor-ed in when it
+// is b already, so that it changes).
+func patch(path string, off int64, b byte) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var cur [1]byte
+	if _, err := f.ReadAt(cur[:], off); err != nil {
+		return err
+	}
+	if cur[0] == b {
+		b ^= 0xff
+	}
+	_, err = f.WriteAt([]byte{b}, off)
+	return err
+}
+
+// A run that cannot be read at lookup time (an entry damaged, which open
+// does not read, or the file cut under the open store, as a failing disk
+// reads) fails the lookups that need it with ErrIndexRead instead of
+// leaving its messages out, and is built again from the log: then every
+// message is found again and the run on disk is whole.
+func TestMessageIndex_UnreadableRunRebuilt(t *testing.T) {
+	old := indexRunEntries
+	indexRunEntries = 40
+	t.Cleanup(func() { indexRunEntries = old })
+	for _, damage := range []string{"entry", "cut"} {
+		t.Run(damage, func(t *testing.T) {
+			dir := t.TempDir()
+			s := openStore(t, dir, testOptions())
+			defer func() { s.Close() }()
+			for i := 0; i < 200; i += 20 {
+				var batch [][]byte
+				for j := i; j < i+20; j++ {
+					batch = append(batch, encodeKeyed(t, "orders", fmt.Sprintf("id-%d", j), "", 0))
+				}
+				appendAll(t, s, batch...)
+				testutil.Eventually(t, 10*time.Second, "the index to reach the log's end", func() bool {
+					return s.index.end.Load() >= s.committedMessages()
+				})
+			}
+			runs := indexRuns(t, dir)
+			if len(runs) < 3 {
+				t.Fatalf("only %d runs", len(runs))
+			}
+			whole, err := os.ReadFile(runs[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch damage {
+			case "entry":
+				// Every entry's offset: whichever bucket a lookup reads is damaged.
+				s.Close()
+				for p := indexDataAt3 + 4; p < len(whole); p += indexEntrySize3 {
+					if err := patch(runs[0], int64(p), whole[p]^0x40); err != nil {
+						t.Fatal(err)
+					}
+				}
+				s = openStore(t, dir, testOptions())
+			case "cut":
+				if err := os.Truncate(runs[0], indexDataAt3); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// id-0..39 are in the first run.
+			failed := 0
+			for i := range 40 {
+				fs, err := s.Lookup().ByID(fmt.Sprintf("id-%d", i))
+				switch {
+				case errors.Is(err, ErrIndexRead):
+					failed++
+				case err != nil || len(fs) != 1:
+					t.Fatalf("id-%d with its run damaged: %d found, %v", i, len(fs), err)
+				}
+			}
+			if failed == 0 {
+				t.Fatal("no lookup failed with its run damaged")
+			}
+			testutil.Eventually(t, 10*time.Second, "the run built again", func() bool {
+				for i := range 200 {
+					if fs, err := s.Lookup().ByID(fmt.Sprintf("id-%d", i)); err != nil || len(fs) != 1 {
+						return false
+					}
+				}
+				return true
+			})
+			if b, err := os.ReadFile(runs[0]); err != nil || !slices.Equal(b, whole) {
+				t.Fatalf("the run built again differs from the one first written (%d bytes against %d), %v", len(b), len(whole), err)
+			}
+		})
 	}
 }
