@@ -33,10 +33,12 @@ type Producer struct {
 	meta      *metaclient.Client // made by New for WithMetaServers; Close closes it
 	ids       *msgid.Generator
 	slab      slab
+	pendings  pendingFree
 
 	queue   chan *pending
 	results chan *result
 	done    chan []completion
+	spare   chan []completion // completion slices completeLoop is done with, for publish
 	sender  *sender
 
 	mu      sync.RWMutex // guards closing against enqueues
@@ -50,6 +52,7 @@ type Producer struct {
 // to be retried. Pendings of SendAsync are recycled after their callback.
 type pending struct {
 	raw     []byte
+	chunk   *chunk // the slab chunk raw was carved from (nil: not carved), released when done
 	subject string
 	kind    route.Kind
 	id      string
@@ -92,6 +95,7 @@ func New(opts ...Option) (*Producer, error) {
 		queue:     make(chan *pending, cfg.queueSize),
 		results:   make(chan *result, 1024),
 		done:      make(chan []completion, 1024),
+		spare:     make(chan []completion, 4),
 		stop:      make(chan struct{}),
 	}
 	if p.transport == nil {
@@ -159,8 +163,9 @@ func (p *Producer) send(ctx context.Context, msg *Message) error {
 		rb.put()
 		return err
 	}
-	pd := pendingPool.Get().(*pending)
-	*pd = pending{raw: append(p.slab.alloc(len(d.raw)), d.raw...), subject: msg.Subject, kind: d.kind, id: msg.ID, msg: msg,
+	pd := p.pendings.get()
+	buf, c := p.slab.alloc(len(d.raw))
+	*pd = pending{raw: append(buf, d.raw...), chunk: c, subject: msg.Subject, kind: d.kind, id: msg.ID, msg: msg,
 		deadline: now.Add(p.cfg.sendTimeout), avoid: d.avoid}
 	rb.put()
 	ch := make(chan error, 1)
@@ -202,7 +207,7 @@ func (p *Producer) SendEncoded(raw []byte, callback func(error)) error {
 	if err != nil {
 		return fmt.Errorf("producer: encoded message: %w", err)
 	}
-	pd := pendingPool.Get().(*pending)
+	pd := p.pendings.get()
 	*pd = pending{raw: raw, subject: string(v.Subject), kind: route.Produce, id: string(v.ID), rawCB: callback,
 		deadline: p.cfg.now().Add(p.cfg.sendTimeout)}
 	return p.queuePending(context.Background(), pd)
@@ -214,13 +219,11 @@ func (p *Producer) SendEncoded(raw []byte, callback func(error)) error {
 // back, so they are not parsed a third time here. raw must be a valid
 // message of that subject and id, unchanged until the callback.
 func (p *Producer) SendChecked(raw []byte, subject, id string, callback func(error)) error {
-	pd := pendingPool.Get().(*pending)
+	pd := p.pendings.get()
 	*pd = pending{raw: raw, subject: subject, kind: route.Produce, id: id, rawCB: callback,
 		deadline: p.cfg.now().Add(p.cfg.sendTimeout)}
 	return p.queuePending(context.Background(), pd)
 }
-
-var pendingPool = sync.Pool{New: func() any { return new(pending) }}
 
 func (p *Producer) enqueue(ctx context.Context, msg *Message, cb func(*Message, error), ch chan error) error {
 	pd, err := p.prepare(msg, cb, ch, p.cfg.now(), nil)
@@ -269,15 +272,17 @@ func (p *Producer) prepare(msg *Message, cb func(*Message, error), ch chan error
 	if msg.Created.IsZero() {
 		msg.Created = now
 	}
+	var c *chunk
 	if buf == nil {
-		buf = p.slab.alloc(msg.EncodedSize())
+		buf, c = p.slab.alloc(msg.EncodedSize())
 	}
 	raw, err := protocol.AppendMessage(buf, msg, p.cfg.limits)
 	if err != nil {
+		p.slab.release(c)
 		return nil, fmt.Errorf("producer: message %s: %w", msg.ID, err)
 	}
-	pd := pendingPool.Get().(*pending)
-	*pd = pending{raw: raw, subject: msg.Subject, kind: route.Produce, id: msg.ID, msg: msg, asyncCB: cb, syncCh: ch,
+	pd := p.pendings.get()
+	*pd = pending{raw: raw, chunk: c, subject: msg.Subject, kind: route.Produce, id: msg.ID, msg: msg, asyncCB: cb, syncCh: ch,
 		deadline: now.Add(p.cfg.sendTimeout)}
 	if !msg.DeliverAt.IsZero() && msg.DeliverAt.Sub(now) >= p.cfg.delayMin {
 		pd.kind = route.ProduceDelay
@@ -422,8 +427,21 @@ func (p *Producer) completeLoop() {
 			case pd.rawCB != nil:
 				pd.rawCB(c.err)
 			}
-			*pd = pending{}
-			pendingPool.Put(pd)
+		}
+		// The messages are done: their bytes and pendings go back for
+		// reuse, a batch under one lock each.
+		p.slab.mu.Lock()
+		for _, c := range batch {
+			if c.pd.chunk != nil {
+				p.slab.releaseLocked(c.pd.chunk)
+			}
+		}
+		p.slab.mu.Unlock()
+		p.pendings.putDone(batch)
+		clear(batch)
+		select {
+		case p.spare <- batch[:0]:
+		default:
 		}
 	}
 }

@@ -499,8 +499,8 @@ func (s *sender) complete(pd *pending, err error) {
 		if !pd.answered {
 			pd.syncCh <- err
 		}
-		*pd = pending{}
-		pendingPool.Put(pd)
+		s.p.slab.release(pd.chunk)
+		s.p.pendings.put(pd)
 		return
 	}
 	s.completions = append(s.completions, completion{pd, err})
@@ -513,6 +513,10 @@ func (s *sender) publish() {
 	}
 	s.p.done <- s.completions
 	s.completions = nil
+	select {
+	case s.completions = <-s.p.spare:
+	default:
+	}
 }
 
 // resetTimer arms the timer for the next retry or linger deadline (the
