@@ -35,13 +35,13 @@ type Producer struct {
 	slab      slab
 	pendings  pendingFree
 
-	queue   chan *pending
+	inbox   *inbox // messages waiting for sendLoop
 	results chan *result
 	done    chan []completion
 	spare   chan []completion // completion slices completeLoop is done with, for publish
 	sender  *sender
 
-	mu      sync.RWMutex // guards closing against enqueues
+	mu      sync.Mutex // guards closing
 	closing bool
 	closed  atomic.Bool   // mirrors closing, for Send's direct path (no lock)
 	stop    chan struct{} // closed by Close: sendLoop drains and exits
@@ -92,10 +92,10 @@ func New(opts ...Option) (*Producer, error) {
 		lg:        lg.Named("producer"),
 		transport: cfg.transport,
 		ids:       msgid.New(cfg.now),
-		queue:     make(chan *pending, cfg.queueSize),
+		inbox:     newInbox(cfg.queueSize),
 		results:   make(chan *result, 1024),
 		done:      make(chan []completion, 1024),
-		spare:     make(chan []completion, 4),
+		spare:     make(chan []completion, 32),
 		stop:      make(chan struct{}),
 	}
 	if p.transport == nil {
@@ -302,7 +302,7 @@ func (p *Producer) sendDirect(ctx context.Context, pd *directMsg, now time.Time,
 	if p.closed.Load() {
 		return true, ErrClosed
 	}
-	if len(p.queue) > 0 {
+	if p.inbox.len() > 0 {
 		return false, nil
 	}
 	s := p.sender
@@ -387,25 +387,7 @@ func (rb *requestBuf) put() {
 const maxPooledRequest = 64 << 10
 
 func (p *Producer) queuePending(ctx context.Context, pd *pending) error {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if p.closing {
-		return ErrClosed
-	}
-	if p.cfg.nonBlocking {
-		select {
-		case p.queue <- pd:
-			return nil
-		default:
-			return ErrQueueFull
-		}
-	}
-	select {
-	case p.queue <- pd:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("producer: waiting for queue space: %w", ctx.Err())
-	}
+	return p.inbox.push(ctx, pd, p.cfg.nonBlocking)
 }
 
 // completion is a message's outcome, to report.
@@ -457,8 +439,9 @@ func (p *Producer) Close(ctx context.Context) error {
 	}
 	p.closing = true
 	p.closed.Store(true)
-	close(p.stop)
 	p.mu.Unlock()
+	p.inbox.close() // every message Close must send is in
+	close(p.stop)
 
 	finished := make(chan struct{})
 	go func() { p.wg.Wait(); close(finished) }()
