@@ -32,8 +32,7 @@ type Producer struct {
 	ownsTrans bool
 	meta      *metaclient.Client // made by New for WithMetaServers; Close closes it
 	ids       *msgid.Generator
-	slab      slab
-	pendings  pendingFree
+	slab      slab // messages' bytes and pendings, reused
 
 	inbox   *inbox // messages waiting for sendLoop
 	results chan *result
@@ -163,8 +162,7 @@ func (p *Producer) send(ctx context.Context, msg *Message) error {
 		rb.put()
 		return err
 	}
-	pd := p.pendings.get()
-	buf, c := p.slab.alloc(len(d.raw))
+	pd, buf, c := p.slab.take(len(d.raw))
 	*pd = pending{raw: append(buf, d.raw...), chunk: c, subject: msg.Subject, kind: d.kind, id: msg.ID, msg: msg,
 		deadline: now.Add(p.cfg.sendTimeout), avoid: d.avoid}
 	rb.put()
@@ -207,7 +205,7 @@ func (p *Producer) SendEncoded(raw []byte, callback func(error)) error {
 	if err != nil {
 		return fmt.Errorf("producer: encoded message: %w", err)
 	}
-	pd := p.pendings.get()
+	pd := p.slab.pending()
 	*pd = pending{raw: raw, subject: string(v.Subject), kind: route.Produce, id: string(v.ID), rawCB: callback,
 		deadline: p.cfg.now().Add(p.cfg.sendTimeout)}
 	return p.queuePending(context.Background(), pd)
@@ -219,7 +217,7 @@ func (p *Producer) SendEncoded(raw []byte, callback func(error)) error {
 // back, so they are not parsed a third time here. raw must be a valid
 // message of that subject and id, unchanged until the callback.
 func (p *Producer) SendChecked(raw []byte, subject, id string, callback func(error)) error {
-	pd := p.pendings.get()
+	pd := p.slab.pending()
 	*pd = pending{raw: raw, subject: subject, kind: route.Produce, id: id, rawCB: callback,
 		deadline: p.cfg.now().Add(p.cfg.sendTimeout)}
 	return p.queuePending(context.Background(), pd)
@@ -272,16 +270,19 @@ func (p *Producer) prepare(msg *Message, cb func(*Message, error), ch chan error
 	if msg.Created.IsZero() {
 		msg.Created = now
 	}
+	var pd *pending
 	var c *chunk
 	if buf == nil {
-		buf, c = p.slab.alloc(msg.EncodedSize())
+		pd, buf, c = p.slab.take(msg.EncodedSize())
+	} else {
+		pd = p.slab.pending()
 	}
 	raw, err := protocol.AppendMessage(buf, msg, p.cfg.limits)
 	if err != nil {
-		p.slab.release(c)
+		pd.chunk = c
+		p.slab.put(pd)
 		return nil, fmt.Errorf("producer: message %s: %w", msg.ID, err)
 	}
-	pd := p.pendings.get()
 	*pd = pending{raw: raw, chunk: c, subject: msg.Subject, kind: route.Produce, id: msg.ID, msg: msg, asyncCB: cb, syncCh: ch,
 		deadline: now.Add(p.cfg.sendTimeout)}
 	if !msg.DeliverAt.IsZero() && msg.DeliverAt.Sub(now) >= p.cfg.delayMin {
@@ -412,14 +413,7 @@ func (p *Producer) completeLoop() {
 		}
 		// The messages are done: their bytes and pendings go back for
 		// reuse, a batch under one lock each.
-		p.slab.mu.Lock()
-		for _, c := range batch {
-			if c.pd.chunk != nil {
-				p.slab.releaseLocked(c.pd.chunk)
-			}
-		}
-		p.slab.mu.Unlock()
-		p.pendings.putDone(batch)
+		p.slab.putDone(batch)
 		clear(batch)
 		select {
 		case p.spare <- batch[:0]:

@@ -542,8 +542,7 @@ func (s *sender) complete(pd *pending, err error) {
 		if !pd.answered {
 			pd.syncCh <- err
 		}
-		s.p.slab.release(pd.chunk)
-		s.p.pendings.put(pd)
+		s.p.slab.put(pd)
 		return
 	}
 	s.completions = append(s.completions, completion{pd, err})
