@@ -12,7 +12,9 @@ import (
 // channel cost a lock each side per message, plus the producer's RWMutex
 // (13 % of the producer's CPU at 256 B, NOTES.md). sendLoop is woken only
 // when a message arrives in an empty inbox (wake); a sender that finds it
-// full waits for sendLoop to take some (space).
+// full waits for sendLoop to take some (space). Taken messages leave the
+// bound: while every batch waits for an in-flight slot, sendLoop holds up
+// to maxDrain of them taken but not yet batched (sender.taken).
 //
 // close refuses new messages but waits for the senders already past that
 // check (waiting for space, with their message not yet in): Close then
