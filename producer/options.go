@@ -185,6 +185,8 @@ func WithBusyLinger(inFlight int, d time.Duration) Option {
 }
 
 // WithQueueSize bounds the messages waiting to be batched (default 10,000).
+// sendLoop takes them up to 4,096 at a time, so while every batch waits for
+// an in-flight slot up to that many more may wait, taken but not batched.
 func WithQueueSize(n int) Option { return func(c *config) { c.queueSize = n } }
 
 // WithNonBlocking makes SendAsync fail with ErrQueueFull instead of waiting

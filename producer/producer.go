@@ -32,14 +32,15 @@ type Producer struct {
 	ownsTrans bool
 	meta      *metaclient.Client // made by New for WithMetaServers; Close closes it
 	ids       *msgid.Generator
-	slab      slab
+	slab      slab // messages' bytes and pendings, reused
 
-	queue   chan *pending
+	inbox   *inbox // messages waiting for sendLoop
 	results chan *result
 	done    chan []completion
+	spare   chan []completion // completion slices completeLoop is done with, for publish
 	sender  *sender
 
-	mu      sync.RWMutex // guards closing against enqueues
+	mu      sync.Mutex // guards closing
 	closing bool
 	closed  atomic.Bool   // mirrors closing, for Send's direct path (no lock)
 	stop    chan struct{} // closed by Close: sendLoop drains and exits
@@ -50,6 +51,7 @@ type Producer struct {
 // to be retried. Pendings of SendAsync are recycled after their callback.
 type pending struct {
 	raw     []byte
+	chunk   *chunk // the slab chunk raw was carved from (nil: not carved), released when done
 	subject string
 	kind    route.Kind
 	id      string
@@ -89,9 +91,10 @@ func New(opts ...Option) (*Producer, error) {
 		lg:        lg.Named("producer"),
 		transport: cfg.transport,
 		ids:       msgid.New(cfg.now),
-		queue:     make(chan *pending, cfg.queueSize),
+		inbox:     newInbox(cfg.queueSize),
 		results:   make(chan *result, 1024),
 		done:      make(chan []completion, 1024),
+		spare:     make(chan []completion, 32),
 		stop:      make(chan struct{}),
 	}
 	if p.transport == nil {
@@ -159,8 +162,8 @@ func (p *Producer) send(ctx context.Context, msg *Message) error {
 		rb.put()
 		return err
 	}
-	pd := pendingPool.Get().(*pending)
-	*pd = pending{raw: append(p.slab.alloc(len(d.raw)), d.raw...), subject: msg.Subject, kind: d.kind, id: msg.ID, msg: msg,
+	pd, buf, c := p.slab.take(len(d.raw))
+	*pd = pending{raw: append(buf, d.raw...), chunk: c, subject: msg.Subject, kind: d.kind, id: msg.ID, msg: msg,
 		deadline: now.Add(p.cfg.sendTimeout), avoid: d.avoid}
 	rb.put()
 	ch := make(chan error, 1)
@@ -202,7 +205,7 @@ func (p *Producer) SendEncoded(raw []byte, callback func(error)) error {
 	if err != nil {
 		return fmt.Errorf("producer: encoded message: %w", err)
 	}
-	pd := pendingPool.Get().(*pending)
+	pd := p.slab.pending()
 	*pd = pending{raw: raw, subject: string(v.Subject), kind: route.Produce, id: string(v.ID), rawCB: callback,
 		deadline: p.cfg.now().Add(p.cfg.sendTimeout)}
 	return p.queuePending(context.Background(), pd)
@@ -214,13 +217,11 @@ func (p *Producer) SendEncoded(raw []byte, callback func(error)) error {
 // back, so they are not parsed a third time here. raw must be a valid
 // message of that subject and id, unchanged until the callback.
 func (p *Producer) SendChecked(raw []byte, subject, id string, callback func(error)) error {
-	pd := pendingPool.Get().(*pending)
+	pd := p.slab.pending()
 	*pd = pending{raw: raw, subject: subject, kind: route.Produce, id: id, rawCB: callback,
 		deadline: p.cfg.now().Add(p.cfg.sendTimeout)}
 	return p.queuePending(context.Background(), pd)
 }
-
-var pendingPool = sync.Pool{New: func() any { return new(pending) }}
 
 func (p *Producer) enqueue(ctx context.Context, msg *Message, cb func(*Message, error), ch chan error) error {
 	pd, err := p.prepare(msg, cb, ch, p.cfg.now(), nil)
@@ -269,15 +270,20 @@ func (p *Producer) prepare(msg *Message, cb func(*Message, error), ch chan error
 	if msg.Created.IsZero() {
 		msg.Created = now
 	}
+	var pd *pending
+	var c *chunk
 	if buf == nil {
-		buf = p.slab.alloc(msg.EncodedSize())
+		pd, buf, c = p.slab.take(msg.EncodedSize())
+	} else {
+		pd = p.slab.pending()
 	}
 	raw, err := protocol.AppendMessage(buf, msg, p.cfg.limits)
 	if err != nil {
+		pd.chunk = c
+		p.slab.put(pd)
 		return nil, fmt.Errorf("producer: message %s: %w", msg.ID, err)
 	}
-	pd := pendingPool.Get().(*pending)
-	*pd = pending{raw: raw, subject: msg.Subject, kind: route.Produce, id: msg.ID, msg: msg, asyncCB: cb, syncCh: ch,
+	*pd = pending{raw: raw, chunk: c, subject: msg.Subject, kind: route.Produce, id: msg.ID, msg: msg, asyncCB: cb, syncCh: ch,
 		deadline: now.Add(p.cfg.sendTimeout)}
 	if !msg.DeliverAt.IsZero() && msg.DeliverAt.Sub(now) >= p.cfg.delayMin {
 		pd.kind = route.ProduceDelay
@@ -297,7 +303,7 @@ func (p *Producer) sendDirect(ctx context.Context, pd *directMsg, now time.Time,
 	if p.closed.Load() {
 		return true, ErrClosed
 	}
-	if len(p.queue) > 0 {
+	if p.inbox.len() > 0 {
 		return false, nil
 	}
 	s := p.sender
@@ -382,25 +388,7 @@ func (rb *requestBuf) put() {
 const maxPooledRequest = 64 << 10
 
 func (p *Producer) queuePending(ctx context.Context, pd *pending) error {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if p.closing {
-		return ErrClosed
-	}
-	if p.cfg.nonBlocking {
-		select {
-		case p.queue <- pd:
-			return nil
-		default:
-			return ErrQueueFull
-		}
-	}
-	select {
-	case p.queue <- pd:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("producer: waiting for queue space: %w", ctx.Err())
-	}
+	return p.inbox.push(ctx, pd, p.cfg.nonBlocking)
 }
 
 // completion is a message's outcome, to report.
@@ -422,8 +410,14 @@ func (p *Producer) completeLoop() {
 			case pd.rawCB != nil:
 				pd.rawCB(c.err)
 			}
-			*pd = pending{}
-			pendingPool.Put(pd)
+		}
+		// The messages are done: their bytes and pendings go back for
+		// reuse, a batch under one lock each.
+		p.slab.putDone(batch)
+		clear(batch)
+		select {
+		case p.spare <- batch[:0]:
+		default:
 		}
 	}
 }
@@ -439,8 +433,9 @@ func (p *Producer) Close(ctx context.Context) error {
 	}
 	p.closing = true
 	p.closed.Store(true)
-	close(p.stop)
 	p.mu.Unlock()
+	p.inbox.close() // every message Close must send is in
+	close(p.stop)
 
 	finished := make(chan struct{})
 	go func() { p.wg.Wait(); close(finished) }()

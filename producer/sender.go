@@ -98,6 +98,10 @@ type sender struct {
 	aborted      bool      // Close gave up waiting: fail what is left with ErrClosed
 	now          time.Time // read once per turn of sendLoop: clock reads cost here
 	completions  []completion
+	taken        []*pending // messages taken from the inbox, placed up to next
+	next         int
+	drained      bool         // the last take emptied the inbox
+	spareMsgs    [][]*pending // message lists of answered requests, for new batches
 	timer        *time.Timer
 }
 
@@ -110,6 +114,7 @@ func newSender(p *Producer) *sender {
 		subjectFree: route.IsSubjectFree(p.cfg.resolver),
 		batches:     map[string]*batch{},
 		inFlight:    map[string]int{},
+		drained:     true,
 		timer:       time.NewTimer(time.Hour),
 	}
 }
@@ -121,17 +126,19 @@ func (s *sender) sendLoop() {
 	stop := p.stop
 	closing := false
 	for {
-		if (closing || s.aborted) && s.outstanding == 0 && len(p.queue) == 0 {
+		if (closing || s.aborted) && s.outstanding == 0 && s.queueEmpty() {
 			return
 		}
-		queue := p.queue
-		if s.blocked {
-			queue = nil
+		wake := p.inbox.wake
+		switch {
+		case s.blocked:
+			wake = nil
+		case s.next < len(s.taken) || !s.drained:
+			wake = ready // more to take: no need to wait
 		}
 		select {
-		case pd := <-queue:
+		case <-wake:
 			s.now = s.p.cfg.now()
-			s.accept(pd)
 			s.drainQueue()
 		case r := <-p.results:
 			if r.abort {
@@ -139,32 +146,45 @@ func (s *sender) sendLoop() {
 				break
 			}
 			s.handle(r)
+			s.recycleMsgs(r.msgs)
 		case <-s.timer.C:
 		case <-stop:
 			closing, stop = true, nil
 		}
 		s.dueRetries()
-		s.flush(len(p.queue) == 0 || closing)
+		s.flush(closing || s.queueEmpty())
 		s.publish()
 		s.resetTimer()
 	}
 }
 
-// drainQueue batches what else is queued right now, up to maxDrain.
+// ready is a closed channel: sendLoop's wake case when it has more to take.
+var ready = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// drainQueue batches what is queued: what is left of the last take, else
+// up to maxDrain messages taken from the inbox now, until a full batch
+// has to wait for an in-flight slot (blocked).
 func (s *sender) drainQueue() {
-	for i := 0; i < maxDrain && !s.blocked; i++ {
-		select {
-		case pd := <-s.p.queue:
-			s.accept(pd)
-		default:
-			return
-		}
+	if s.next == len(s.taken) {
+		s.taken = s.p.inbox.take(s.taken[:0], maxDrain)
+		s.next = 0
+		s.drained = len(s.taken) < maxDrain
+		s.outstanding += len(s.taken)
+	}
+	for s.next < len(s.taken) && !s.blocked {
+		pd := s.taken[s.next]
+		s.taken[s.next] = nil
+		s.next++
+		s.place(pd)
 	}
 }
 
-func (s *sender) accept(pd *pending) {
-	s.outstanding++
-	s.place(pd)
+// queueEmpty reports whether no message waits to be batched: none is left
+// of the last take, that take emptied the inbox, and no message has
+// arrived since (it would have woken sendLoop). A stale wake makes it
+// report false for one more turn of sendLoop.
+func (s *sender) queueEmpty() bool {
+	return s.next == len(s.taken) && s.drained && len(s.p.inbox.wake) == 0
 }
 
 // place puts pd into the batch of the group chosen for it, or schedules a
@@ -213,9 +233,32 @@ func (s *sender) place(pd *pending) {
 		s.traceInBatch(b, pd)
 	}
 	b.body.AddEncoded(pd.raw)
+	if b.msgs == nil {
+		b.msgs = s.takeMsgs()
+	}
 	b.msgs = append(b.msgs, pd)
 	if s.full(b) {
 		s.send(b)
+	}
+}
+
+// takeMsgs returns an empty message list for a batch.
+func (s *sender) takeMsgs() []*pending {
+	if n := len(s.spareMsgs); n > 0 {
+		m := s.spareMsgs[n-1]
+		s.spareMsgs[n-1] = nil
+		s.spareMsgs = s.spareMsgs[:n-1]
+		return m
+	}
+	return make([]*pending, 0, min(s.p.cfg.batchMessages, 256))
+}
+
+// recycleMsgs keeps the message list of an answered request (handled: its
+// messages are done or waiting for a retry) for a new batch.
+func (s *sender) recycleMsgs(msgs []*pending) {
+	if len(s.spareMsgs) < 2*s.p.cfg.maxInFlight && cap(msgs) <= 4096 {
+		clear(msgs)
+		s.spareMsgs = append(s.spareMsgs, msgs[:0])
 	}
 }
 
@@ -499,8 +542,7 @@ func (s *sender) complete(pd *pending, err error) {
 		if !pd.answered {
 			pd.syncCh <- err
 		}
-		*pd = pending{}
-		pendingPool.Put(pd)
+		s.p.slab.put(pd)
 		return
 	}
 	s.completions = append(s.completions, completion{pd, err})
@@ -513,6 +555,10 @@ func (s *sender) publish() {
 	}
 	s.p.done <- s.completions
 	s.completions = nil
+	select {
+	case s.completions = <-s.p.spare:
+	default:
+	}
 }
 
 // resetTimer arms the timer for the next retry or linger deadline (the
@@ -574,15 +620,22 @@ func (s *sender) abortAll() {
 		}
 		b.msgs, b.span, b.traceProps = nil, nil, nil
 	}
+	for ; s.next < len(s.taken); s.next++ {
+		fail(s.taken[s.next]) // already counted in outstanding
+		s.taken[s.next] = nil
+	}
 	for {
-		select {
-		case pd := <-s.p.queue:
+		s.taken = s.p.inbox.take(s.taken[:0], maxDrain)
+		s.next = len(s.taken)
+		if len(s.taken) == 0 {
+			break
+		}
+		for i, pd := range s.taken {
 			s.outstanding++
 			fail(pd)
-			continue
-		default:
+			s.taken[i] = nil
 		}
-		break
 	}
+	s.drained = true
 	s.publish()
 }

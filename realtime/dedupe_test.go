@@ -1,6 +1,8 @@
 package realtime
 
 import (
+	"hash/maphash"
+	"strings"
 	"testing"
 	"time"
 )
@@ -101,5 +103,24 @@ func BenchmarkDedupeReserve(b *testing.B) {
 	for b.Loop() {
 		k = k*6364136223846793005 + 1442695040888963407
 		d.reserve(k)
+	}
+}
+
+// key hashes the same bytes the same whether they fit the stack buffer or
+// not: a short key and a long one each equal the Hash fed piece by piece.
+func TestDedupeKey_SameAsPieceByPiece(t *testing.T) {
+	d := newDedupe(time.Minute, 1000, time.Now)
+	for _, subject := range []string{"order.changed", strings.Repeat("s", 200)} {
+		id := []byte("01JEXAMPLE0000000000000000")
+		var h maphash.Hash
+		h.SetSeed(d.seed)
+		h.WriteString(subject)
+		h.WriteByte(0)
+		h.Write(id)
+		h.WriteByte(1)
+		h.WriteByte(2)
+		if got, want := d.key([]byte(subject), id, 0x0102), h.Sum64(); got != want {
+			t.Fatalf("subject of %d bytes: key %x, want %x", len(subject), got, want)
+		}
 	}
 }

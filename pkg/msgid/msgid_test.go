@@ -1,6 +1,8 @@
 package msgid
 
 import (
+	"encoding/binary"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"testing"
@@ -72,5 +74,47 @@ func BenchmarkNext(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		buf = g.AppendNext(buf[:0])
+	}
+}
+
+// appendBase32 matches the plain digit-by-digit encoding of the 130-bit
+// number (2 zero bits, then the 128).
+func TestAppendBase32_MatchesDigitByDigit(t *testing.T) {
+	ref := func(raw [16]byte) string {
+		hi := binary.BigEndian.Uint64(raw[0:8])
+		lo := binary.BigEndian.Uint64(raw[8:16])
+		var out [Size]byte
+		for i := Size - 1; i >= 0; i-- {
+			out[i] = alphabet[lo&31]
+			lo = lo>>5 | hi<<59
+			hi >>= 5
+		}
+		return string(out[:])
+	}
+	cases := [][16]byte{{}, {0: 0xff, 1: 0xff, 2: 0xff, 3: 0xff, 4: 0xff, 5: 0xff, 6: 0xff, 7: 0xff, 8: 0xff, 9: 0xff, 10: 0xff, 11: 0xff, 12: 0xff, 13: 0xff, 14: 0xff, 15: 0xff}}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 10000 {
+		var raw [16]byte
+		binary.BigEndian.PutUint64(raw[0:8], r.Uint64())
+		binary.BigEndian.PutUint64(raw[8:16], r.Uint64())
+		cases = append(cases, raw)
+	}
+	for i := 0; i < 128; i++ { // each single bit
+		var raw [16]byte
+		raw[i/8] = 0x80 >> (i % 8)
+		cases = append(cases, raw)
+	}
+	for _, raw := range cases {
+		if got, want := string(appendBase32(nil, raw)), ref(raw); got != want {
+			t.Fatalf("%x: %s, want %s", raw, got, want)
+		}
+	}
+}
+
+func BenchmarkAppendBase32(b *testing.B) {
+	raw := [16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	buf := make([]byte, 0, Size)
+	for i := 0; i < b.N; i++ {
+		buf = appendBase32(buf[:0], raw)
 	}
 }

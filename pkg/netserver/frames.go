@@ -90,7 +90,7 @@ func (c *Conn) serveFrames(buf []byte, now time.Time, owned bool) (int, int, boo
 		}
 		if s.inline != nil && s.inline.Inline(h.Command()) {
 			endRun(at)
-			c.serveInline(h, body, now)
+			c.serveInline(h, body, now, owned)
 			continue
 		}
 		if runStart < 0 {
@@ -123,17 +123,18 @@ func (c *Conn) malformed(hb []byte) {
 }
 
 // serveInline serves one request on the connection's loop with its
-// reusable inline Request, whose body points into the read buffer.
-func (c *Conn) serveInline(h protocol.Header, body []byte, now time.Time) {
+// reusable inline Request, whose body points into the read buffer (owned:
+// into the server's own copy of a large frame, which Detach may keep).
+func (c *Conn) serveInline(h protocol.Header, body []byte, now time.Time, owned bool) {
 	r := &c.inline
-	r.Header, r.Body, r.Arrived, r.Conn = h, body, now, c
+	r.Header, r.Body, r.Arrived, r.Conn, r.owned = h, body[:len(body):len(body)], now, c, owned
 	r.replied.Store(false)
 	c.srv.serve(r)
 	if !r.replied.Load() && !r.Header.IsOneWay() {
 		c.srv.lg.Error("inline handler returned without replying", zap.Stringer("command", r.Command()))
 		r.ReplyError(protocol.Errorf(protocol.StatusInternal, "no reply"))
 	}
-	r.Body = nil
+	r.Body, r.owned = nil, false
 }
 
 // runAfterWrites runs the work inline handlers left for after the loop's

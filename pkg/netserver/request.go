@@ -27,6 +27,10 @@ type Request struct {
 
 	replied atomic.Bool
 	onLoop  bool // the connection's inline request: replies go to its loop buffer
+	// owned: the inline request's Body is in the server's own copy of a
+	// large frame (takeLarge), not in gnet's buffer: Detach hands it over
+	// instead of copying it.
+	owned bool
 }
 
 // Command returns the request's command.
@@ -106,7 +110,8 @@ func (r *Request) AfterWrite(w AfterWriter) {
 }
 
 // Detach lets an inline handler answer later: it returns a Request that
-// owns a copy of the body, may be answered from any goroutine, and counts as
+// owns a copy of the body (the body itself when it is the server's own copy
+// of a large frame: a send batch of 256 × 256 B is one), may be answered from any goroutine, and counts as
 // in flight like a request served off the loop (Close waits for it); the
 // inline request itself counts as answered by it. Call it on the
 // connection's loop, before Serve returns. Off the loop it returns r.
@@ -115,7 +120,11 @@ func (r *Request) Detach() *Request {
 		return r
 	}
 	c := r.Conn
-	d := &Request{Header: r.Header, Body: append([]byte(nil), r.Body...), Arrived: r.Arrived, Conn: c}
+	body := r.Body
+	if !r.owned {
+		body = append([]byte(nil), r.Body...)
+	}
+	d := &Request{Header: r.Header, Body: body, Arrived: r.Arrived, Conn: c}
 	r.replied.Store(true)
 	if d.Header.IsOneWay() {
 		d.replied.Store(true)
