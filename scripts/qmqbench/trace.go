@@ -8,7 +8,7 @@ package main
 // connection per broker, batches of 256 messages of 256 bytes, 16 batches
 // in flight) against two brokers started at once on fresh data
 // directories, one with the message index (the default) and one with
-// --no-message-index, in interleaved slices (slices.go: 400 ms slices, 40 s
+// --no-message-index, in interleaved slices (slices.go: 400 ms slices, 60 s
 // a side, the order alternating). Separate 8 s runs a side, even the best
 // of five, measured the host's moments more than the index: the same
 // binary made 456 k to 691 k msg/s from one run to the next.
@@ -38,8 +38,8 @@ package main
 // letter with its error and why, the re-driven copy, and each of the
 // original and retry copies taken and acked by the group.
 //
-// produce_otel_*: the interleaved produce slices above, three setups,
-// each with its broker: none (the producer built without a tracer
+// produce_otel_*: the interleaved produce slices above, three setups
+// (120 s a side, all six orders in turn), each with its broker: none (the producer built without a tracer
 // provider), off (WithTracerProvider(nil): the same code path as none, a
 // nil check; the ratio shows how even the slices are) and on (the producer
 // with an SDK tracer provider sampling 1 % of traces, its spans handed to
@@ -84,6 +84,16 @@ import (
 
 var traceMessages = flag.Int64("trace-messages", 50_000_000, "trace suite: messages stored before the lookups")
 
+// traceIndexPerSide and traceOtelPerSide are the measured time each setup
+// of the produce comparisons gets (slices.go: two setups running the same
+// code came out within about ±3 % of each other with 40 s a side; the
+// otel part's off/none target leaves 2 %, and time narrows the spread by
+// its square root).
+const (
+	traceIndexPerSide = 60 * time.Second
+	traceOtelPerSide  = 120 * time.Second
+)
+
 const (
 	traceKeys    = 1_000_000
 	traceLookups = 2_000
@@ -119,7 +129,7 @@ func runTrace(env *Env) error {
 
 // traceIndexPart: produce_indexed_vs_plain_ratio.
 func traceIndexPart(env *Env) error {
-	res, err := env.produceSlices([]sliceSetup{
+	res, err := env.produceSlices(traceIndexPerSide, []sliceSetup{
 		{name: "plain", brokerArgs: []string{"--no-message-index"}},
 		{name: "indexed"},
 	})
@@ -135,7 +145,7 @@ func traceIndexPart(env *Env) error {
 
 // traceOtelPart: produce_otel_*.
 func traceOtelPart(env *Env) error {
-	res, err := env.produceSlices([]sliceSetup{
+	res, err := env.produceSlices(traceOtelPerSide, []sliceSetup{
 		{name: "otel-none", otel: "none"},
 		{name: "otel-off", otel: "off"},
 		{name: "otel-on", otel: "on", brokerEnv: []string{"OTEL_TRACES_EXPORTER=otlp",
