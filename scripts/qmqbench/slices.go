@@ -8,7 +8,8 @@ package main
 // message costs itself moved by half from one 8 s run to the next, with no
 // steal showing); separate runs a side, even the best of five, then
 // compare the host's moments more than the setups. So every setup gets a
-// broker of its own, all started at once on fresh data directories, and
+// broker of its own, all started at once on fresh data directories (each
+// keeping at most sliceRetentionBytes of message log), and
 // one producer process (GOMAXPROCS=1, as the produce suite's) holds a
 // producer per setup and sends to one setup at a time in slices of
 // sliceLength: it sends for the slice, then waits until every message it
@@ -54,6 +55,10 @@ const (
 	sliceLength  = 400 * time.Millisecond
 	slicePerSide = 40 * time.Second // the worker's default measured time a setup gets
 	sliceWarmUp  = time.Second
+	// sliceRetentionBytes bounds each broker's message log (--retention-bytes,
+	// every setup alike): three brokers taking 400 k msg/s for 120 s of
+	// slices each wrote 15 GB apiece and filled the bench machine's disk.
+	sliceRetentionBytes = 4 << 30
 )
 
 func init() {
@@ -245,7 +250,8 @@ func (e *Env) produceSlices(perSide time.Duration, setups []sliceSetup) (slicesR
 			k, v, _ := strings.Cut(kv, "=")
 			os.Setenv(k, v)
 		}
-		b, addr, err := e.startRealtime(dir, st.brokerArgs...)
+		args := append([]string{"--retention-bytes", fmt.Sprint(sliceRetentionBytes)}, st.brokerArgs...)
+		b, addr, err := e.startRealtime(dir, args...)
 		for _, kv := range st.brokerEnv {
 			k, _, _ := strings.Cut(kv, "=")
 			os.Unsetenv(k)
