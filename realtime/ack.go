@@ -43,13 +43,13 @@ func (b *Broker) serveAckInline(r *netserver.Request) {
 		return
 	}
 	if a.Flags == 0 && a.Last <= 1<<62 {
-		b.live.touch(a.Subject, a.Group, a.ConsumerID)
+		b.live.touchAt(a.Subject, a.Group, a.ConsumerID, r.Arrived)
 		if a.First > a.Last {
 			r.Reply(protocol.StatusOK) // a heartbeat
 			return
 		}
 		if _, ok := b.st().TryAck(store.AckRequest{Subject: a.Subject, Group: a.Group, Consumer: a.ConsumerID,
-			First: int64(a.First), Last: int64(a.Last)}); ok {
+			First: int64(a.First), Last: int64(a.Last), At: r.Arrived}); ok {
 			b.metrics.acked.Inc()
 			r.Reply(protocol.StatusOK)
 			return

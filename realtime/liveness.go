@@ -26,9 +26,17 @@ func newLiveness() *liveness {
 }
 
 func (l *liveness) touch(subject, group, consumer string) {
-	now := time.Now()
+	l.touchAt(subject, group, consumer, time.Now())
+}
+
+// touchAt records that the consumer was seen at (a request's arrival time:
+// the server read the clock already; zero: now).
+func (l *liveness) touchAt(subject, group, consumer string, at time.Time) {
+	if at.IsZero() {
+		at = time.Now()
+	}
 	l.mu.Lock()
-	l.seen[consumerKey{subject, group, consumer}] = now
+	l.seen[consumerKey{subject, group, consumer}] = at
 	l.mu.Unlock()
 }
 

@@ -213,7 +213,7 @@ func (b *Broker) servePullInline(r *netserver.Request) {
 	if broadcast {
 		key.group = "\x00" + p.ConsumerID
 	} else {
-		b.live.touch(p.Subject, p.Group, p.ConsumerID)
+		b.live.touchAt(p.Subject, p.Group, p.ConsumerID, r.Arrived)
 	}
 	pa := b.actorFor(key)
 	ev := pullEvent{kind: evPull, call: call}
