@@ -5,11 +5,9 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/qmq-go/qmq/pkg/protocol"
-	"github.com/qmq-go/qmq/producer"
 )
 
 // Raw publish headers (POST /v1/subjects/{subject}/publish): the body is
@@ -36,12 +34,17 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request, id *identity) *
 			fmt.Sprintf("%d messages in one request, the gateway's limit is %d", n, s.opts.MaxBatch))
 	}
 	now := time.Now()
+	// One array of messages, decoded straight from the request; SendBatch
+	// encodes them into one send request.
+	ms := make([]protocol.Message, len(req.Messages))
 	msgs := make([]*protocol.Message, len(req.Messages))
 	errs := make([]error, len(req.Messages))
 	for i := range req.Messages {
-		msgs[i], errs[i] = req.Messages[i].toMessage(now)
+		if errs[i] = req.Messages[i].toMessage(&ms[i], now); errs[i] == nil {
+			msgs[i] = &ms[i]
+		}
 	}
-	return s.sendAll(w, id, msgs, errs)
+	return s.sendAll(w, r, id, msgs, errs)
 }
 
 // publishRaw serves POST /v1/subjects/{subject}/publish: one message whose
@@ -74,59 +77,77 @@ func (s *Server) publishRaw(w http.ResponseWriter, r *http.Request, id *identity
 	if err != nil {
 		return jsonProblem(err)
 	}
-	m, err := pm.toMessage(time.Now())
-	if m != nil {
+	m := new(protocol.Message)
+	err = pm.toMessage(m, time.Now())
+	if err != nil {
+		m = nil
+	} else {
 		m.Body = body
 	}
-	return s.sendAll(w, id, []*protocol.Message{m}, []error{err})
+	return s.sendAll(w, r, id, []*protocol.Message{m}, []error{err})
 }
 
 // sendAll sends msgs (those without an error in errs) and answers with
 // every message's outcome once each is stored or failed: 200 when all are
 // stored, a problem when all failed alike (429 with Retry-After for
 // back-pressure), 207 with the per-message statuses otherwise.
-func (s *Server) sendAll(w http.ResponseWriter, id *identity, msgs []*protocol.Message, errs []error) *Problem {
+func (s *Server) sendAll(w http.ResponseWriter, r *http.Request, id *identity, msgs []*protocol.Message, errs []error) *Problem {
 	n := int64(len(msgs))
 	if s.inFlight.Add(n) > int64(s.opts.MaxInFlight) {
 		s.inFlight.Add(-n)
 		return busy(fmt.Sprintf("the gateway is publishing %d messages, its limit", s.opts.MaxInFlight))
 	}
 	defer s.inFlight.Add(-n)
-	var wg sync.WaitGroup
-	for i, m := range msgs {
-		if errs[i] != nil {
-			continue
-		}
-		wg.Add(1)
-		err := id.producer.SendAsync(m, func(_ *producer.Message, err error) {
-			errs[i] = err
-			wg.Done()
-		})
-		if err != nil {
-			errs[i] = err
-			wg.Done()
+	// The valid messages, in one producer.SendBatch: one send request per
+	// broker group, no queued record or callback per message.
+	send := msgs
+	valid := 0
+	for _, err := range errs {
+		if err == nil {
+			valid++
 		}
 	}
-	wg.Wait()
+	if valid < len(msgs) {
+		send = make([]*protocol.Message, 0, valid)
+		for i, m := range msgs {
+			if errs[i] == nil {
+				send = append(send, m)
+			}
+		}
+	}
+	if valid > 0 {
+		if serrs := id.producer.SendBatch(r.Context(), send); serrs != nil {
+			k := 0
+			for i := range msgs {
+				if errs[i] == nil {
+					errs[i] = serrs[k]
+					k++
+				}
+			}
+		}
+	}
 	res := PublishResponse{Results: make([]PublishResult, len(msgs))}
 	failed, same := 0, protocol.StatusOK
 	for i, err := range errs {
-		st := statusOf(err)
-		r := PublishResult{Status: st.String()}
+		r := PublishResult{Status: statusOK}
 		if msgs[i] != nil {
 			r.ID = msgs[i].ID
 		}
 		if err != nil {
-			r.Error = err.Error()
+			st := statusOf(err)
+			r.Status, r.Error = st.String(), err.Error()
 			if failed == 0 {
 				same = st
 			} else if st != same {
 				same = protocol.StatusInternal // mixed
 			}
 			failed++
+			s.mets.published.WithLabelValues(r.Status).Inc()
 		}
-		s.mets.published.WithLabelValues(r.Status).Inc()
 		res.Results[i] = r
+	}
+	if ok := len(errs) - failed; ok > 0 {
+		s.mets.published.WithLabelValues(statusOK).Add(float64(ok))
 	}
 	switch {
 	case failed == 0:
@@ -143,6 +164,9 @@ func (s *Server) sendAll(w http.ResponseWriter, id *identity, msgs []*protocol.M
 	writePublishResponse(w, http.StatusMultiStatus, &res)
 	return nil
 }
+
+// statusOK is the status name of a stored message.
+var statusOK = protocol.StatusOK.String()
 
 func firstError(rs []PublishResult) string {
 	for _, r := range rs {

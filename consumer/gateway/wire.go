@@ -175,26 +175,27 @@ func jsonProblem(err error) *Problem {
 	return badRequest("malformed JSON: " + err.Error())
 }
 
-// toMessage checks pm and builds the message to send; now anchors Delay.
-func (pm *PublishMessage) toMessage(now time.Time) (*protocol.Message, error) {
+// toMessage checks pm and builds the message to send in m; now anchors
+// Delay.
+func (pm *PublishMessage) toMessage(m *protocol.Message, now time.Time) error {
 	if err := protocol.DefaultLimits.CheckSubject(pm.Subject); err != nil {
-		return nil, err
+		return err
 	}
-	m := &protocol.Message{Subject: pm.Subject, ID: pm.ID, Tags: pm.Tags}
+	*m = protocol.Message{Subject: pm.Subject, ID: pm.ID, Tags: pm.Tags}
 	switch pm.BodyEncoding {
 	case "", encodingUTF8:
-		// The producer encodes the message in SendAsync, before it
+		// The producer encodes the message in SendBatch, before it
 		// returns, and never writes to Body: the decoded string's bytes
 		// serve as the body without a second copy.
 		m.Body = unsafe.Slice(unsafe.StringData(pm.Body), len(pm.Body))
 	case encodingBase64:
 		b, err := base64.StdEncoding.DecodeString(pm.Body)
 		if err != nil {
-			return nil, protocol.Errorf(protocol.StatusInvalid, "body is not valid base64: "+err.Error())
+			return protocol.Errorf(protocol.StatusInvalid, "body is not valid base64: "+err.Error())
 		}
 		m.Body = b
 	default:
-		return nil, protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf("bodyEncoding %q: want utf8 or base64", pm.BodyEncoding))
+		return protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf("bodyEncoding %q: want utf8 or base64", pm.BodyEncoding))
 	}
 	if len(pm.Properties) > 0 {
 		m.Properties = make([]protocol.Property, 0, len(pm.Properties))
@@ -204,16 +205,16 @@ func (pm *PublishMessage) toMessage(now time.Time) (*protocol.Message, error) {
 	}
 	at, err := deliverAt(pm.DeliverAt, pm.Delay, now)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	m.DeliverAt = at
 	if pm.Replace && pm.ScheduleKey == "" {
-		return nil, protocol.Errorf(protocol.StatusInvalid, "replace: only with a scheduleKey")
+		return protocol.Errorf(protocol.StatusInvalid, "replace: only with a scheduleKey")
 	}
 	if pm.ScheduleKey != "" || pm.ExpireAt != nil {
 		m.Properties = setScheduleProperties(m.Properties, pm.ScheduleKey, pm.Replace, pm.ExpireAt)
 	}
-	return m, nil
+	return nil
 }
 
 // setScheduleProperties sets the properties that carry a schedule key, its
