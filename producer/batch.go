@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/qmq-go/qmq/pkg/msgid"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/route"
 	"github.com/qmq-go/qmq/pkg/tracing"
@@ -109,10 +110,8 @@ func (p *Producer) sendBatch(ctx context.Context, msgs []*Message, bb *batchBuf)
 	// Encode every message into one buffer.
 	bb.raw = bb.raw[:0]
 	bb.at = bb.at[:0]
+	p.fillIDs(msgs, now)
 	for i, msg := range msgs {
-		if msg.ID == "" {
-			msg.ID = p.ids.NextAt(now)
-		}
 		if msg.Created.IsZero() {
 			msg.Created = now
 		}
@@ -190,6 +189,26 @@ func (p *Producer) sendBatch(ctx context.Context, msgs []*Message, bb *batchBuf)
 		errs = p.queueBatch(ctx, msgs, bb, queued, errs, now)
 	}
 	return errs
+}
+
+// fillIDs gives the messages without an id one, all made under one lock
+// and held in one string.
+func (p *Producer) fillIDs(msgs []*Message, now time.Time) {
+	n := 0
+	for _, m := range msgs {
+		if m.ID == "" {
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	ids := string(p.ids.AppendNextN(make([]byte, 0, n*msgid.Size), now, n))
+	for _, m := range msgs {
+		if m.ID == "" {
+			m.ID, ids = ids[:msgid.Size], ids[msgid.Size:]
+		}
+	}
 }
 
 // routeBatch picks a group for each message that encoded: one pick per

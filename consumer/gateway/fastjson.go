@@ -161,7 +161,10 @@ func (req *PublishRequest) decodeFast(b []byte) bool {
 		if !s.tok('[') {
 			return false
 		}
-		msgs = make([]PublishMessage, 0, min(bytes.Count(b, []byte(`"subject"`)), 1024))
+		// Every message is an object of at least {"subject":"a","body":""}:
+		// counting braces (one byte, a vector scan) and that size bound
+		// their number; a search for "subject" cost a tenth of a publish.
+		msgs = make([]PublishMessage, 0, min(bytes.Count(b, []byte{'{'}), len(b)/25, 1024))
 		if s.tok(']') {
 			return true
 		}
