@@ -10,6 +10,10 @@ import (
 
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/route"
+	"github.com/qmq-go/qmq/pkg/tracing"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 )
 
 func batchOf(n int, subject string) []*Message {
@@ -208,4 +212,52 @@ func (b *fakeBroker) requests() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.reqs
+}
+
+// With tracing on a batch has one send span, a child of the caller's
+// context; sampled, every message carries its context.
+func TestSendBatch_Traced(t *testing.T) {
+	for _, sampled := range []bool{true, false} {
+		t.Run(fmt.Sprint("sampled=", sampled), func(t *testing.T) {
+			exp := tracetest.NewInMemoryExporter()
+			sampler := sdktrace.AlwaysSample()
+			if !sampled {
+				sampler = sdktrace.NeverSample()
+			}
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sampler))
+			b := startFakeBroker(t)
+			p := newProducer(t, WithBrokers(b.addr()), WithTracerProvider(tp))
+			msgs := batchOf(5, "s")
+			if errs := p.SendBatch(context.Background(), msgs); errs != nil {
+				t.Fatalf("errors: %v", errs)
+			}
+			spans := exp.GetSpans()
+			if !sampled {
+				if len(spans) != 0 {
+					t.Fatalf("%d spans recorded without sampling", len(spans))
+				}
+				for _, m := range msgs {
+					if len(b.get(m.ID).Properties) != 0 {
+						t.Fatalf("unsampled message carries %v", b.get(m.ID).Properties)
+					}
+				}
+				return
+			}
+			if len(spans) != 1 || spans[0].Name != "send s" {
+				t.Fatalf("spans %v, want one named send s", spans)
+			}
+			for _, m := range msgs {
+				ctx := tracing.Extract(context.Background(), b.get(m.ID).Properties)
+				if sc := trace.SpanContextFromContext(ctx); sc.TraceID() != spans[0].SpanContext.TraceID() || sc.SpanID() != spans[0].SpanContext.SpanID() {
+					t.Fatalf("message %s carries %v, want the batch span %v", m.ID, sc, spans[0].SpanContext)
+				}
+			}
+		})
+	}
+}
+
+func (b *fakeBroker) get(id string) *protocol.Message {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stored[id]
 }
