@@ -148,7 +148,8 @@ func (s *jsonScanner) fields(field func(key string) bool) bool {
 	}
 }
 
-// decodeFast decodes b into req when it has the common shape.
+// decodeFast decodes b into req when it has the common shape, reusing
+// req.Messages' capacity.
 func (req *PublishRequest) decodeFast(b []byte) bool {
 	s := jsonScanner{b: b}
 	var msgs []PublishMessage
@@ -164,7 +165,10 @@ func (req *PublishRequest) decodeFast(b []byte) bool {
 		// Every message is an object of at least {"subject":"a","body":""}:
 		// counting braces (one byte, a vector scan) and that size bound
 		// their number; a search for "subject" cost a tenth of a publish.
-		msgs = make([]PublishMessage, 0, min(bytes.Count(b, []byte{'{'}), len(b)/25, 1024))
+		n := min(bytes.Count(b, []byte{'{'}), len(b)/25, 1024)
+		if msgs = req.Messages[:0]; msgs == nil || cap(msgs) < n {
+			msgs = make([]PublishMessage, 0, n)
+		}
 		if s.tok(']') {
 			return true
 		}

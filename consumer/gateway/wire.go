@@ -139,12 +139,20 @@ func decodeGoJSON(data []byte, v any) *Problem {
 // sized from Content-Length when the client sent one (io.ReadAll's
 // doubling copied a 30 KB publish four times).
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	return readBodyInto(w, r, limit, nil)
+}
+
+// readBodyInto is readBody into buf's capacity when it is large enough.
+func readBodyInto(w http.ResponseWriter, r *http.Request, limit int64, buf []byte) ([]byte, error) {
 	rd := http.MaxBytesReader(w, r.Body, limit)
 	size := int64(512)
 	if n := r.ContentLength; n > 0 {
 		size = min(n, limit) + 1 // room to read the end of the body
 	}
-	b := make([]byte, 0, size)
+	b := buf[:0]
+	if int64(cap(b)) < size {
+		b = make([]byte, 0, size)
+	}
 	for {
 		n, err := rd.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]
@@ -356,7 +364,16 @@ func appendPulled(b []byte, m *consumer.Message, encoding string) []byte {
 // answer is built for every request, and reflection cost more than the
 // rest of the answer (ids and statuses need no escaping; errors do).
 func writePublishResponse(w http.ResponseWriter, code int, res *PublishResponse) {
-	b := make([]byte, 0, 16+len(res.Results)*48)
+	writePublishResponseInto(w, code, res, nil)
+}
+
+// writePublishResponseInto is writePublishResponse encoding into buf's
+// capacity; it returns the buffer used.
+func writePublishResponseInto(w http.ResponseWriter, code int, res *PublishResponse, buf []byte) []byte {
+	b := buf[:0]
+	if n := 16 + len(res.Results)*56; cap(b) < n {
+		b = make([]byte, 0, n)
+	}
 	b = append(b, `{"results":[`...)
 	for i, r := range res.Results {
 		if i > 0 {
@@ -374,6 +391,7 @@ func writePublishResponse(w http.ResponseWriter, code int, res *PublishResponse)
 	}
 	b = append(b, "]}\n"...)
 	writeBody(w, code, b)
+	return b
 }
 
 // appendJSONString appends s as a JSON string: plain when it holds only
