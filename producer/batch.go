@@ -2,6 +2,7 @@ package producer
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -86,6 +87,9 @@ type batchReq struct {
 	bytes   int
 }
 
+// sendHeader is the size of a send request's epoch and message count.
+const sendHeader = 12
+
 var batchPool = sync.Pool{New: func() any { return new(batchBuf) }}
 
 func (bb *batchBuf) put() {
@@ -107,23 +111,31 @@ func (p *Producer) sendBatch(ctx context.Context, msgs []*Message, bb *batchBuf)
 		}
 		errs[i] = err
 	}
-	// Encode every message into one buffer.
-	bb.raw = bb.raw[:0]
+	// Encode every message into one buffer laid out as a send request
+	// (protocol.AppendSendRequest: epoch, count, then each message after
+	// its length): when the whole batch goes to one group in one request,
+	// that buffer is the request, with no copy.
+	bb.raw = append(bb.raw[:0], make([]byte, sendHeader)...)
 	bb.at = bb.at[:0]
 	p.fillIDs(msgs, now)
+	encoded := 0
 	for i, msg := range msgs {
 		if msg.Created.IsZero() {
 			msg.Created = now
 		}
-		start := len(bb.raw)
-		raw, err := protocol.AppendMessage(bb.raw, msg, p.cfg.limits)
+		start := len(bb.raw) + 4
+		raw, err := protocol.AppendMessage(append(bb.raw, 0, 0, 0, 0), msg, p.cfg.limits)
 		m := batchMsg{start: start, end: len(raw), kind: route.Produce, req: -1}
 		if err != nil {
 			fail(i, fmt.Errorf("producer: message %s: %w", msg.ID, err))
-			raw = raw[:start]
-			m.end = start
-		} else if !msg.DeliverAt.IsZero() && msg.DeliverAt.Sub(now) >= p.cfg.delayMin {
-			m.kind = route.ProduceDelay
+			raw = raw[:start-4]
+			m.start, m.end = start-4, start-4
+		} else {
+			binary.BigEndian.PutUint32(raw[start-4:], uint32(m.end-start))
+			encoded++
+			if !msg.DeliverAt.IsZero() && msg.DeliverAt.Sub(now) >= p.cfg.delayMin {
+				m.kind = route.ProduceDelay
+			}
 		}
 		bb.raw = raw
 		bb.at = append(bb.at, m)
@@ -142,8 +154,17 @@ func (p *Producer) sendBatch(ctx context.Context, msgs []*Message, bb *batchBuf)
 		}()
 	}
 	if len(bb.reqs) > 0 {
-		bb.b = p.requestBody(bb, 0, bb.b[:0])
-		results[0] = p.callBatch(ctx, bb.reqs[0], bb.b, now)
+		var body []byte
+		if len(bb.reqs) == 1 && len(bb.reqs[0].idx) == encoded {
+			// Every message, in order: the buffer is the request.
+			binary.BigEndian.PutUint64(bb.raw[0:8], bb.reqs[0].group.Epoch)
+			binary.BigEndian.PutUint32(bb.raw[8:12], uint32(encoded))
+			body = bb.raw
+		} else {
+			bb.b = p.requestBody(bb, 0, bb.b[:0])
+			body = bb.b
+		}
+		results[0] = p.callBatch(ctx, bb.reqs[0], body, now)
 	}
 	wg.Wait()
 
