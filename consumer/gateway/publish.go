@@ -2,10 +2,10 @@ package gateway
 
 import (
 	"fmt"
-	"sync"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/qmq-go/qmq/pkg/protocol"
