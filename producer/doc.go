@@ -66,6 +66,16 @@
 // runs (pkg/transport, "Spin"). A broker whose answers take longer (a
 // durable flush, a remote host) costs a few spins, then one now and then.
 //
+// # Batches
+//
+// SendBatch sends a slice of messages and waits, as Send does, with an
+// error per message (nil when all are stored): the caller's goroutine
+// encodes them and sends them as one request per broker group (WithBatch
+// bounds a request), with no queued record or callback per message; a
+// message whose try failed in a way a retry may fix takes the queued path
+// below. Messages due 500 ms ahead go to delay groups, as Send's. The
+// HTTP gateway (consumer/gateway) publishes every JSON batch with it.
+//
 // # Failures and retries
 //
 // A message whose broker answered a retryable status (readonly, not routed,
@@ -83,7 +93,7 @@
 // SetKey gives a message a business key (property qmq.key) that realtime
 // brokers index: qmqctl lookup --key and trace --key find its messages.
 // WithTracerProvider turns OpenTelemetry on (pkg/tracing: a send span per
-// Send, and per send request for SendAsync's messages, one sampling
+// Send and per SendBatch, and per send request for SendAsync's messages, one sampling
 // decision a request; a sampled span's W3C trace context is written into
 // its messages' properties, so an unsampled SendAsync message costs
 // nothing); off by default, when it costs a nil check.

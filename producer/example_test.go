@@ -2,6 +2,7 @@ package producer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -54,6 +55,34 @@ func ExampleProducer_Send() {
 	}
 	fmt.Println("stored with an id of", len(msg.ID), "characters")
 	// Output: stored with an id of 26 characters
+}
+
+func ExampleProducer_SendBatch() {
+	addr, stop := startExampleBroker()
+	defer stop()
+	p, err := producer.New(producer.WithBrokers(addr))
+	if err != nil {
+		panic(err)
+	}
+	defer p.Close(context.Background())
+
+	msgs := make([]*producer.Message, 100)
+	for i := range msgs {
+		msgs[i] = &producer.Message{Subject: "clicks", Body: []byte(fmt.Sprint(i))}
+	}
+	msgs[99].Subject = "not a subject!" // refused: the others are still stored
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// One request for the batch; nil when every message is stored.
+	errs := p.SendBatch(ctx, msgs)
+	stored := 0
+	for _, err := range errs {
+		if err == nil {
+			stored++
+		}
+	}
+	fmt.Println(stored, "stored;", errors.Is(errs[99], producer.ErrInvalid))
+	// Output: 99 stored; true
 }
 
 func ExampleProducer_SendAsync() {

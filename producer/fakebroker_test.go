@@ -24,6 +24,9 @@ type fakeBroker struct {
 	status protocol.Status // answer every message with this (0: store)
 	delay  time.Duration   // wait this long before answering
 	hold   chan struct{}   // when set, wait for it to close before answering
+	// refuse, when set, answers a message with its status instead of
+	// storing it (0: store).
+	refuse func(m *protocol.Message) protocol.Status
 	reqs   int
 }
 
@@ -89,6 +92,12 @@ func (b *fakeBroker) serveSend(r *netserver.Request) {
 		if err != nil {
 			statuses[i] = protocol.StatusInvalid
 			continue
+		}
+		if b.refuse != nil {
+			if st := b.refuse(m); st != protocol.StatusOK {
+				statuses[i] = st
+				continue
+			}
 		}
 		if b.stored[m.ID] != nil {
 			statuses[i] = protocol.StatusDuplicate

@@ -30,7 +30,10 @@
 //
 // Bodies are UTF-8 text, or base64 with "bodyEncoding":"base64"; "delay"
 // (a Go duration) or "deliverAt" (RFC 3339) make a delayed message, which
-// the producer sends to a delay group. A publish answers once every message
+// the producer sends to a delay group. A batch goes to the broker through
+// producer.SendBatch (one send request per broker group, sent from the
+// request's goroutine; retryable failures retried on the producer's queued
+// path). A publish answers once every message
 // is stored as producer.Send stores it (durable by default) or failed: 200
 // when all are stored; a problem document when all failed with one status
 // (its "results" list each message); 207 with a status per message

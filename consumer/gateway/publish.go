@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/qmq-go/qmq/pkg/protocol"
-	"github.com/qmq-go/qmq/producer"
 )
 
 // Raw publish headers (POST /v1/subjects/{subject}/publish): the body is
@@ -24,24 +23,88 @@ const (
 
 // publish serves POST /v1/publish: a JSON batch.
 func (s *Server) publish(w http.ResponseWriter, r *http.Request, id *identity) *Problem {
-	var req PublishRequest
-	if p := decodeJSON(w, r, s.opts.MaxBodyBytes, &req); p != nil {
-		return p
+	sc := publishPool.Get().(*publishScratch)
+	data, err := readBodyInto(w, r, s.opts.MaxBodyBytes, sc.body)
+	if err != nil {
+		publishPool.Put(sc)
+		return jsonProblem(err)
+	}
+	sc.body = data[:0]
+	req := PublishRequest{Messages: sc.msgs[:0]}
+	if req.decodeFast(data) {
+		sc.msgs = req.Messages[:0]
+	} else {
+		req = PublishRequest{}
+		if p := decodeGoJSON(data, &req); p != nil {
+			publishPool.Put(sc)
+			return p
+		}
 	}
 	switch n := len(req.Messages); {
 	case n == 0:
+		publishPool.Put(sc)
 		return badRequest("messages: at least one message")
 	case n > s.opts.MaxBatch:
+		publishPool.Put(sc)
 		return newProblem(http.StatusRequestEntityTooLarge, protocol.StatusTooLarge,
 			fmt.Sprintf("%d messages in one request, the gateway's limit is %d", n, s.opts.MaxBatch))
 	}
 	now := time.Now()
-	msgs := make([]*protocol.Message, len(req.Messages))
-	errs := make([]error, len(req.Messages))
+	// One array of messages, decoded straight from the request; SendBatch
+	// encodes them into one send request.
+	n := len(req.Messages)
+	sc.size(n)
+	ms, msgs, errs := sc.ms[:n], sc.ptrs[:n], sc.errs[:n]
 	for i := range req.Messages {
-		msgs[i], errs[i] = req.Messages[i].toMessage(now)
+		msgs[i] = nil
+		if errs[i] = req.Messages[i].toMessage(&ms[i], now); errs[i] == nil {
+			msgs[i] = &ms[i]
+		}
 	}
-	return s.sendAll(w, id, msgs, errs)
+	p := s.sendAll(w, r, id, msgs, errs, sc)
+	// What the request decoded aliases sc's buffers: they are reused once
+	// nothing can hold them (a problem document still to be written holds
+	// results; messages of a request whose context ended may still be on
+	// their way in the producer).
+	if p == nil && r.Context().Err() == nil {
+		sc.put()
+	}
+	return p
+}
+
+// publishScratch holds a publish request's buffers, reused across
+// requests: the body, the decoded messages, the producer's messages, their
+// outcomes and the answer (these were most of the gateway's allocations).
+type publishScratch struct {
+	body    []byte
+	msgs    []PublishMessage
+	ms      []protocol.Message
+	ptrs    []*protocol.Message
+	send    []*protocol.Message
+	errs    []error
+	results []PublishResult
+	out     []byte
+}
+
+var publishPool = sync.Pool{New: func() any { return new(publishScratch) }}
+
+// size makes room for n messages.
+func (sc *publishScratch) size(n int) {
+	if cap(sc.ms) < n {
+		sc.ms = make([]protocol.Message, n)
+		sc.ptrs = make([]*protocol.Message, n)
+		sc.send = make([]*protocol.Message, 0, n)
+		sc.errs = make([]error, n)
+		sc.results = make([]PublishResult, n)
+	}
+}
+
+// put keeps sc for another request unless it grew past what is worth
+// keeping.
+func (sc *publishScratch) put() {
+	if cap(sc.body) <= 4<<20 && cap(sc.ms) <= 4096 {
+		publishPool.Put(sc)
+	}
 }
 
 // publishRaw serves POST /v1/subjects/{subject}/publish: one message whose
@@ -74,64 +137,94 @@ func (s *Server) publishRaw(w http.ResponseWriter, r *http.Request, id *identity
 	if err != nil {
 		return jsonProblem(err)
 	}
-	m, err := pm.toMessage(time.Now())
-	if m != nil {
+	m := new(protocol.Message)
+	err = pm.toMessage(m, time.Now())
+	if err != nil {
+		m = nil
+	} else {
 		m.Body = body
 	}
-	return s.sendAll(w, id, []*protocol.Message{m}, []error{err})
+	return s.sendAll(w, r, id, []*protocol.Message{m}, []error{err}, nil)
 }
 
 // sendAll sends msgs (those without an error in errs) and answers with
 // every message's outcome once each is stored or failed: 200 when all are
 // stored, a problem when all failed alike (429 with Retry-After for
 // back-pressure), 207 with the per-message statuses otherwise.
-func (s *Server) sendAll(w http.ResponseWriter, id *identity, msgs []*protocol.Message, errs []error) *Problem {
+// sc, when set, lends its buffers.
+func (s *Server) sendAll(w http.ResponseWriter, r *http.Request, id *identity, msgs []*protocol.Message, errs []error, sc *publishScratch) *Problem {
 	n := int64(len(msgs))
 	if s.inFlight.Add(n) > int64(s.opts.MaxInFlight) {
 		s.inFlight.Add(-n)
 		return busy(fmt.Sprintf("the gateway is publishing %d messages, its limit", s.opts.MaxInFlight))
 	}
 	defer s.inFlight.Add(-n)
-	var wg sync.WaitGroup
-	for i, m := range msgs {
-		if errs[i] != nil {
-			continue
-		}
-		wg.Add(1)
-		err := id.producer.SendAsync(m, func(_ *producer.Message, err error) {
-			errs[i] = err
-			wg.Done()
-		})
-		if err != nil {
-			errs[i] = err
-			wg.Done()
+	// The valid messages, in one producer.SendBatch: one send request per
+	// broker group, no queued record or callback per message.
+	send := msgs
+	valid := 0
+	for _, err := range errs {
+		if err == nil {
+			valid++
 		}
 	}
-	wg.Wait()
-	res := PublishResponse{Results: make([]PublishResult, len(msgs))}
+	if valid < len(msgs) {
+		send = make([]*protocol.Message, 0, valid)
+		if sc != nil && cap(sc.send) >= valid {
+			send = sc.send[:0]
+		}
+		for i, m := range msgs {
+			if errs[i] == nil {
+				send = append(send, m)
+			}
+		}
+	}
+	if valid > 0 {
+		if serrs := id.producer.SendBatch(r.Context(), send); serrs != nil {
+			k := 0
+			for i := range msgs {
+				if errs[i] == nil {
+					errs[i] = serrs[k]
+					k++
+				}
+			}
+		}
+	}
+	res := PublishResponse{}
+	if sc != nil && cap(sc.results) >= len(msgs) {
+		res.Results = sc.results[:len(msgs)]
+	} else {
+		res.Results = make([]PublishResult, len(msgs))
+	}
 	failed, same := 0, protocol.StatusOK
 	for i, err := range errs {
-		st := statusOf(err)
-		r := PublishResult{Status: st.String()}
+		r := PublishResult{Status: statusOK}
 		if msgs[i] != nil {
 			r.ID = msgs[i].ID
 		}
 		if err != nil {
-			r.Error = err.Error()
+			st := statusOf(err)
+			r.Status, r.Error = st.String(), err.Error()
 			if failed == 0 {
 				same = st
 			} else if st != same {
 				same = protocol.StatusInternal // mixed
 			}
 			failed++
+			s.mets.published.WithLabelValues(r.Status).Inc()
 		}
-		s.mets.published.WithLabelValues(r.Status).Inc()
 		res.Results[i] = r
+	}
+	if ok := len(errs) - failed; ok > 0 {
+		s.mets.published.WithLabelValues(statusOK).Add(float64(ok))
+	}
+	var out []byte
+	if sc != nil {
+		out = sc.out
 	}
 	switch {
 	case failed == 0:
-		writePublishResponse(w, http.StatusOK, &res)
-		return nil
+		out = writePublishResponseInto(w, http.StatusOK, &res, out)
 	case failed == len(errs) && same != protocol.StatusInternal:
 		p := newProblem(httpStatus(same), same, fmt.Sprintf("%d of %d messages failed: %s", failed, len(errs), firstError(res.Results)))
 		if p.Status == http.StatusTooManyRequests || p.Status == http.StatusServiceUnavailable {
@@ -139,10 +232,17 @@ func (s *Server) sendAll(w http.ResponseWriter, id *identity, msgs []*protocol.M
 		}
 		p.Results = res.Results
 		return p
+	default:
+		out = writePublishResponseInto(w, http.StatusMultiStatus, &res, out)
 	}
-	writePublishResponse(w, http.StatusMultiStatus, &res)
+	if sc != nil {
+		sc.out = out[:0]
+	}
 	return nil
 }
+
+// statusOK is the status name of a stored message.
+var statusOK = protocol.StatusOK.String()
 
 func firstError(rs []PublishResult) string {
 	for _, r := range rs {

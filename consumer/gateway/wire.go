@@ -139,12 +139,20 @@ func decodeGoJSON(data []byte, v any) *Problem {
 // sized from Content-Length when the client sent one (io.ReadAll's
 // doubling copied a 30 KB publish four times).
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	return readBodyInto(w, r, limit, nil)
+}
+
+// readBodyInto is readBody into buf's capacity when it is large enough.
+func readBodyInto(w http.ResponseWriter, r *http.Request, limit int64, buf []byte) ([]byte, error) {
 	rd := http.MaxBytesReader(w, r.Body, limit)
 	size := int64(512)
 	if n := r.ContentLength; n > 0 {
 		size = min(n, limit) + 1 // room to read the end of the body
 	}
-	b := make([]byte, 0, size)
+	b := buf[:0]
+	if int64(cap(b)) < size {
+		b = make([]byte, 0, size)
+	}
 	for {
 		n, err := rd.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]
@@ -175,26 +183,27 @@ func jsonProblem(err error) *Problem {
 	return badRequest("malformed JSON: " + err.Error())
 }
 
-// toMessage checks pm and builds the message to send; now anchors Delay.
-func (pm *PublishMessage) toMessage(now time.Time) (*protocol.Message, error) {
+// toMessage checks pm and builds the message to send in m; now anchors
+// Delay.
+func (pm *PublishMessage) toMessage(m *protocol.Message, now time.Time) error {
 	if err := protocol.DefaultLimits.CheckSubject(pm.Subject); err != nil {
-		return nil, err
+		return err
 	}
-	m := &protocol.Message{Subject: pm.Subject, ID: pm.ID, Tags: pm.Tags}
+	*m = protocol.Message{Subject: pm.Subject, ID: pm.ID, Tags: pm.Tags}
 	switch pm.BodyEncoding {
 	case "", encodingUTF8:
-		// The producer encodes the message in SendAsync, before it
+		// The producer encodes the message in SendBatch, before it
 		// returns, and never writes to Body: the decoded string's bytes
 		// serve as the body without a second copy.
 		m.Body = unsafe.Slice(unsafe.StringData(pm.Body), len(pm.Body))
 	case encodingBase64:
 		b, err := base64.StdEncoding.DecodeString(pm.Body)
 		if err != nil {
-			return nil, protocol.Errorf(protocol.StatusInvalid, "body is not valid base64: "+err.Error())
+			return protocol.Errorf(protocol.StatusInvalid, "body is not valid base64: "+err.Error())
 		}
 		m.Body = b
 	default:
-		return nil, protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf("bodyEncoding %q: want utf8 or base64", pm.BodyEncoding))
+		return protocol.Errorf(protocol.StatusInvalid, fmt.Sprintf("bodyEncoding %q: want utf8 or base64", pm.BodyEncoding))
 	}
 	if len(pm.Properties) > 0 {
 		m.Properties = make([]protocol.Property, 0, len(pm.Properties))
@@ -204,16 +213,16 @@ func (pm *PublishMessage) toMessage(now time.Time) (*protocol.Message, error) {
 	}
 	at, err := deliverAt(pm.DeliverAt, pm.Delay, now)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	m.DeliverAt = at
 	if pm.Replace && pm.ScheduleKey == "" {
-		return nil, protocol.Errorf(protocol.StatusInvalid, "replace: only with a scheduleKey")
+		return protocol.Errorf(protocol.StatusInvalid, "replace: only with a scheduleKey")
 	}
 	if pm.ScheduleKey != "" || pm.ExpireAt != nil {
 		m.Properties = setScheduleProperties(m.Properties, pm.ScheduleKey, pm.Replace, pm.ExpireAt)
 	}
-	return m, nil
+	return nil
 }
 
 // setScheduleProperties sets the properties that carry a schedule key, its
@@ -355,7 +364,16 @@ func appendPulled(b []byte, m *consumer.Message, encoding string) []byte {
 // answer is built for every request, and reflection cost more than the
 // rest of the answer (ids and statuses need no escaping; errors do).
 func writePublishResponse(w http.ResponseWriter, code int, res *PublishResponse) {
-	b := make([]byte, 0, 16+len(res.Results)*48)
+	writePublishResponseInto(w, code, res, nil)
+}
+
+// writePublishResponseInto is writePublishResponse encoding into buf's
+// capacity; it returns the buffer used.
+func writePublishResponseInto(w http.ResponseWriter, code int, res *PublishResponse, buf []byte) []byte {
+	b := buf[:0]
+	if n := 16 + len(res.Results)*56; cap(b) < n {
+		b = make([]byte, 0, n)
+	}
 	b = append(b, `{"results":[`...)
 	for i, r := range res.Results {
 		if i > 0 {
@@ -373,6 +391,7 @@ func writePublishResponse(w http.ResponseWriter, code int, res *PublishResponse)
 	}
 	b = append(b, "]}\n"...)
 	writeBody(w, code, b)
+	return b
 }
 
 // appendJSONString appends s as a JSON string: plain when it holds only

@@ -64,32 +64,69 @@ func (g *Generator) NextAt(now time.Time) string {
 // AppendNext appends a new id to dst.
 func (g *Generator) AppendNext(dst []byte) []byte { return g.appendAt(dst, g.now().UnixMilli()) }
 
-func (g *Generator) appendAt(dst []byte, ms int64) []byte {
-	g.mu.Lock()
+// AppendNextN appends n new ids for messages created at now, in order,
+// taking the lock once per 32 ids rather than once per id.
+func (g *Generator) AppendNextN(dst []byte, now time.Time, n int) []byte {
+	type word struct {
+		ms int64
+		hi uint16
+		lo uint64
+	}
+	var ws [32]word
+	ms := now.UnixMilli()
+	for n > 0 {
+		k := min(n, len(ws))
+		g.mu.Lock()
+		for i := range k {
+			ms = g.advanceLocked(ms)
+			ws[i] = word{ms, g.hi, g.lo}
+		}
+		g.mu.Unlock()
+		for _, w := range ws[:k] {
+			dst = appendBase32(dst, pack(w.ms, w.hi, w.lo))
+		}
+		n -= k
+	}
+	return dst
+}
+
+// advanceLocked moves the generator to the next id of millisecond ms (or
+// of its last one, when ms is not later) and returns that id's
+// millisecond. g.mu is held.
+func (g *Generator) advanceLocked(ms int64) int64 {
 	if ms > g.last {
 		g.last = ms
 		g.hi = uint16(g.rng.Uint64())
 		g.lo = g.rng.Uint64()
-	} else {
-		// Same (or an earlier, after a clock step back) millisecond: count
-		// up from the previous id so ids stay ordered.
-		g.lo++
-		if g.lo == 0 {
-			g.hi++
-			if g.hi == 0 {
-				g.last++ // 2^80 ids in one millisecond: borrow the next one
-			}
-		}
-		ms = g.last
+		return ms
 	}
-	hi, lo := g.hi, g.lo
-	g.mu.Unlock()
+	// Same (or an earlier, after a clock step back) millisecond: count
+	// up from the previous id so ids stay ordered.
+	g.lo++
+	if g.lo == 0 {
+		g.hi++
+		if g.hi == 0 {
+			g.last++ // 2^80 ids in one millisecond: borrow the next one
+		}
+	}
+	return g.last
+}
+
+func pack(ms int64, hi uint16, lo uint64) [16]byte {
 	var raw [16]byte
 	binary.BigEndian.PutUint16(raw[0:2], uint16(ms>>32))
 	binary.BigEndian.PutUint32(raw[2:6], uint32(ms))
 	binary.BigEndian.PutUint16(raw[6:8], hi)
 	binary.BigEndian.PutUint64(raw[8:16], lo)
-	return appendBase32(dst, raw)
+	return raw
+}
+
+func (g *Generator) appendAt(dst []byte, ms int64) []byte {
+	g.mu.Lock()
+	ms = g.advanceLocked(ms)
+	hi, lo := g.hi, g.lo
+	g.mu.Unlock()
+	return appendBase32(dst, pack(ms, hi, lo))
 }
 
 // appendBase32 writes 128 bits as 26 base32 digits, most significant first

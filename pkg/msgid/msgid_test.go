@@ -118,3 +118,25 @@ func BenchmarkAppendBase32(b *testing.B) {
 		buf = appendBase32(buf[:0], raw)
 	}
 }
+
+func TestAppendNextN_OrderedAndUnique(t *testing.T) {
+	g := New(nil)
+	now := time.Now()
+	b := g.AppendNextN(nil, now, 100)
+	b = g.AppendNextN(b, now, 3)
+	b = append(b, g.NextAt(now)...)
+	if len(b) != 104*Size {
+		t.Fatalf("%d bytes, want %d", len(b), 104*Size)
+	}
+	prev := ""
+	for i := 0; i < 104; i++ {
+		id := string(b[i*Size : (i+1)*Size])
+		if id <= prev {
+			t.Fatalf("id %d %s not after %s", i, id, prev)
+		}
+		if at, ok := Time(id); !ok || at.UnixMilli() != now.UnixMilli() {
+			t.Fatalf("id %d %s: time %v %v, want %v", i, id, at, ok, now)
+		}
+		prev = id
+	}
+}
