@@ -3,6 +3,7 @@ package segment
 import (
 	"encoding/binary"
 	"hash/crc32"
+	"math/bits"
 )
 
 // CRC-32C of a concatenation from the CRCs of its parts, so a record whose
@@ -20,8 +21,8 @@ import (
 // (the inversions cancel: crc(A ‖ B) and c2 see the same final inversion,
 // and the initial all-ones register of B's own CRC is the one A's
 // inversion left). The multiplication by x^(8·n) is a linear map of c1; a
-// CRCCombiner keeps that map for recent lengths as 32 columns (the image of
-// each bit), so combining costs 32 masked XORs.
+// CRCCombiner keeps that map for recent lengths as 8 tables of 16 entries
+// (the image of each 4-bit group of c1), so combining costs 8 lookups.
 
 // castagnoliReflected is the Castagnoli polynomial in reflected order.
 const castagnoliReflected = 0x82F63B78
@@ -73,29 +74,39 @@ type CRCCombiner struct {
 }
 
 type combinerSlot struct {
-	n    int // len(B) + 1; 0: empty
-	cols [32]uint32
+	n   int // len(B) + 1; 0: empty
+	tab [8][16]uint32
 }
 
 // Combine returns crc(A ‖ B) from c1 = crc(A), c2 = crc(B) and n = len(B).
 func (c *CRCCombiner) Combine(c1, c2 uint32, n int) uint32 {
 	s := &c.slots[uint(n)%combinerSlots]
 	if s.n != n+1 {
-		// The map's columns: the image of bit i (x^(31-i)) is
-		// x^(8n)·x^(31-i); start from x^(8n)·x⁰ (bit 31) and multiply
-		// by x for each lower bit.
-		col := xPow8(n)
-		for i := 31; i >= 0; i-- {
-			s.cols[i] = col
-			col = col>>1 ^ castagnoliReflected&-(col&1)
+		s.fill(n)
+	}
+	t := &s.tab
+	return t[0][c1&15] ^ t[1][c1>>4&15] ^ t[2][c1>>8&15] ^ t[3][c1>>12&15] ^
+		t[4][c1>>16&15] ^ t[5][c1>>20&15] ^ t[6][c1>>24&15] ^ t[7][c1>>28] ^ c2
+}
+
+// fill makes s the map of multiplying by x^(8n): bit i of c1 (x^(31-i))
+// goes to cols[i] = x^(8n)·x^(31-i), and tab[k][v] is the XOR of the
+// columns of v's bits in c1's group k.
+func (s *combinerSlot) fill(n int) {
+	var cols [32]uint32
+	col := xPow8(n) // the image of bit 31, x⁰; each lower bit is one more x
+	for i := 31; i >= 0; i-- {
+		cols[i] = col
+		col = col>>1 ^ castagnoliReflected&-(col&1)
+	}
+	for k := range s.tab {
+		t := &s.tab[k]
+		t[0] = 0
+		for v := 1; v < 16; v++ {
+			t[v] = t[v&(v-1)] ^ cols[4*k+bits.TrailingZeros(uint(v))]
 		}
-		s.n = n + 1
 	}
-	var p uint32
-	for i := 0; i < 32; i++ {
-		p ^= s.cols[i] & -(c1 >> i & 1)
-	}
-	return p ^ c2
+	s.n = n + 1
 }
 
 // minCombineTail: below this a tail is summed directly (as fast as combining).
@@ -104,26 +115,32 @@ const minCombineTail = 512
 // AppendSummed adds a record like Append, whose body's last tail bytes
 // have the CRC-32C tailCRC (known to the caller, e.g. a message's own
 // checked CRC): the record's CRC is computed over the rest and combined
-// with tailCRC (comb), not over those bytes again. The record is the one
-// Append would write when tailCRC is right; when it is not, the record
-// fails its CRC check on every read. Short tails are summed directly.
+// with tailCRC (comb), not over those bytes again; short tails are summed
+// directly. The record is the one Append would write when tailCRC is
+// right; when it is not, the record fails its CRC check on every read.
+// A body of refMinBody bytes or more is not copied: b refers to it until
+// Reset, so it must not change before Write returns (vecwrite.go).
 func (b *Batch) AppendSummed(kind uint8, head, body []byte, tail int, tailCRC uint32, comb *CRCCombiner) (int64, error) {
-	if tail < minCombineTail || tail > len(body) {
-		return b.Append(kind, head, body)
-	}
-	c, off, err := b.place(RecordSize(len(head) + len(body)))
+	c, off, err := b.placeIn(RecordSize(len(head)+len(body)), true)
 	if err != nil {
 		return 0, err
 	}
-	start := len(c.data)
-	c.data = append(c.data, make([]byte, HeaderSize)...)
-	c.data = append(c.data, head...)
-	c.data = append(c.data, body...)
-	h := c.data[start:]
-	putHeaderFields(h, kind, len(head)+len(body))
+	var h [HeaderSize]byte
+	putHeaderFields(h[:], kind, len(head)+len(body))
 	crc := crc32.Update(0, castagnoli, h[:8])
 	crc = crc32.Update(crc, castagnoli, head)
-	crc = crc32.Update(crc, castagnoli, body[:len(body)-tail])
-	binary.BigEndian.PutUint32(h[8:], comb.Combine(crc, tailCRC, tail))
+	if tail < minCombineTail || tail > len(body) {
+		crc = crc32.Update(crc, castagnoli, body)
+	} else {
+		crc = crc32.Update(crc, castagnoli, body[:len(body)-tail])
+		crc = comb.Combine(crc, tailCRC, tail)
+	}
+	binary.BigEndian.PutUint32(h[8:], crc)
+	if len(body) < refMinBody {
+		b.addArena(c, h[:], head, body)
+	} else {
+		b.addArena(c, h[:], head)
+		c.addRef(body)
+	}
 	return off, nil
 }
