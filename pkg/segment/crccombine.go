@@ -118,7 +118,7 @@ const minCombineTail = 512
 // with tailCRC (comb), not over those bytes again; short tails are summed
 // directly. The record is the one Append would write when tailCRC is
 // right; when it is not, the record fails its CRC check on every read.
-// A body of refMinBody bytes or more is not copied: b refers to it until
+// A body of refMinBody (2 KiB) or more is not copied: b refers to it until
 // Reset, so it must not change before Write returns (vecwrite.go).
 func (b *Batch) AppendSummed(kind uint8, head, body []byte, tail int, tailCRC uint32, comb *CRCCombiner) (int64, error) {
 	c, off, err := b.placeIn(RecordSize(len(head)+len(body)), true)

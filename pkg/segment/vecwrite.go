@@ -7,8 +7,12 @@ package segment
 
 // refMinBody: a body at least this long is written from the caller's
 // bytes; a shorter one is copied into the arena, where it joins the pieces
-// around it (one iovec for a run of small records).
-const refMinBody = 512
+// around it (one iovec for a run of small records). Each piece costs the
+// kernel's copy some time of its own: with 1 KiB bodies referred to (two
+// pieces a record) the broker's system time rose more than its copy saved
+// (broker CPU 2.58–2.65 µs a message against 2.54–2.55 copying); at 16 KiB
+// it saved 10–15 % (29.6–30.2 µs against 33.1–37.7).
+const refMinBody = 2048
 
 // maxIovecs bounds the pieces of one pwritev (IOV_MAX on Linux).
 const maxIovecs = 1024
