@@ -67,7 +67,10 @@
 // a copy that touches a fresh page takes a page fault, and on ext4 that
 // fault waits for a journal commit a concurrent fdatasync is running, so a
 // writer that must not wait behind its syncs (a log fsynced per group
-// commit) sets NoMmap.
+// commit) sets NoMmap. Batch.AppendSummed builds a record whose body brings
+// its own checked CRC (the record's is combined from it, crccombine.go) and
+// refers to bodies of 2 KiB or more instead of copying them; Write then
+// uses pwritev (vecwrite.go) or copies the pieces record by record.
 //
 // Reader reads records in order from an offset up to a limit its caller
 // gives (what is written, or what is durable), beside the writer: the delay

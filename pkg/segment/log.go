@@ -282,12 +282,30 @@ type Batch struct {
 	next   int64
 	segEnd int64
 	n      int
+	// arena holds the bytes of vectored chunks that are the batch's own
+	// (record headers, small bodies: AppendSummed); its earlier bytes never
+	// change while pieces refer to them, even after append moved it.
+	arena []byte
 }
 
 type chunk struct {
 	off  int64
 	data []byte
 	run  bool // data is the caller's (AppendRun): never appended to or reused
+	// vec: the chunk's bytes are iov's pieces, in order (AppendSummed),
+	// size bytes in all; arenaTail: the last piece ends where arena ends.
+	vec       bool
+	arenaTail bool
+	iov       [][]byte
+	size      int
+}
+
+// bytes returns the chunk's length.
+func (c *chunk) bytes() int {
+	if c.vec {
+		return c.size
+	}
+	return len(c.data)
 }
 
 // NewBatch returns an empty batch that starts at the log's end.
@@ -300,13 +318,19 @@ func (l *Log) NewBatch() *Batch {
 // Reset empties b, keeping its buffers, and starts it at the log's end.
 func (b *Batch) Reset() {
 	for i := range b.chunks {
-		if c := &b.chunks[i]; c.run {
+		c := &b.chunks[i]
+		if c.run {
 			c.data, c.run = nil, false
 		} else {
 			c.data = c.data[:0]
 		}
+		if c.vec {
+			clear(c.iov) // the caller's bodies are not kept
+			c.iov, c.vec, c.arenaTail, c.size = c.iov[:0], false, false, 0
+		}
 	}
 	b.chunks = b.chunks[:0]
+	b.arena = b.arena[:0]
 	b.next, b.segEnd = b.l.tail()
 	b.n = 0
 }
@@ -324,8 +348,8 @@ func (b *Batch) Records() int { return b.n }
 // Bytes returns how many bytes b holds.
 func (b *Batch) Bytes() int {
 	n := 0
-	for _, c := range b.chunks {
-		n += len(c.data)
+	for i := range b.chunks {
+		n += b.chunks[i].bytes()
 	}
 	return n
 }
@@ -399,7 +423,10 @@ func (b *Batch) AppendRun(run []byte, first, n int) (int64, error) {
 // place reserves size bytes for the next record (at the next segment's
 // start when it does not fit in this one) and returns the chunk to append
 // its bytes to and its offset.
-func (b *Batch) place(size int64) (*chunk, int64, error) {
+func (b *Batch) place(size int64) (*chunk, int64, error) { return b.placeIn(size, false) }
+
+// placeIn is place for a chunk of data (vec false) or of pieces (vec true).
+func (b *Batch) placeIn(size int64, vec bool) (*chunk, int64, error) {
 	if size > b.l.opts.MaxRecordSize {
 		return nil, 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, size, b.l.opts.MaxRecordSize)
 	}
@@ -411,12 +438,14 @@ func (b *Batch) place(size int64) (*chunk, int64, error) {
 	}
 	// A chunk never crosses a segment's start: a record that ends exactly
 	// at a segment's end is followed by one in the next segment's chunk.
-	if last := len(b.chunks) - 1; last < 0 || moved || b.chunks[last].run || b.chunks[last].off+int64(len(b.chunks[last].data)) != b.next {
+	if last := len(b.chunks) - 1; last < 0 || moved || b.chunks[last].run || b.chunks[last].vec != vec ||
+		b.chunks[last].off+int64(b.chunks[last].bytes()) != b.next {
 		if len(b.chunks) < cap(b.chunks) {
 			b.chunks = b.chunks[:len(b.chunks)+1]
-			b.chunks[len(b.chunks)-1].off = b.next
+			c := &b.chunks[len(b.chunks)-1]
+			c.off, c.vec = b.next, vec
 		} else {
-			b.chunks = append(b.chunks, chunk{off: b.next})
+			b.chunks = append(b.chunks, chunk{off: b.next, vec: vec})
 		}
 	}
 	off := b.next
@@ -431,19 +460,26 @@ func (l *Log) Write(b *Batch) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	for _, c := range b.chunks {
-		if len(c.data) == 0 {
+	for i := range b.chunks {
+		c := &b.chunks[i]
+		n := int64(c.bytes())
+		if n == 0 {
 			continue
 		}
-		s, err := l.segmentForWrite(c.off, int64(len(c.data)))
+		s, err := l.segmentForWrite(c.off, n)
 		if err != nil {
 			return l.poison(err)
 		}
-		l.awaitFill(c.off + int64(len(c.data)))
-		if err := l.writeAt(s, c.data, c.off-s.base); err != nil {
+		l.awaitFill(c.off + n)
+		if c.vec {
+			err = l.writeVecAt(s, c.iov, c.off-s.base)
+		} else {
+			err = l.writeAt(s, c.data, c.off-s.base)
+		}
+		if err != nil {
 			return l.poison(fmt.Errorf("segment: write %s at %d: %w", FileName(s.base), c.off-s.base, err))
 		}
-		l.end.Store(c.off + int64(len(c.data)))
+		l.end.Store(c.off + n)
 	}
 	return nil
 }

@@ -28,15 +28,20 @@ func putHeader(dst []byte, kind uint8, payload ...[]byte) {
 	for _, p := range payload {
 		n += len(p)
 	}
-	binary.BigEndian.PutUint16(dst[0:], Magic)
-	dst[2] = Version
-	dst[3] = kind
-	binary.BigEndian.PutUint32(dst[4:], uint32(n))
+	putHeaderFields(dst, kind, n)
 	crc := crc32.Update(0, castagnoli, dst[:8])
 	for _, p := range payload {
 		crc = crc32.Update(crc, castagnoli, p)
 	}
 	binary.BigEndian.PutUint32(dst[8:], crc)
+}
+
+// putHeaderFields writes a header's fields before its CRC into dst[:8].
+func putHeaderFields(dst []byte, kind uint8, n int) {
+	binary.BigEndian.PutUint16(dst[0:], Magic)
+	dst[2] = Version
+	dst[3] = kind
+	binary.BigEndian.PutUint32(dst[4:], uint32(n))
 }
 
 // isZeroHeader reports whether h (a header's bytes) is all zero: no record

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"sync"
 
@@ -336,7 +337,9 @@ func (s *Store) writeGroup(g *commitGroup) bool {
 				meta.subj = sj
 			}
 			putRecordHead(head, sj.next, now)
-			off, err := batch.Append(recordMessage, head, m)
+			// The message's CRC (checked by the caller) covers all of it
+			// but its first 4 bytes: the record's CRC is derived from it.
+			off, err := batch.AppendSummed(recordMessage, head, m, len(m)-4, binary.BigEndian.Uint32(m), &s.direct.crcs)
 			if err != nil {
 				r.results[i].Err = protocol.Errorf(protocol.StatusTooLarge, err.Error())
 				continue

@@ -22,6 +22,9 @@ type directAppend struct {
 	queued atomic.Int64
 	batch  *segment.Batch
 	head   [recordHeadSize]byte
+	// crcs derives each record's CRC from its message's own (checked)
+	// CRC (messagelog.go).
+	crcs segment.CRCCombiner
 	// req is the request TryWriteViewsNow appends, reused (mu held).
 	req appendReq
 	// written is the group TryWriteViewsNow wrote and Written.Publish

@@ -17,7 +17,11 @@ import (
 // so the whole record header is 28 bytes: magic and version, length, the
 // CRC-32C (over header and payload), the subject's consume-log sequence and
 // the append time. The message keeps its own CRC-32C, checked again by every
-// reader of the message.
+// reader of the message. The appender derives the record's CRC from the
+// message's (checked on the way in, it covers all of the message but its
+// first 4 bytes: segment.Batch.AppendSummed) instead of a second pass over
+// the message's bytes; the bytes written are the same, and a message whose
+// CRC were wrong would make a record that fails its check.
 const (
 	recordMessage   uint8 = 1
 	recordHeadSize        = 16

@@ -11,8 +11,14 @@ package main
 // Ours, for each body size in produceSizes: a fresh qmq-realtime with its
 // default durable flush (fdatasync before every ack, group commit), one
 // producer process (one core, GOMAXPROCS=1, one connection) sending for 5 s
-// with the bench's default pipelining: batches of up to 256 messages and
-// 1 MiB, 16 in flight. Payload MB/s counts bodies only (MB = 10⁶ bytes).
+// with our best pipelining (not the bench's default of 16 in flight, which
+// the peer suites use): batches of up to 256 messages and 1 MiB,
+// produceSizesInflight (64) in flight. With 16 in flight a 1 KiB run waited
+// on its group commits (~13 ms a request: 16 requests of 256 KiB took ~7
+// commits of ~2 ms, both cores not yet busy); 48–64 took 25–40 % more at
+// 1 KiB and the same at 16 KiB, more gave nothing (realtime/store/NOTES.md,
+// "Payload against the disk"). Payload MB/s counts bodies only (MB = 10⁶
+// bytes).
 //
 //	produce_sizes_disk_1m_mb_per_s    1 MiB fresh append + fdatasync (the faster run)
 //	produce_<size>_mb_per_s           ours, payload, for size 256b, 1k, 4k, 16k, 64k
@@ -32,6 +38,7 @@ const (
 	diskProbeDuration    = 3 * time.Second
 	diskProbeMax         = 2 << 30
 	diskProbeChunk       = 1 << 20
+	produceSizesInflight = 64
 )
 
 // produceSizes are the body sizes the suite sends, with their metric names.
@@ -54,7 +61,7 @@ func runProduceSizes(env *Env) error {
 	var results []result
 	for _, sz := range produceSizes {
 		msgs, err := env.produceOursWith(filepath.Join(env.Dir, "qmq-"+sz.name), produceSizesDuration,
-			[]string{"-size", fmt.Sprint(sz.bytes)})
+			[]string{"-size", fmt.Sprint(sz.bytes), "-inflight", fmt.Sprint(produceSizesInflight)})
 		if err != nil {
 			return fmt.Errorf("%s bodies: %w", sz.name, err)
 		}
