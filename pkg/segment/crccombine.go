@@ -125,8 +125,8 @@ func (b *Batch) AppendSummed(kind uint8, head, body []byte, tail int, tailCRC ui
 	if err != nil {
 		return 0, err
 	}
-	var h [HeaderSize]byte
-	putHeaderFields(h[:], kind, len(head)+len(body))
+	h := b.header[:] // the batch's: a local array would escape (crc32's dispatch)
+	putHeaderFields(h, kind, len(head)+len(body))
 	crc := crc32.Update(0, castagnoli, h[:8])
 	crc = crc32.Update(crc, castagnoli, head)
 	if tail < minCombineTail || tail > len(body) {
@@ -137,9 +137,9 @@ func (b *Batch) AppendSummed(kind uint8, head, body []byte, tail int, tailCRC ui
 	}
 	binary.BigEndian.PutUint32(h[8:], crc)
 	if len(body) < refMinBody {
-		b.addArena(c, h[:], head, body)
+		b.addArena(c, h, head, body)
 	} else {
-		b.addArena(c, h[:], head)
+		b.addArena(c, h, head)
 		c.addRef(body)
 	}
 	return off, nil

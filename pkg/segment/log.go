@@ -286,6 +286,8 @@ type Batch struct {
 	// (record headers, small bodies: AppendSummed); its earlier bytes never
 	// change while pieces refer to them, even after append moved it.
 	arena []byte
+	// header is AppendSummed's record header being built.
+	header [HeaderSize]byte
 }
 
 type chunk struct {
