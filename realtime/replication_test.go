@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/qmq-go/qmq/consumer"
+	"github.com/qmq-go/qmq/pkg/failover"
 	"github.com/qmq-go/qmq/pkg/netserver"
 	"github.com/qmq-go/qmq/pkg/protocol"
 	"github.com/qmq-go/qmq/pkg/testutil"
@@ -528,24 +529,17 @@ func (st *metaStub) state(role protocol.BrokerRole) (protocol.GroupState, bool) 
 	return q.State, ok
 }
 
-// A slave registers as the group's slave; a --wait-slave master whose slave
-// lags past the threshold reports itself readonly to the meta server, and
-// read-write again once the slave is back.
-func TestReplication_RegistersRoleAndLagState(t *testing.T) {
-	if testing.Short() {
-		t.Skip("waits out the lag threshold")
-	}
+// A slave registers as the group's slave and its master as the master,
+// read-write. (What a --wait-slave master does when its slave goes is
+// failover's: TestReplication_SlaveDownReadonly, TestTiming_FailoverKillSlave.)
+func TestReplication_RegistersRoles(t *testing.T) {
 	meta := startMetaStub(t)
 	withMeta := func(o *realtime.Options) {
 		o.MetaServers = []string{meta.addr}
 		o.HeartbeatInterval = 50 * time.Millisecond
 	}
-	m := startBroker(t, t.TempDir(), replOptions, withMeta, func(o *realtime.Options) {
-		o.WaitSlave = true
-		o.SlaveLagReadonly = time.Second
-	})
-	sdir := t.TempDir()
-	s := startSlave(t, sdir, m.addr(), withMeta)
+	m := startBroker(t, t.TempDir(), replOptions, withMeta, func(o *realtime.Options) { o.WaitSlave = true })
+	startSlave(t, t.TempDir(), m.addr(), withMeta)
 	expect := func(role protocol.BrokerRole, want protocol.GroupState) {
 		t.Helper()
 		testutil.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
@@ -557,6 +551,47 @@ func TestReplication_RegistersRoleAndLagState(t *testing.T) {
 	}
 	expect(protocol.RoleSlave, protocol.GroupReadonly)
 	expect(protocol.RoleMaster, protocol.GroupReadWrite)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := rawSend(ctx, newClient(t), m.addr(), "r", "1"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A --wait-slave master with --slave-down readonly whose eligible slave
+// stops refuses sends (readonly) until the slave is back and eligible
+// again; a slave that left before it became eligible would leave it alone
+// instead (the policy is about a slave that could be elected).
+func TestReplication_SlaveDownReadonly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a meta server over etcd and waits for eligibility twice")
+	}
+	meta, _ := startFailoverMeta(t, 2*time.Second)
+	withMeta := func(o *realtime.Options) {
+		o.Group = failoverGroup
+		o.MetaServers = []string{meta.Addr().String()}
+		o.HeartbeatInterval = 50 * time.Millisecond
+	}
+	m := startBroker(t, t.TempDir(), replOptions, withMeta, func(o *realtime.Options) {
+		o.WaitSlave = true
+		o.SlaveDown = failover.SlaveDownReadonly
+	})
+	state := func(what string, ok func(realtime.ReplicationStatus) bool) {
+		t.Helper()
+		testutil.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+			if st := m.Replication(); !ok(st) {
+				return fmt.Errorf("%s: %+v", what, st)
+			}
+			return nil
+		})
+	}
+	eligible := func(st realtime.ReplicationStatus) bool {
+		return st.EligibleSlave != "" && st.WriteState == protocol.WriteWritable
+	}
+	state("the master", func(st realtime.ReplicationStatus) bool { return st.Role == realtime.RoleMaster && st.Epoch > 0 })
+	sdir := t.TempDir()
+	s := startBroker(t, sdir, replOptions, withMeta, func(o *realtime.Options) { o.Role = realtime.RoleSlave })
+	state("the slave eligible", eligible)
 	c := newClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -566,12 +601,15 @@ func TestReplication_RegistersRoleAndLagState(t *testing.T) {
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	state("readonly with the slave gone", func(st realtime.ReplicationStatus) bool { return st.WriteState == protocol.WriteReadonly })
 	if err := rawSend(ctx, c, m.addr(), "r", "2"); !errors.Is(err, protocol.ErrReadonly) {
 		t.Fatalf("send with the slave gone: %v", err)
 	}
-	expect(protocol.RoleMaster, protocol.GroupReadonly)
-	startSlave(t, sdir, m.addr(), withMeta)
-	expect(protocol.RoleMaster, protocol.GroupReadWrite)
+	startBroker(t, sdir, replOptions, withMeta, func(o *realtime.Options) { o.Role = realtime.RoleSlave })
+	state("the slave eligible again", eligible)
+	if err := rawSend(ctx, c, m.addr(), "r", "3"); err != nil {
+		t.Fatalf("send with the slave back: %v", err)
+	}
 }
 
 // A slave without --master follows the master the meta server names.
