@@ -6,12 +6,16 @@ package main
 // (GOMAXPROCS=1) with one connection.
 //
 // Ours: qmq-realtime with its default durable flush (every message is
-// fdatasynced before its ack; group commit), the batched async producer
-// (pkg producer), at two pipelining depths:
-//   - its own best (the bench default): batches of 256 messages, 16 batches
-//     in flight;
-//   - each peer tool's depth, like for like: batches of 200, one in flight
-//     (bench_writer's), and batches of 500, one in flight (nats bench's).
+// fdatasynced before its ack; group commit), the producer (pkg producer)
+// sending batches with SendBatch (as bench_writer sends MPUBs: a batch of
+// messages built by the caller, one request, its answer waited for), at
+// two pipelining depths:
+//   - its own best: 16 goroutines, each sending batches of 256 messages
+//     (16 requests in flight);
+//   - each peer tool's depth, like for like: one goroutine sending batches
+//     of 200 (bench_writer's), and of 500 (nats bench's).
+// And once with SendAsync (one call a message, the producer batches them:
+// batches of 256, 16 in flight), its own figure: produce_async_*.
 //
 // nsqd (v1.3.0): bench_writer, its own tool, at its best (and default):
 // MPUB batches of 200, one in flight (it waits for each reply), one
@@ -41,6 +45,8 @@ package main
 // build made 456 k to 691 k msg/s). The other runs run once.
 //
 //	produce_msgs_per_s                     ours, 16 × 256 in flight (mean of three)
+//	produce_async_msgs_per_s               ours with SendAsync, 16 × 256 in flight
+//	produce_async_vs_nsqd_mem_ratio        SendAsync / nsqd in memory
 //	produce_depth200_msgs_per_s            ours, 1 × 200 in flight
 //	produce_depth500_msgs_per_s            ours, 1 × 500 in flight
 //	produce_nsqd_mem_msgs_per_s            nsqd in memory (mean of three)
@@ -62,6 +68,7 @@ import (
 	"flag"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -97,6 +104,11 @@ func runProduce(env *Env) error {
 		return err
 	}
 	env.Metric("produce_msgs_per_s", ours, "msg/s")
+	async, err := env.produceOurs(filepath.Join(env.Dir, "qmq-async"), produceDuration)
+	if err != nil {
+		return err
+	}
+	env.Metric("produce_async_msgs_per_s", async, "msg/s")
 	d200, err := env.produceOursWith(filepath.Join(env.Dir, "qmq200"), produceDuration, depthArgs(nsqBatch, 1))
 	if err != nil {
 		return err
@@ -110,6 +122,7 @@ func runProduce(env *Env) error {
 
 	env.Metric("produce_nsqd_mem_msgs_per_s", nsqMem, "msg/s")
 	env.Metric("produce_vs_nsqd_mem_ratio", ours/nsqMem, "x")
+	env.Metric("produce_async_vs_nsqd_mem_ratio", async/nsqMem, "x")
 	env.Metric("produce_depth200_vs_nsqd_mem_ratio", d200/nsqMem, "x")
 	nsqDisk, err := env.produceNSQ(filepath.Join(env.Dir, "nsq-disk"), nsqdDefaultQueue)
 	if err != nil {
@@ -136,7 +149,7 @@ func runProduce(env *Env) error {
 	return nil
 }
 
-// producePairs runs ours (16 × 256 in flight) and nsqd in memory in
+// producePairs runs ours (SendBatch, 16 × 256 in flight) and nsqd in memory in
 // producePairRounds alternating pairs (ours first, then nsqd first, …),
 // each run on a fresh data directory removed after it (settleRound), and
 // returns each side's mean rate.
@@ -146,7 +159,7 @@ func (e *Env) producePairs() (ours, nsq float64, err error) {
 		for k := range 2 {
 			if (round+k)%2 == 0 {
 				dir := filepath.Join(e.Dir, fmt.Sprintf("qmq-%d", round))
-				o, err = e.produceOurs(dir, produceDuration)
+				o, err = e.produceOursWith(dir, produceDuration, depthArgs(256, 16))
 				e.dropRun(dir)
 			} else {
 				dir := filepath.Join(e.Dir, fmt.Sprintf("nsq-mem-%d", round))
@@ -164,10 +177,10 @@ func (e *Env) producePairs() (ours, nsq float64, err error) {
 	return ours, nsq, nil
 }
 
-// depthArgs are the produce worker's flags for batches of batch messages,
-// inflight of them in flight.
+// depthArgs are the produce worker's flags for SendBatch calls of batch
+// messages from inflight goroutines.
 func depthArgs(batch, inflight int) []string {
-	return []string{"-batch", fmt.Sprint(batch), "-inflight", fmt.Sprint(inflight)}
+	return []string{"-api", "batch", "-batch", fmt.Sprint(batch), "-inflight", fmt.Sprint(inflight)}
 }
 
 func (e *Env) produceOurs(dir string, d time.Duration, brokerArgs ...string) (float64, error) {
@@ -204,6 +217,7 @@ func produceWorker(args []string) (any, error) {
 	inflight := fs.Int("inflight", 16, "send requests in flight per broker group")
 	batch := fs.Int("batch", 256, "messages per send request")
 	size := fs.Int("size", messageSize, "message body size in bytes")
+	api := fs.String("api", "async", "async: SendAsync per message; batch: -inflight goroutines, each calling SendBatch with -batch messages at a time")
 	sec := addClientSecurity(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -232,6 +246,9 @@ func produceWorker(args []string) (any, error) {
 	}
 	start := time.Now()
 	deadline := start.Add(*d)
+	if *api == "batch" {
+		return produceBatches(p, names, body, *inflight, *batch, *count, deadline, start)
+	}
 	for i := 0; ; i++ {
 		if *count > 0 {
 			if int64(i) >= *count {
@@ -244,6 +261,49 @@ func produceWorker(args []string) (any, error) {
 			return nil, err
 		}
 	}
+	if err := p.Close(context.Background()); err != nil {
+		return nil, err
+	}
+	return rateResult{Messages: ok.Load(), Failed: failed.Load(), Elapsed: time.Since(start)}, nil
+}
+
+// produceBatches sends with producer.SendBatch from inflight goroutines,
+// batch messages a call, until count messages were sent (0: until
+// deadline), and closes p.
+func produceBatches(p *producer.Producer, names []string, body []byte, inflight, batch int, count int64, deadline, start time.Time) (any, error) {
+	var ok, failed, taken atomic.Int64
+	var wg sync.WaitGroup
+	for g := range inflight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			msgs := make([]producer.Message, batch)
+			ptrs := make([]*producer.Message, batch)
+			for n := 0; ; n++ {
+				if count > 0 {
+					if taken.Add(int64(batch)) > count {
+						return
+					}
+				} else if time.Now().After(deadline) {
+					return
+				}
+				for i := range msgs {
+					msgs[i] = producer.Message{Subject: names[(g+n+i)%len(names)], Body: body}
+					ptrs[i] = &msgs[i]
+				}
+				errs := p.SendBatch(context.Background(), ptrs)
+				bad := 0
+				for _, err := range errs {
+					if err != nil {
+						bad++
+					}
+				}
+				ok.Add(int64(batch - bad))
+				failed.Add(int64(bad))
+			}
+		}()
+	}
+	wg.Wait()
 	if err := p.Close(context.Background()); err != nil {
 		return nil, err
 	}
