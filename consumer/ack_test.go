@@ -19,9 +19,13 @@ type backlogBroker struct {
 	acks, pulls atomic.Int64              // pulls of the subject (not its retry subject)
 	onAck       func(protocol.AckRequest) // if set, sees every ack request before its answer
 	// ackDelay (nanoseconds), if set, answers each ack that much later,
-	// off the connection's serve loop; ackOutstanding counts the acks
-	// received and not yet answered, ackMaxOutstanding its peak.
-	ackDelay, ackOutstanding, ackMaxOutstanding atomic.Int64
+	// off the connection's serve loop; ackOutstanding counts the messages
+	// named by acks received and not yet answered, ackMaxOutstanding its
+	// peak, ackAnswered those answered.
+	ackDelay, ackOutstanding, ackMaxOutstanding, ackAnswered atomic.Int64
+	// refuseLists answers list acks StatusBadRequest, as a broker that
+	// predates them.
+	refuseLists bool
 
 	mu     sync.Mutex
 	served int // pull seqs handed out
@@ -65,20 +69,30 @@ func startBacklogBroker(t *testing.T, subject string, total int, refuseAcks bool
 	})
 	mux.HandleFunc(protocol.CmdAck, func(r *netserver.Request) {
 		b.acks.Add(1)
+		a, err := protocol.DecodeAckRequest(r.Body)
+		if err != nil {
+			r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
+			return
+		}
 		if b.onAck != nil {
-			a, err := protocol.DecodeAckRequest(r.Body)
-			if err != nil {
-				r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
-				return
-			}
 			b.onAck(a)
 		}
+		if b.refuseLists && a.Flags&protocol.AckList != 0 {
+			// As a broker that predates list acks: trailing bytes.
+			r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, "ack request: trailing bytes"))
+			return
+		}
+		named := int64(len(a.Seqs))
+		if a.Flags&protocol.AckList == 0 && a.First <= a.Last {
+			named = int64(a.Last - a.First + 1)
+		}
 		if d := time.Duration(b.ackDelay.Load()); d > 0 && !refuseAcks {
-			n := b.ackOutstanding.Add(1)
+			n := b.ackOutstanding.Add(named)
 			for m := b.ackMaxOutstanding.Load(); n > m && !b.ackMaxOutstanding.CompareAndSwap(m, n); m = b.ackMaxOutstanding.Load() {
 			}
 			time.AfterFunc(d, func() {
-				b.ackOutstanding.Add(-1)
+				b.ackAnswered.Add(named)
+				b.ackOutstanding.Add(-named)
 				r.Reply(protocol.StatusOK, nil)
 			})
 			return
@@ -179,24 +193,30 @@ func waitHandled(t *testing.T, handled *atomic.Int64, n int64) {
 	}
 }
 
-// TestAckEach: with AckEach every message is acked by a request naming that
-// message alone, in pull-sequence order, several in flight at once (the
-// test broker answers each ack 2 ms late: one at a time would take 400 ms
-// for 200), and a message counts against MaxUnacked until its ack is
-// answered (so no more than MaxUnacked are ever handled and not yet acked).
+// TestAckEach: with AckEach every message is acked on its own, named alone
+// (a request names one pull seq, or lists several one by one: never a
+// range), in pull-sequence order, several in flight at once (the test
+// broker answers each ack 2 ms late: one at a time would take 400 ms for
+// 200), and a message counts against MaxUnacked until its ack is answered
+// (so no more than MaxUnacked are ever handled and not yet acked).
 func TestAckEach(t *testing.T) {
 	const total, maxUnacked = 200, 32
 	var mu sync.Mutex
-	var ranges [][2]uint64
+	var named []uint64 // pull seqs named by acks, in the order sent
+	var ranges int     // requests that acked a range of more than one
 	b := startBacklogBroker(t, "s", total, false, func(b *backlogBroker) {
 		b.ackDelay.Store(int64(2 * time.Millisecond))
 		b.onAck = func(a protocol.AckRequest) {
-			if a.First > a.Last {
-				return // a heartbeat or a release
-			}
 			mu.Lock()
-			ranges = append(ranges, [2]uint64{a.First, a.Last})
-			mu.Unlock()
+			defer mu.Unlock()
+			switch {
+			case a.Flags&protocol.AckList != 0:
+				named = append(named, a.Seqs...)
+			case a.First < a.Last:
+				ranges++
+			case a.First == a.Last:
+				named = append(named, a.First)
+			}
 		}
 	})
 	c, err := New(WithBrokers(b.Addr().String()), WithConsumerID("c1"))
@@ -206,7 +226,7 @@ func TestAckEach(t *testing.T) {
 	var handled, worst atomic.Int64
 	if _, err := c.Subscribe("s", "g", func(context.Context, *Message) error {
 		n := handled.Add(1)
-		ahead := n - (b.acks.Load() - b.ackOutstanding.Load()) // handled less acks answered
+		ahead := n - b.ackAnswered.Load() // handled less acks answered
 		if ahead > worst.Load() {
 			worst.Store(ahead)
 		}
@@ -220,7 +240,7 @@ func TestAckEach(t *testing.T) {
 	start := time.Now()
 	for {
 		mu.Lock()
-		n := len(ranges)
+		n := len(named)
 		mu.Unlock()
 		if n >= total && b.ackOutstanding.Load() == 0 {
 			break
@@ -233,16 +253,19 @@ func TestAckEach(t *testing.T) {
 	c.Close(context.Background())
 	mu.Lock()
 	defer mu.Unlock()
-	if len(ranges) != total {
-		t.Fatalf("%d ack requests for %d messages", len(ranges), total)
+	if ranges > 0 {
+		t.Fatalf("%d ack requests named a range", ranges)
 	}
-	for i, r := range ranges {
-		if r[0] != uint64(i) || r[1] != uint64(i) {
-			t.Fatalf("ack request %d named %d..%d, want %d..%d", i, r[0], r[1], i, i)
+	if len(named) != total {
+		t.Fatalf("acks named %d pull seqs for %d messages", len(named), total)
+	}
+	for i, seq := range named {
+		if seq != uint64(i) {
+			t.Fatalf("ack %d named pull seq %d, want %d", i, seq, i)
 		}
 	}
 	peak := b.ackMaxOutstanding.Load()
-	t.Logf("up to %d acks in flight", peak)
+	t.Logf("%d ack requests, up to %d acks in flight", b.acks.Load(), peak)
 	if peak < 2 {
 		t.Fatalf("at most %d ack in flight: not pipelined", peak)
 	}
@@ -251,6 +274,71 @@ func TestAckEach(t *testing.T) {
 	}
 	if w := worst.Load(); w > maxUnacked {
 		t.Fatalf("%d messages handled ahead of their answered acks, MaxUnacked %d", w, maxUnacked)
+	}
+}
+
+// TestAckEachOldBroker: a broker that predates list acks answers them
+// StatusBadRequest; the consumer then acks one request per message, the
+// refused ones sent again at once, and every message is acked.
+func TestAckEachOldBroker(t *testing.T) {
+	const total = 300
+	var mu sync.Mutex
+	acked := map[uint64]int{}
+	lists := 0
+	b := startBacklogBroker(t, "s", total, false, func(b *backlogBroker) {
+		b.refuseLists = true
+		b.onAck = func(a protocol.AckRequest) {
+			if a.Flags&protocol.AckList != 0 {
+				mu.Lock()
+				lists++
+				mu.Unlock()
+			}
+			if a.Flags&protocol.AckList == 0 && a.First <= a.Last {
+				mu.Lock()
+				for s := a.First; s <= a.Last; s++ {
+					acked[s]++
+				}
+				mu.Unlock()
+			}
+		}
+	})
+	c, err := New(WithBrokers(b.Addr().String()), WithConsumerID("c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handled atomic.Int64
+	if _, err := c.Subscribe("s", "g", func(context.Context, *Message) error {
+		handled.Add(1)
+		time.Sleep(10 * time.Microsecond)
+		return nil
+	}, AckEach(), PullBatch(32), MaxUnacked(64)); err != nil {
+		t.Fatal(err)
+	}
+	waitHandled(t, &handled, total)
+	start := time.Now()
+	for {
+		mu.Lock()
+		n := len(acked)
+		mu.Unlock()
+		if n == total {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("%d of %d messages acked", n, total)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.Close(context.Background())
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%d list acks refused", lists)
+	if lists == 0 {
+		t.Fatal("no list ack sent: the fallback was not exercised")
+	}
+	for s, n := range acked {
+		if n != 1 {
+			t.Fatalf("pull seq %d acked %d times", s, n)
+		}
 	}
 }
 

@@ -17,8 +17,8 @@ import (
 // one pull batch at a time otherwise sent an ack per batch, about as many
 // ack requests as pulls, each costing it and the broker a round trip. Acks
 // do not gate pulling (that is the unfinished count), so waiting costs
-// nothing but a later ack. With AckEach an ackPipe sends one ack per
-// message and the acker's own requests are heartbeats and the final
+// nothing but a later ack. With AckEach an ackPipe acks each message on
+// its own and the acker's own requests are heartbeats and the final
 // release. Only ackLoop uses an acker.
 type acker struct {
 	p *puller

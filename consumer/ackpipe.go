@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"errors"
 	"sync"
 	"time"
 
@@ -13,6 +14,14 @@ import (
 // connection (netserver.DefaultMaxInFlight), which the pulls share.
 const maxAcksInFlight = 1024
 
+// maxAckList is the most acks one request carries (protocol.AckList), and
+// kickAt how many acks ready to go make ackLoop send them while others are
+// in flight (with fewer it leaves them to the next answer's callback).
+const (
+	maxAckList = 256
+	kickAt     = 64
+)
+
 // Ack states of a pull seq in an ackPipe's ring.
 const (
 	ackNone     uint8 = iota // not sent
@@ -21,17 +30,21 @@ const (
 	ackFailed                // failed: sent again after the back-off
 )
 
-// ackPipe sends a puller's per-message acks (AckEach): one request per
-// pull seq, naming that seq alone, sent in pull-seq order, up to window
-// of them in flight. The broker applies one consumer's acks in the order
-// they arrive (realtime ackorder.go), so pipelined acks never look like
-// lost ones. A message counts as finished once its ack was answered OK.
+// ackPipe sends a puller's per-message acks (AckEach): each pull seq is
+// acked on its own, named alone, once its handler returned, in pull-seq
+// order, up to window of them in flight. Acks that are ready together
+// travel in one request that lists each pull seq (protocol.AckList, up to
+// maxAckList; never a range), as bench_reader's FINs share a write; to a
+// broker that predates lists (it answers StatusBadRequest) they go one
+// request each. The broker applies one consumer's acks in the order they
+// arrive (realtime ackorder.go), so pipelined acks never look like lost
+// ones. A message counts as finished once its ack was answered OK.
 //
-// Who sends: when nothing is in flight ackLoop sends the first ack (kick);
-// from then on the answers' callbacks send the rest. The callbacks run on
-// the connection's reader, corked, so the acks they send leave together in
-// one write per batch of answers instead of one write (a system call) per
-// ack. One sender at a time (pumping) keeps the order on the wire.
+// Who sends: when nothing is in flight, or kickAt acks are ready, ackLoop
+// sends (kick); otherwise the answers' callbacks send what became ready.
+// The callbacks run on the connection's reader, corked, so the requests
+// they send leave together in one write per batch of answers. One sender
+// at a time (pumping) keeps the order on the wire.
 //
 // A failed ack (or one Go refused) is sent again, before new ones, after
 // a back-off (ackBackoff); the acks after it may have been applied, and the
@@ -56,6 +69,7 @@ type ackPipe struct {
 	retryAt  time.Time
 	final    bool // stopping: no resends
 	pumping  bool // someone is sending (see pump)
+	single   bool // the broker refused a list: one request per ack
 	body     []byte
 }
 
@@ -77,7 +91,7 @@ func (a *ackPipe) offer(first, end uint64) {
 		a.started, a.next, a.sent = true, first, first
 	}
 	a.end = end
-	kick := a.inflight == 0
+	kick := a.inflight == 0 || a.end-a.sent >= kickAt
 	a.mu.Unlock()
 	if kick {
 		a.pump(1)
@@ -119,8 +133,9 @@ func (a *ackPipe) pickLocked() (seq uint64, ok bool) {
 	return 0, false
 }
 
-// pump sends up to limit acks (0: as many as it may), unless another
-// goroutine is sending, which then also sends what this one would have.
+// pump sends up to limit requests (0: as many as it may), each with the
+// acks ready (up to maxAckList), unless another goroutine is sending,
+// which then also sends what this one would have.
 func (a *ackPipe) pump(limit int) {
 	s := a.p.s
 	a.mu.Lock()
@@ -130,24 +145,41 @@ func (a *ackPipe) pump(limit int) {
 	}
 	a.pumping = true
 	for n := 0; limit == 0 || n < limit; n++ {
-		seq, ok := a.pickLocked()
-		if !ok {
+		most := maxAckList
+		if a.single {
+			most = 1
+		}
+		var seqs []uint64
+		for len(seqs) < most {
+			seq, ok := a.pickLocked()
+			if !ok {
+				break
+			}
+			if seqs == nil {
+				seqs = make([]uint64, 0, min(most, int(a.end-a.sent)+1))
+			}
+			seqs = append(seqs, seq)
+		}
+		if len(seqs) == 0 {
 			break
 		}
-		a.inflight++
+		a.inflight += len(seqs)
 		a.mu.Unlock()
-		req := protocol.AckRequest{Subject: a.p.subject, Group: s.group, ConsumerID: s.c.id, First: seq, Last: seq}
+		req := protocol.AckRequest{Subject: a.p.subject, Group: s.group, ConsumerID: s.c.id, First: seqs[0], Last: seqs[0]}
+		if len(seqs) > 1 {
+			req.Flags, req.Seqs = protocol.AckList, seqs
+		}
 		if s.cfg.broadcast {
 			req.Flags |= protocol.AckBroadcast
 		}
 		a.body = protocol.AppendAckRequest(a.body[:0], &req)
 		err := s.c.transport.Go(a.p.currentGroup().Addr, protocol.CmdAck, a.body, 5*time.Second, func(_ []byte, err error) {
-			a.answered(seq, err)
+			a.answered(seqs, err)
 		})
 		a.mu.Lock()
 		if err != nil {
-			a.failLocked(seq, err)
-			a.inflight--
+			a.failLocked(seqs, err)
+			a.inflight -= len(seqs)
 		}
 	}
 	a.pumping = false
@@ -158,16 +190,30 @@ func (a *ackPipe) pump(limit int) {
 	}
 }
 
-// answered records an ack's answer and sends what may follow (on the
-// connection's reader: see ackPipe).
-func (a *ackPipe) answered(seq uint64, err error) {
+// answered records the answer to a request acking seqs and sends what may
+// follow (on the connection's reader: see ackPipe).
+func (a *ackPipe) answered(seqs []uint64, err error) {
 	a.mu.Lock()
-	a.inflight--
+	a.inflight -= len(seqs)
 	if err != nil {
-		a.failLocked(seq, err)
+		if len(seqs) > 1 && errors.Is(err, protocol.ErrBadRequest) && !a.single {
+			// A broker that predates list acks: one request per ack from
+			// now on, these sent again at once.
+			a.single = true
+			a.p.lg.Info("the broker takes no list acks: one request per ack", zap.Error(err))
+			for _, seq := range seqs {
+				a.ring[seq&a.mask] = ackFailed
+			}
+			a.failed += len(seqs)
+			a.retryAt = time.Time{}
+		} else {
+			a.failLocked(seqs, err)
+		}
 	} else {
 		a.failures = 0
-		a.ring[seq&a.mask] = ackOK
+		for _, seq := range seqs {
+			a.ring[seq&a.mask] = ackOK
+		}
 		for a.next < a.sent && a.ring[a.next&a.mask] == ackOK {
 			a.ring[a.next&a.mask] = ackNone
 			a.next++
@@ -178,28 +224,32 @@ func (a *ackPipe) answered(seq uint64, err error) {
 	if err == nil {
 		p := a.p
 		if p.ackSpans != nil {
-			p.ackSpans.acked(seq)
+			for _, seq := range seqs {
+				p.ackSpans.acked(seq)
+			}
 		}
-		if p.received.Load()-p.finished.Add(1) <= int64(p.s.cfg.maxUnacked-p.refill()) {
+		if p.received.Load()-p.finished.Add(int64(len(seqs))) <= int64(p.s.cfg.maxUnacked-p.refill()) {
 			p.signalProgress()
 		}
 		a.pump(0)
 	} else {
-		a.p.wakeAcks() // ackLoop arms the back-off timer
+		a.p.wakeAcks() // ackLoop arms the back-off timer, or sends again
 	}
 	if idle {
 		a.signalIdle()
 	}
 }
 
-// failLocked records a failed ack of seq.
-func (a *ackPipe) failLocked(seq uint64, err error) {
-	a.ring[seq&a.mask] = ackFailed
-	a.failed++
+// failLocked records a failed request acking seqs.
+func (a *ackPipe) failLocked(seqs []uint64, err error) {
+	for _, seq := range seqs {
+		a.ring[seq&a.mask] = ackFailed
+	}
+	a.failed += len(seqs)
 	a.failures++
 	a.retryAt = time.Now().Add(ackBackoff(a.failures))
 	if a.final {
-		a.p.lg.Warn("final ack failed; the broker will re-deliver", zap.Uint64("pull_seq", seq), zap.Error(err))
+		a.p.lg.Warn("final acks failed; the broker will re-deliver", zap.Uint64("pull_seq", seqs[0]), zap.Int("acks", len(seqs)), zap.Error(err))
 	} else if a.failures == 1 || a.failures%20 == 0 {
 		a.p.lg.Debug("ack failed", zap.Int("failures", a.failures), zap.Error(err))
 	}

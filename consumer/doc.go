@@ -53,12 +53,15 @@
 // A failed ack keeps its range for the next, which waits out a
 // back-off (50 ms doubling to 1 s): retried once per finished message,
 // acks to a restarting broker opened its circuit breaker for the pulls too.
-// AckEach instead acks each message with a request of its own, in
-// pull-sequence order, many in flight (up to MaxUnacked, at most 1,024; the
-// broker applies one consumer's acks in the order they arrive), and counts
-// a message unfinished until its ack is answered. After the first, acks are
-// sent from the answers' callbacks, so those of a batch of answers leave in
-// one write. A failed ack is sent again after the back-off.
+// AckEach instead acks each message on its own once its handler returned,
+// in pull-sequence order, many in flight (up to MaxUnacked, at most 1,024;
+// the broker applies one consumer's acks in the order they arrive), and
+// counts a message unfinished until its ack is answered. Acks ready at the
+// same time share a request that names each pull seq (protocol.AckList, up
+// to 256; never a range; one request each to a broker that predates
+// lists). Acks are sent from the answers' callbacks, so those of a batch of
+// answers leave in one write, and by ackLoop when none is in flight or 64
+// are ready. A failed ack is sent again after the back-off.
 //
 // # Tracing
 //

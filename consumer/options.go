@@ -244,17 +244,18 @@ func PullTimeout(d time.Duration) SubscribeOption { return func(s *subConfig) { 
 // (default 256); at the bound the subscription stops pulling from it.
 func MaxUnacked(n int) SubscribeOption { return func(s *subConfig) { s.maxUnacked = n } }
 
-// AckEach acks every message with an ack request of its own, naming only
-// that message, sent in pull-sequence order with up to MaxUnacked (at most
-// 1,024) in flight per broker group — the broker applies one consumer's
-// acks in the order they arrive, so pipelined acks never look like lost
-// ones — instead of the default range acks (one request for the longest
-// finished prefix, up to half of MaxUnacked messages). A message then
-// counts against MaxUnacked until its ack was answered, as a message in
-// flight does in nsqd (until FIN) or JetStream (MaxAckPending). A failed
-// ack is sent again after a back-off (50 ms doubling to 1 s); the acks sent
-// after it may have been applied, and the broker then retries its message
-// as one whose ack was lost (at least once). It costs a request per
-// message: for comparisons with peers that ack each message; range acks
-// are the cheaper default.
+// AckEach acks every message on its own once its handler returned, naming
+// only that message, sent in pull-sequence order with up to MaxUnacked (at
+// most 1,024) in flight per broker group — the broker applies one
+// consumer's acks in the order they arrive, so pipelined acks never look
+// like lost ones — instead of the default range acks (one request for the
+// longest finished prefix, up to half of MaxUnacked messages). Acks that
+// are ready at the same time travel in one request listing each pull seq
+// (protocol.AckList; never a range), as nsqd's FINs share a write. A
+// message counts against MaxUnacked until its ack was answered, as a
+// message in flight does in nsqd (until FIN) or JetStream (MaxAckPending).
+// A failed ack is sent again after a back-off (50 ms doubling to 1 s); the
+// acks sent after it may have been applied, and the broker then retries its
+// message as one whose ack was lost (at least once). For comparisons with
+// peers that ack each message; range acks are the cheaper default.
 func AckEach() SubscribeOption { return func(s *subConfig) { s.ackEach = true } }

@@ -25,6 +25,12 @@ import (
 // consumer's ack queue (ackorder.go), and so is every later ack of that
 // consumer until the queue ran dry: a consumer's acks are applied in the
 // order they arrived, so pipelined acks never look like lost ones.
+//
+// A list ack (protocol.AckList) names per-message acks that travelled in
+// one request, each a pull seq of its own; applied in order, a run of
+// consecutive ones as one store ack (the store's effect is the same: the
+// consumer's acked position moves past each). Consecutive throughout, as
+// consumer.AckEach sends them, it is applied inline like a range.
 func (b *Broker) serveAckInline(r *netserver.Request) {
 	a, err := protocol.DecodeAckRequest(r.Body)
 	if err != nil {
@@ -42,15 +48,24 @@ func (b *Broker) serveAckInline(r *netserver.Request) {
 	if b.acks.joinQueue(key, r, a) {
 		return
 	}
-	if a.Flags == 0 && a.Last <= 1<<62 {
+	first, last, n := a.First, a.Last, 1
+	if a.Flags == protocol.AckList {
+		// Per-message acks that travelled together: inline when they
+		// name consecutive pull seqs (as AckEach sends them).
+		first, last, n = a.Seqs[0], a.Seqs[len(a.Seqs)-1], len(a.Seqs)
+		if !consecutive(a.Seqs) {
+			first, last = 1, 0 // not inline: detached below
+		}
+	}
+	if a.Flags&^protocol.AckList == 0 && last <= 1<<62 && (a.Flags == 0 || first <= last) {
 		b.live.touchAt(a.Subject, a.Group, a.ConsumerID, r.Arrived)
-		if a.First > a.Last {
+		if first > last {
 			r.Reply(protocol.StatusOK) // a heartbeat
 			return
 		}
 		if _, ok := b.st().TryAck(store.AckRequest{Subject: a.Subject, Group: a.Group, Consumer: a.ConsumerID,
-			First: int64(a.First), Last: int64(a.Last), At: r.Arrived}); ok {
-			b.metrics.acked.Inc()
+			First: int64(first), Last: int64(last), At: r.Arrived}); ok {
+			b.metrics.acked.Add(float64(n))
 			r.Reply(protocol.StatusOK)
 			return
 		}
@@ -72,31 +87,64 @@ func (b *Broker) applyAck(a protocol.AckRequest) error {
 	if !broadcast {
 		b.live.touch(a.Subject, a.Group, a.ConsumerID)
 	}
-	if a.First <= a.Last {
-		if a.Last > 1<<62 {
-			return protocol.Errorf(protocol.StatusInvalid, "ack range out of bounds")
+	if a.Flags&protocol.AckList != 0 {
+		// Each named pull seq in order; a run of consecutive ones is
+		// applied as one store ack, as ackQueueLoop applies a run of
+		// queued acks.
+		for i := 0; i < len(a.Seqs); {
+			j := i + 1
+			for j < len(a.Seqs) && a.Seqs[j] == a.Seqs[j-1]+1 {
+				j++
+			}
+			if err := b.applyRange(a, a.Seqs[i], a.Seqs[j-1], broadcast); err != nil {
+				return err
+			}
+			b.metrics.acked.Add(float64(j - i - 1)) // applyRange counted one
+			i = j
 		}
-		res, err := b.st().Ack(store.AckRequest{
-			Subject: a.Subject, Group: a.Group, Consumer: a.ConsumerID,
-			First: int64(a.First), Last: int64(a.Last), Broadcast: broadcast,
-		})
-		if err != nil {
-			return pullStatus(err)
-		}
-		b.metrics.acked.Inc()
-		if len(res.Gap) > 0 {
-			b.retryLostAcks(a.Subject, a.Group, res.Gap)
-		}
-		if res.Returned > 0 {
-			b.lg.Warn("an ack over a gap wider than any consumer's window: its entries went back to the group",
-				zap.String("subject", a.Subject), zap.String("consumer_group", a.Group), zap.String("consumer", a.ConsumerID),
-				zap.Uint64("first", a.First), zap.Int("returned", res.Returned))
+	} else if a.First <= a.Last {
+		if err := b.applyRange(a, a.First, a.Last, broadcast); err != nil {
+			return err
 		}
 	}
 	if a.Flags&protocol.AckRelease != 0 && !broadcast {
 		b.release(a.Subject, a.Group, a.ConsumerID, "consumer left")
 	}
 	return nil
+}
+
+// applyRange applies a's ack of pull seqs first … last.
+func (b *Broker) applyRange(a protocol.AckRequest, first, last uint64, broadcast bool) error {
+	if last > 1<<62 {
+		return protocol.Errorf(protocol.StatusInvalid, "ack range out of bounds")
+	}
+	res, err := b.st().Ack(store.AckRequest{
+		Subject: a.Subject, Group: a.Group, Consumer: a.ConsumerID,
+		First: int64(first), Last: int64(last), Broadcast: broadcast,
+	})
+	if err != nil {
+		return pullStatus(err)
+	}
+	b.metrics.acked.Inc()
+	if len(res.Gap) > 0 {
+		b.retryLostAcks(a.Subject, a.Group, res.Gap)
+	}
+	if res.Returned > 0 {
+		b.lg.Warn("an ack over a gap wider than any consumer's window: its entries went back to the group",
+			zap.String("subject", a.Subject), zap.String("consumer_group", a.Group), zap.String("consumer", a.ConsumerID),
+			zap.Uint64("first", first), zap.Int("returned", res.Returned))
+	}
+	return nil
+}
+
+// consecutive reports whether seqs are consecutive pull seqs, ascending.
+func consecutive(seqs []uint64) bool {
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] != seqs[i-1]+1 {
+			return false
+		}
+	}
+	return true
 }
 
 // release hands a consumer's un-acked entries back to its group. It goes

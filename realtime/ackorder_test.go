@@ -227,3 +227,52 @@ func TestBroker_PipelinedAcksKeepOrder(t *testing.T) {
 		}
 	}
 }
+
+// ackList acks each of seqs, listed one by one in one request
+// (protocol.AckList), and waits for the answer.
+func (c *rawConsumer) ackList(seqs ...uint64) error {
+	req := protocol.AckRequest{Subject: "acks", Group: "g", ConsumerID: c.id, Flags: protocol.AckList, Seqs: seqs}
+	_, err := c.tr.Call(context.Background(), c.addr, protocol.CmdAck, protocol.AppendAckRequest(nil, &req))
+	return err
+}
+
+// TestBroker_ListAcks: a request listing pull seqs acks each as if it had
+// come alone, in the order listed: consecutive ones (inline), and a list
+// that skips one, whose skipped message is taken as a lost ack and goes to
+// the retry subject, as a single ack above it would send it.
+func TestBroker_ListAcks(t *testing.T) {
+	b := startBroker(t, t.TempDir(), func(o *realtime.Options) { o.RetryDelay = time.Hour })
+	p := newProducer(t, b.addr())
+	sendN(t, p, "acks", 10, nil)
+	c := newRawConsumer(t, b.addr(), "c1")
+	seqs, _, err := c.pull(10, time.Second)
+	if err != nil || len(seqs) != 10 {
+		t.Fatalf("pulled %d: %v", len(seqs), err)
+	}
+	acks := func() float64 { return counterValue(t, b.Registry(), "qmq_realtime_acks_total") }
+	lost := func() float64 { return counterValue(t, b.Registry(), "qmq_realtime_messages_lost_ack_retried_total") }
+	if err := c.ackList(seqs[0], seqs[1], seqs[2]); err != nil {
+		t.Fatal(err)
+	}
+	if a, l := acks(), lost(); a != 3 || l != 0 {
+		t.Fatalf("after 3 listed acks: %v acks, %v lost", a, l)
+	}
+	// seqs[4] skipped: lost. A duplicate of seqs[2] first changes nothing.
+	if err := c.ackList(seqs[2], seqs[3], seqs[5], seqs[6]); err != nil {
+		t.Fatal(err)
+	}
+	if l := lost(); l != 1 {
+		t.Fatalf("a list that skipped one: %v messages retried as lost acks, want 1", l)
+	}
+	if err := c.ackList(seqs[7], seqs[8], seqs[9]); err != nil {
+		t.Fatal(err)
+	}
+	if a, l := acks(), lost(); a != 10 || l != 1 {
+		t.Fatalf("at the end: %v acks (want 10), %v lost (want 1)", a, l)
+	}
+	// Nothing un-acked is left: a new consumer of the group gets nothing.
+	other := newRawConsumer(t, b.addr(), "c2")
+	if got, _, err := other.pull(10, 100*time.Millisecond); err != nil || len(got) != 0 {
+		t.Fatalf("a second consumer got %d messages (err %v)", len(got), err)
+	}
+}

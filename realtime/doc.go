@@ -61,8 +61,10 @@
 //
 // # Ack
 //
-// Acks are inclusive ranges of a consumer's pull sequences; an empty range
-// is a heartbeat. Acks above a gap mean acks were lost: the gap's messages
+// Acks are inclusive ranges of a consumer's pull sequences, or lists of
+// them, each named one by one (protocol.AckList: per-message acks that were
+// ready together, applied in the order listed); an empty range is a
+// heartbeat. Acks above a gap mean acks were lost: the gap's messages
 // go to the group's retry subject, due after RetryDelay (a gap over 4,096
 // entries goes back to the group). The release flag hands a closing
 // consumer's un-acked messages back at once; a consumer silent for the

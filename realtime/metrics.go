@@ -45,7 +45,7 @@ func newMetrics(reg prometheus.Registerer, group string) *metrics {
 		pulled: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_realtime_messages_pulled_total",
 			Help: "Messages handed to consumers.", ConstLabels: labels}),
 		acked: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_realtime_acks_total",
-			Help: "Ack requests served.", ConstLabels: labels}),
+			Help: "Acks served: an ack request of a range counts one, a list ack (protocol.AckList) one per pull seq it names.", ConstLabels: labels}),
 		ackQueued: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_realtime_acks_queued_total",
 			Help: "Ack requests served off the event loop from their consumer's ack queue, in the order they arrived (behind an ack that could not be applied at once).", ConstLabels: labels}),
 		pullDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "qmq_realtime_pulls_dropped_total",

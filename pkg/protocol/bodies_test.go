@@ -140,11 +140,25 @@ func TestAckRequest_RoundTrip(t *testing.T) {
 	in := AckRequest{Subject: "s", Group: "g", ConsumerID: "c", Flags: 1, First: 5, Last: 9}
 	body := AppendAckRequest(nil, &in)
 	got, err := DecodeAckRequest(body)
-	if err != nil || got != in {
+	if err != nil || !reflect.DeepEqual(got, in) {
 		t.Fatalf("got %+v %v", got, err)
 	}
 	if _, err := DecodeAckRequest(body[:len(body)-1]); err == nil {
 		t.Fatal("truncated ack decoded")
+	}
+	list := AckRequest{Subject: "s", Group: "g", ConsumerID: "c", Flags: AckList, Seqs: []uint64{7, 8, 10}}
+	body = AppendAckRequest(nil, &list)
+	if got, err := DecodeAckRequest(body); err != nil || !reflect.DeepEqual(got, list) {
+		t.Fatalf("list: got %+v %v", got, err)
+	}
+	if _, err := DecodeAckRequest(body[:len(body)-1]); err == nil {
+		t.Fatal("truncated list ack decoded")
+	}
+	for _, n := range []int{0, MaxAckList + 1} {
+		bad := AckRequest{Subject: "s", Group: "g", ConsumerID: "c", Flags: AckList, Seqs: make([]uint64, n)}
+		if _, err := DecodeAckRequest(AppendAckRequest(nil, &bad)); !errors.Is(err, ErrBadRequest) {
+			t.Fatalf("list of %d: %v", n, err)
+		}
 	}
 }
 

@@ -56,6 +56,8 @@
 //	               (flags: 1 broadcast, 2 earliest, 4 pipelined; other bits are rejected)
 //	pull response  count u32 | count × (pull seq u64 | consume seq u64 | len u32 | message)
 //	ack request    subject s8 | group s8 | consumer s8 | flags u8 | first u64 | last u64
+//	               (flags: 1 broadcast, 2 release, 4 list: count u16 | count × pull seq u64
+//	               instead of first and last, each seq one message's ack)
 //
 // s8 is a u8 length and that many bytes. Each body's decoder rejects
 // truncated input and trailing bytes; every decoder has a fuzz target.

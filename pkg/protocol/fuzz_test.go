@@ -105,6 +105,7 @@ func FuzzDecodePullResponse(f *testing.F) {
 
 func FuzzDecodeAckRequest(f *testing.F) {
 	f.Add(AppendAckRequest(nil, &AckRequest{Subject: "s", Group: "g", ConsumerID: "c", First: 1, Last: 2}))
+	f.Add(AppendAckRequest(nil, &AckRequest{Subject: "s", Group: "g", ConsumerID: "c", Flags: AckList, Seqs: []uint64{3, 4, 9}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		a, err := DecodeAckRequest(b)
 		if err != nil {

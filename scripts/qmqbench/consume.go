@@ -10,10 +10,13 @@ package main
 // consumer groups of the same backlog:
 //   - range acks (the consumer's default): one ack request for the longest
 //     finished prefix (up to 1,024 messages), one in flight: all 2,000,000;
-//   - per-message acks (consumer.AckEach): one ack request per message,
-//     naming that message only, in pull-sequence order, up to 1,024 in
-//     flight (pipelined, not waited for one by one; a message counts as
-//     un-acked until its ack is answered): the first
+//   - per-message acks (consumer.AckEach): each message acked on its own
+//     once its handler returned, naming that message only, in
+//     pull-sequence order, up to 1,024 in flight (pipelined, not waited for
+//     one by one; a message counts as un-acked until its ack is answered).
+//     Acks ready at the same time share a request that lists each pull seq
+//     (never a range; the broker applies them in order, a consecutive run
+//     as one store ack), as bench_reader's FINs share a write: the first
 //     consumePerMessageCount messages.
 //
 // nsqd (in memory: --mem-queue-size=20,000,000, its /stats must show no
