@@ -200,10 +200,18 @@ func waitHandled(t *testing.T, handled *atomic.Int64, n int64) {
 // 200), and a message counts against MaxUnacked until its ack is answered
 // (so no more than MaxUnacked are ever handled and not yet acked).
 func TestAckEach(t *testing.T) {
+	t.Run("lists", func(t *testing.T) { testAckEach(t, AckEach(), false) })
+	t.Run("singly", func(t *testing.T) { testAckEach(t, AckEachSingly(), true) })
+}
+
+// testAckEach runs TestAckEach with opt; singly: every request names one
+// pull seq.
+func testAckEach(t *testing.T, opt SubscribeOption, singly bool) {
 	const total, maxUnacked = 200, 32
 	var mu sync.Mutex
 	var named []uint64 // pull seqs named by acks, in the order sent
 	var ranges int     // requests that acked a range of more than one
+	var lists int      // requests that listed pull seqs
 	b := startBacklogBroker(t, "s", total, false, func(b *backlogBroker) {
 		b.ackDelay.Store(int64(2 * time.Millisecond))
 		b.onAck = func(a protocol.AckRequest) {
@@ -212,6 +220,7 @@ func TestAckEach(t *testing.T) {
 			switch {
 			case a.Flags&protocol.AckList != 0:
 				named = append(named, a.Seqs...)
+				lists++
 			case a.First < a.Last:
 				ranges++
 			case a.First == a.Last:
@@ -231,7 +240,7 @@ func TestAckEach(t *testing.T) {
 			worst.Store(ahead)
 		}
 		return nil
-	}, AckEach(), PullBatch(8), MaxUnacked(maxUnacked), Concurrency(4)); err != nil {
+	}, opt, PullBatch(8), MaxUnacked(maxUnacked), Concurrency(4)); err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
@@ -255,6 +264,9 @@ func TestAckEach(t *testing.T) {
 	defer mu.Unlock()
 	if ranges > 0 {
 		t.Fatalf("%d ack requests named a range", ranges)
+	}
+	if singly && lists > 0 {
+		t.Fatalf("%d ack requests listed several pull seqs", lists)
 	}
 	if len(named) != total {
 		t.Fatalf("acks named %d pull seqs for %d messages", len(named), total)

@@ -69,7 +69,7 @@ type ackPipe struct {
 	retryAt  time.Time
 	final    bool // stopping: no resends
 	pumping  bool // someone is sending (see pump)
-	single   bool // the broker refused a list: one request per ack
+	single   bool // AckEachSingly, or the broker refused a list: one request per ack
 	body     []byte
 }
 
@@ -79,7 +79,8 @@ func newAckPipe(p *puller) *ackPipe {
 	for size < window {
 		size <<= 1
 	}
-	return &ackPipe{p: p, window: window, ring: make([]uint8, size), mask: size - 1, idle: make(chan struct{}, 1)}
+	return &ackPipe{p: p, window: window, ring: make([]uint8, size), mask: size - 1, idle: make(chan struct{}, 1),
+		single: p.s.cfg.ackSingly}
 }
 
 // offer hands the pipe the finished prefix: pull seqs first… end-1 (first

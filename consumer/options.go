@@ -150,6 +150,7 @@ type subConfig struct {
 	heartbeat    time.Duration
 	retrySubject bool
 	ackEach      bool
+	ackSingly    bool // AckEachSingly: no list acks
 }
 
 func defaultSubConfig() subConfig {
@@ -259,3 +260,10 @@ func MaxUnacked(n int) SubscribeOption { return func(s *subConfig) { s.maxUnacke
 // message as one whose ack was lost (at least once). For comparisons with
 // peers that ack each message; range acks are the cheaper default.
 func AckEach() SubscribeOption { return func(s *subConfig) { s.ackEach = true } }
+
+// AckEachSingly is AckEach with every ack in a request of its own, never
+// listed with others: what a broker that predates list acks gets. It costs
+// the consumer and the broker a request per message; for comparisons.
+func AckEachSingly() SubscribeOption {
+	return func(s *subConfig) { s.ackEach, s.ackSingly = true, true }
+}

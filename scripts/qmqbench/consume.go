@@ -6,8 +6,8 @@ package main
 //
 // Ours: a backlog of 2,000,000; consumer pulls of 256, up to 2,048
 // messages un-acked, PullDepth 2, one handler goroutine; the time runs from
-// Subscribe until Close returned (every ack answered). Twice, as two
-// consumer groups of the same backlog:
+// Subscribe until Close returned (every ack answered). Three times, as
+// three consumer groups of the same backlog:
 //   - range acks (the consumer's default): one ack request for the longest
 //     finished prefix (up to 1,024 messages), one in flight: all 2,000,000;
 //   - per-message acks (consumer.AckEach): each message acked on its own
@@ -15,9 +15,12 @@ package main
 //     pull-sequence order, up to 1,024 in flight (pipelined, not waited for
 //     one by one; a message counts as un-acked until its ack is answered).
 //     Acks ready at the same time share a request that lists each pull seq
-//     (never a range; the broker applies them in order, a consecutive run
-//     as one store ack), as bench_reader's FINs share a write: the first
-//     consumePerMessageCount messages.
+//     (up to 256, never a range; the broker applies them in order, a
+//     consecutive run as one store ack), as bench_reader's FINs share a
+//     write: all 2,000,000;
+//   - the same with every ack in a request of its own
+//     (consumer.AckEachSingly, what a broker that predates list acks gets):
+//     the first consumeSinglyCount messages.
 //
 // nsqd (in memory: --mem-queue-size=20,000,000, its /stats must show no
 // message in its disk queue): a backlog of ≥ 2,000,000 filled by
@@ -34,6 +37,8 @@ package main
 //	consume_permsg_ack_msgs_per_s           ours, per-message acks
 //	consume_nsqd_msgs_per_s                 bench_reader
 //	consume_permsg_ack_vs_nsqd_ratio        per-message acks / nsqd (target ≥ 1.5)
+//	consume_permsg_ack_single_msgs_per_s    ours, per-message acks, a request each
+//	consume_permsg_ack_single_vs_nsqd_ratio the same / nsqd
 //	consume_rangeack_vs_nsqd_ratio          range acks / nsqd
 //	consume_jetstream_msgs_per_s            nats bench js consume
 //	consume_permsg_ack_vs_jetstream_ratio   per-message acks / JetStream
@@ -53,10 +58,9 @@ import (
 
 const (
 	consumeBacklog = 2_000_000
-	// consumePerMessageCount is what the per-message-ack group consumes:
-	// at one ack round trip a message it takes far longer than the range
-	// ack run, so not the whole backlog.
-	consumePerMessageCount = 300_000
+	// consumeSinglyCount is what the group acking a request per message
+	// consumes: slower, so not the whole backlog.
+	consumeSinglyCount = 300_000
 )
 
 func init() {
@@ -65,12 +69,13 @@ func init() {
 }
 
 func runConsume(env *Env) error {
-	ranged, each, err := env.consumeOurs(filepath.Join(env.Dir, "qmq"))
+	ranged, each, singly, err := env.consumeOurs(filepath.Join(env.Dir, "qmq"))
 	if err != nil {
 		return err
 	}
 	env.Metric("consume_rangeack_msgs_per_s", ranged, "msg/s")
 	env.Metric("consume_permsg_ack_msgs_per_s", each, "msg/s")
+	env.Metric("consume_permsg_ack_single_msgs_per_s", singly, "msg/s")
 	nsq, err := env.consumeNSQ(filepath.Join(env.Dir, "nsq"))
 	if err != nil {
 		return err
@@ -78,6 +83,7 @@ func runConsume(env *Env) error {
 	env.Metric("consume_nsqd_msgs_per_s", nsq, "msg/s")
 	env.Metric("consume_permsg_ack_vs_nsqd_ratio", each/nsq, "x")
 	env.Metric("consume_rangeack_vs_nsqd_ratio", ranged/nsq, "x")
+	env.Metric("consume_permsg_ack_single_vs_nsqd_ratio", singly/nsq, "x")
 	js, err := env.consumeJetStream(filepath.Join(env.Dir, "nats"))
 	if err != nil {
 		return err
@@ -89,32 +95,39 @@ func runConsume(env *Env) error {
 }
 
 // consumeOurs fills the backlog and consumes it with range acks (group
-// bench), then its first consumePerMessageCount with per-message acks
-// (group bench-each).
-func (e *Env) consumeOurs(dir string) (ranged, each float64, err error) {
+// bench), with per-message acks (group bench-each), and its first
+// consumeSinglyCount with per-message acks a request each (group
+// bench-single).
+func (e *Env) consumeOurs(dir string) (ranged, each, singly float64, err error) {
 	b, addr, err := e.startRealtime(dir)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	defer b.stop()
 	var fill rateResult
 	if err := runWorker("produce", &fill, "-addr", addr, "-count", fmt.Sprint(consumeBacklog), "-subject", "bench.c"); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	e.Logf("qmq: backlog of %d filled in %v", fill.Messages, fill.Elapsed)
-	var res rateResult
-	if err := runWorker("consume", &res, "-addr", addr, "-subject", "bench.c0", "-group", "bench",
-		"-count", fmt.Sprint(consumeBacklog)); err != nil {
-		return 0, 0, err
+	rates := make([]float64, 3)
+	for i, run := range []struct {
+		what  string
+		count int
+		args  []string
+	}{
+		{"range acks", consumeBacklog, []string{"-group", "bench"}},
+		{"per-message acks", consumeBacklog, []string{"-group", "bench-each", "-ack-each"}},
+		{"per-message acks, a request each", consumeSinglyCount, []string{"-group", "bench-single", "-ack-singly"}},
+	} {
+		var res rateResult
+		args := append([]string{"-addr", addr, "-subject", "bench.c0", "-count", fmt.Sprint(run.count)}, run.args...)
+		if err := runWorker("consume", &res, args...); err != nil {
+			return 0, 0, 0, err
+		}
+		e.Logf("qmq %s: consumed %d in %v", run.what, res.Messages, res.Elapsed)
+		rates[i] = res.rate()
 	}
-	e.Logf("qmq range acks: consumed %d in %v", res.Messages, res.Elapsed)
-	ranged = res.rate()
-	if err := runWorker("consume", &res, "-addr", addr, "-subject", "bench.c0", "-group", "bench-each", "-ack-each",
-		"-count", fmt.Sprint(consumePerMessageCount)); err != nil {
-		return 0, 0, err
-	}
-	e.Logf("qmq per-message acks: consumed %d in %v", res.Messages, res.Elapsed)
-	return ranged, res.rate(), nil
+	return rates[0], rates[1], rates[2], nil
 }
 
 func consumeWorker(args []string) (any, error) {
@@ -125,7 +138,8 @@ func consumeWorker(args []string) (any, error) {
 	count := fs.Int64("count", 0, "messages to receive")
 	concurrency := fs.Int("concurrency", 1, "handler concurrency")
 	work := fs.Duration("work", 0, "time each handler call takes")
-	ackEach := fs.Bool("ack-each", false, "ack each message with a request of its own (consumer.AckEach)")
+	ackEach := fs.Bool("ack-each", false, "ack each message on its own (consumer.AckEach)")
+	ackSingly := fs.Bool("ack-singly", false, "ack each message with a request of its own (consumer.AckEachSingly)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up after")
 	sec := addClientSecurity(fs)
 	if err := fs.Parse(args); err != nil {
@@ -143,7 +157,10 @@ func consumeWorker(args []string) (any, error) {
 	done := make(chan struct{})
 	subOpts := []consumer.SubscribeOption{consumer.StartEarliest(), consumer.Concurrency(*concurrency),
 		consumer.PullBatch(256), consumer.MaxUnacked(2048)}
-	if *ackEach {
+	switch {
+	case *ackSingly:
+		subOpts = append(subOpts, consumer.AckEachSingly())
+	case *ackEach:
 		subOpts = append(subOpts, consumer.AckEach())
 	}
 	start := time.Now()
