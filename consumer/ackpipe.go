@@ -70,6 +70,7 @@ type ackPipe struct {
 	final    bool // stopping: no resends
 	pumping  bool // someone is sending (see pump)
 	single   bool // AckEachSingly, or the broker refused a list: one request per ack
+	picked   []uint64 // the pull seqs pump is sending (pump only)
 	body     []byte
 }
 
@@ -92,7 +93,7 @@ func (a *ackPipe) offer(first, end uint64) {
 		a.started, a.next, a.sent = true, first, first
 	}
 	a.end = end
-	kick := a.inflight == 0 || a.end-a.sent >= kickAt
+	kick := a.inflight == 0 || !a.single && a.end-a.sent >= kickAt
 	a.mu.Unlock()
 	if kick {
 		a.pump(1)
@@ -150,37 +151,39 @@ func (a *ackPipe) pump(limit int) {
 		if a.single {
 			most = 1
 		}
-		var seqs []uint64
+		seqs := a.picked[:0]
 		for len(seqs) < most {
 			seq, ok := a.pickLocked()
 			if !ok {
 				break
 			}
-			if seqs == nil {
-				seqs = make([]uint64, 0, min(most, int(a.end-a.sent)+1))
-			}
 			seqs = append(seqs, seq)
 		}
+		a.picked = seqs
 		if len(seqs) == 0 {
 			break
 		}
 		a.inflight += len(seqs)
 		a.mu.Unlock()
 		req := protocol.AckRequest{Subject: a.p.subject, Group: s.group, ConsumerID: s.c.id, First: seqs[0], Last: seqs[0]}
-		if len(seqs) > 1 {
-			req.Flags, req.Seqs = protocol.AckList, seqs
+		var done func([]byte, error)
+		if len(seqs) == 1 {
+			seq := seqs[0]
+			done = func(_ []byte, err error) { a.answered([]uint64{seq}, err) }
+		} else {
+			list := append([]uint64(nil), seqs...) // the callback's own
+			req.Flags, req.Seqs = protocol.AckList, list
+			done = func(_ []byte, err error) { a.answered(list, err) }
 		}
 		if s.cfg.broadcast {
 			req.Flags |= protocol.AckBroadcast
 		}
 		a.body = protocol.AppendAckRequest(a.body[:0], &req)
-		err := s.c.transport.Go(a.p.currentGroup().Addr, protocol.CmdAck, a.body, 5*time.Second, func(_ []byte, err error) {
-			a.answered(seqs, err)
-		})
+		err := s.c.transport.Go(a.p.currentGroup().Addr, protocol.CmdAck, a.body, 5*time.Second, done)
 		a.mu.Lock()
 		if err != nil {
-			a.failLocked(seqs, err)
-			a.inflight -= len(seqs)
+			a.failLocked(a.picked, err)
+			a.inflight -= len(a.picked)
 		}
 	}
 	a.pumping = false
