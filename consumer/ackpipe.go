@@ -67,9 +67,9 @@ type ackPipe struct {
 	failed   int // seqs in state ackFailed
 	failures int // failed acks in a row
 	retryAt  time.Time
-	final    bool // stopping: no resends
-	pumping  bool // someone is sending (see pump)
-	single   bool // AckEachSingly, or the broker refused a list: one request per ack
+	final    bool     // stopping: no resends
+	pumping  bool     // someone is sending (see pump)
+	single   bool     // AckEachSingly, or the broker refused a list: one request per ack
 	picked   []uint64 // the pull seqs pump is sending (pump only)
 	body     []byte
 }
