@@ -208,6 +208,21 @@ func (x *messageIndex) feedGroup(from int64, g *commitGroup) {
 	f.chunks = append(f.chunks, feedChunk{from: from, to: g.end, n: len(f.entries) - n})
 }
 
+// feedRun hands the index the entries of the records in [from, to),
+// es in offset order: a replica's indexed chunk (indexReplicated, which
+// parses every record anyway), so that indexLoop does not read it back
+// and parse it again.
+func (x *messageIndex) feedRun(from, to int64, es []indexEntry) {
+	f := &x.feed
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.entries) >= indexFeedMax {
+		return // indexLoop reads the records back from the log
+	}
+	f.entries = append(f.entries, es...)
+	f.chunks = append(f.chunks, feedChunk{from: from, to: to, n: len(es)})
+}
+
 // take moves the feed's entries and chunks to the end of entries and
 // chunks (indexLoop's own), swapping arrays when those are empty.
 func (f *indexFeed) take(entries []indexEntry, chunks []feedChunk) ([]indexEntry, []feedChunk) {
