@@ -3,6 +3,7 @@ package realtime
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -581,7 +582,11 @@ func (y *syncService) waiting() int {
 // answer). A master that writes under a lease (async mode) checks its gate
 // again before it acknowledges: the lease may have run out since the
 // messages were taken.
-func (b *Broker) replyStored(s *sendCall, results []store.Result) (held bool) {
+//
+// A reply that waits frees the call once it is made, unless the caller
+// frees it itself (direct: a call whose records TryWriteViewsNow wrote,
+// which AfterWrite frees; the reply then keeps a copy of the statuses).
+func (b *Broker) replyStored(s *sendCall, results []store.Result, direct bool) (held bool) {
 	r, statuses, y := s.r, s.statuses, s.t.sync
 	if !b.opts.WaitSlave && !b.gate.Open() {
 		r.ReplyError(b.gate.Err())
@@ -611,13 +616,21 @@ func (b *Broker) replyStored(s *sendCall, results []store.Result) (held bool) {
 		}
 		y.dupMu.Unlock()
 	}
+	if direct {
+		// The role loop turned waiting on after the send chose the direct
+		// path: AfterWrite frees the call before the reply is made.
+		statuses = slices.Clone(statuses)
+	}
 	y.await(need, func(err error) {
 		if err != nil {
 			// The keys stay pending until the slave holds their messages.
 			r.ReplyError(err)
-			return
+		} else {
+			r.Reply(protocol.StatusOK, protocol.AppendSendResponse(nil, statuses))
 		}
-		r.Reply(protocol.StatusOK, protocol.AppendSendResponse(nil, statuses))
+		if !direct {
+			s.free() // the reply is encoded: the call and its slices are reused
+		}
 	})
 	return true
 }
