@@ -191,7 +191,11 @@ func (y *syncService) close(err error) {
 	y.wg.Wait()
 }
 
-// serveSync answers a CmdSyncLog request.
+// serveSync answers a CmdSyncLog request, on the event loop: an
+// acknowledgement completes the send replies it covers at once (off the
+// loop it waited for a serve goroutine, 0.6 ms on average in a
+// --wait-slave run, NOTES.md), and a fetch is detached and answered by its
+// own goroutine.
 func (b *Broker) serveSync(r *netserver.Request) {
 	y := b.cur().sync
 	if y == nil {
@@ -255,7 +259,7 @@ func (y *syncService) serve(r *netserver.Request) {
 	}
 	y.wg.Add(1)
 	y.mu.Unlock()
-	go y.answer(r, q)
+	go y.answer(r.Detach(), q)
 }
 
 // syncBufs holds read buffers for answers. An answer with records hands
