@@ -32,10 +32,11 @@ import (
 // of 16 bytes an entry). indexLoop takes the feed every indexFollow (20
 // ms), and at once when a lookup waits for it (a wake-up per commit was a
 // goroutine switch per message for a producer sending one at a time).
-// Whatever the feed lacks it reads back from the committed log
-// (ReadMessageLogInto) and parses: what recovery found past the last run, a
-// replica's records (a slave publishes nothing), a gap the feed dropped when
-// it held indexFeedMax entries. Reading every record back and parsing it again
+// A replica feeds the entries of the records it indexes (indexReplicated
+// parses each one anyway: feedRun). Whatever the feed lacks it reads back
+// from the committed log (ReadMessageLogInto) and parses: what recovery
+// found past the last run, a gap the feed dropped when it held
+// indexFeedMax entries. Reading every record back and parsing it again
 // was about a tenth of a producing store's CPU (NOTES.md). The entry:
 //
 //	hash u64 (indexHash of a kind byte, 'i' or 'k', and the id or key) |
