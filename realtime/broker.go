@@ -163,7 +163,7 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 	mux.Handle(protocol.CmdFindMessages, b.counted(protocol.CmdFindMessages,
 		b.allowed(adminRead, "look messages up (admin read)", b.serveFindMessages)))
 	copying := "copy group " + opts.Group + "'s logs (a broker of the group)"
-	mux.Handle(protocol.CmdSyncLog, b.counted(protocol.CmdSyncLog, b.allowed(brokerOf(opts.Group), copying, b.serveSync)))
+	mux.HandleInline(protocol.CmdSyncLog, b.counted(protocol.CmdSyncLog, b.allowed(brokerOf(opts.Group), copying, b.serveSync)))
 	mux.Handle(protocol.CmdSyncEpoch, b.counted(protocol.CmdSyncEpoch, b.allowed(brokerOf(opts.Group), copying, b.serveSyncEpoch)))
 	mux.Handle(protocol.CmdSwitchover, b.counted(protocol.CmdSwitchover,
 		b.allowed(adminWrite, "hand the group over (admin write)", b.serveSwitchover)))

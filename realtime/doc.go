@@ -89,11 +89,13 @@
 // segment sizes, the ends it has received of both logs, its durable
 // message-log end (its acknowledgement) and its lease stamp. The master
 // (syncService, sync.go) answers with up to SyncMaxBytes of each log past
-// those offsets, long-polling up to SyncWait. The slave keeps one fetch in
+// those offsets, long-polling up to SyncWait (CmdSyncLog is served on the
+// event loop: an acknowledgement completes the replies it covers there, a
+// fetch is detached to its goroutine). The slave keeps one fetch in
 // flight and writes each answer as it arrives; copySyncLoop fdatasyncs
-// what was written meanwhile, acknowledges at once with a one-way request,
-// then indexes (one fdatasync covers every answer that arrived during the
-// one before).
+// what was written meanwhile and acknowledges at once with a one-way
+// request, and copyIndexLoop indexes after it (one fdatasync covers every
+// answer that arrived during the one before, and none waits for indexing).
 //
 // Tentative tail: the master serves message-log records as soon as they are
 // written, so its fdatasync and the slave's overlap; the response's End is
@@ -151,5 +153,6 @@
 // the store's and the servers' own; per master term livenessLoop,
 // pressureLoop and seedDedupeLoop (owned by the term), syncWatchLoop and one
 // goroutine per sync request (owned by syncService); on a slave replicaLoop
-// and, per connection to the master, copySyncLoop (owned by follow).
+// and, per connection to the master, copySyncLoop and copyIndexLoop (owned
+// by follow).
 package realtime

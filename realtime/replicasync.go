@@ -6,21 +6,23 @@ import (
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
 
-// copySyncer is the second goroutine of a slave's copy (one per follow):
-// follow writes each chunk as it arrives (store.Replica.WriteMessages) and
-// kicks it; copySyncLoop fdatasyncs what was written meanwhile, tells the
-// master the new durable end at once (a one-way sync request: the
-// master's send replies wait for it), then indexes what the master has
-// committed. A fdatasync so covers every chunk that arrived while the one
-// before ran, and the copy keeps receiving while it syncs (see "Replication"
-// in doc.go).
+// copySyncer runs the second and third goroutines of a slave's copy (one
+// set per follow): follow writes each chunk as it arrives
+// (store.Replica.WriteMessages) and kicks it; copySyncLoop fdatasyncs what
+// was written meanwhile and tells the master the new durable end at once
+// (a one-way sync request: the master's send replies wait for it), then
+// kicks copyIndexLoop, which indexes what the master has committed. A
+// fdatasync so covers every chunk that arrived while the one before ran,
+// the copy keeps receiving while it syncs, and the next fdatasync does not
+// wait for the indexing of the one before (see "Replication" in doc.go).
 type copySyncer struct {
 	y      *replica
 	master string
 	kick   chan struct{} // cap 1: something was written
+	index  chan struct{} // cap 1: something was synced
 	stop   chan struct{}
-	done   chan struct{} // closed when copySyncLoop returns
-	failed chan error    // cap 1: why copySyncLoop stopped early
+	wg     sync.WaitGroup // copySyncLoop and copyIndexLoop
+	failed chan error     // cap 1: why a loop stopped early (the first)
 
 	// mu guards q, the acknowledgement's fields as follow last set them
 	// (MessageDurable is read when one is made). follow holds it across a
@@ -32,22 +34,37 @@ type copySyncer struct {
 }
 
 func newCopySyncer(y *replica, master string, q protocol.SyncRequest) *copySyncer {
-	return &copySyncer{y: y, master: master, q: q, kick: make(chan struct{}, 1), stop: make(chan struct{}),
-		done: make(chan struct{}), failed: make(chan error, 1), acked: -1}
+	return &copySyncer{y: y, master: master, q: q, kick: make(chan struct{}, 1), index: make(chan struct{}, 1),
+		stop: make(chan struct{}), failed: make(chan error, 1), acked: -1}
 }
 
-func (c *copySyncer) start() { go c.copySyncLoop() }
+func (c *copySyncer) start() {
+	c.wg.Add(2)
+	go c.copySyncLoop()
+	go c.copyIndexLoop()
+}
 
-// close stops copySyncLoop and waits for it.
+// close stops copySyncLoop and copyIndexLoop and waits for them.
 func (c *copySyncer) close() {
 	close(c.stop)
-	<-c.done
+	c.wg.Wait()
 }
 
 // wake asks for a fdatasync of what was written.
-func (c *copySyncer) wake() {
+func (c *copySyncer) wake() { nudge(c.kick) }
+
+// nudge sends on a channel of capacity 1 unless a signal waits there.
+func nudge(ch chan struct{}) {
 	select {
-	case c.kick <- struct{}{}:
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// fail reports why a loop stopped (the first reason only).
+func (c *copySyncer) fail(err error) {
+	select {
+	case c.failed <- err:
 	default:
 	}
 }
@@ -76,7 +93,7 @@ func (c *copySyncer) ack() ([]byte, bool) {
 }
 
 func (c *copySyncer) copySyncLoop() {
-	defer close(c.done)
+	defer c.wg.Done()
 	rep := c.y.store.Replica()
 	for {
 		select {
@@ -90,11 +107,27 @@ func (c *copySyncer) copySyncLoop() {
 				err = c.y.client.Notify(c.y.ctx, c.master, protocol.CmdSyncLog, body)
 			}
 		}
-		if err == nil {
-			err = rep.IndexMessages()
-		}
 		if err != nil {
-			c.failed <- err
+			c.fail(err)
+			return
+		}
+		nudge(c.index)
+	}
+}
+
+// copyIndexLoop indexes the durable records the master has committed
+// (store.Replica.IndexMessages) after each fdatasync.
+func (c *copySyncer) copyIndexLoop() {
+	defer c.wg.Done()
+	rep := c.y.store.Replica()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-c.index:
+		}
+		if err := rep.IndexMessages(); err != nil {
+			c.fail(err)
 			return
 		}
 	}

@@ -153,7 +153,7 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 				// on the socket (AfterWrite).
 				s.r, s.written = r, w
 				s.settle(s.results)
-				b.replyStored(s, s.results) // at once: direct means no wait for the slave
+				b.replyStored(s, s.results, true) // at once: direct means no wait for the slave
 				r.AfterWrite(s)
 				return
 			}
@@ -192,9 +192,8 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 // go back to sendCalls and are reused with their slices once their reply
 // is made (on the event loop: the common case of a producer waiting for
 // each message under FlushAsync, where such a send allocates nothing; or
-// from the store's callback), except those whose reply waits for the
-// slave (its closure holds the statuses) or failed: the garbage collector
-// takes those.
+// from the store's callback, or once the slave's acknowledgement lets the
+// reply go), except those that failed: the garbage collector takes those.
 type sendCall struct {
 	b        *Broker
 	t        *term // the term the request was taken in
@@ -274,7 +273,7 @@ func (s *sendCall) done(results []store.Result) {
 	stored := s.settle(results)
 	b.metrics.stored.Add(float64(stored))
 	b.metrics.appendSecs.Observe(time.Since(s.start).Seconds())
-	if !b.replyStored(s, results) {
+	if !b.replyStored(s, results, false) {
 		s.free()
 	}
 }

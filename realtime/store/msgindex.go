@@ -32,10 +32,11 @@ import (
 // of 16 bytes an entry). indexLoop takes the feed every indexFollow (20
 // ms), and at once when a lookup waits for it (a wake-up per commit was a
 // goroutine switch per message for a producer sending one at a time).
-// Whatever the feed lacks it reads back from the committed log
-// (ReadMessageLogInto) and parses: what recovery found past the last run, a
-// replica's records (a slave publishes nothing), a gap the feed dropped when
-// it held indexFeedMax entries. Reading every record back and parsing it again
+// A replica feeds the entries of the records it indexes (indexReplicated
+// parses each one anyway: feedRun). Whatever the feed lacks it reads back
+// from the committed log (ReadMessageLogInto) and parses: what recovery
+// found past the last run, a gap the feed dropped when it held
+// indexFeedMax entries. Reading every record back and parsing it again
 // was about a tenth of a producing store's CPU (NOTES.md). The entry:
 //
 //	hash u64 (indexHash of a kind byte, 'i' or 'k', and the id or key) |
@@ -206,6 +207,21 @@ func (x *messageIndex) feedGroup(from int64, g *commitGroup) {
 		}
 	}
 	f.chunks = append(f.chunks, feedChunk{from: from, to: g.end, n: len(f.entries) - n})
+}
+
+// feedRun hands the index the entries of the records in [from, to),
+// es in offset order: a replica's indexed chunk (indexReplicated, which
+// parses every record anyway), so that indexLoop does not read it back
+// and parse it again.
+func (x *messageIndex) feedRun(from, to int64, es []indexEntry) {
+	f := &x.feed
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.entries) >= indexFeedMax {
+		return // indexLoop reads the records back from the log
+	}
+	f.entries = append(f.entries, es...)
+	f.chunks = append(f.chunks, feedChunk{from: from, to: to, n: len(es)})
 }
 
 // take moves the feed's entries and chunks to the end of entries and

@@ -209,6 +209,8 @@ func (r *Replica) Holds(buf []byte) bool {
 type replication struct {
 	batch    *segment.Batch // ReplicateMessages' batch, reused
 	indexBuf []byte         // indexTail's read buffer, reused
+	// indexEntries: indexReplicated's message-index entries, reused.
+	indexEntries []indexEntry
 	// tail holds the chunks written past the indexed end (goodEnd) as
 	// ReplicateMessages received them, oldest first, so indexTail indexes
 	// them from memory instead of reading back what was just written.
@@ -429,6 +431,7 @@ func (s *Store) indexReplicated(c LogChunk, end int64, jumped bool) error {
 		return err
 	}
 	defer endRun()
+	es := s.repl.indexEntries[:0] // the message index's entries (feedRun)
 	for p := 0; p < len(c.Data); {
 		off := c.Offset + int64(p)
 		kind, payload, size := splitRecord(c.Data[p:]) // validated before the write
@@ -474,6 +477,13 @@ func (s *Store) indexReplicated(c LogChunk, end int64, jumped bool) error {
 			run = sj
 			run.mu.Lock()
 		}
+		if s.index != nil {
+			id, key, hasKey := indexHashes(&v)
+			es = append(es, indexEntry{id, off})
+			if hasKey {
+				es = append(es, indexEntry{key, off})
+			}
+		}
 		e := entry{offset: off, size: uint32(size), timestamp: at, deliverAt: v.DeliverAtMillis}
 		v.Tags(func(t []byte) bool { e.bloom |= tagBloom(t); return true })
 		sj.addEntryLocked(&e)
@@ -493,6 +503,16 @@ func (s *Store) indexReplicated(c LogChunk, end int64, jumped bool) error {
 	}
 	for _, t := range ts {
 		t.sj.setVisible(t.sj.next, t.bytes)
+	}
+	if s.index != nil {
+		// From the indexed end: what lies before c.Offset is padding at a
+		// segment's end (or, after a jump, gone).
+		from := c.Offset
+		if !jumped {
+			from = min(from, s.goodEnd.Load())
+		}
+		s.index.feedRun(from, end, es)
+		s.repl.indexEntries = es[:0]
 	}
 	s.goodEnd.Store(end)
 	s.lastPublishedTs.Store(s.replTs)

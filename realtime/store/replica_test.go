@@ -5,14 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/qmq-go/qmq/pkg/fsutil"
+	"github.com/qmq-go/qmq/pkg/testutil"
 )
 
 // replicate copies everything committed in m into r the way a slave does,
@@ -899,4 +902,100 @@ func FuzzReplicaTail(f *testing.F) {
 			t.Fatalf("a refused end moved the indexed end back from %d to %d: %v", i2, i3, err)
 		}
 	})
+}
+
+// TestReplicaFeedsTheMessageIndex: a replica's message index takes the
+// entries of the records it indexes (indexReplicated parses them anyway)
+// instead of reading its log back: across segment ends, through kept
+// tail chunks and read-back ones, a replica with the index reads its log
+// back no more than one without, holds the master's entries, and finds
+// every message by id and key.
+func TestReplicaFeedsTheMessageIndex(t *testing.T) {
+	opts := replicaOptions()
+	m := openStore(t, t.TempDir(), opts)
+	defer m.Close()
+	const n = 3000
+	for i := 0; i < n; i += 50 {
+		var batch [][]byte
+		for j := i; j < i+50; j++ {
+			key := ""
+			if j%3 == 0 {
+				key = fmt.Sprintf("key-%d", j%50)
+			}
+			batch = append(batch, encodeKeyed(t, fmt.Sprintf("s%d", j%3), fmt.Sprintf("id-%d", j), key, 0))
+		}
+		appendAll(t, m, batch...)
+	}
+	if segs := len(m.msgLog.Segments()); segs < 3 {
+		t.Fatalf("test needs several segments, master has %d", segs)
+	}
+	end, _ := m.CommittedEnds()
+	testutil.Eventually(t, 10*time.Second, "the master's index to reach its end", func() bool {
+		return m.index.end.Load() >= end
+	})
+	// Every chunk a tentative tail; every third one forgotten, as if past
+	// the kept bound (the consume logs read it back).
+	replicaReads := func(noIndex bool) (*Store, int64) {
+		o := opts
+		o.NoMessageIndex = noIndex
+		rfs := &readCountFS{FS: fsutil.OS}
+		r := openReplica(t, o, rfs)
+		reads := rfs.reads.Load()
+		copyTailChunks(t, m, r, 4000, func(i int, mc LogChunk) {
+			if i%3 == 0 {
+				r.repl.cutTail(mc.Offset)
+			}
+		})
+		if err := r.Replica().ReplicateMessages(LogChunk{End: end, Offset: end}); err != nil {
+			t.Fatal(err)
+		}
+		if !noIndex {
+			testutil.Eventually(t, 10*time.Second, "the replica's index to reach its end", func() bool {
+				return r.index.end.Load() >= end
+			})
+		}
+		return r, rfs.reads.Load() - reads
+	}
+	_, without := replicaReads(true)
+	r, with := replicaReads(false)
+	if without == 0 {
+		t.Fatal("nothing read back: the test does not reach the read-back path")
+	}
+	if with != without {
+		t.Fatalf("the replica read its log back %d times with the message index, %d without", with, without)
+	}
+	entries := func(s *Store) []runEntry {
+		x := s.index
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		x.spillLocked()
+		var got []runEntry
+		for _, run := range x.runs {
+			b, err := os.ReadFile(run.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, decodeRun(t, b)...)
+		}
+		slices.SortFunc(got, func(a, b runEntry) int {
+			if c := cmpU64(a.top, b.top); c != 0 {
+				return c
+			}
+			return int(a.off - b.off)
+		})
+		return got
+	}
+	if got, want := entries(r), entries(m); len(got) == 0 || !slices.Equal(got, want) {
+		t.Fatalf("the replica's index holds %d entries, the master's %d (first difference at %d)", len(got), len(want), firstDiff(got, want))
+	}
+	for i := 0; i < n; i += 13 {
+		fs, err := r.Lookup().ByID(fmt.Sprintf("id-%d", i))
+		if got := foundIDs(t, fs, err); len(got) != 1 || got[0] != fmt.Sprintf("s%d/id-%d", i%3, i) {
+			t.Fatalf("id-%d found %v", i, got)
+		}
+	}
+	fs, err := r.Lookup().ByKey("key-21")
+	if got := foundIDs(t, fs, err); len(got) != n/150 || got[0] != "s0/id-21" || got[1] != "s0/id-171" {
+		t.Fatalf("key-21 found %v", got)
+	}
 }
