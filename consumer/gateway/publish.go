@@ -223,6 +223,8 @@ func (s *Server) sendAll(w http.ResponseWriter, r *http.Request, id *identity, m
 		out = sc.out
 	}
 	switch {
+	case failed == 0 && preferMinimal(r):
+		out = writeStoredInto(w, len(errs), out)
 	case failed == 0:
 		out = writePublishResponseInto(w, http.StatusOK, &res, out)
 	case failed == len(errs) && same != protocol.StatusInternal:
