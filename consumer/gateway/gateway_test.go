@@ -278,3 +278,38 @@ func TestGateway_CloseHandsBack(t *testing.T) {
 		t.Fatalf("the messages came back after %v: not handed back at close", d)
 	}
 }
+
+// With Prefer: return=minimal a publish whose messages are all stored
+// answers their count, and they are stored as any others; one with a
+// failed message still answers 207 with every message's status.
+func TestGateway_PublishMinimal(t *testing.T) {
+	cl := startCluster(t, 30*time.Second, nil)
+	post := func(body gateway.PublishRequest) (int, http.Header, []byte) {
+		data, _ := json.Marshal(body)
+		req, _ := http.NewRequest("POST", cl.url+"/v1/publish", bytes.NewReader(data))
+		req.Header.Set("Prefer", "respond-async, return=minimal")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, b
+	}
+	code, h, b := post(gateway.PublishRequest{Messages: []gateway.PublishMessage{
+		{Subject: "min", ID: "min-1", Body: "a"}, {Subject: "min", ID: "min-2", Body: "b"}, {Subject: "min", ID: "min-3", Body: "c"},
+	}})
+	if code != 200 || string(b) != "{\"stored\":3}\n" || h.Get("Preference-Applied") != "return=minimal" {
+		t.Fatalf("minimal publish answered %d %q (%v)", code, b, h)
+	}
+	pullUntil(t, cl.url, "min", "g", "c1", "min-1", "min-2", "min-3")
+
+	code, h, b = post(gateway.PublishRequest{Messages: []gateway.PublishMessage{
+		{Subject: "min", ID: "min-4", Body: "d"}, {Subject: "a b", ID: "min-5", Body: "bad subject"},
+	}})
+	var res gateway.PublishResponse
+	if err := json.Unmarshal(b, &res); err != nil || code != 207 || h.Get("Preference-Applied") != "" ||
+		len(res.Results) != 2 || res.Results[0].Status != "ok" || res.Results[1].Status != "invalid" {
+		t.Fatalf("minimal publish with a bad message answered %d %q (%v)", code, b, err)
+	}
+}

@@ -86,6 +86,15 @@ func TestOpenAPI_MatchesGateway(t *testing.T) {
 	}}, nil, 200)
 	var res gateway.PublishResponse
 	json.Unmarshal(ok, &res)
+	minimal := map[string]string{"Prefer": "return=minimal"}
+	if b := v.do("POST", pub, pub, "application/json", gateway.PublishRequest{Messages: []gateway.PublishMessage{
+		{Subject: "api", Body: "counted"}, {Subject: "api", Body: "counted too"},
+	}}, minimal, 200); string(b) != `{"stored":2}`+"\n" {
+		t.Fatalf("publish with Prefer: return=minimal answered %q", b)
+	}
+	v.do("POST", pub, pub, "application/json", gateway.PublishRequest{Messages: []gateway.PublishMessage{
+		{Subject: "api", Body: "fine"}, {Subject: "a b", Body: "bad subject"},
+	}}, minimal, 207)
 	v.do("POST", pub, pub, "application/json", gateway.PublishRequest{Messages: []gateway.PublishMessage{
 		{Subject: "api", Body: "fine"}, {Subject: "a b", Body: "bad subject"},
 	}}, nil, 207)
@@ -95,6 +104,7 @@ func TestOpenAPI_MatchesGateway(t *testing.T) {
 
 	const raw = "/v1/subjects/{subject}/publish"
 	v.do("POST", raw, "/v1/subjects/api/publish", "application/octet-stream", []byte("raw body"), map[string]string{"QMQ-Tags": "a,b"}, 200)
+	v.do("POST", raw, "/v1/subjects/api/publish", "application/octet-stream", []byte("raw body"), map[string]string{"Prefer": "return=minimal"}, 200)
 	v.do("POST", raw, "/v1/subjects/api/publish", "application/octet-stream", []byte("x"), map[string]string{"QMQ-Delay": "soon"}, 400)
 
 	const msgs = "/v1/subjects/{subject}/groups/{group}/messages"
@@ -275,12 +285,24 @@ func keys[V any](m map[string]V) []string {
 }
 
 // validate checks v against the subset of JSON Schema openapi.json uses:
-// $ref, type, required, properties, additionalProperties, items, enum,
-// minItems, maxItems, pattern and format date-time.
+// $ref, oneOf, type, required, properties, additionalProperties, items,
+// enum, minItems, maxItems, pattern and format date-time.
 func (c *apiChecker) validate(schema, v any, at string) error {
 	s, ok := schema.(map[string]any)
 	if !ok {
 		return fmt.Errorf("%s: schema %v is not an object", at, schema)
+	}
+	if alts, ok := s["oneOf"].([]any); ok {
+		var errs []string
+		for _, alt := range alts {
+			if err := c.validate(alt, v, at); err != nil {
+				errs = append(errs, err.Error())
+			}
+		}
+		if len(alts)-len(errs) != 1 {
+			return fmt.Errorf("%s: fits %d of the %d oneOf schemas (%s)", at, len(alts)-len(errs), len(alts), strings.Join(errs, "; "))
+		}
+		return nil
 	}
 	if ref, ok := s["$ref"].(string); ok {
 		name := strings.TrimPrefix(ref, "#/components/schemas/")

@@ -190,6 +190,19 @@ func (s *Server) sendAll(w http.ResponseWriter, r *http.Request, id *identity, m
 			}
 		}
 	}
+	if errsNil(errs) && preferMinimal(r) {
+		// All stored, and the client asked for their count only.
+		s.mets.published.WithLabelValues(statusOK).Add(float64(len(msgs)))
+		var out []byte
+		if sc != nil {
+			out = sc.out
+		}
+		out = writeStoredInto(w, len(msgs), out)
+		if sc != nil {
+			sc.out = out[:0]
+		}
+		return nil
+	}
 	res := PublishResponse{}
 	if sc != nil && cap(sc.results) >= len(msgs) {
 		res.Results = sc.results[:len(msgs)]
@@ -243,6 +256,16 @@ func (s *Server) sendAll(w http.ResponseWriter, r *http.Request, id *identity, m
 
 // statusOK is the status name of a stored message.
 var statusOK = protocol.StatusOK.String()
+
+// errsNil reports whether every error of errs is nil.
+func errsNil(errs []error) bool {
+	for _, err := range errs {
+		if err != nil {
+			return false
+		}
+	}
+	return true
+}
 
 func firstError(rs []PublishResult) string {
 	for _, r := range rs {

@@ -394,6 +394,32 @@ func writePublishResponseInto(w http.ResponseWriter, code int, res *PublishRespo
 	return b
 }
 
+// writeStoredInto answers a publish whose n messages were all stored, for
+// a client that asked for a minimal answer: {"stored":n}.
+func writeStoredInto(w http.ResponseWriter, n int, buf []byte) []byte {
+	b := append(buf[:0], `{"stored":`...)
+	b = strconv.AppendInt(b, int64(n), 10)
+	b = append(b, "}\n"...)
+	w.Header()["Preference-Applied"] = []string{"return=minimal"}
+	writeBody(w, http.StatusOK, b)
+	return b
+}
+
+// preferMinimal reports whether r asks for a minimal answer (RFC 7240's
+// Prefer: return=minimal).
+func preferMinimal(r *http.Request) bool {
+	for _, v := range r.Header["Prefer"] {
+		for v != "" {
+			var p string
+			p, v, _ = strings.Cut(v, ",")
+			if strings.EqualFold(strings.TrimSpace(p), "return=minimal") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // appendJSONString appends s as a JSON string: plain when it holds only
 // printable ASCII without quotes, backslashes or HTML's <, > and & (message
 // ids, status names, the usual text body; checked 8 bytes at a time),
