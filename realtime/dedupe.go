@@ -108,6 +108,50 @@ func (d *dedupe) reserve(k uint64) bool {
 	s := d.shard(k)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return d.reserveLocked(s, k)
+}
+
+// reserveBatch reserves keys[i] for every i with take[i] set, as reserve
+// would one by one in order, and leaves take[i] set only for the keys that
+// were new. It takes each shard's lock once for all of the batch's keys in
+// that shard (order holds their positions, grouped by shard; len(keys)
+// elements, reused), not once a key: a send of 256 messages took 256
+// locks, and two sends checked at once met on every shard, each wait a
+// sleep and a wake-up (the scheduler's latency profile of a producing
+// broker: ~12 % of its goroutines' waits were in reserve).
+func (d *dedupe) reserveBatch(keys []uint64, take []bool, order []int32) {
+	var counts [dedupeShards + 1]int32
+	for i, k := range keys {
+		if take[i] {
+			counts[k>>60+1]++
+		}
+	}
+	for sh := 1; sh <= dedupeShards; sh++ {
+		counts[sh] += counts[sh-1]
+	}
+	next := counts // each shard's next free position in order
+	for i, k := range keys {
+		if take[i] {
+			order[next[k>>60]] = int32(i)
+			next[k>>60]++
+		}
+	}
+	for sh := range dedupeShards {
+		from, to := counts[sh], counts[sh+1]
+		if from == to {
+			continue
+		}
+		s := &d.shards[sh]
+		s.mu.Lock()
+		for _, i := range order[from:to] {
+			take[i] = d.reserveLocked(s, keys[i])
+		}
+		s.mu.Unlock()
+	}
+}
+
+// reserveLocked is reserve with s, k's shard, locked.
+func (d *dedupe) reserveLocked(s *dedupeShard, k uint64) bool {
 	if s.set.has(k) {
 		return false
 	}

@@ -3,6 +3,7 @@ package realtime
 import (
 	"hash/maphash"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -122,5 +123,81 @@ func TestDedupeKey_SameAsPieceByPiece(t *testing.T) {
 		if got, want := d.key([]byte(subject), id, 0x0102), h.Sum64(); got != want {
 			t.Fatalf("subject of %d bytes: key %x, want %x", len(subject), got, want)
 		}
+	}
+}
+
+// reserveBatch answers each key as reserve would one by one, in order:
+// new keys are taken, keys seen before (in an earlier batch or earlier in
+// the same one) and keys not asked for are not.
+func TestDedupe_ReserveBatchAsOneByOne(t *testing.T) {
+	now := time.Unix(0, 0)
+	clock := func() time.Time { return now }
+	batched, single := newDedupe(time.Minute, 1<<12, clock), newDedupe(time.Minute, 1<<12, clock)
+	k := uint64(12345)
+	for round := range 40 {
+		n := 1 + round*13%300
+		keys, take := make([]uint64, n), make([]bool, n)
+		want := make([]bool, n)
+		for i := range keys {
+			k = k*6364136223846793005 + 1442695040888963407
+			keys[i] = k
+			if i%7 == 3 && i > 0 {
+				keys[i] = keys[i/2] // a duplicate within the batch
+			}
+			if i%11 == 5 && round > 0 {
+				keys[i] = uint64(round) * 0x9E3779B97F4A7C15 // one of an earlier batch
+			}
+			take[i] = i%17 != 9 // some are not asked for (rejected messages)
+			if take[i] {
+				want[i] = single.reserve(keys[i])
+			}
+		}
+		batched.reserveBatch(keys, take, make([]int32, n))
+		for i := range take {
+			if take[i] != want[i] {
+				t.Fatalf("round %d, key %d: batch reserved %v, one by one %v", round, i, take[i], want[i])
+			}
+		}
+		_ = batched.reserve(uint64(round+1) * 0x9E3779B97F4A7C15)
+		_ = single.reserve(uint64(round+1) * 0x9E3779B97F4A7C15)
+		now = now.Add(time.Second)
+	}
+}
+
+var sink atomic.Uint64
+
+// A send of 256 messages, two at once (two requests being checked on two
+// processors): reserve per key against reserveBatch.
+func BenchmarkDedupeReserve256(b *testing.B) {
+	for _, batched := range []bool{false, true} {
+		name := "each"
+		if batched {
+			name = "batch"
+		}
+		b.Run(name, func(b *testing.B) {
+			d := newDedupe(time.Hour, 4_000_000, time.Now)
+			var seed atomic.Uint64
+			b.SetParallelism(1)
+			b.RunParallel(func(pb *testing.PB) {
+				k := seed.Add(1) << 32
+				keys, take, order := make([]uint64, 256), make([]bool, 256), make([]int32, 256)
+				for pb.Next() {
+					var touched uint64
+					for i := range keys {
+						k = k*6364136223846793005 + 1442695040888963407
+						keys[i], take[i] = k, true
+						touched ^= d.touch(k) // as the send handler does
+					}
+					sink.Add(touched)
+					if batched {
+						d.reserveBatch(keys, take, order)
+						continue
+					}
+					for _, k := range keys {
+						d.reserve(k)
+					}
+				}
+			})
+		})
 	}
 }

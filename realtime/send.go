@@ -108,9 +108,13 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 		for i, k := range s.keys {
 			if s.statuses[i] == protocol.StatusOK {
 				touched ^= t.dedupe.touch(k)
+				s.reserved[i] = true
 			}
 		}
 		s.touched = touched
+		// Each shard's lock once for the batch: reserved stays set for
+		// the keys that were new.
+		t.dedupe.reserveBatch(s.keys, s.reserved, s.order)
 	}
 	// s.views holds a view per message not rejected; those of duplicates
 	// are taken out as they are found: read counts the views passed, and
@@ -121,13 +125,10 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 			continue
 		}
 		read++
-		if dedupe {
-			if !t.dedupe.reserve(s.keys[i]) {
-				s.statuses[i] = t.duplicateStatus(s.keys[i])
-				b.metrics.duplicates.Inc()
-				continue
-			}
-			s.reserved[i] = true
+		if dedupe && !s.reserved[i] {
+			s.statuses[i] = t.duplicateStatus(s.keys[i])
+			b.metrics.duplicates.Inc()
+			continue
 		}
 		if k := len(s.index); k != read-1 {
 			s.views[k] = s.views[read-1]
@@ -202,6 +203,7 @@ type sendCall struct {
 	statuses []protocol.Status
 	keys     []uint64
 	reserved []bool
+	order    []int32         // dedupe.reserveBatch's scratch
 	views    []protocol.View // the messages to store, parsed and checked
 	touched  uint64          // what dedupe.touch read (kept so the reads stay)
 	index    []int           // batch (views) position → request position
@@ -215,6 +217,7 @@ type sendCall struct {
 		status   [1]protocol.Status
 		key      [1]uint64
 		reserved [1]bool
+		order    [1]int32
 		view     [1]protocol.View
 		index    [1]int
 		result   [1]store.Result
@@ -233,12 +236,16 @@ func newSendCall(b *Broker, t *term) *sendCall {
 // (a new call's one-message arrays for n == 1).
 func (s *sendCall) reset(n int) {
 	if cap(s.statuses) < n && n == 1 {
-		s.statuses, s.keys, s.reserved = s.one.status[:], s.one.key[:], s.one.reserved[:]
+		s.statuses, s.keys, s.reserved, s.order = s.one.status[:], s.one.key[:], s.one.reserved[:], s.one.order[:]
 		s.views, s.index, s.results = s.one.view[:0], s.one.index[:0], s.one.result[:]
 	}
 	s.statuses = resize(s.statuses, n)
 	s.keys = resize(s.keys, n)
 	s.reserved = resize(s.reserved, n)
+	if cap(s.order) < n {
+		s.order = make([]int32, n)
+	}
+	s.order = s.order[:n]
 	s.views, s.index = slices.Grow(s.views[:0], n), slices.Grow(s.index[:0], n)
 	s.results = resize(s.results, n)
 	s.traced = s.traced[:0]

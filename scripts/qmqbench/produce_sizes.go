@@ -11,9 +11,13 @@ package main
 // Ours, for each body size in produceSizes: a fresh qmq-realtime with its
 // default durable flush (fdatasync before every ack, group commit), one
 // producer process (one core, GOMAXPROCS=1, one connection) sending for 5 s
-// with our best pipelining (not the bench's default of 16 in flight, which
-// the peer suites use): batches of up to 256 messages and 1 MiB,
-// produceSizesInflight (64) in flight. With 16 in flight a 1 KiB run waited
+// with producer.SendBatch (batches the caller builds, as the produce suite
+// sends; SendAsync's per-message queueing cost the producer ~35 % more CPU a
+// message at 1 KiB, and the producer's core was one of the two the run
+// used) from produceSizesInflight (64) goroutines, each sending batches of
+// up to 256 messages and 1 MiB (sizeBatch) and waiting for their answer:
+// our best pipelining (not the bench's default of 16 in flight, which the
+// peer suites use). With 16 in flight a 1 KiB run waited
 // on its group commits (~13 ms a request: 16 requests of 256 KiB took ~7
 // commits of ~2 ms, both cores not yet busy); 48–64 took 25–40 % more at
 // 1 KiB and the same at 16 KiB, more gave nothing (realtime/store/NOTES.md,
@@ -61,7 +65,7 @@ func runProduceSizes(env *Env) error {
 	var results []result
 	for _, sz := range produceSizes {
 		msgs, err := env.produceOursWith(filepath.Join(env.Dir, "qmq-"+sz.name), produceSizesDuration,
-			[]string{"-size", fmt.Sprint(sz.bytes), "-inflight", fmt.Sprint(produceSizesInflight)})
+			append([]string{"-size", fmt.Sprint(sz.bytes)}, depthArgs(sizeBatch(sz.bytes), produceSizesInflight)...))
 		if err != nil {
 			return fmt.Errorf("%s bodies: %w", sz.name, err)
 		}
@@ -81,6 +85,17 @@ func runProduceSizes(env *Env) error {
 	}
 	return nil
 }
+
+// sizeBatch is how many messages of body bytes one SendBatch call of the
+// suite sends: 256, or fewer so that a request stays within 1 MiB (its
+// encoded messages: body plus sizeBatchOverhead each).
+func sizeBatch(body int) int {
+	return max(1, min(256, (1<<20)/(body+sizeBatchOverhead)))
+}
+
+// sizeBatchOverhead bounds an encoded message's bytes beyond its body (the
+// header, id and subject of the worker's messages).
+const sizeBatchOverhead = 128
 
 // appendSyncRate appends chunk-sized writes to a new file at path, each
 // followed by fdatasync, for d (or until diskProbeMax bytes), and returns
