@@ -28,11 +28,11 @@
 //
 // Messages are pkg/protocol messages, parsed and checked once per hop:
 // Append and Views check each (CRC, Limits); AppendAsync and
-// TryWriteViewsNow take views the caller checked (a subject new to the
-// store is checked against Options.Limits). The store keeps the messages'
-// bytes exactly; a rejected message gets a *protocol.Error in its Result
-// and the rest go on. Ids are not deduplicated here (the broker keeps that
-// window). Pulled messages are copies the caller owns (Release).
+// TryWriteViewsNow take checked views (a new subject is checked against
+// Options.Limits). Bytes are kept exactly; a rejected message gets a
+// *protocol.Error in its Result and the rest go on. Ids are deduplicated
+// by the broker, not here. Pulled messages are copies the caller owns
+// (Release).
 //
 // # Files
 //
@@ -44,12 +44,12 @@
 //	dir/pulllog/n-<subject>/n-<group>/n-<consumer>/%020d.seg   8-byte entries, 2^18 per file
 //	dir/index/%020d.run                         message index by id and key (msgindex.go)
 //
-// Segment files are named by their base (pkg/segment); names longer than
-// 200 bytes are hashed (h-<sha256/16>). Byte layouts are drawn next to the
-// code that writes them, one file per log: segment records in pkg/segment,
-// message records in messagelog.go, consume-log entries in consumelog.go,
-// pull-log entries in pulllog.go, actions in actionlog.go, the checkpoint
-// in checkpoint.go.
+// Segment files are named by their base (pkg/segment); names over 200
+// bytes are hashed (h-<sha256/16>). Each byte layout is drawn in the file
+// that writes it: pkg/segment, messagelog.go, consumelog.go, pulllog.go,
+// actionlog.go, checkpoint.go. Consume-log and pull-log files share one
+// segment.FilePool (LRU, MaxOpenFiles 1024); un-acked entries live in
+// pull-log files (TestScale).
 //
 // # Write path and flush policy
 //
@@ -62,8 +62,9 @@
 // does not hold back the groups written after it). Each group is
 // published, in order, once a sync begun after it was written has ended:
 // consume-log entries become visible, callbacks run, OnAppend fires.
-// After a failed sync nothing in flight is published. Under FlushAsync the appender publishes after the
-// write and flushLoop fdatasyncs every FlushInterval; a caller with nothing
+// After a failed sync nothing in flight is published. Under FlushAsync the
+// appender publishes after the write and flushLoop fdatasyncs every
+// FlushInterval; a caller with nothing
 // queued may append on its own goroutine (TryWriteViewsNow, then
 // Written.Publish, so a server can reply in between). Readers see only
 // published entries, so under FlushSync no consumer receives a message a
@@ -128,9 +129,10 @@
 // A retention pass (every RetentionInterval) deletes whole message-log
 // segments, oldest first and never the active one, while every record of
 // one is older than RetentionAge or the log is larger than RetentionBytes,
-// then the consume-log segments below the subjects' new minimums. Stats shows what the next pass would
-// drop (RetentionBoundary, RetentionDropSeq, GroupStats.AtRisk); a pull
-// whose cursor fell below the minimum skips forward (PullResult.Expired).
+// then the consume-log segments below the subjects' new minimums. Stats
+// shows what the next pass would drop (RetentionBoundary, RetentionDropSeq,
+// GroupStats.AtRisk); a pull whose cursor fell below the minimum skips
+// forward (PullResult.Expired).
 //
 // # Replication
 //
@@ -146,11 +148,6 @@
 // skip (ErrReplicaGap). Truncate cuts a closed store back to a new master's
 // promotion point after a failover (or wipes it to be copied again);
 // Replica.Promote turns a replica into a master's store where its copy ends.
-//
-// # Scale
-//
-// Consume-log and pull-log files share one segment.FilePool (LRU,
-// MaxOpenFiles 1024); un-acked entries live in pull-log files (TestScale).
 //
 // # Locks
 //
