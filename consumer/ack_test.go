@@ -181,16 +181,30 @@ func TestPullRefill(t *testing.T) {
 	}
 }
 
-// waitHandled waits (up to 20 s) until n messages were handled.
-func waitHandled(t *testing.T, handled *atomic.Int64, n int64) {
+// waitUntil polls cond every 5 ms until it reports done, and fails the
+// test with cond's last state after d.
+func waitUntil(t *testing.T, d time.Duration, cond func() (done bool, state string)) {
 	t.Helper()
 	start := time.Now()
-	for handled.Load() < n {
-		if time.Since(start) > 20*time.Second {
-			t.Fatalf("%d of %d handled", handled.Load(), n)
+	for {
+		done, state := cond()
+		if done {
+			return
+		}
+		if time.Since(start) > d {
+			t.Fatal(state)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// waitHandled waits (up to 20 s) until n messages were handled.
+func waitHandled(t *testing.T, handled *atomic.Int64, n int64) {
+	t.Helper()
+	waitUntil(t, 20*time.Second, func() (bool, string) {
+		h := handled.Load()
+		return h >= n, fmt.Sprintf("%d of %d handled", h, n)
+	})
 }
 
 // TestAckEach: with AckEach every message is acked on its own, named alone
@@ -246,19 +260,12 @@ func testAckEach(t *testing.T, opt SubscribeOption, singly bool) {
 	t0 := time.Now()
 	waitHandled(t, &handled, total)
 	t.Logf("handled in %v (the test broker answers an empty pull of the retry subject after 20 ms, and acks queue behind it)", time.Since(t0))
-	start := time.Now()
-	for {
+	waitUntil(t, 20*time.Second, func() (bool, string) {
 		mu.Lock()
 		n := len(named)
 		mu.Unlock()
-		if n >= total && b.ackOutstanding.Load() == 0 {
-			break
-		}
-		if time.Since(start) > 20*time.Second {
-			t.Fatalf("%d of %d messages acked", n, total)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return n >= total && b.ackOutstanding.Load() == 0, fmt.Sprintf("%d of %d messages acked", n, total)
+	})
 	c.Close(context.Background())
 	mu.Lock()
 	defer mu.Unlock()
@@ -327,19 +334,12 @@ func TestAckEachOldBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitHandled(t, &handled, total)
-	start := time.Now()
-	for {
+	waitUntil(t, 10*time.Second, func() (bool, string) {
 		mu.Lock()
 		n := len(acked)
 		mu.Unlock()
-		if n == total {
-			break
-		}
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("%d of %d messages acked", n, total)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return n == total, fmt.Sprintf("%d of %d messages acked", n, total)
+	})
 	c.Close(context.Background())
 	mu.Lock()
 	defer mu.Unlock()
