@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -115,7 +116,12 @@ func (p *Producer) sendBatch(ctx context.Context, msgs []*Message, bb *batchBuf)
 	// (protocol.AppendSendRequest: epoch, count, then each message after
 	// its length): when the whole batch goes to one group in one request,
 	// that buffer is the request, with no copy.
-	bb.raw = append(bb.raw[:0], make([]byte, sendHeader)...)
+	size := sendHeader
+	for _, msg := range msgs {
+		size += 4 + msg.EncodedSize() + msgid.Size
+	}
+	bb.raw = slices.Grow(bb.raw[:0], size) // one allocation, not a doubling chain of copies
+	bb.raw = append(bb.raw, make([]byte, sendHeader)...)
 	bb.at = bb.at[:0]
 	p.fillIDs(msgs, now)
 	encoded := 0

@@ -20,7 +20,7 @@ const (
 	// readBufferSize is the size of a connection's read buffer.
 	readBufferSize = 64 << 10
 	// maxSpareWriteBuffer is the largest write buffer kept for reuse.
-	maxSpareWriteBuffer = 1 << 20
+	maxSpareWriteBuffer = 2 * writeChunk
 )
 
 // call is one request waiting for its response. Whoever removes it from its
@@ -96,14 +96,17 @@ type conn struct {
 	mu      sync.Mutex
 	nextID  uint64
 	pending pendingCalls
-	wbuf    []byte // frames waiting for writeLoop
-	wspare  []byte
+	wq      writeQueue // frames waiting to be written
+	// wout and wvec are the writer's: the chunks it took, and scratch
+	// space for their writev.
+	wout [][]byte
+	wvec net.Buffers
 	// writeDeadline is the socket's write deadline (since the client's
 	// epoch); only the goroutine writing (see writing) touches it.
 	writeDeadline time.Duration
-	signalled     bool  // writeLoop has been woken for wbuf
+	signalled     bool  // writeLoop has been woken for wq
 	writing       bool  // a goroutine is writing taken bytes; only one at a time
-	corked        bool  // readLoop is completing a batch; it writes wbuf at the end
+	corked        bool  // readLoop is completing a batch; it writes wq at the end
 	closeErr      error // why the connection closed
 	wake          chan struct{}
 	// A probe of a connection whose request timed out unanswered
@@ -186,9 +189,10 @@ func (c *conn) send(cl *call, cmd protocol.Command, flags protocol.Flags, body [
 			c.followLocked(cl)
 		}
 	}
-	c.wbuf = protocol.AppendHeader(c.wbuf, protocol.Header{
-		Version: protocol.Version, Flags: flags, Code: uint16(cmd), RequestID: id, BodyLen: uint32(len(body))})
-	c.wbuf = append(c.wbuf, body...)
+	var hdr [protocol.HeaderSize]byte
+	c.wq.append(protocol.AppendHeader(hdr[:0], protocol.Header{
+		Version: protocol.Version, Flags: flags, Code: uint16(cmd), RequestID: id, BodyLen: uint32(len(body))}))
+	c.wq.append(body)
 	switch {
 	case c.corked:
 		c.mu.Unlock() // readLoop writes at the end of its batch
@@ -201,7 +205,7 @@ func (c *conn) send(cl *call, cmd protocol.Command, flags protocol.Flags, body [
 	return nil
 }
 
-// signalLocked makes sure writeLoop will look at wbuf. c.mu is held.
+// signalLocked makes sure writeLoop will look at wq. c.mu is held.
 func (c *conn) signalLocked() {
 	if !c.signalled {
 		c.signalled = true
@@ -209,23 +213,25 @@ func (c *conn) signalLocked() {
 	}
 }
 
-// writeThroughLocked takes wbuf and writes it on the calling goroutine;
+// writeThroughLocked takes wq and writes it on the calling goroutine;
 // what others queue meanwhile is left to writeLoop. It is called with c.mu
 // held and nobody writing, and returns with c.mu released. Writing on the
 // caller's goroutine saves a hand-off to writeLoop when the connection is
 // idle (one request in flight) and lets readLoop answer a whole batch of
 // callbacks with one write, as a server would.
 func (c *conn) writeThroughLocked() {
-	buf := c.takeLocked()
+	bufs := c.wq.take(c.wout)
 	c.writing = true
 	c.mu.Unlock()
-	err := c.write(buf)
+	err := c.write(bufs)
 	c.mu.Lock()
-	if err == nil && c.wspare == nil && cap(buf) <= maxSpareWriteBuffer && c.closeErr == nil {
-		c.wspare = buf[:0]
+	if err == nil && c.closeErr == nil {
+		c.wq.recycle(bufs)
 	}
+	clear(bufs)
+	c.wout = bufs[:0]
 	c.writing = false
-	if err == nil && len(c.wbuf) > 0 && !c.corked {
+	if err == nil && !c.wq.empty() && !c.corked {
 		c.signalLocked()
 	}
 	c.mu.Unlock()
@@ -234,19 +240,10 @@ func (c *conn) writeThroughLocked() {
 	}
 }
 
-// takeLocked takes the queued bytes, leaving the spare buffer in their
-// place. c.mu is held.
-func (c *conn) takeLocked() []byte {
-	buf := c.wbuf
-	c.wbuf = c.wspare[:0]
-	c.wspare = nil
-	return buf
-}
-
-// write writes buf within WriteTimeout; the caller keeps buf as the spare
-// buffer.
-func (c *conn) write(buf []byte) error {
-	if len(buf) == 0 {
+// write writes bufs within WriteTimeout, with one system call when it can.
+// Only the goroutine writing (c.writing) calls it.
+func (c *conn) write(bufs [][]byte) error {
+	if len(bufs) == 0 {
 		return nil
 	}
 	// Move the write deadline only when less than half of WriteTimeout is
@@ -256,7 +253,8 @@ func (c *conn) write(buf []byte) error {
 		c.writeDeadline = now + wt
 		_ = c.nc.SetWriteDeadline(c.client.epoch.Add(c.writeDeadline))
 	}
-	_, err := c.nc.Write(buf)
+	var err error
+	c.wvec, err = writeBuffers(c.nc, bufs, c.wvec)
 	return err
 }
 
@@ -272,7 +270,7 @@ func (c *conn) writeLoop() {
 		}
 		c.mu.Lock()
 		c.signalled = false
-		if c.writing || c.corked || len(c.wbuf) == 0 {
+		if c.writing || c.corked || c.wq.empty() {
 			c.mu.Unlock() // the writer or readLoop takes care of it
 			continue
 		}
@@ -289,7 +287,7 @@ func (c *conn) writeLoop() {
 func (c *conn) uncorkLocked() {
 	c.corked = false
 	switch {
-	case len(c.wbuf) == 0:
+	case c.wq.empty():
 		c.mu.Unlock()
 	case c.writing:
 		c.signalLocked()
@@ -370,7 +368,7 @@ func (c *conn) close(cause error) {
 		f.following, f.followAt = false, 0
 	}
 	c.followers = nil
-	c.wbuf, c.wspare = nil, nil
+	c.wq.reset()
 	c.mu.Unlock()
 	close(c.done)
 	// The socket itself: a TLS connection's Close would first send an alert,

@@ -66,8 +66,9 @@ func (c *conn) timedOutLocked(cl *call) {
 	if c.reader == nil {
 		c.takeReaderLocked(loopReader)
 	}
-	c.wbuf = protocol.AppendHeader(c.wbuf, protocol.Header{
-		Version: protocol.Version, Code: uint16(protocol.CmdPing), RequestID: probe.id})
+	var hdr [protocol.HeaderSize]byte
+	c.wq.append(protocol.AppendHeader(hdr[:0], protocol.Header{
+		Version: protocol.Version, Code: uint16(protocol.CmdPing), RequestID: probe.id}))
 	if !c.corked {
 		c.signalLocked() // writeLoop writes it; a corked reader writes at the end of its batch
 	}
