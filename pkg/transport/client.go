@@ -163,12 +163,13 @@ func (c *Client) CallTimeout(ctx context.Context, addr string, cmd protocol.Comm
 		return nil, err
 	}
 	res := conn.wait(ctx, cl)
+	conn.release(cl)
 	c.putCall(cl)
 	return res.body, res.err
 }
 
 func (c *Client) putCall(cl *call) {
-	cl.id, cl.deadline, cl.done, cl.leads, cl.readerGen = 0, 0, nil, false, 0
+	cl.id, cl.deadline, cl.done, cl.leads, cl.readerGen, cl.borrowed = 0, 0, nil, false, 0, false
 	c.syncPool.Put(cl)
 }
 

@@ -46,6 +46,11 @@ type call struct {
 	// reads is the connection's read count when the call was queued
 	// (probe.go).
 	reads uint64
+	// A Call's body queued without a copy (writeQueue.borrow): its index
+	// in the queue's segments and the take that writes it.
+	borrowed bool
+	seg      int
+	take     uint64
 }
 
 type result struct {
@@ -97,10 +102,15 @@ type conn struct {
 	nextID  uint64
 	pending pendingCalls
 	wq      writeQueue // frames waiting to be written
-	// wout and wvec are the writer's: the chunks it took, and scratch
-	// space for their writev.
-	wout [][]byte
-	wvec net.Buffers
+	// wsegs, wchunks and wvec are the writer's: what it took, and scratch
+	// space for the writev.
+	wsegs, wchunks [][]byte
+	wvec           net.Buffers
+	// written is the last take (writeQueue.takes) whose write returned;
+	// released is signalled then when borrowers wait for it (release).
+	written   uint64
+	borrowers int
+	released  sync.Cond
 	// writeDeadline is the socket's write deadline (since the client's
 	// epoch); only the goroutine writing (see writing) touches it.
 	writeDeadline time.Duration
@@ -142,6 +152,7 @@ func newConn(client *Client, addr string, nc, sock net.Conn) *conn {
 		readWake: make(chan struct{}, 1),
 		rs:       readerState{batch: make([]response, 0, maxReadBatch)},
 	}
+	c.released.L = &c.mu
 	c.br = bufio.NewReaderSize(readCounter{nc: nc, reads: &c.reads}, readBufferSize)
 	if d := client.opts.Spin; d > 0 {
 		// Under TLS the socket is polled as well: bytes on it are a record
@@ -192,7 +203,13 @@ func (c *conn) send(cl *call, cmd protocol.Command, flags protocol.Flags, body [
 	var hdr [protocol.HeaderSize]byte
 	c.wq.append(protocol.AppendHeader(hdr[:0], protocol.Header{
 		Version: protocol.Version, Flags: flags, Code: uint16(cmd), RequestID: id, BodyLen: uint32(len(body))}))
-	c.wq.append(body)
+	if cl != nil && cl.fn == nil && len(body) >= minBorrow && c.nc == c.sock {
+		// A Call's caller waits for it: its body is written from where it
+		// is (release makes sure it is before the Call returns).
+		cl.borrowed, cl.seg, cl.take = true, c.wq.borrow(body), c.wq.takes+1
+	} else {
+		c.wq.append(body)
+	}
 	switch {
 	case c.corked:
 		c.mu.Unlock() // readLoop writes at the end of its batch
@@ -203,6 +220,31 @@ func (c *conn) send(cl *call, cmd protocol.Command, flags protocol.Flags, body [
 		c.writeThroughLocked() // nobody writes: this caller writes now
 	}
 	return nil
+}
+
+// release makes sure cl's body, when it was borrowed (send), is no longer
+// referenced by the connection, so that its Call may return: a body still
+// queued is replaced by a copy; one taken by a writer is waited for until
+// that write returns (bounded by WriteTimeout).
+func (c *conn) release(cl *call) {
+	if !cl.borrowed {
+		return
+	}
+	cl.borrowed = false
+	c.mu.Lock()
+	switch {
+	case cl.take > c.wq.takes:
+		if c.closeErr == nil { // close dropped the queue
+			c.wq.unborrow(cl.seg)
+		}
+	default:
+		c.borrowers++
+		for c.written < cl.take {
+			c.released.Wait()
+		}
+		c.borrowers--
+	}
+	c.mu.Unlock()
 }
 
 // signalLocked makes sure writeLoop will look at wq. c.mu is held.
@@ -220,16 +262,22 @@ func (c *conn) signalLocked() {
 // idle (one request in flight) and lets readLoop answer a whole batch of
 // callbacks with one write, as a server would.
 func (c *conn) writeThroughLocked() {
-	bufs := c.wq.take(c.wout)
+	segs, chunks := c.wq.take(c.wsegs, c.wchunks)
+	take := c.wq.takes
 	c.writing = true
 	c.mu.Unlock()
-	err := c.write(bufs)
+	err := c.write(segs)
 	c.mu.Lock()
 	if err == nil && c.closeErr == nil {
-		c.wq.recycle(bufs)
+		c.wq.recycle(chunks)
 	}
-	clear(bufs)
-	c.wout = bufs[:0]
+	clear(segs)
+	clear(chunks)
+	c.wsegs, c.wchunks = segs[:0], chunks[:0]
+	c.written = take
+	if c.borrowers > 0 {
+		c.released.Broadcast()
+	}
 	c.writing = false
 	if err == nil && !c.wq.empty() && !c.corked {
 		c.signalLocked()

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"net"
 	"slices"
 )
@@ -13,24 +14,35 @@ const (
 	// maxSpareChunks is how many written chunks a connection keeps for
 	// reuse.
 	maxSpareChunks = 8
+	// minBorrow is the smallest body a Call queues without copying it
+	// (writeQueue.borrow): below it a copy costs less than an iovec.
+	minBorrow = 16 << 10
 )
 
-// writeQueue holds the frames waiting to be written, as a list of chunks.
-// A queue that outgrows one chunk takes another instead of growing (a
-// growing slice copied everything queued at every doubling and zeroed each
-// new array: with 64 requests of 256 KiB queued behind a write, that was
-// half a producer's CPU); written chunks are kept for reuse. Its owner (a
+// writeQueue holds the bytes waiting to be written, in order: segments
+// (segs), then the unsealed tail of the chunk being filled (cur[mark:]).
+// Frames are copied into chunks: a queue that outgrows one chunk takes
+// another instead of growing (a growing slice copied everything queued at
+// every doubling and zeroed each new array: with 64 requests of 256 KiB
+// queued behind a write, that was half a producer's CPU); written chunks
+// are kept for reuse. A large body of a Call, whose caller waits, is queued
+// as a segment of its own, not copied (borrow; conn.release). Its owner (a
 // conn) guards it with its mutex.
 type writeQueue struct {
-	cur   []byte   // the chunk being filled
-	full  [][]byte // filled chunks, in order, before cur
-	spare [][]byte // written chunks kept for reuse
+	cur    []byte   // the chunk being filled
+	mark   int      // cur[:mark] is in segs already
+	segs   [][]byte // queued bytes before cur[mark:]
+	chunks [][]byte // chunks with bytes in segs, other than cur
+	spare  [][]byte // written chunks kept for reuse
+	// takes counts take calls: the take that will include a borrowed
+	// segment queued now is takes+1.
+	takes uint64
 }
 
 // empty reports whether nothing is queued.
-func (q *writeQueue) empty() bool { return len(q.cur) == 0 && len(q.full) == 0 }
+func (q *writeQueue) empty() bool { return len(q.segs) == 0 && len(q.cur) == q.mark }
 
-// append queues b.
+// append queues a copy of b.
 func (q *writeQueue) append(b []byte) {
 	for len(b) > 0 {
 		room := cap(q.cur) - len(q.cur)
@@ -44,6 +56,26 @@ func (q *writeQueue) append(b []byte) {
 	}
 }
 
+// borrow queues b itself and returns its index in segs; b must not change
+// until the take that includes it (takes+1 now) has been written, or until
+// unborrow copied it.
+func (q *writeQueue) borrow(b []byte) int {
+	q.seal()
+	q.segs = append(q.segs, b)
+	return len(q.segs) - 1
+}
+
+// unborrow replaces the borrowed segment i, not yet taken, by a copy.
+func (q *writeQueue) unborrow(i int) { q.segs[i] = bytes.Clone(q.segs[i]) }
+
+// seal moves cur's unsealed bytes into segs.
+func (q *writeQueue) seal() {
+	if len(q.cur) > q.mark {
+		q.segs = append(q.segs, q.cur[q.mark:])
+		q.mark = len(q.cur)
+	}
+}
+
 // grow makes room for need more bytes, or for some of them when cur is a
 // whole chunk.
 func (q *writeQueue) grow(need int) {
@@ -53,10 +85,12 @@ func (q *writeQueue) grow(need int) {
 	case cap(q.cur) < writeChunk:
 		// A small queue grows as a slice does, up to a chunk: a
 		// connection with one small request at a time keeps one small
-		// buffer.
+		// buffer. Sealed segments keep pointing into the old array.
 		q.cur = slices.Grow(q.cur, min(need, writeChunk-len(q.cur)))
 	default:
-		q.full = append(q.full, q.cur)
+		q.seal()
+		q.chunks = append(q.chunks, q.cur)
+		q.mark = 0
 		if q.cur = q.popSpare(); cap(q.cur) == 0 {
 			q.cur = make([]byte, 0, writeChunk)
 		}
@@ -74,23 +108,28 @@ func (q *writeQueue) popSpare() []byte {
 	return b
 }
 
-// take moves what is queued to dst (reset) and returns it; cur starts over
-// on a spare chunk.
-func (q *writeQueue) take(dst [][]byte) [][]byte {
-	dst = append(dst[:0], q.full...)
-	clear(q.full)
-	q.full = q.full[:0]
+// take moves what is queued to segs and the chunks holding it to chunks
+// (both reset first) and returns them; cur starts over on a spare chunk.
+func (q *writeQueue) take(segs, chunks [][]byte) ([][]byte, [][]byte) {
+	q.seal()
+	q.takes++
+	segs = append(segs[:0], q.segs...)
+	clear(q.segs)
+	q.segs = q.segs[:0]
+	chunks = append(chunks[:0], q.chunks...)
+	clear(q.chunks)
+	q.chunks = q.chunks[:0]
 	if len(q.cur) > 0 {
-		dst = append(dst, q.cur)
-		q.cur = q.popSpare()
+		chunks = append(chunks, q.cur)
+		q.cur, q.mark = q.popSpare(), 0
 	}
-	return dst
+	return segs, chunks
 }
 
 // recycle keeps written chunks for reuse (up to maxSpareChunks, none
 // larger than maxSpareWriteBuffer).
-func (q *writeQueue) recycle(bufs [][]byte) {
-	for _, b := range bufs {
+func (q *writeQueue) recycle(chunks [][]byte) {
+	for _, b := range chunks {
 		if len(q.spare) >= maxSpareChunks {
 			return
 		}
@@ -100,8 +139,8 @@ func (q *writeQueue) recycle(bufs [][]byte) {
 	}
 }
 
-// reset drops everything, queued and spare.
-func (q *writeQueue) reset() { *q = writeQueue{} }
+// reset drops everything queued and spare; takes goes on counting.
+func (q *writeQueue) reset() { *q = writeQueue{takes: q.takes} }
 
 // writeBuffers writes bufs to nc: one Write for one buffer, else a
 // writev (net.Buffers; a TLS connection takes them one Write each). vec is
