@@ -368,7 +368,7 @@ func (p *Producer) sendDirect(ctx context.Context, pd *directMsg, now time.Time,
 }
 
 // requestBuf is Send's encoded message (raw) and sendDirect's request body
-// (b), reused: the transport copies a body before Call sends it.
+// (b), reused: the transport is done with a body when Call returns.
 type requestBuf struct {
 	raw  []byte
 	b    []byte

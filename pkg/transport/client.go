@@ -133,7 +133,8 @@ func (c *Client) BreakerState(addr string) gobreaker.State {
 // protocol.ErrReadonly) works; transport failures return the sentinels in
 // errors.go (NotSent tells whether the request may have reached the
 // server); a cancelled ctx returns ctx.Err(). The returned body is the
-// caller's. body is copied before Call sends it. A dial is bounded by
+// caller's. Call reads body until it returns (a large one is written from
+// where it is), so body must not change meanwhile. A dial is bounded by
 // DialTimeout and ctx; Call may also write queued requests to the socket
 // itself, which WriteTimeout bounds.
 func (c *Client) Call(ctx context.Context, addr string, cmd protocol.Command, body []byte) ([]byte, error) {

@@ -36,11 +36,13 @@
 //
 // The first request to an address dials it (bounded by DialTimeout and the
 // caller's context; concurrent callers share the dial). Requests are framed
-// into the connection's write buffer under its mutex. A caller that finds
-// nobody writing writes the buffer itself (no hand-off for a lone request);
-// what others queue meanwhile goes to a writer goroutine, which writes
-// everything queued since its last write in one system call, so pipelined
-// requests coalesce. The write deadline (WriteTimeout) is moved only when
+// into the connection's write queue (1 MiB chunks, reused) under its mutex;
+// a Call's body of 16 KiB or more is queued as it is, not copied, and the
+// Call does not return while the queue refers to it (wqueue.go). A caller
+// that finds nobody writing writes the queue itself (no hand-off for a lone
+// request); what others queue meanwhile goes to a writer goroutine, which
+// writes everything queued since its last write in one system call (a
+// writev), so pipelined requests coalesce. The write deadline (WriteTimeout) is moved only when
 // half of it has passed, not on every write. While the reader runs a batch of callbacks the buffer
 // is corked, and the requests those callbacks send are written together at
 // the end of the batch by the reader itself, as a server answers a read. The reader reads every whole frame
