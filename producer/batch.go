@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -218,8 +219,8 @@ func (p *Producer) sendBatch(ctx context.Context, msgs []*Message, bb *batchBuf)
 	return errs
 }
 
-// fillIDs gives the messages without an id one, all made under one lock
-// and held in one string.
+// fillIDs gives the messages without an id one, made 32 to a lock and
+// held in one string.
 func (p *Producer) fillIDs(msgs []*Message, now time.Time) {
 	n := 0
 	for _, m := range msgs {
@@ -230,7 +231,9 @@ func (p *Producer) fillIDs(msgs []*Message, now time.Time) {
 	if n == 0 {
 		return
 	}
-	ids := string(p.ids.AppendNextN(make([]byte, 0, n*msgid.Size), now, n))
+	// The bytes are never written again: they are the string, no copy.
+	buf := p.ids.AppendNextN(make([]byte, 0, n*msgid.Size), now, n)
+	ids := unsafe.String(unsafe.SliceData(buf), len(buf))
 	for _, m := range msgs {
 		if m.ID == "" {
 			m.ID, ids = ids[:msgid.Size], ids[msgid.Size:]
