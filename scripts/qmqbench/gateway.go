@@ -6,24 +6,37 @@ package main
 // (Go net/http, one connection per client goroutine) in a worker process
 // on every core. Messages are 256 bytes.
 //
-//	gateway_publish_msgs_per_s        16 clients, each POST /v1/publish with
-//	                                  JSON batches of 100 UTF-8 bodies, one
-//	                                  request in flight per client; counts
-//	                                  messages answered 200 (stored); the
-//	                                  clients send Prefer: return=minimal
-//	                                  (the gateway answers {"stored":100},
-//	                                  not an id and status per message: as
-//	                                  nsqd's "OK", to the same requests)
+//	gateway_publish_msgs_per_s        16 clients, each POST
+//	                                  /v1/subjects/bench.gw/publish with
+//	                                  Content-Type application/vnd.qmq.mpub:
+//	                                  100 bodies separated by newlines, the
+//	                                  very bytes the nsqd run below sends to
+//	                                  /mpub; one request in flight per
+//	                                  client; counts messages answered 200
+//	                                  (stored); the clients send Prefer:
+//	                                  return=minimal (the gateway answers
+//	                                  {"stored":100}, as nsqd answers "OK")
+//	gateway_json_publish_msgs_per_s   the same clients, POST /v1/publish with
+//	                                  JSON batches of 100 UTF-8 bodies
+//	                                  ({"messages":[{"subject":…,"body":…},…]}),
+//	                                  Prefer: return=minimal
 //	gateway_native_produce_msgs_per_s the produce suite's Go producer (batched
 //	                                  async, one core) on the same broker setup
-//	gateway_vs_native_produce_ratio   ours / native (target ≥ 0.3)
-//	gateway_nsqd_http_mpub_msgs_per_s the same clients and batches against
-//	                                  nsqd's HTTP /mpub (newline-separated
-//	                                  bodies), nsqd in memory
+//	gateway_vs_native_produce_ratio   gateway_publish / native (target ≥ 0.3)
+//	gateway_nsqd_http_mpub_msgs_per_s the same clients and newline batches
+//	                                  against nsqd's HTTP /mpub, nsqd in memory
 //	                                  (--mem-queue-size 20,000,000, above
 //	                                  what the run sends; the run fails if
-//	                                  its /stats show a disk-queue message)
-//	gateway_vs_nsqd_http_pub_ratio    ours / nsqd (target ≥ 1.0)
+//	                                  its /stats show a disk-queue message),
+//	                                  with the same Prefer header (nsqd
+//	                                  ignores it)
+//	gateway_vs_nsqd_http_pub_ratio    gateway_publish / nsqd: the same body
+//	                                  format on both sides (target ≥ 1.0).
+//	                                  Not the same work: the gateway answers
+//	                                  once the broker has stored every
+//	                                  message durably (fsync), nsqd once
+//	                                  they are in its memory
+//	gateway_json_vs_nsqd_http_pub_ratio gateway_json_publish / nsqd
 //	gateway_consume_msgs_per_s        300,000 messages published first
 //	                                  through the gateway (text bodies); 8
 //	                                  clients, each its own consumer id in
@@ -94,20 +107,28 @@ func (e *Env) startGateway(broker string) (*process, string, error) {
 }
 
 func runGateway(env *Env) error {
-	// Publish.
-	pub, err := env.gatewayRun(filepath.Join(env.Dir, "pub"), func(url, _ string) (float64, error) {
-		var res rateResult
-		err := runWorkerProcs("gateway-publish", 0, &res, "-url", url, "-mode", "gateway", "-minimal")
-		if err == nil && res.Failed > 0 {
-			err = fmt.Errorf("%d publish requests failed", res.Failed)
-		}
-		env.Logf("gateway publish: %d messages in %v", res.Messages, res.Elapsed)
-		return res.rate(), err
-	})
+	// Publish: newline batches (the format nsqd's /mpub takes), then JSON.
+	publish := func(name, mode string) (float64, error) {
+		return env.gatewayRun(filepath.Join(env.Dir, name), func(url, _ string) (float64, error) {
+			var res rateResult
+			err := runWorkerProcs("gateway-publish", 0, &res, "-url", url, "-mode", mode, "-minimal")
+			if err == nil && res.Failed > 0 {
+				err = fmt.Errorf("%d publish requests failed", res.Failed)
+			}
+			env.Logf("gateway publish (%s): %d messages in %v", mode, res.Messages, res.Elapsed)
+			return res.rate(), err
+		})
+	}
+	pub, err := publish("pub", "gateway-lines")
 	if err != nil {
 		return err
 	}
 	env.Metric("gateway_publish_msgs_per_s", pub, "msg/s")
+	pubJSON, err := publish("pubjson", "gateway")
+	if err != nil {
+		return err
+	}
+	env.Metric("gateway_json_publish_msgs_per_s", pubJSON, "msg/s")
 	native, err := env.produceOurs(filepath.Join(env.Dir, "native"), gatewayDuration)
 	if err != nil {
 		return err
@@ -120,6 +141,7 @@ func runGateway(env *Env) error {
 	}
 	env.Metric("gateway_nsqd_http_mpub_msgs_per_s", nsq, "msg/s")
 	env.Metric("gateway_vs_nsqd_http_pub_ratio", pub/nsq, "x")
+	env.Metric("gateway_json_vs_nsqd_http_pub_ratio", pubJSON/nsq, "x")
 
 	// Consume.
 	cons, err := env.gatewayRun(filepath.Join(env.Dir, "consume"), func(url, broker string) (float64, error) {
@@ -243,7 +265,7 @@ func postPrefer(c *http.Client, url, ctype string, body []byte, minimal bool) (i
 func gatewayPublishWorker(args []string) (any, error) {
 	fs := flag.NewFlagSet("gateway-publish", flag.ContinueOnError)
 	url := fs.String("url", "", "gateway or nsqd base URL")
-	mode := fs.String("mode", "gateway", "gateway (POST /v1/publish) or nsqd (POST /mpub)")
+	mode := fs.String("mode", "gateway", "gateway (JSON to POST /v1/publish), gateway-lines (newline batches to POST /v1/subjects/SUBJECT/publish) or nsqd (newline batches to POST /mpub)")
 	conns := fs.Int("conns", gatewayPublishConns, "clients, one keep-alive connection each")
 	batch := fs.Int("batch", gatewayBatch, "messages per request")
 	d := fs.Duration("duration", gatewayDuration, "how long to publish")
@@ -279,6 +301,10 @@ func gatewayPublishWorker(args []string) (any, error) {
 		}
 		b.WriteString(`]}`)
 		payload, target, ctype = []byte(b.String()), *url+"/v1/publish", "application/json"
+	case "gateway-lines":
+		// The same bytes as nsqd's below, in the gateway's batch media type.
+		payload = []byte(strings.TrimSuffix(strings.Repeat(body+"\n", *batch), "\n"))
+		target, ctype = *url+"/v1/subjects/"+*subject+"/publish", "application/vnd.qmq.mpub"
 	case "nsqd":
 		payload = []byte(strings.TrimSuffix(strings.Repeat(body+"\n", *batch), "\n"))
 		target, ctype = *url+"/mpub?topic=bench_gw", "application/octet-stream"
