@@ -102,7 +102,7 @@ func (sc *publishScratch) put() {
 // read into one pooled buffer and each message's body is a slice of it
 // (SendBatch copies it into the send request): no JSON, no copy.
 func (s *Server) publishRaw(w http.ResponseWriter, r *http.Request, id *identity) *Problem {
-	form := rawFormOf(r.Header.Get("Content-Type"))
+	form := rawFormOf(header(r.Header, "Content-Type"))
 	pm, p := rawOptions(r, r.PathValue("subject"), form != rawOne)
 	if p != nil {
 		return p

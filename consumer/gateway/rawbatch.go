@@ -16,17 +16,31 @@ import (
 // Raw publish (POST /v1/subjects/{subject}/publish): the request body is
 // one message's body, or with one of the batch media types below many
 // bodies, in the formats of nsqd's HTTP /mpub. The headers describe every
-// message of the request, as the JSON form's fields describe one.
+// message of the request, as the JSON form's fields describe one. The
+// names are in net/http's canonical form ("Qmq-Id" for QMQ-Id) and read
+// from the header map directly: Header.Get canonicalised each name into a
+// new string, a quarter of the gateway's allocations on raw batches.
 const (
-	headerID          = "QMQ-Id"
-	headerTags        = "QMQ-Tags"       // comma-separated
-	headerProperties  = "QMQ-Properties" // URL query encoding: a=1&b=2
-	headerDeliverAt   = "QMQ-Deliver-At" // RFC 3339
-	headerDelay       = "QMQ-Delay"      // Go duration
-	headerScheduleKey = "QMQ-Schedule-Key"
-	headerReplace     = "QMQ-Replace" // true: replace the pending message with the key
-	headerExpireAt    = "QMQ-Expire-At"
+	headerID          = "Qmq-Id"
+	headerTags        = "Qmq-Tags"       // comma-separated
+	headerProperties  = "Qmq-Properties" // URL query encoding: a=1&b=2
+	headerDeliverAt   = "Qmq-Deliver-At" // RFC 3339
+	headerDelay       = "Qmq-Delay"      // Go duration
+	headerScheduleKey = "Qmq-Schedule-Key"
+	headerReplace     = "Qmq-Replace" // true: replace the pending message with the key
+	headerExpireAt    = "Qmq-Expire-At"
 )
+
+// header is h's first value of the canonical name key.
+func header(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// headerName is a canonical header name as the API documents it.
+func headerName(key string) string { return "QMQ" + key[3:] }
 
 // The batch media types of the raw publish route.
 const (
@@ -70,20 +84,20 @@ func rawFormOf(ct string) rawForm {
 // message).
 func rawOptions(r *http.Request, subject string, batch bool) (PublishMessage, *Problem) {
 	h := r.Header
-	pm := PublishMessage{Subject: subject, ID: h.Get(headerID), Delay: h.Get(headerDelay), ScheduleKey: h.Get(headerScheduleKey)}
+	pm := PublishMessage{Subject: subject, ID: header(h, headerID), Delay: header(h, headerDelay), ScheduleKey: header(h, headerScheduleKey)}
 	if batch && pm.ID != "" {
-		return pm, badRequest(headerID + ": names one message; a batch's messages get ids from the gateway")
+		return pm, badRequest(headerName(headerID) + ": names one message; a batch's messages get ids from the gateway")
 	}
 	if batch && pm.ScheduleKey != "" {
-		return pm, badRequest(headerScheduleKey + ": names one message; publish keyed messages one a request")
+		return pm, badRequest(headerName(headerScheduleKey) + ": names one message; publish keyed messages one a request")
 	}
-	if t := h.Get(headerTags); t != "" {
+	if t := header(h, headerTags); t != "" {
 		pm.Tags = splitList(t)
 	}
-	if v := h.Get(headerProperties); v != "" {
+	if v := header(h, headerProperties); v != "" {
 		q, err := url.ParseQuery(v)
 		if err != nil {
-			return pm, badRequest(headerProperties + ": want URL query encoding (a=1&b=2): " + err.Error())
+			return pm, badRequest(headerName(headerProperties) + ": want URL query encoding (a=1&b=2): " + err.Error())
 		}
 		pm.Properties = make(map[string]string, len(q))
 		for k, v := range q {
@@ -97,17 +111,17 @@ func rawOptions(r *http.Request, subject string, batch bool) (PublishMessage, *P
 		if v := h.Get(t.name); v != "" {
 			at, err := time.Parse(time.RFC3339Nano, v)
 			if err != nil {
-				return pm, badRequest(t.name + ": want an RFC 3339 time: " + err.Error())
+				return pm, badRequest(headerName(t.name) + ": want an RFC 3339 time: " + err.Error())
 			}
 			*t.dst = &at
 		}
 	}
-	switch v := h.Get(headerReplace); {
+	switch v := header(h, headerReplace); {
 	case v == "" || strings.EqualFold(v, "false"):
 	case strings.EqualFold(v, "true"):
 		pm.Replace = true
 	default:
-		return pm, badRequest(headerReplace + ": want true or false")
+		return pm, badRequest(headerName(headerReplace) + ": want true or false")
 	}
 	return pm, nil
 }
