@@ -37,6 +37,12 @@ package main
 //	                                  message durably (fsync), nsqd once
 //	                                  they are in its memory
 //	gateway_json_vs_nsqd_http_pub_ratio gateway_json_publish / nsqd
+//
+// The three publish figures are measured in the same window, 4 s at a
+// time in the order newline, JSON, nsqd, nsqd, JSON, newline (8 s each in
+// all), with the broker, the gateway and nsqd all running throughout, so
+// that the ratios compare the two sides at the same moments of the shared
+// machine's load.
 //	gateway_consume_msgs_per_s        300,000 messages published first
 //	                                  through the gateway (text bodies); 8
 //	                                  clients, each its own consumer id in
@@ -107,27 +113,13 @@ func (e *Env) startGateway(broker string) (*process, string, error) {
 }
 
 func runGateway(env *Env) error {
-	// Publish: newline batches (the format nsqd's /mpub takes), then JSON.
-	publish := func(name, mode string) (float64, error) {
-		return env.gatewayRun(filepath.Join(env.Dir, name), func(url, _ string) (float64, error) {
-			var res rateResult
-			err := runWorkerProcs("gateway-publish", 0, &res, "-url", url, "-mode", mode, "-minimal")
-			if err == nil && res.Failed > 0 {
-				err = fmt.Errorf("%d publish requests failed", res.Failed)
-			}
-			env.Logf("gateway publish (%s): %d messages in %v", mode, res.Messages, res.Elapsed)
-			return res.rate(), err
-		})
-	}
-	pub, err := publish("pub", "gateway-lines")
+	// Publish: newline batches to the gateway and to nsqd, JSON batches to
+	// the gateway (gatewayPublish).
+	pub, pubJSON, nsq, err := env.gatewayPublish()
 	if err != nil {
 		return err
 	}
 	env.Metric("gateway_publish_msgs_per_s", pub, "msg/s")
-	pubJSON, err := publish("pubjson", "gateway")
-	if err != nil {
-		return err
-	}
 	env.Metric("gateway_json_publish_msgs_per_s", pubJSON, "msg/s")
 	native, err := env.produceOurs(filepath.Join(env.Dir, "native"), gatewayDuration)
 	if err != nil {
@@ -135,10 +127,6 @@ func runGateway(env *Env) error {
 	}
 	env.Metric("gateway_native_produce_msgs_per_s", native, "msg/s")
 	env.Metric("gateway_vs_native_produce_ratio", pub/native, "x")
-	nsq, err := env.gatewayNSQ(filepath.Join(env.Dir, "nsq"))
-	if err != nil {
-		return err
-	}
 	env.Metric("gateway_nsqd_http_mpub_msgs_per_s", nsq, "msg/s")
 	env.Metric("gateway_vs_nsqd_http_pub_ratio", pub/nsq, "x")
 	env.Metric("gateway_json_vs_nsqd_http_pub_ratio", pubJSON/nsq, "x")
@@ -201,26 +189,58 @@ func (e *Env) gatewayRun(dir string, fn func(url, broker string) (float64, error
 	return fn(url, broker)
 }
 
-func (e *Env) gatewayNSQ(dir string) (float64, error) {
-	p, _, httpAddr, err := e.startNSQD(dir)
+// gatewayPublish measures publish through the gateway (newline batches,
+// then JSON) and through nsqd's /mpub (the same newline batches), each for
+// gatewayDuration in two halves, in the order lines, JSON, nsqd, nsqd,
+// JSON, lines, with the broker, the gateway and nsqd all up throughout: the
+// shared machine's load drifts by 2× within a suite, and a ratio of runs
+// made at different moments measured that drift more than the two sides.
+// It returns the three rates (messages over the time of their halves).
+func (e *Env) gatewayPublish() (lines, jsonRate, nsq float64, err error) {
+	b, broker, err := e.startRealtime(filepath.Join(e.Dir, "pub"))
 	if err != nil {
-		return 0, err
+		return 0, 0, 0, err
+	}
+	defer b.stop()
+	g, url, err := e.startGateway(broker)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer g.stop()
+	p, _, httpAddr, err := e.startNSQD(filepath.Join(e.Dir, "nsq"))
+	if err != nil {
+		return 0, 0, 0, err
 	}
 	defer p.stop()
-	var res rateResult
-	err = runWorkerProcs("gateway-publish", 0, &res, "-url", "http://"+httpAddr, "-mode", "nsqd", "-minimal")
-	if err == nil && res.Failed > 0 {
-		err = fmt.Errorf("%d /mpub requests failed", res.Failed)
+	sides := []struct {
+		name, url, mode string
+		total           rateResult
+	}{
+		{"gateway, newline batches", url, "gateway-lines", rateResult{}},
+		{"gateway, JSON batches", url, "gateway", rateResult{}},
+		{"nsqd /mpub", "http://" + httpAddr, "nsqd", rateResult{}},
 	}
-	if err != nil {
-		return 0, err
+	for _, k := range []int{0, 1, 2, 2, 1, 0} {
+		sd := &sides[k]
+		var res rateResult
+		err := runWorkerProcs("gateway-publish", 0, &res, "-url", sd.url, "-mode", sd.mode, "-minimal",
+			"-duration", (gatewayDuration / 2).String())
+		if err == nil && res.Failed > 0 {
+			err = fmt.Errorf("%d requests failed", res.Failed)
+		}
+		if err != nil {
+			return 0, 0, 0, fmt.Errorf("publish (%s): %w", sd.name, err)
+		}
+		e.Logf("publish (%s): %d messages in %v", sd.name, res.Messages, res.Elapsed)
+		sd.total.Messages += res.Messages
+		sd.total.Elapsed += res.Elapsed
 	}
 	took, spill := nsqMemoryOnly(httpAddr)
 	if spill != nil {
-		return 0, spill
+		return 0, 0, 0, spill
 	}
-	e.Logf("nsqd /mpub: %d messages in %v (in memory: nsqd took %d)", res.Messages, res.Elapsed, took)
-	return res.rate(), nil
+	e.Logf("nsqd /mpub: in memory (nsqd took %d)", took)
+	return sides[0].total.rate(), sides[1].total.rate(), sides[2].total.rate(), nil
 }
 
 // httpClient keeps conns keep-alive connections to one host.
