@@ -54,3 +54,21 @@ func FuzzSplitLines(f *testing.F) {
 		}
 	})
 }
+
+// A publish's subjects and ids must not alias the request buffer, which
+// the next request reuses (route caches key on subjects).
+func TestDetachStrings(t *testing.T) {
+	body := []byte(`{"messages":[{"subject":"s.one","id":"m1","body":"a"},{"subject":"s.one","body":"b"},{"subject":"s.two","body":"c"}]}`)
+	var req PublishRequest
+	if !req.decodeFast(body) {
+		t.Fatal("the fast decoder refused a plain body")
+	}
+	detachStrings(req.Messages)
+	for i := range body {
+		body[i] = 'x'
+	}
+	m := req.Messages
+	if m[0].Subject != "s.one" || m[0].ID != "m1" || m[1].Subject != "s.one" || m[2].Subject != "s.two" {
+		t.Fatalf("after the buffer was reused: %+v", m)
+	}
+}

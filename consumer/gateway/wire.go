@@ -144,7 +144,16 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 
 // readBodyInto is readBody into buf's capacity when it is large enough.
 func readBodyInto(w http.ResponseWriter, r *http.Request, limit int64, buf []byte) ([]byte, error) {
-	rd := http.MaxBytesReader(w, r.Body, limit)
+	// A body of a known length over the limit is refused unread; one of a
+	// known length within it cannot grow past it (net/http stops there).
+	// Only a chunked body needs the limiting reader (an allocation).
+	var rd io.Reader = r.Body
+	switch {
+	case r.ContentLength > limit:
+		return nil, &http.MaxBytesError{Limit: limit}
+	case r.ContentLength < 0:
+		rd = http.MaxBytesReader(w, r.Body, limit)
+	}
 	size := int64(512)
 	if n := r.ContentLength; n > 0 {
 		size = min(n, limit) + 1 // room to read the end of the body
