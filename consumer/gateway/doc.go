@@ -17,7 +17,8 @@
 // # Routes
 //
 //	POST /v1/publish                                   JSON batch {"messages":[…]}
-//	POST /v1/subjects/{subject}/publish                raw body + QMQ-* headers (one message)
+//	POST /v1/subjects/{subject}/publish                raw body + QMQ-* headers (one message,
+//	                                                   or a batch: application/vnd.qmq.mpub[-binary])
 //	GET  /v1/subjects/{subject}/groups/{group}/messages?consumer=&max=&wait=&encoding=&start=
 //	GET  /v1/subjects/{subject}/groups/{group}/stream  (same parameters; text/event-stream)
 //	POST /v1/subjects/{subject}/groups/{group}/ack     {"consumer":"c1","ids":[…]}
@@ -44,10 +45,23 @@
 // NOTES.md); 207s and problems are unchanged. Statuses are the broker's
 // names (protocol.Status): "ok", "duplicate", "invalid", "too large",
 // "busy", "beyond horizon", ….
+// A raw publish's body is one message's body, or with Content-Type
+// MediaTypeLines (application/vnd.qmq.mpub) a batch of bodies separated by
+// newlines, or with MediaTypeBinary nsqd's /mpub?binary=true batch (a
+// 4-byte count, then each body after its 4-byte length): the formats nsqd
+// users have. Its QMQ-* headers describe every message of the request (as
+// the JSON form's fields describe one); the answers are the JSON form's.
+// The body is read into one pooled buffer sized from Content-Length and
+// each message's body is a slice of it until SendBatch encodes it: no
+// JSON and no copy of its own, the cheapest way to publish (NOTES.md). An
+// empty line is refused (a lines body can be neither empty nor hold a
+// newline), as are a malformed binary batch and limits passed: the whole
+// request, none of it stored.
 // A delayed message may carry a scheduleKey (with replace, it replaces
 // the pending message with that key instead of being refused "schedule key
 // exists", 409), and any message an expireAt (the properties
-// qmq.schedule.key, qmq.schedule.replace and qmq.expire.at).
+// qmq.schedule.key, qmq.schedule.replace and qmq.expire.at; headers
+// QMQ-Schedule-Key, QMQ-Replace and QMQ-Expire-At on a raw publish).
 //
 // # Scheduled messages
 //

@@ -171,7 +171,7 @@ func (s *Server) handle(h handlerFunc) http.Handler {
 // bearer or basic credential, passed on to the cluster as a native client
 // presents it, else the gateway's own.
 func (s *Server) identityOf(r *http.Request) (*identity, *Problem) {
-	creds, ok, err := auth.ParseAuthorization(r.Header.Get("Authorization"))
+	creds, ok, err := auth.ParseAuthorization(header(r.Header, "Authorization"))
 	if err != nil {
 		return nil, newProblem(http.StatusUnauthorized, protocol.StatusUnauthenticated, err.Error())
 	}
@@ -179,7 +179,8 @@ func (s *Server) identityOf(r *http.Request) (*identity, *Problem) {
 	key := ""
 	switch {
 	case ok:
-		c, key = &creds, creds.String()
+		cc := creds // on the heap only when there is one
+		c, key = &cc, creds.String()
 	case s.opts.RequireCredentials:
 		return nil, newProblem(http.StatusUnauthorized, protocol.StatusUnauthenticated,
 			"this gateway requires a credential: Authorization: Bearer name:secret")

@@ -6,6 +6,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // collectors of pkg/opsserver).
 type metrics struct {
 	published *prometheus.CounterVec // by status
+	stored    prometheus.Counter     // published{status="ok"}, looked up once
 	pulled    prometheus.Counter
 	acked     prometheus.Counter
 	nacked    prometheus.Counter
@@ -34,6 +35,7 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 			Name: "qmq_gateway_long_polls", Help: "Pulls and streams in progress.",
 		}),
 	}
+	m.stored = m.published.WithLabelValues(statusOK)
 	reg.MustRegister(m.published, m.pulled, m.acked, m.nacked, m.problems, m.polls,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "qmq_gateway_consumer_sessions", Help: "Open consumer sessions (consumer id, subject, group).",

@@ -106,6 +106,21 @@ func TestOpenAPI_MatchesGateway(t *testing.T) {
 	v.do("POST", raw, "/v1/subjects/api/publish", "application/octet-stream", []byte("raw body"), map[string]string{"QMQ-Tags": "a,b"}, 200)
 	v.do("POST", raw, "/v1/subjects/api/publish", "application/octet-stream", []byte("raw body"), map[string]string{"Prefer": "return=minimal"}, 200)
 	v.do("POST", raw, "/v1/subjects/api/publish", "application/octet-stream", []byte("x"), map[string]string{"QMQ-Delay": "soon"}, 400)
+	// Raw batches: newline-separated bodies and nsqd's binary batch.
+	if b := v.do("POST", raw, "/v1/subjects/api/publish", gateway.MediaTypeLines, []byte("one\ntwo\n"), map[string]string{"QMQ-Tags": "a"}, 200); !bytes.Contains(b, []byte(`"results"`)) {
+		t.Fatalf("a lines batch answered %q", b)
+	}
+	if b := v.do("POST", raw, "/v1/subjects/api/publish", gateway.MediaTypeBinary, gateway.AppendBinaryBatch(nil, []byte("a\nb"), nil), minimal, 200); string(b) != `{"stored":2}`+"\n" {
+		t.Fatalf("a binary batch with Prefer: return=minimal answered %q", b)
+	}
+	v.do("POST", raw, "/v1/subjects/api/publish", gateway.MediaTypeLines, []byte("one\n\ntwo"), nil, 400)
+	v.do("POST", raw, "/v1/subjects/api/publish", gateway.MediaTypeBinary, []byte{0, 0, 0, 1, 0, 0, 0, 9, 'x'}, nil, 400)
+	v.do("POST", raw, "/v1/subjects/api/publish", gateway.MediaTypeLines, []byte("1\n2\n3\n4\n5\n6"), nil, 413)
+	v.do("POST", raw, "/v1/subjects/a%20b/publish", gateway.MediaTypeLines, []byte("1\n2"), nil, 400)
+	keyed := map[string]string{"QMQ-Delay": "1h", "QMQ-Schedule-Key": "api-raw-key"}
+	v.do("POST", raw, "/v1/subjects/api/publish", "text/plain", []byte("keyed"), keyed, 200)
+	v.do("POST", raw, "/v1/subjects/api/publish", "text/plain", []byte("keyed again"), keyed, 409)
+	v.do("POST", raw, "/v1/subjects/api/publish", gateway.MediaTypeLines, []byte("1\n2"), keyed, 400)
 
 	const msgs = "/v1/subjects/{subject}/groups/{group}/messages"
 	want := map[string]bool{}
@@ -224,6 +239,16 @@ func (c *apiChecker) do(method, path, url, contentType string, body any, headers
 		}
 		if err := c.validate(op.RequestBody.Content[contentType].Schema, generic, "request"); err != nil {
 			t.Fatalf("%s %s: the test's request does not fit the document: %v", method, path, err)
+		}
+	}
+	if data != nil && contentType != "" {
+		if op.RequestBody == nil {
+			t.Fatalf("%s %s documents no request body", method, path)
+		}
+		_, exact := op.RequestBody.Content[contentType]
+		_, any := op.RequestBody.Content["*/*"]
+		if !exact && !any {
+			t.Fatalf("%s %s: request media type %q is not documented (%v)", method, path, contentType, keys(op.RequestBody.Content))
 		}
 	}
 	req, _ := http.NewRequest(method, c.base+url, bytes.NewReader(data))

@@ -3,22 +3,11 @@ package gateway
 import (
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/qmq-go/qmq/pkg/protocol"
-)
-
-// Raw publish headers (POST /v1/subjects/{subject}/publish): the body is
-// the message body as is.
-const (
-	headerID         = "QMQ-Id"
-	headerTags       = "QMQ-Tags"       // comma-separated
-	headerProperties = "QMQ-Properties" // URL query encoding: a=1&b=2
-	headerDeliverAt  = "QMQ-Deliver-At" // RFC 3339
-	headerDelay      = "QMQ-Delay"      // Go duration
 )
 
 // publish serves POST /v1/publish: a JSON batch.
@@ -55,6 +44,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request, id *identity) *
 	n := len(req.Messages)
 	sc.size(n)
 	ms, msgs, errs := sc.ms[:n], sc.ptrs[:n], sc.errs[:n]
+	detachStrings(req.Messages)
 	for i := range req.Messages {
 		msgs[i] = nil
 		if errs[i] = req.Messages[i].toMessage(&ms[i], now); errs[i] == nil {
@@ -72,11 +62,35 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request, id *identity) *
 	return p
 }
 
+// detachStrings copies the strings of msgs that outlive the request: the
+// fast decoder's strings alias the request buffer, which the next request
+// reuses. The subject does outlive it (the producer's and the meta
+// client's route caches key on it: a key whose bytes changed under its map
+// crashed pkg/metaclient's watchLoop, and the producer's cache filled with
+// such keys), and so may an id the client chose (in errors, trace spans).
+// Bodies, tags and properties are encoded into the send request before
+// SendBatch returns: they stay where they are. A batch's messages mostly
+// share a subject: it is copied once.
+func detachStrings(msgs []PublishMessage) {
+	var last string
+	for i := range msgs {
+		m := &msgs[i]
+		if m.Subject != last || len(last) == 0 {
+			last = strings.Clone(m.Subject)
+		}
+		m.Subject = last
+		if m.ID != "" {
+			m.ID = strings.Clone(m.ID)
+		}
+	}
+}
+
 // publishScratch holds a publish request's buffers, reused across
 // requests: the body, the decoded messages, the producer's messages, their
 // outcomes and the answer (these were most of the gateway's allocations).
 type publishScratch struct {
 	body    []byte
+	bodies  [][]byte
 	msgs    []PublishMessage
 	ms      []protocol.Message
 	ptrs    []*protocol.Message
@@ -107,44 +121,64 @@ func (sc *publishScratch) put() {
 	}
 }
 
-// publishRaw serves POST /v1/subjects/{subject}/publish: one message whose
-// body is the request body, described by QMQ-* headers.
+// publishRaw serves POST /v1/subjects/{subject}/publish: the request body
+// is one message's body, or a batch of bodies in MediaTypeLines or
+// MediaTypeBinary; the QMQ-* headers describe every message. The body is
+// read into one pooled buffer and each message's body is a slice of it
+// (SendBatch copies it into the send request): no JSON, no copy.
 func (s *Server) publishRaw(w http.ResponseWriter, r *http.Request, id *identity) *Problem {
-	pm := PublishMessage{
-		Subject: r.PathValue("subject"), ID: r.Header.Get(headerID), Delay: r.Header.Get(headerDelay),
+	form := rawFormOf(header(r.Header, "Content-Type"))
+	pm, p := rawOptions(r, r.PathValue("subject"), form != rawOne)
+	if p != nil {
+		return p
 	}
-	if t := r.Header.Get(headerTags); t != "" {
-		pm.Tags = splitList(t)
-	}
-	if h := r.Header.Get(headerProperties); h != "" {
-		q, err := url.ParseQuery(h)
-		if err != nil {
-			return badRequest(headerProperties + ": want URL query encoding (a=1&b=2): " + err.Error())
-		}
-		pm.Properties = make(map[string]string, len(q))
-		for k, v := range q {
-			pm.Properties[k] = strings.Join(v, ",")
-		}
-	}
-	if h := r.Header.Get(headerDeliverAt); h != "" {
-		t, err := time.Parse(time.RFC3339Nano, h)
-		if err != nil {
-			return badRequest(headerDeliverAt + ": want an RFC 3339 time: " + err.Error())
-		}
-		pm.DeliverAt = &t
-	}
-	body, err := readBody(w, r, s.opts.MaxBodyBytes)
+	sc := publishPool.Get().(*publishScratch)
+	data, err := readBodyInto(w, r, s.opts.MaxBodyBytes, sc.body)
 	if err != nil {
-		return jsonProblem(err)
+		publishPool.Put(sc)
+		return bodyProblem(err)
 	}
-	m := new(protocol.Message)
-	err = pm.toMessage(m, time.Now())
-	if err != nil {
-		m = nil
-	} else {
-		m.Body = body
+	sc.body = data[:0]
+	bodies, n := append(sc.bodies[:0], data), 1
+	switch form {
+	case rawLines:
+		bodies, n, err = splitLines(data, s.opts.MaxBatch, sc.bodies[:0])
+	case rawBinary:
+		bodies, n, err = splitBinary(data, s.opts.MaxBatch, sc.bodies[:0])
 	}
-	return s.sendAll(w, r, id, []*protocol.Message{m}, []error{err}, nil)
+	sc.bodies = bodies[:0]
+	switch {
+	case err != nil:
+		publishPool.Put(sc)
+		return badRequest(err.Error())
+	case n > s.opts.MaxBatch:
+		publishPool.Put(sc)
+		return newProblem(http.StatusRequestEntityTooLarge, protocol.StatusTooLarge,
+			fmt.Sprintf("%d messages in one request, the gateway's limit is %d", n, s.opts.MaxBatch))
+	}
+	// Every message is the one the headers describe, with its own body.
+	var tmpl protocol.Message
+	terr := pm.toMessage(&tmpl, time.Now())
+	if terr == nil && len(tmpl.Properties) > 0 {
+		// Full slices: whoever adds a property to one message (a trace
+		// context) copies instead of writing into the others'.
+		tmpl.Properties = tmpl.Properties[:len(tmpl.Properties):len(tmpl.Properties)]
+	}
+	sc.size(n)
+	ms, msgs, errs := sc.ms[:n], sc.ptrs[:n], sc.errs[:n]
+	for i, b := range bodies {
+		ms[i] = tmpl
+		ms[i].Body = b
+		msgs[i], errs[i] = &ms[i], terr
+		if terr != nil {
+			msgs[i] = nil
+		}
+	}
+	p = s.sendAll(w, r, id, msgs, errs, sc)
+	if p == nil && r.Context().Err() == nil {
+		sc.put()
+	}
+	return p
 }
 
 // sendAll sends msgs (those without an error in errs) and answers with
@@ -192,7 +226,7 @@ func (s *Server) sendAll(w http.ResponseWriter, r *http.Request, id *identity, m
 	}
 	if errsNil(errs) && preferMinimal(r) {
 		// All stored, and the client asked for their count only.
-		s.mets.published.WithLabelValues(statusOK).Add(float64(len(msgs)))
+		s.mets.stored.Add(float64(len(msgs)))
 		var out []byte
 		if sc != nil {
 			out = sc.out
@@ -229,7 +263,7 @@ func (s *Server) sendAll(w http.ResponseWriter, r *http.Request, id *identity, m
 		res.Results[i] = r
 	}
 	if ok := len(errs) - failed; ok > 0 {
-		s.mets.published.WithLabelValues(statusOK).Add(float64(ok))
+		s.mets.stored.Add(float64(ok))
 	}
 	var out []byte
 	if sc != nil {

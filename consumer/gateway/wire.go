@@ -144,7 +144,16 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 
 // readBodyInto is readBody into buf's capacity when it is large enough.
 func readBodyInto(w http.ResponseWriter, r *http.Request, limit int64, buf []byte) ([]byte, error) {
-	rd := http.MaxBytesReader(w, r.Body, limit)
+	// A body of a known length over the limit is refused unread; one of a
+	// known length within it cannot grow past it (net/http stops there).
+	// Only a chunked body needs the limiting reader (an allocation).
+	var rd io.Reader = r.Body
+	switch {
+	case r.ContentLength > limit:
+		return nil, &http.MaxBytesError{Limit: limit}
+	case r.ContentLength < 0:
+		rd = http.MaxBytesReader(w, r.Body, limit)
+	}
 	size := int64(512)
 	if n := r.ContentLength; n > 0 {
 		size = min(n, limit) + 1 // room to read the end of the body
@@ -400,7 +409,7 @@ func writeStoredInto(w http.ResponseWriter, n int, buf []byte) []byte {
 	b := append(buf[:0], `{"stored":`...)
 	b = strconv.AppendInt(b, int64(n), 10)
 	b = append(b, "}\n"...)
-	w.Header()["Preference-Applied"] = []string{"return=minimal"}
+	w.Header()["Preference-Applied"] = hvMinimal
 	writeBody(w, http.StatusOK, b)
 	return b
 }
@@ -450,12 +459,20 @@ func htmlWord(w uint64) uint64 {
 	return hasZero(w^(ones*'<')) | hasZero(w^(ones*'>')) | hasZero(w^(ones*'&'))
 }
 
+// Header values the answers share (net/http only reads them; Add and Set
+// replace the slice): a new one-string slice each was an allocation each.
+var (
+	hvJSON    = []string{"application/json"}
+	hvNoStore = []string{"no-store"}
+	hvMinimal = []string{"return=minimal"}
+)
+
 // writeBody answers b (JSON) with code and its Content-Length, so net/http
 // writes it as is rather than in chunks.
 func writeBody(w http.ResponseWriter, code int, b []byte) {
 	h := w.Header()
-	h["Content-Type"] = []string{"application/json"}
-	h["Cache-Control"] = []string{"no-store"}
+	h["Content-Type"] = hvJSON
+	h["Cache-Control"] = hvNoStore
 	h["Content-Length"] = []string{strconv.Itoa(len(b))}
 	w.WriteHeader(code)
 	w.Write(b)

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """A QMQ-Go gateway round trip with Python's standard library only:
-publish (text, base64, delayed), pull, ack, nack and see the retry.
+publish (text, base64, delayed, a raw binary batch), pull, ack, nack and
+see the retry.
 Usage: roundtrip.py BASE_URL SUBJECT. Prints "ok" and exits 0 on success."""
 import base64
 import json
+import struct
 import sys
 import time
 import urllib.error
@@ -40,6 +42,16 @@ must(status == 200, f"publish answered {status} {res}")
 must([r["status"] for r in res["results"]] == ["ok"] * 3, f"publish statuses {res}")
 hello_id, bin_id, later_id = (r["id"] for r in res["results"])
 
+# A raw batch in nsqd's binary form: a 4-byte count, then each body after its 4-byte length.
+raw_bodies = [b"\xff\x00raw", b"two\nlines", b""]
+batch = struct.pack(">I", len(raw_bodies)) + b"".join(struct.pack(">I", len(b)) + b for b in raw_bodies)
+req = urllib.request.Request(f"{BASE}/v1/subjects/{SUBJECT}/publish", data=batch, method="POST",
+                             headers={"Content-Type": "application/vnd.qmq.mpub-binary", "QMQ-Tags": "raw"})
+with urllib.request.urlopen(req, timeout=30) as resp:
+    status, res = resp.status, json.loads(resp.read())
+must(status == 200 and [r["status"] for r in res["results"]] == ["ok"] * 3, f"raw batch answered {status} {res}")
+raw_ids = [r["id"] for r in res["results"]]
+
 pulls = f"/v1/subjects/{SUBJECT}/groups/{GROUP}"
 
 
@@ -55,7 +67,7 @@ def pull_until(want, deadline_s=30):
     return got
 
 
-got = pull_until({hello_id, bin_id})
+got = pull_until({hello_id, bin_id} | set(raw_ids))
 must(got[hello_id][0]["body"] == "hello" and got[hello_id][0]["properties"] == {"lang": "python"}, f"hello {got[hello_id]}")
 
 
@@ -64,6 +76,11 @@ def body(m):
 
 
 must(body(got[bin_id][0]) == b"\xff\x00binary", f"binary {got[bin_id]}")
+for rid, want in zip(raw_ids, raw_bodies):
+    m = got[rid][0]
+    must(body(m) == want and m["tags"] == ["raw"], f"raw batch message {m}, want body {want!r}")
+status, _, res = call("POST", f"{pulls}/ack", {"consumer": CONSUMER, "ids": raw_ids})
+must(status == 200 and res["done"] == 3, f"ack of the raw batch answered {status} {res}")
 seen_later = got.get(later_id)
 
 status, _, res = call("POST", f"{pulls}/ack", {"consumer": CONSUMER, "ids": [hello_id]})

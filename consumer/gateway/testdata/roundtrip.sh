@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A QMQ-Go gateway round trip with curl (and python3 only to read JSON):
-# publish (raw body with headers, JSON text, delayed), pull, ack, nack and
-# see the retry. Usage: roundtrip.sh BASE_URL SUBJECT. Prints "ok".
+# publish (raw body with headers, a raw batch of lines, JSON text, delayed),
+# pull, ack, nack and see the retry. Usage: roundtrip.sh BASE_URL SUBJECT. Prints "ok".
 set -euo pipefail
 [ -z "${QMQ_TRACE:-}" ] || { PS4='+ $(date +%T.%N) '; set -x; }
 BASE=$1 SUBJECT=$2 GROUP=curl CONSUMER=curl-consumer-1
@@ -15,6 +15,12 @@ field() { "$PY" -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 out=$(curl -sS -f -X POST "$BASE/v1/subjects/$SUBJECT/publish" -H 'QMQ-Tags: t1,t2' \
   -H 'QMQ-Properties: lang=shell' --data-binary 'hello')
 HELLO=$(echo "$out" | field 'd["results"][0]["id"]')
+# A raw batch: one body a line, as nsqd's /mpub takes them; the headers describe each.
+out=$(curl -sS -f -X POST "$BASE/v1/subjects/$SUBJECT/publish" -H 'Content-Type: application/vnd.qmq.mpub' \
+  -H 'QMQ-Tags: batch' --data-binary $'line-1\nline-2\n')
+[ "$(echo "$out" | field '",".join(r["status"] for r in d["results"])')" = "ok,ok" ] || fail "raw batch: $out"
+LINE1=$(echo "$out" | field 'd["results"][0]["id"]')
+LINE2=$(echo "$out" | field 'd["results"][1]["id"]')
 # A batch: one text, one delayed (its delay counts from when the gateway got it: after START).
 START=$(date +%s%N)
 out=$(curl -sS -f -X POST "$BASE/v1/publish" -H 'Content-Type: application/json' \
@@ -35,15 +41,16 @@ pull_until() { # ids…
       [ -n "$id" ] || continue
       seen[$id]=$(date +%s%N); attempts[$id]=$n
       [ "$id" != "$HELLO" ] || [ "$body" = hello ] || fail "hello came back as $body"
+      [ "$id" != "$LINE2" ] || [ "$body" = line-2 ] || fail "line-2 came back as $body"
     done < <(echo "$out" | "$PY" -c 'import json,sys
 for m in json.load(sys.stdin)["messages"]: print(m["id"], m["body"], m["attempts"])')
   done
   fail "pulled ${!seen[*]}, want $*"
 }
 
-pull_until "$HELLO" "$AGAIN"
-out=$(curl -sS -f -X POST "$PULLS/ack" -d "{\"consumer\":\"$CONSUMER\",\"ids\":[\"$HELLO\"]}")
-[ "$(echo "$out" | field 'd["done"]')" = 1 ] || fail "ack: $out"
+pull_until "$HELLO" "$AGAIN" "$LINE1" "$LINE2"
+out=$(curl -sS -f -X POST "$PULLS/ack" -d "{\"consumer\":\"$CONSUMER\",\"ids\":[\"$HELLO\",\"$LINE1\",\"$LINE2\"]}")
+[ "$(echo "$out" | field 'd["done"]')" = 3 ] || fail "ack: $out"
 out=$(curl -sS -f -X POST "$PULLS/nack" -d "{\"consumer\":\"$CONSUMER\",\"ids\":[\"$AGAIN\"],\"retryAfter\":\"1s\"}")
 [ "$(echo "$out" | field 'd["done"]')" = 1 ] || fail "nack: $out"
 unset "seen[$AGAIN]"
