@@ -341,6 +341,22 @@ func (y *replica) follow() error {
 				return err
 			}
 			bodies.put(f.body)
+			// The fetches in flight were sent before the cut was heard:
+			// the master answers them with it too. Their answers are
+			// dropped and the next fetch (a CmdSyncLog) asks from the cut.
+			for _, g := range flights {
+				select {
+				case f := <-g.ch:
+					if f.err != nil && protocol.StatusOf(f.err) != protocol.StatusUnknownCommand {
+						return f.err
+					}
+				case err := <-acks.failed:
+					return err
+				case <-y.ctx.Done():
+					return y.ctx.Err()
+				}
+			}
+			flights = flights[:0]
 			continue
 		}
 		if m := &p.Message; m.Offset == m.Start && m.Offset > msgPos && int64(len(m.Data)) > m.End-m.Offset {

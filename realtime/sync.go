@@ -343,15 +343,18 @@ func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest, turn 
 			continue // a cut overlapped the read
 		}
 		resp.Generation = y.cutGen
-		if y.pendingCut >= 0 {
+		if told := y.stream.cutTold(turn); told >= 0 {
+			resp.Cut = told // sent before the slave heard of it
+		} else if y.pendingCut >= 0 {
 			if msgFrom > y.pendingCut {
 				resp.Cut = y.pendingCut
-				y.stream.cut(turn)
+				y.stream.cut(turn, resp.Cut)
 			} else {
 				// The slave asks from at or below the cut, after every
 				// answer before this one on its connection (a pipelined
-				// fetch: the one before it in its stream ended there too):
-				// its copy holds nothing past the cut.
+				// fetch: the one before it in its stream ended there, and
+				// none of them was a cut): its copy holds nothing past
+				// the cut.
 				y.pendingCut = -1
 			}
 		}

@@ -11,7 +11,12 @@ import (
 // they arrived, each from where the one before ended. A slave so keeps a
 // fetch parked here while it takes in the answer before, and a record is
 // sent as soon as it is written instead of waiting for the slave's next
-// request (see "Replication: pipelined fetches" in NOTES.md). Guarded by
+// request (see "Replication: pipelined fetches" in NOTES.md). Once one of
+// its answers is a cut, every later fetch of the stream is answered with
+// that cut: they were sent before the slave heard of it, and the slave
+// drops their answers and restarts the stream from the cut with a
+// CmdSyncLog, so a fetch that clears a pending cut (sync.go) always
+// comes after every answer before it on its connection. Guarded by
 // syncService.mu.
 type syncStream struct {
 	conn *netserver.Conn
@@ -19,8 +24,9 @@ type syncStream struct {
 	tail chan struct{} // closed once its latest fetch has been answered
 	// msg and act are where its next answer reads from (the ends of the
 	// answer before, as the slave counts them); -1: from the request's
-	// offsets (none answered yet, or the last answer was a cut).
+	// offsets (none answered yet).
 	msg, act int64
+	cutAt    int64 // -1, or the cut an answer of the stream told
 }
 
 // streamTurn is one fetch's place in a stream: it reads once prev is
@@ -34,7 +40,7 @@ type streamTurn struct {
 // from its own offsets and waits for no earlier fetch.
 func (s *syncStream) restart(conn *netserver.Conn) streamTurn {
 	s.id++
-	s.conn, s.msg, s.act = conn, -1, -1
+	s.conn, s.msg, s.act, s.cutAt = conn, -1, -1, -1
 	s.tail = make(chan struct{})
 	return streamTurn{id: s.id, mine: s.tail}
 }
@@ -76,10 +82,18 @@ func (s *syncStream) answered(t streamTurn, msgFrom, actFrom int64, mc, ac store
 	}
 }
 
-// cut restarts turn t's stream from the next request's offsets after a
-// cut answer.
-func (s *syncStream) cut(t streamTurn) {
-	if s.id == t.id {
-		s.msg, s.act = -1, -1
+// cut records that turn t's answer told the slave to cut back to off.
+func (s *syncStream) cut(t streamTurn, off int64) {
+	if s.id == t.id && s.cutAt < 0 {
+		s.cutAt = off
 	}
+}
+
+// cutTold returns the cut an earlier answer of turn t's stream told (-1
+// none): t's answer is that cut again.
+func (s *syncStream) cutTold(t streamTurn) int64 {
+	if s.id != t.id {
+		return -1
+	}
+	return s.cutAt
 }

@@ -173,9 +173,11 @@ func TestSyncStream_ReconnectResumesAtTheOffsetAskedFor(t *testing.T) {
 }
 
 // A cut (a restarted master's tail: see
-// TestReplication_RestartedMasterCutsCopiesPastItsEnd) answers every
-// pipelined fetch that asks past it, and the stream goes on from the
-// offset of the first fetch at or below it.
+// TestReplication_RestartedMasterCutsCopiesPastItsEnd) answers the fetch
+// that asks past it and every later fetch of its stream, whatever offsets
+// they name (sent before the slave heard of the cut, some may name offsets
+// at or below it while answers before them carried records past it); a
+// CmdSyncLog from the cut restarts the stream there.
 func TestSyncStream_CutRestartsTheStream(t *testing.T) {
 	dir := t.TempDir()
 	m := startBroker(t, dir, replOptions)
@@ -193,23 +195,28 @@ func TestSyncStream_CutRestartsTheStream(t *testing.T) {
 	m = startBroker(t, dir, replOptions)
 	recovered := m.Replication().MessageEnd
 	past := recovered + 1000
-	// A copy past the recovered end: its fetch and the pipelined one after
-	// it (sent before it heard of the cut) are both told to cut back.
 	first := rawFetch(t, c, m.addr(), protocol.CmdSyncLog, protocol.SyncRequest{MessageOffset: past, MessageDurable: past, MaxBytes: 1 << 20})
 	second := rawFetch(t, c, m.addr(), protocol.CmdSyncLogAhead, protocol.SyncRequest{MessageOffset: past, MessageDurable: past, MaxBytes: 1 << 20})
-	for i, ch := range []<-chan syncAnswer{first, second} {
+	third := rawFetch(t, c, m.addr(), protocol.CmdSyncLogAhead, protocol.SyncRequest{MaxBytes: 1 << 20})
+	for i, ch := range []<-chan syncAnswer{first, second, third} {
 		if a := answerOf(t, ch); a.p.Cut != recovered || len(a.p.Message.Data) != 0 {
-			t.Fatalf("fetch %d past the recovered end %d: cut %d, %d bytes", i, recovered, a.p.Cut, len(a.p.Message.Data))
+			t.Fatalf("fetch %d of the stream: cut %d (want %d), %d bytes", i, a.p.Cut, recovered, len(a.p.Message.Data))
 		}
 	}
-	// Cut back, the copy's next pipelined fetch asks from the cut.
 	for i := range 20 {
 		if err := rawSend(ctx, c, m.addr(), "x", fmt.Sprint("b", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
+	if a := answerOf(t, rawFetch(t, c, m.addr(), protocol.CmdSyncLogAhead, protocol.SyncRequest{MessageOffset: recovered, MessageDurable: recovered, MaxBytes: 1 << 20, Generation: 1})); a.p.Cut != recovered {
+		t.Fatalf("a pipelined fetch of the cut stream: cut %d", a.p.Cut)
+	}
+	if got := m.Replication().SlaveOffset; got > recovered {
+		t.Fatalf("the master counts the copy durable up to %d, past the cut %d", got, recovered)
+	}
+	// Cut back, the copy restarts the stream from the cut.
 	end := m.Replication().MessageEnd
-	a := answerOf(t, rawFetch(t, c, m.addr(), protocol.CmdSyncLogAhead, protocol.SyncRequest{MessageOffset: recovered, MessageDurable: recovered, MaxBytes: 1 << 20, Generation: 1}))
+	a := answerOf(t, rawFetch(t, c, m.addr(), protocol.CmdSyncLog, protocol.SyncRequest{MessageOffset: recovered, MessageDurable: recovered, MaxBytes: 1 << 20, Generation: 1}))
 	if a.p.Cut != -1 || a.p.Message.Offset != recovered || a.end() != end {
 		t.Fatalf("fetch from the cut: cut %d, %d bytes at %d, master ends at %d", a.p.Cut, len(a.p.Message.Data), a.p.Message.Offset, end)
 	}
@@ -223,37 +230,55 @@ func TestSyncStream_CutRestartsTheStream(t *testing.T) {
 	}
 }
 
-// oldMaster stands in front of a master as a master without
-// CmdSyncLogAhead: it forwards the other sync commands and answers that
-// one StatusUnknownCommand, counting them.
-func oldMaster(t *testing.T, master string) (addr string, refused *atomic.Int64) {
+// syncProxy stands in front of a master and forwards the sync commands.
+// old: it plays a master without CmdSyncLogAhead, answering that one
+// StatusUnknownCommand (counted in n). Otherwise it turns the fifth
+// pipelined answer with records into a cut at the answer's offset (the
+// copy's end: nothing to cut, but the fetches in flight must be dropped
+// and the stream restarted there), counted in n.
+func syncProxy(t *testing.T, master string, old bool) (addr string, n *atomic.Int64) {
 	t.Helper()
 	c := newClient(t)
-	refused = new(atomic.Int64)
+	n = new(atomic.Int64)
+	var withData atomic.Int64
 	mux := netserver.NewMux()
+	// Forwarded on the event loop, in the order they came (c.Go queues
+	// without waiting once the connection is up).
 	forward := func(cmd protocol.Command) netserver.HandlerFunc {
 		return func(r *netserver.Request) {
+			body := append([]byte(nil), r.Body...)
 			if r.Header.IsOneWay() {
-				_ = c.Notify(context.Background(), master, cmd, r.Body)
+				_ = c.Go(master, cmd, body, 30*time.Second, func([]byte, error) {})
 				return
 			}
-			body := append([]byte(nil), r.Body...)
-			go func() {
-				resp, err := c.CallTimeout(context.Background(), master, cmd, body, 30*time.Second)
+			d := r.Detach()
+			err := c.Go(master, cmd, body, 30*time.Second, func(resp []byte, err error) {
 				if err != nil {
-					r.ReplyError(err)
+					d.ReplyError(err)
 					return
 				}
-				r.Reply(protocol.StatusOK, resp)
-			}()
+				if p, err := protocol.DecodeSyncResponse(resp); cmd == protocol.CmdSyncLogAhead && err == nil && len(p.Message.Data) > 0 && withData.Add(1) == 5 {
+					p.Cut, p.Message.Data, p.Action.Data, p.Action.Offset = p.Message.Offset, nil, nil, p.Action.Start
+					resp = protocol.AppendSyncResponse(nil, &p)
+					n.Add(1)
+				}
+				d.Reply(protocol.StatusOK, resp)
+			})
+			if err != nil {
+				d.ReplyError(err)
+			}
 		}
 	}
-	mux.HandleFunc(protocol.CmdSyncLog, forward(protocol.CmdSyncLog))
-	mux.HandleFunc(protocol.CmdSyncEpoch, forward(protocol.CmdSyncEpoch))
-	mux.HandleFunc(protocol.CmdSyncLogAhead, func(r *netserver.Request) {
-		refused.Add(1)
-		r.ReplyError(protocol.Errorf(protocol.StatusUnknownCommand, r.Command().String()))
-	})
+	mux.HandleInline(protocol.CmdSyncLog, forward(protocol.CmdSyncLog))
+	mux.HandleInline(protocol.CmdSyncEpoch, forward(protocol.CmdSyncEpoch))
+	if old {
+		mux.HandleFunc(protocol.CmdSyncLogAhead, func(r *netserver.Request) {
+			n.Add(1)
+			r.ReplyError(protocol.Errorf(protocol.StatusUnknownCommand, r.Command().String()))
+		})
+	} else {
+		mux.HandleInline(protocol.CmdSyncLogAhead, forward(protocol.CmdSyncLogAhead))
+	}
 	srv, err := netserver.New(netserver.Options{Addr: "127.0.0.1:0"}, mux, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -262,27 +287,29 @@ func oldMaster(t *testing.T, master string) (addr string, refused *atomic.Int64)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close(context.Background()) })
-	return srv.Addr().String(), refused
+	return srv.Addr().String(), n
 }
 
 // A slave of a master that does not know pipelined fetches falls back to
 // one fetch in flight (it does not ask again for each fetch) and copies
-// the master exactly; and one whose connection breaks mid-stream again
-// and again resumes at the right offsets.
-func TestSyncStream_OldMasterAndBrokenConnections(t *testing.T) {
-	for _, tc := range []string{"old master", "broken connections"} {
+// the master exactly; so does one whose connection breaks mid-stream again
+// and again, and one told to cut back while fetches are in flight (it
+// drops their answers and resumes at the right offset).
+func TestSyncStream_OldMasterBrokenConnectionsAndCuts(t *testing.T) {
+	for _, tc := range []string{"old master", "broken connections", "cut"} {
 		t.Run(tc, func(t *testing.T) {
 			mdir, sdir := t.TempDir(), t.TempDir()
 			m := startBroker(t, mdir, replOptions, func(o *realtime.Options) {
 				o.WaitSlave = true
 				o.SlaveLagReadonly = time.Minute
 			})
-			var refused *atomic.Int64
+			var told *atomic.Int64
 			var proxy *cutProxy
 			addr := ""
-			if tc == "old master" {
-				addr, refused = oldMaster(t, m.addr())
-			} else {
+			switch tc {
+			case "old master", "cut":
+				addr, told = syncProxy(t, m.addr(), tc == "old master")
+			default:
 				proxy = startCutProxy(t, m.addr())
 				addr = proxy.addr()
 			}
@@ -301,8 +328,11 @@ func TestSyncStream_OldMasterAndBrokenConnections(t *testing.T) {
 			}()
 			<-done
 			waitCaughtUp(t, m, 30*time.Second)
-			if refused != nil && (refused.Load() == 0 || refused.Load() > 4) {
-				t.Fatalf("the old master refused %d pipelined fetches", refused.Load())
+			if told != nil && (told.Load() == 0 || told.Load() > 4) {
+				t.Fatalf("%s: the proxy answered %d pipelined fetches itself", tc, told.Load())
+			}
+			if n := counterValue(t, s.Registry(), "qmq_realtime_replication_errors_total"); tc != "broken connections" && n != 0 {
+				t.Fatalf("%s: %v failed sync requests (a fall back or a cut is no failure)", tc, n)
 			}
 			if err := s.Close(context.Background()); err != nil {
 				t.Fatal(err)
