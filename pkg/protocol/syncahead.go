@@ -6,7 +6,8 @@ package protocol
 // one, from where that one's chunks ended (the request's offsets, the ends
 // the slave had received when it sent it, are a lower bound). The fetches
 // of a connection since its latest CmdSyncLog form one stream, answered in
-// order; a cut answer restarts the stream from the next request's offsets.
+// order; once an answer of a stream is a cut, its later fetches are
+// answered with the same cut, and the slave asks again with a CmdSyncLog.
 // A slave so keeps a fetch parked at its master while it takes in the
 // answer before, and records reach it as they are written. A master that
 // does not know the command answers StatusUnknownCommand, and the slave
