@@ -164,6 +164,7 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 		b.allowed(adminRead, "look messages up (admin read)", b.serveFindMessages)))
 	copying := "copy group " + opts.Group + "'s logs (a broker of the group)"
 	mux.HandleInline(protocol.CmdSyncLog, b.counted(protocol.CmdSyncLog, b.allowed(brokerOf(opts.Group), copying, b.serveSync)))
+	mux.HandleInline(protocol.CmdSyncLogAhead, b.counted(protocol.CmdSyncLogAhead, b.allowed(brokerOf(opts.Group), copying, b.serveSync)))
 	mux.Handle(protocol.CmdSyncEpoch, b.counted(protocol.CmdSyncEpoch, b.allowed(brokerOf(opts.Group), copying, b.serveSyncEpoch)))
 	mux.Handle(protocol.CmdSwitchover, b.counted(protocol.CmdSwitchover,
 		b.allowed(adminWrite, "hand the group over (admin write)", b.serveSwitchover)))

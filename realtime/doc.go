@@ -91,11 +91,11 @@
 // (syncService, sync.go) answers with up to SyncMaxBytes of each log past
 // those offsets, long-polling up to SyncWait (CmdSyncLog is served on the
 // event loop: an acknowledgement completes the replies it covers there, a
-// fetch is detached to its goroutine). The slave keeps one fetch in
-// flight and writes each answer as it arrives; copySyncLoop fdatasyncs
-// what was written meanwhile and acknowledges at once with a one-way
-// request, and copyIndexLoop indexes after it (one fdatasync covers every
-// answer that arrived during the one before, and none waits for indexing).
+// fetch is detached to its goroutine). The slave keeps two fetches in
+// flight, the second pipelined (CmdSyncLogAhead, syncstream.go) to wait
+// at the master for the next write, and writes each answer as it arrives;
+// two copySyncLoops fdatasync what was written and acknowledge with a
+// one-way request, and copyIndexLoop indexes after them.
 //
 // Tentative tail: the master serves message-log records as soon as they are
 // written, so its fdatasync and the slave's overlap; the response's End is

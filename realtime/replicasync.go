@@ -2,27 +2,43 @@ package realtime
 
 import (
 	"sync"
+	"time"
 
 	"github.com/qmq-go/qmq/pkg/protocol"
+	"github.com/qmq-go/qmq/realtime/store"
 )
 
-// copySyncer runs the second and third goroutines of a slave's copy (one
-// set per follow): follow writes each chunk as it arrives
-// (store.Replica.WriteMessages) and kicks it; copySyncLoop fdatasyncs what
-// was written meanwhile and tells the master the new durable end at once
-// (a one-way sync request: the master's send replies wait for it), then
-// kicks copyIndexLoop, which indexes what the master has committed. A
-// fdatasync so covers every chunk that arrived while the one before ran,
-// the copy keeps receiving while it syncs, and the next fdatasync does not
-// wait for the indexing of the one before (see "Replication" in doc.go).
+// copySyncer runs the other goroutines of a slave's copy (one set per
+// follow): follow writes each chunk as it arrives
+// (store.Replica.WriteMessages) and wakes them; two copySyncLoops
+// fdatasync what was written meanwhile and tell the master the new durable
+// end at once (a one-way sync request: the master's send replies wait for
+// it), then kick copyIndexLoop, which indexes what the master has
+// committed. A fdatasync so covers every chunk that arrived while the one
+// before ran, the copy keeps receiving while it syncs, and the next
+// fdatasync does not wait for the indexing of the one before (see
+// "Replication" in doc.go). The second loop starts a fdatasync only while
+// the first's has run syncOverlapAfter (a slow sync: this disk's flushes
+// queue behind the master's), as the master's sync workers do
+// (realtime/store groupcommit.go; NOTES.md, "Replication: pipelined
+// fetches").
 type copySyncer struct {
-	y      *replica
-	master string
-	kick   chan struct{} // cap 1: something was written
-	index  chan struct{} // cap 1: something was synced
-	stop   chan struct{}
-	wg     sync.WaitGroup // copySyncLoop and copyIndexLoop
-	failed chan error     // cap 1: why a loop stopped early (the first)
+	y       *replica
+	master  string
+	syncers [copySyncLoops]*store.ReplicaSyncer
+	index   chan struct{}  // cap 1: something was synced
+	stop    chan struct{}  // closed: copyIndexLoop stops
+	wg      sync.WaitGroup // copySyncLoops and copyIndexLoop
+	failed  chan error     // cap 1: why a loop stopped early (the first)
+
+	// smu guards the loops' schedule: written counts wakes (chunks
+	// written), covered the wakes a started fdatasync covers.
+	smu              sync.Mutex
+	wakeUp           *sync.Cond
+	written, covered uint64
+	running          int
+	started          time.Time // when the latest fdatasync began
+	stopped          bool
 
 	// mu guards q, the acknowledgement's fields as follow last set them
 	// (MessageDurable is read when one is made). follow holds it across a
@@ -33,25 +49,77 @@ type copySyncer struct {
 	acked int64 // the durable end last told
 }
 
-func newCopySyncer(y *replica, master string, q protocol.SyncRequest) *copySyncer {
-	return &copySyncer{y: y, master: master, q: q, kick: make(chan struct{}, 1), index: make(chan struct{}, 1),
+const (
+	// copySyncLoops is how many fdatasyncs of a copy may run at once.
+	copySyncLoops = 2
+	// syncOverlapAfter is how long a copy's fdatasync runs before a chunk
+	// written meanwhile starts one of its own.
+	syncOverlapAfter = time.Millisecond
+)
+
+// newCopySyncer returns the loops of one follow; they sync through the
+// replica's syncers.
+func newCopySyncer(y *replica, master string, q protocol.SyncRequest, syncers [copySyncLoops]*store.ReplicaSyncer) *copySyncer {
+	c := &copySyncer{y: y, master: master, q: q, syncers: syncers, index: make(chan struct{}, 1),
 		stop: make(chan struct{}), failed: make(chan error, 1), acked: -1}
+	c.wakeUp = sync.NewCond(&c.smu)
+	return c
 }
 
 func (c *copySyncer) start() {
-	c.wg.Add(2)
-	go c.copySyncLoop()
+	c.wg.Add(copySyncLoops + 1)
+	for _, sy := range c.syncers {
+		go c.copySyncLoop(sy)
+	}
 	go c.copyIndexLoop()
 }
 
-// close stops copySyncLoop and copyIndexLoop and waits for them.
+// close stops copySyncLoops and copyIndexLoop and waits for them.
 func (c *copySyncer) close() {
+	c.smu.Lock()
+	c.stopped = true
+	c.wakeUp.Broadcast()
+	c.smu.Unlock()
 	close(c.stop)
 	c.wg.Wait()
 }
 
 // wake asks for a fdatasync of what was written.
-func (c *copySyncer) wake() { nudge(c.kick) }
+func (c *copySyncer) wake() {
+	c.smu.Lock()
+	c.written++
+	c.smu.Unlock()
+	c.wakeUp.Signal()
+}
+
+// next waits until written chunks are not covered by a running fdatasync
+// and none runs, or one has run syncOverlapAfter (the next wake looks
+// again), and returns false once the loops stop.
+func (c *copySyncer) next() bool {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	for {
+		if c.stopped {
+			return false
+		}
+		if c.written > c.covered && (c.running == 0 || time.Since(c.started) >= syncOverlapAfter) {
+			break
+		}
+		c.wakeUp.Wait()
+	}
+	c.covered = c.written
+	c.running++
+	c.started = time.Now()
+	return true
+}
+
+// synced ends a fdatasync.
+func (c *copySyncer) synced() {
+	c.smu.Lock()
+	c.running--
+	c.smu.Unlock()
+	c.wakeUp.Signal() // chunks written while it ran may wait for it
+}
 
 // nudge sends on a channel of capacity 1 unless a signal waits there.
 func nudge(ch chan struct{}) {
@@ -92,16 +160,11 @@ func (c *copySyncer) ack() ([]byte, bool) {
 	return protocol.AppendSyncRequest(nil, &q), true
 }
 
-func (c *copySyncer) copySyncLoop() {
+func (c *copySyncer) copySyncLoop(sy *store.ReplicaSyncer) {
 	defer c.wg.Done()
-	rep := c.y.store.Replica()
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-c.kick:
-		}
-		err := rep.SyncMessages()
+	for c.next() {
+		err := sy.Sync()
+		c.synced()
 		if err == nil {
 			if body, news := c.ack(); news {
 				err = c.y.client.Notify(c.y.ctx, c.master, protocol.CmdSyncLog, body)
@@ -109,6 +172,10 @@ func (c *copySyncer) copySyncLoop() {
 		}
 		if err != nil {
 			c.fail(err)
+			c.smu.Lock()
+			c.stopped = true // the other loop stops too
+			c.smu.Unlock()
+			c.wakeUp.Broadcast()
 			return
 		}
 		nudge(c.index)

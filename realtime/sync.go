@@ -88,6 +88,7 @@ type syncService struct {
 	appliedGen atomic.Uint64
 	pendingCut int64
 	conn       *netserver.Conn // the connection of the latest sync request
+	stream     syncStream      // the slave's fetches, answered in order
 	waiters    ackwait.Waiters // send replies waiting for the slave, by offset
 	lagDates   ackwait.Lag     // dates the ends the slave has not acknowledged
 	closed     bool
@@ -246,6 +247,7 @@ func (y *syncService) serve(r *netserver.Request) {
 			LeaseStamp: failover.Stamp(), Message: m, Action: a}))
 		return
 	}
+	ahead := r.Command() == protocol.CmdSyncLogAhead
 	y.mu.Lock()
 	if y.conn != r.Conn {
 		y.conn = r.Conn
@@ -257,9 +259,20 @@ func (y *syncService) serve(r *netserver.Request) {
 		r.ReplyError(protocol.Errorf(protocol.StatusShuttingDown, "broker group "+y.opts.Group+" is shutting down"))
 		return
 	}
+	if ahead && y.stream.conn != r.Conn {
+		y.mu.Unlock()
+		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, "a pipelined sync fetch (sync-log-ahead) without a sync-log fetch before it on its connection"))
+		return
+	}
+	var turn streamTurn
+	if ahead {
+		turn = y.stream.join()
+	} else {
+		turn = y.stream.restart(r.Conn)
+	}
 	y.wg.Add(1)
 	y.mu.Unlock()
-	go y.answer(r.Detach(), q)
+	go y.answer(r.Detach(), q, turn)
 }
 
 // syncBufs holds read buffers for answers. An answer with records hands
@@ -270,11 +283,25 @@ var syncBufs = sync.Pool{New: func() any { return new([2][]byte) }}
 // answer replies with the bytes past the slave's offsets (the message
 // log's written tail too), waiting up to the request's wait for some when
 // there are none; or with a cut when the slave's copy may reach past one.
-func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
+// A pipelined fetch (turn.prev) first waits for the answer before it in
+// its stream and reads from where that one ended (syncStream).
+func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest, turn streamTurn) {
 	defer y.wg.Done()
+	defer close(turn.mine)
 	closed := false
 	end := y.slaves.Begin()
 	defer func() { end(closed) }()
+	if turn.prev != nil {
+		select {
+		case <-turn.prev:
+		case <-r.Done():
+			closed = true
+			return
+		}
+	}
+	y.mu.Lock()
+	msgFrom, actFrom := y.stream.from(turn, q.MessageOffset, q.ActionOffset)
+	y.mu.Unlock()
 	maxBytes := int(min(q.MaxBytes, uint32(y.opts.SyncMaxBytes)))
 	wait := min(time.Duration(q.WaitMillis)*time.Millisecond, maxSyncWait)
 	var timeout <-chan time.Time
@@ -296,10 +323,10 @@ func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
 		gen := y.store.Source().MessageCutGen()
 		// Actions first: the message end is loaded after them, so it
 		// covers every message they name.
-		ac, err := y.store.Source().ReadActionLogInto(bufs[1], q.ActionOffset, maxBytes)
+		ac, err := y.store.Source().ReadActionLogInto(bufs[1], actFrom, maxBytes)
 		var mc store.LogChunk
 		if err == nil {
-			mc, err = y.store.Source().ReadMessageTailInto(bufs[0], q.MessageOffset, maxBytes)
+			mc, err = y.store.Source().ReadMessageTailInto(bufs[0], msgFrom, maxBytes)
 		}
 		// Keep the larger buffers for the next answer.
 		if cap(mc.Data) > cap(bufs[0]) {
@@ -316,13 +343,18 @@ func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
 			continue // a cut overlapped the read
 		}
 		resp.Generation = y.cutGen
-		if y.pendingCut >= 0 {
-			if q.MessageOffset > y.pendingCut {
+		if told := y.stream.cutTold(turn); told >= 0 {
+			resp.Cut = told // sent before the slave heard of it
+		} else if y.pendingCut >= 0 {
+			if msgFrom > y.pendingCut {
 				resp.Cut = y.pendingCut
+				y.stream.cut(turn, resp.Cut)
 			} else {
 				// The slave asks from at or below the cut, after every
-				// answer before this one on its connection: its copy holds
-				// nothing past the cut.
+				// answer before this one on its connection (a pipelined
+				// fetch: the one before it in its stream ended there, and
+				// none of them was a cut): its copy holds nothing past
+				// the cut.
 				y.pendingCut = -1
 			}
 		}
@@ -331,7 +363,7 @@ func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
 			resp.Message = protocol.SyncChunk{Start: mc.Start, End: mc.End, Offset: mc.Start}
 			resp.Action = protocol.SyncChunk{Start: ac.Start, End: ac.End, Offset: ac.Start}
 			r.Reply(protocol.StatusOK, protocol.AppendSyncResponse(nil, &resp))
-			y.lg.Warn("the slave's copy reaches past a cut: it cuts back", zap.Int64("slave_offset", q.MessageOffset), zap.Int64("cut", resp.Cut))
+			y.lg.Warn("the slave's copy reaches past a cut: it cuts back", zap.Int64("slave_offset", msgFrom), zap.Int64("cut", resp.Cut))
 			return
 		}
 		if err != nil {
@@ -345,7 +377,7 @@ func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
 		// A copy with a tentative tail hears at once when the committed
 		// end moves (it indexes what became durable).
 		moved := tailEnd >= 0 && mc.End != tailEnd
-		if tailEnd < 0 && q.MessageOffset > mc.End {
+		if tailEnd < 0 && msgFrom > mc.End {
 			tailEnd = mc.End
 		}
 		if len(mc.Data) > 0 || len(ac.Data) > 0 || moved || waited || wait == 0 {
@@ -353,6 +385,9 @@ func (y *syncService) answer(r *netserver.Request, q protocol.SyncRequest) {
 			resp.Action = protocol.SyncChunk{Start: ac.Start, End: ac.End, Offset: ac.Offset, Data: ac.Data}
 			head := protocol.AppendSyncResponseHead(make([]byte, 0, 96), &resp)
 			mid := protocol.AppendSyncChunkHead(make([]byte, 0, 32), &resp.Action)
+			y.mu.Lock()
+			y.stream.answered(turn, msgFrom, actFrom, mc, ac)
+			y.mu.Unlock()
 			retained = true
 			y.served.Add(int64(len(mc.Data) + len(ac.Data)))
 			r.ReplyRetained(protocol.StatusOK, func() { syncBufs.Put(bufs) }, head, mc.Data, mid, ac.Data)

@@ -122,3 +122,11 @@ func FuzzSyncBodies(f *testing.F) {
 		}
 	})
 }
+
+// A pipelined fetch has its own command (an older master answers it
+// StatusUnknownCommand) and the same bodies.
+func TestSyncLogAhead_Name(t *testing.T) {
+	if CmdSyncLogAhead.String() != "sync-log-ahead" || CmdSyncLogAhead == CmdSyncLog || CmdSyncLogAhead == CmdSyncEpoch {
+		t.Fatalf("CmdSyncLogAhead = %d %q", CmdSyncLogAhead, CmdSyncLogAhead.String())
+	}
+}

@@ -167,6 +167,46 @@ func (r *Replica) SyncMessages() error {
 	return nil
 }
 
+// ReplicaSyncer fdatasyncs a copy's written chunks as SyncMessages does,
+// through descriptors of its own (segment.Syncer), so that two may run at
+// once: one starting while the other still waits for the disk (as the
+// master's sync workers do, groupcommit.go). A ReplicaSyncer is used by
+// one goroutine at a time; Close releases its descriptors.
+type ReplicaSyncer struct {
+	s  *Store
+	sy *segment.Syncer
+}
+
+// NewSyncer returns a ReplicaSyncer of the copy's message log.
+func (r *Replica) NewSyncer() *ReplicaSyncer {
+	return &ReplicaSyncer{s: r.s, sy: r.s.msgLog.NewSyncer()}
+}
+
+// Sync is SyncMessages through rs's descriptors: once it returns, the
+// durable end (Ends) covers every chunk written before it started.
+func (rs *ReplicaSyncer) Sync() error {
+	s := rs.s
+	if !s.replica.Load() {
+		return ErrNotReplica
+	}
+	if s.isClosed() {
+		return ErrClosed
+	}
+	if s.msgLog.Synced() >= s.msgLog.End() {
+		return nil
+	}
+	if _, err := rs.sy.Sync(); err != nil {
+		s.replMu.Lock()
+		defer s.replMu.Unlock()
+		return s.replicaWriteFailed(err)
+	}
+	s.stats.syncs.Add(1)
+	return nil
+}
+
+// Close releases rs's descriptors.
+func (rs *ReplicaSyncer) Close() { rs.sy.Close() }
+
 // IndexMessages indexes the written records that are durable here and
 // that the master has made durable (the End of the latest chunk
 // WriteMessages took), from the chunks it keeps.
