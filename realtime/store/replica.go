@@ -148,7 +148,13 @@ func (r *Replica) WriteMessages(c LogChunk) error {
 // before it started. It may run while WriteMessages writes the next
 // chunks, on another goroutine.
 func (r *Replica) SyncMessages() error {
-	s := r.s
+	return r.s.syncReplica(r.s.msgLog.Sync)
+}
+
+// syncReplica runs sync, one fdatasync of the copy's message log, unless
+// everything written is durable already; a failure poisons the copy as a
+// failed write does.
+func (s *Store) syncReplica(sync func() error) error {
 	if !s.replica.Load() {
 		return ErrNotReplica
 	}
@@ -158,7 +164,7 @@ func (r *Replica) SyncMessages() error {
 	if s.msgLog.Synced() >= s.msgLog.End() {
 		return nil
 	}
-	if err := s.msgLog.Sync(); err != nil {
+	if err := sync(); err != nil {
 		s.replMu.Lock()
 		defer s.replMu.Unlock()
 		return s.replicaWriteFailed(err)
@@ -185,23 +191,10 @@ func (r *Replica) NewSyncer() *ReplicaSyncer {
 // Sync is SyncMessages through rs's descriptors: once it returns, the
 // durable end (Ends) covers every chunk written before it started.
 func (rs *ReplicaSyncer) Sync() error {
-	s := rs.s
-	if !s.replica.Load() {
-		return ErrNotReplica
-	}
-	if s.isClosed() {
-		return ErrClosed
-	}
-	if s.msgLog.Synced() >= s.msgLog.End() {
-		return nil
-	}
-	if _, err := rs.sy.Sync(); err != nil {
-		s.replMu.Lock()
-		defer s.replMu.Unlock()
-		return s.replicaWriteFailed(err)
-	}
-	s.stats.syncs.Add(1)
-	return nil
+	return rs.s.syncReplica(func() error {
+		_, err := rs.sy.Sync()
+		return err
+	})
 }
 
 // Close releases rs's descriptors.
