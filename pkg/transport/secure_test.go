@@ -216,6 +216,11 @@ func TestSecure_CredentialsRefused(t *testing.T) {
 	if st := c.BreakerState(addr); st != gobreaker.StateClosed {
 		t.Fatalf("breaker %v: a refusal is the server's answer, not its failure", st)
 	}
+	// The front counts its refusal after writing it, so the client may see
+	// the answer first: wait for the count, then require exactly one.
+	for deadline := time.Now().Add(5 * time.Second); s.Refused.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	if n := s.Refused.Load(); n != 1 {
 		t.Fatalf("%d auth attempts within the back-off, want 1", n)
 	}
