@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -20,7 +21,11 @@ import (
 // are free now.
 func freePortBase(t *testing.T) int {
 	t.Helper()
-	for base := 31000 + os.Getpid()%2000*10; base < 60000; base += 331 {
+	// Below the kernel's ephemeral range (32768–60999 by default): the
+	// gate's other packages bind 127.0.0.1:0 while this test runs, and one
+	// of them may take a port of the range between this check and
+	// run-local.sh's listen.
+	for base := 20000 + os.Getpid()%1000*10; base < 32500; base += 331 {
 		free := true
 		for _, off := range []int{0, 1, 2, 3, 11, 12, 13, 20, 100, 200, 201} {
 			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+off))
@@ -77,16 +82,19 @@ func TestRunLocal_NewcomerRun(t *testing.T) {
 	}
 	exited := make(chan error, 1)
 	lines := make(chan string, 1000)
+	var waited atomic.Bool
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			lines <- sc.Text()
 		}
 		close(lines)
-		exited <- cmd.Wait()
+		err := cmd.Wait()
+		waited.Store(true)
+		exited <- err
 	}()
 	defer func() {
-		if cmd.ProcessState == nil {
+		if !waited.Load() {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // the whole group: this test started it
 		}
 	}()
