@@ -186,9 +186,15 @@ func TestActor_RunInline(t *testing.T) {
 	if a.RunTime() <= 0 {
 		t.Fatal("inline runs not counted in RunTime")
 	}
+	// The worker marks the actor idle just after its last handler returns
+	// (wg.Wait may see the handler first); a refused RunInline does nothing,
+	// so ask until the actor is idle.
 	wg.Add(1)
-	if !a.RunInline(4) {
-		t.Fatal("actor idle again refused an inline run")
+	for deadline := time.Now().Add(5 * time.Second); !a.RunInline(4); {
+		if time.Now().After(deadline) {
+			t.Fatal("actor idle again refused an inline run")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
