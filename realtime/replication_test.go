@@ -657,20 +657,10 @@ func TestReplication_SlaveFollowsMetaMaster(t *testing.T) {
 // acknowledges counts only up to it, until the copy asks from at or below
 // the cut with the generation the master told it.
 func TestReplication_RestartedMasterCutsCopiesPastItsEnd(t *testing.T) {
-	dir := t.TempDir()
-	m := startBroker(t, dir, replOptions)
 	c := newClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for i := range 20 {
-		if err := rawSend(ctx, c, m.addr(), "x", fmt.Sprint("a", i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := m.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	m = startBroker(t, dir, replOptions)
+	m := restartedMaster(ctx, t, c)
 	recovered := m.Replication().MessageEnd
 	sync := func(q protocol.SyncRequest) protocol.SyncResponse {
 		t.Helper()
@@ -721,4 +711,22 @@ func TestReplication_RestartedMasterCutsCopiesPastItsEnd(t *testing.T) {
 	if got := m.Replication().SlaveOffset; got != end {
 		t.Fatalf("the acknowledgement of the current generation: slave offset %d, want %d", got, end)
 	}
+}
+
+// restartedMaster starts a master, stores 20 messages on subject "x" (ids
+// a0…a19) and restarts it on the same directory: a master that does not
+// know what tentative tail its previous run served.
+func restartedMaster(ctx context.Context, t *testing.T, c *transport.Client) *testBroker {
+	t.Helper()
+	dir := t.TempDir()
+	m := startBroker(t, dir, replOptions)
+	for i := range 20 {
+		if err := rawSend(ctx, c, m.addr(), "x", fmt.Sprint("a", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return startBroker(t, dir, replOptions)
 }

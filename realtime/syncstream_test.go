@@ -179,20 +179,10 @@ func TestSyncStream_ReconnectResumesAtTheOffsetAskedFor(t *testing.T) {
 // at or below it while answers before them carried records past it); a
 // CmdSyncLog from the cut restarts the stream there.
 func TestSyncStream_CutRestartsTheStream(t *testing.T) {
-	dir := t.TempDir()
-	m := startBroker(t, dir, replOptions)
 	c := newClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for i := range 20 {
-		if err := rawSend(ctx, c, m.addr(), "x", fmt.Sprint("a", i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := m.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	m = startBroker(t, dir, replOptions)
+	m := restartedMaster(ctx, t, c)
 	recovered := m.Replication().MessageEnd
 	past := recovered + 1000
 	first := rawFetch(t, c, m.addr(), protocol.CmdSyncLog, protocol.SyncRequest{MessageOffset: past, MessageDurable: past, MaxBytes: 1 << 20})
