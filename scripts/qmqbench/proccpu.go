@@ -82,3 +82,26 @@ func (c *cpuAccount) cores(i int) float64 {
 	}
 	return c.used[i].Seconds() / c.span.Seconds()
 }
+
+// processFaults is the minor page faults pid has taken (field 10 of
+// /proc/PID/stat); 0 when it cannot be read.
+func processFaults(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	return parseProcessFaults(string(b))
+}
+
+func parseProcessFaults(stat string) int64 {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(stat[i+1:]) // f[0] is field 3
+	if len(f) < 8 {
+		return 0
+	}
+	n, _ := strconv.ParseInt(f[7], 10, 64)
+	return n
+}

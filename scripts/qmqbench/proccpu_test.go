@@ -20,6 +20,20 @@ func TestParseProcessCPU(t *testing.T) {
 	}
 }
 
+func TestParseProcessFaults(t *testing.T) {
+	// minflt (field 10) is 1520 in the line above.
+	stat := "4242 (qmq (x) y) S 1 4242 4242 0 -1 4194560 1520 0 0 0 250 31 0 0 20 0 7 0 100 1000 200"
+	if got := parseProcessFaults(stat); got != 1520 {
+		t.Fatalf("parseProcessFaults = %d, want 1520", got)
+	}
+	if got := parseProcessFaults("4242 (qmq) S 1 2"); got != 0 {
+		t.Fatalf("parseProcessFaults(short) = %d, want 0", got)
+	}
+	if processFaults(os.Getpid()) <= 0 {
+		t.Fatal("this process has taken no page fault")
+	}
+}
+
 func TestProcessCPU_GrowsWhileBusy(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("no /proc")

@@ -270,6 +270,20 @@ func nsqMemoryOnly(httpAddr string) (int64, error) {
 	return took, nil
 }
 
+// nsqEmptyTopic drops every message nsqd holds for topic (POST
+// /topic/empty), so that its heap is free for the next run.
+func nsqEmptyTopic(httpAddr, topic string) error {
+	resp, err := http.Post("http://"+httpAddr+"/topic/empty?topic="+topic, "", nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("nsqd /topic/empty: %s", resp.Status)
+	}
+	return nil
+}
+
 // jetStreamSyncDefault is nats-server's default sync_interval: JetStream
 // file storage fsyncs every 2 minutes (and on close), not per message.
 const jetStreamSyncDefault = 2 * time.Minute
