@@ -148,9 +148,13 @@ type flight struct {
 // other, and more, smaller answers cost CPU).
 const fetchDepth = 2
 
-// maxSpareBodies bounds the received sync bodies a slave keeps to read
-// later ones into (see bodyBuffers).
-const maxSpareBodies = 4
+// maxSpareBytes bounds the capacity of the received sync bodies a slave
+// keeps to read later ones into (see bodyBuffers). Four bodies, the bound
+// before, were too few: the store held them all (a tentative tail's chunks
+// wait for the master's committed end), so most fetches allocated a body
+// again, 410-440 MB and ~20 GCs per 2,000,000 messages under --wait-slave
+// (NOTES.md, "Replication: where the pair's CPU goes").
+const maxSpareBytes = 8 << 20
 
 // bodyBuffers are sync response bodies the slave received, to be read
 // into again (transport.Client.GoInto) instead of allocating and zeroing
@@ -161,6 +165,7 @@ const maxSpareBodies = 4
 // into the one in flight).
 type bodyBuffers struct {
 	spare [][]byte
+	bytes int // the spares' capacity
 }
 
 // take returns a kept body the store no longer holds, or nil.
@@ -171,16 +176,19 @@ func (bb *bodyBuffers) take(st *store.Store) []byte {
 			bb.spare[i] = bb.spare[last]
 			bb.spare[last] = nil
 			bb.spare = bb.spare[:last]
+			bb.bytes -= cap(b)
 			return b[:0]
 		}
 	}
 	return nil
 }
 
-// put keeps a body that is no longer read (the store may still hold it).
+// put keeps a body that is no longer read (the store may still hold it),
+// while the spares stay within maxSpareBytes.
 func (bb *bodyBuffers) put(b []byte) {
-	if cap(b) > 0 && len(bb.spare) < maxSpareBodies {
+	if cap(b) > 0 && bb.bytes+cap(b) <= maxSpareBytes {
 		bb.spare = append(bb.spare, b)
+		bb.bytes += cap(b)
 	}
 }
 
