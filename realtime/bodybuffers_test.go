@@ -7,11 +7,11 @@ import (
 	"go.uber.org/zap/zaptest"
 )
 
-// TestBodyBuffers_BoundedByBytes: a slave keeps received sync bodies to read
-// later ones into up to maxSpareBytes of capacity (not a count: a store
-// holding a tentative tail keeps several at once), gives back only ones the
-// store does not hold, and counts what it gives back.
-func TestBodyBuffers_BoundedByBytes(t *testing.T) {
+// TestBodyBuffers_KeepsLargeBodiesWithinBytes: a slave keeps received sync
+// bodies to read later ones into up to maxSpareBytes of capacity (not a
+// count: a store holding a tentative tail keeps several at once), keeps no
+// small ones, and gives back the largest the store does not hold.
+func TestBodyBuffers_KeepsLargeBodiesWithinBytes(t *testing.T) {
 	o := store.DefaultOptions
 	o.CheckpointInterval, o.RetentionInterval, o.RetentionAge = -1, -1, -1
 	o.Replica = true
@@ -27,26 +27,34 @@ func TestBodyBuffers_BoundedByBytes(t *testing.T) {
 	if n <= 4 {
 		t.Fatalf("maxSpareBytes %d keeps %d bodies of %d bytes: no more than the old count bound", maxSpareBytes, n, size)
 	}
+	bb.put(make([]byte, 2*size))
 	for range n + 3 {
 		bb.put(make([]byte, size))
 	}
-	if len(bb.spare) != n || bb.bytes != n*size {
-		t.Fatalf("kept %d bodies, %d bytes; want %d, %d", len(bb.spare), bb.bytes, n, n*size)
+	if want := n - 2 + 1; len(bb.spare) != want || bb.bytes != n*size {
+		t.Fatalf("kept %d bodies, %d bytes; want %d, %d", len(bb.spare), bb.bytes, want, n*size)
 	}
-	bb.put(nil) // nothing to keep
-	if len(bb.spare) != n {
-		t.Fatalf("kept a nil body: %d", len(bb.spare))
+	bb.put(nil)
+	bb.put(make([]byte, minSpareBody-1)) // small: allocating it again costs little
+	bb.take(st)
+	bb.put(make([]byte, minSpareBody-1))
+	if b := bb.take(st); cap(b) != size {
+		t.Fatalf("kept a small body: took one of %d bytes", cap(b))
 	}
-	for i := range n {
-		b := bb.take(st) // the store holds no chunk: every body is free
-		if b == nil || len(b) != 0 || cap(b) != size {
-			t.Fatalf("take %d: len %d cap %d", i, len(b), cap(b))
+	bb = bodyBuffers{}
+	bb.put(make([]byte, size))
+	bb.put(make([]byte, 2*size))
+	bb.put(make([]byte, size))
+	// The store holds no chunk: every body is free, the largest first.
+	for i, want := range []int{2 * size, size, size} {
+		b := bb.take(st)
+		if b == nil || len(b) != 0 || cap(b) != want {
+			t.Fatalf("take %d: len %d cap %d, want cap %d", i, len(b), cap(b), want)
 		}
 	}
 	if b := bb.take(st); b != nil || bb.bytes != 0 {
 		t.Fatalf("took %d bytes from an empty set (%d counted)", cap(b), bb.bytes)
 	}
-	// A body larger than the bound is not kept.
 	bb.put(make([]byte, maxSpareBytes+1))
 	if len(bb.spare) != 0 {
 		t.Fatal("kept a body over the bound")
