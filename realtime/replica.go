@@ -148,39 +148,56 @@ type flight struct {
 // other, and more, smaller answers cost CPU).
 const fetchDepth = 2
 
-// maxSpareBodies bounds the received sync bodies a slave keeps to read
-// later ones into (see bodyBuffers).
-const maxSpareBodies = 4
+// maxSpareBytes bounds the capacity of the received sync bodies a slave
+// keeps to read later ones into, and minSpareBody is the smallest it keeps
+// (see bodyBuffers). Four bodies, the bound before, were too few: the
+// store held them all (a tentative tail's chunks wait for the master's
+// committed end), so most fetches allocated a body again (NOTES.md,
+// "Replication: where the pair's CPU goes").
+const (
+	maxSpareBytes = 16 << 20
+	minSpareBody  = 64 << 10
+)
 
 // bodyBuffers are sync response bodies the slave received, to be read
 // into again (transport.Client.GoInto) instead of allocating and zeroing
 // up to 2 MiB per fetch. The store keeps a tentative tail's chunks (their
 // bodies) until it indexes them, so a body is reused only once the store
-// no longer holds it (store.Replica.Holds). Only follow's goroutine uses it;
-// after a transport error follow drops them all (a reader may still write
-// into the one in flight).
+// no longer holds it (store.Replica.Holds). Small bodies are not kept (an
+// idle answer's would be handed out and then be too small for the next
+// answer). Only follow's goroutine uses it; after a transport error follow
+// drops them all (a reader may still write into the one in flight).
 type bodyBuffers struct {
 	spare [][]byte
+	bytes int // the spares' capacity
 }
 
-// take returns a kept body the store no longer holds, or nil.
+// take returns the largest kept body the store no longer holds, or nil.
 func (bb *bodyBuffers) take(st *store.Store) []byte {
+	best := -1
 	for i, b := range bb.spare {
-		if !st.Replica().Holds(b) {
-			last := len(bb.spare) - 1
-			bb.spare[i] = bb.spare[last]
-			bb.spare[last] = nil
-			bb.spare = bb.spare[:last]
-			return b[:0]
+		if (best < 0 || cap(b) > cap(bb.spare[best])) && !st.Replica().Holds(b) {
+			best = i
 		}
 	}
-	return nil
+	if best < 0 {
+		return nil
+	}
+	b := bb.spare[best]
+	last := len(bb.spare) - 1
+	bb.spare[best] = bb.spare[last]
+	bb.spare[last] = nil
+	bb.spare = bb.spare[:last]
+	bb.bytes -= cap(b)
+	return b[:0]
 }
 
-// put keeps a body that is no longer read (the store may still hold it).
+// put keeps a body that is no longer read (the store may still hold it),
+// unless it is small or the spares would pass maxSpareBytes.
 func (bb *bodyBuffers) put(b []byte) {
-	if cap(b) > 0 && len(bb.spare) < maxSpareBodies {
+	if cap(b) >= minSpareBody && bb.bytes+cap(b) <= maxSpareBytes {
 		bb.spare = append(bb.spare, b)
+		bb.bytes += cap(b)
 	}
 }
 
