@@ -38,11 +38,12 @@ package main
 //	                                  they are in its memory
 //	gateway_json_vs_nsqd_http_pub_ratio gateway_json_publish / nsqd
 //
-// The three publish figures are measured in the same window, after a
-// second of each not counted, 4 s at a time in the order newline, JSON,
-// nsqd, nsqd, JSON, newline (8 s each in all), with the broker, the
-// gateway and nsqd all running throughout, so that the ratios compare the
-// two sides at the same moments of the shared machine's load.
+// The three publish figures are measured in the same window, after 3 s
+// of each not counted (gatewayWarmUp: qmq-realtime's processor governor
+// settles in the first seconds of load), 4 s at a time in the order
+// newline, JSON, nsqd, nsqd, JSON, newline (8 s each in all), with the
+// broker, the gateway and nsqd all running throughout, so that the ratios
+// compare the two sides at the same moments of the shared machine's load.
 //	gateway_consume_msgs_per_s        300,000 messages published first
 //	                                  through the gateway (text bodies); 8
 //	                                  clients, each its own consumer id in
@@ -81,6 +82,7 @@ import (
 
 const (
 	gatewayDuration     = 8 * time.Second
+	gatewayWarmUp       = 3 * time.Second // each publish side, before its slices
 	gatewayBatch        = 100
 	gatewayPublishConns = 16
 	gatewayConsumeTotal = 300000
@@ -220,16 +222,18 @@ func (e *Env) gatewayPublish() (lines, jsonRate, nsq float64, err error) {
 		{"gateway, JSON batches", url, "gateway", rateResult{}},
 		{"nsqd /mpub", "http://" + httpAddr, "nsqd", rateResult{}},
 	}
-	// A second of each first, not counted: the first slice of a fresh
-	// process ran 20–30 % below the second (new segment files, nsqd's
-	// queues and buffers growing, connections). nsqd's first, lines' last:
-	// warmed up right after nsqd's second, the first lines slice still
-	// ran 10–15 % below the last (NOTES.md).
+	// gatewayWarmUp of each first, not counted: the first slice of a
+	// fresh process ran 20–30 % below the second (new segment files,
+	// nsqd's queues and buffers growing, connections). nsqd's first,
+	// lines' last. With a second each, the first lines slice still ran
+	// 10–25 % below the last: qmq-realtime starts on one processor and
+	// its governor (pkg/procs) switched to two 2–4 s into the load, inside
+	// that slice (consumer/gateway/NOTES.md, "gw3").
 	for _, k := range []int{2, 1, 0} {
 		sd := sides[k]
 		var res rateResult
 		if err := runWorkerProcs("gateway-publish", 0, &res, "-url", sd.url, "-mode", sd.mode, "-minimal",
-			"-duration", "1s"); err != nil {
+			"-duration", gatewayWarmUp.String()); err != nil {
 			return 0, 0, 0, fmt.Errorf("publish (%s), warming up: %w", sd.name, err)
 		}
 	}
