@@ -17,15 +17,17 @@ import (
 	"github.com/qmq-go/qmq/pkg/testutil"
 )
 
-// TestStore_FullTmpfs fills a real 8 MiB tmpfs (root only; skipped
+// TestStore_FullTmpfs fills a real 16 MiB tmpfs (root only; skipped
 // elsewhere) with delayed messages until the disk is full: appends fail
 // with ErrStoreError and ENOSPC, every acknowledged message is delivered at
 // its time and no refused one is, and once space is freed the same store
 // (not reopened) takes and delivers messages again.
 func TestStore_FullTmpfs(t *testing.T) {
-	mnt := testutil.MountTmpfs(t, "8m")
+	// 5 MiB for the store; freeing the filler gives back 11 MiB, room for
+	// the stalled replay's schedule files, a new segment and what follows.
+	mnt := testutil.MountTmpfs(t, "16m")
 	filler := filepath.Join(mnt, "filler")
-	if err := os.WriteFile(filler, make([]byte, 3<<20), 0o644); err != nil {
+	if err := os.WriteFile(filler, make([]byte, 11<<20), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	clk := clock.NewFake(epoch)
@@ -90,8 +92,8 @@ func TestStore_FullTmpfs(t *testing.T) {
 	// makes one (Stats.Refusing); messages that fit in the current segment
 	// are taken meanwhile. How much room the segment kept depends on how
 	// the failed group was made up, so append at least 100 and go on until
-	// the store has made a segment: two segments' worth at most.
-	for i := 0; i < 2*int(opts.SegmentSize)/len(body); i++ {
+	// the store has made a segment: a segment's worth more at most.
+	for i := 0; i < 100+int(opts.SegmentSize)/len(body); i++ {
 		if i >= 100 && h.store.Stats().Refusing == "" {
 			break
 		}
