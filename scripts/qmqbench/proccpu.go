@@ -25,14 +25,9 @@ func processCPU(pid int) time.Duration {
 }
 
 // parseProcessCPU reads utime and stime (fields 14 and 15) from the text of
-// /proc/<pid>/stat. The command name (field 2, in parentheses) may hold
-// spaces and parentheses itself, so fields are counted after its last ')'.
+// /proc/<pid>/stat (statFields).
 func parseProcessCPU(stat string) (time.Duration, bool) {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(stat[i+1:]) // f[0] is field 3, the state
+	f := statFields(stat)
 	if len(f) < 13 {
 		return 0, false
 	}
@@ -94,14 +89,21 @@ func processFaults(pid int) int64 {
 }
 
 func parseProcessFaults(stat string) int64 {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(stat[i+1:]) // f[0] is field 3
+	f := statFields(stat)
 	if len(f) < 8 {
 		return 0
 	}
 	n, _ := strconv.ParseInt(f[7], 10, 64)
 	return n
+}
+
+// statFields splits the text of /proc/<pid>/stat after the command name
+// (field 2, in parentheses, which may hold spaces and parentheses itself):
+// its first element is field 3, the state. nil when there is no name.
+func statFields(stat string) []string {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(stat[i+1:])
 }
