@@ -204,7 +204,7 @@ func (e *Env) consumeNSQ(dir string) (float64, error) {
 		return 0, err
 	}
 	// bench_reader's channel must exist before the backlog is written.
-	for _, u := range []string{"/topic/create?topic=sub_bench", "/channel/create?topic=sub_bench&channel=ch"} {
+	for _, u := range []string{"/topic/create?topic=" + nsqTopic, "/channel/create?topic=" + nsqTopic + "&channel=ch"} {
 		resp, err := http.Post("http://"+httpAddr+u, "text/plain", nil)
 		if err != nil {
 			return 0, err
@@ -213,7 +213,7 @@ func (e *Env) consumeNSQ(dir string) (float64, error) {
 	}
 	for depth := int64(0); depth < consumeBacklog; {
 		if _, err := runToolEnv(context.Background(), []string{"GOMAXPROCS=1"}, bw, "--nsqd-tcp-address="+tcp, "--size=256",
-			"--batch-size=200", "--runfor=3s", "--topic=sub_bench"); err != nil {
+			"--batch-size=200", "--runfor=3s", "--topic="+nsqTopic); err != nil {
 			return 0, err
 		}
 		if depth, err = nsqDepth(httpAddr); err != nil {
@@ -224,7 +224,7 @@ func (e *Env) consumeNSQ(dir string) (float64, error) {
 		return 0, err
 	}
 	out, err := runToolEnv(context.Background(), []string{"GOMAXPROCS=1"}, br, "--nsqd-tcp-address="+tcp, "--size=256",
-		"--channel=ch", "--topic=sub_bench", "--runfor=4s")
+		"--channel=ch", "--topic="+nsqTopic, "--runfor=4s")
 	if err != nil {
 		return 0, err
 	}
@@ -242,14 +242,14 @@ func (e *Env) consumeNSQ(dir string) (float64, error) {
 	return parseRate(nsqOpsRe, out)
 }
 
-// nsqDepth returns the depth of channel ch of topic sub_bench.
+// nsqDepth returns the depth of channel ch of topic nsqTopic.
 func nsqDepth(httpAddr string) (int64, error) {
 	st, err := readNSQStats(httpAddr)
 	if err != nil {
 		return 0, err
 	}
 	for _, t := range st.Topics {
-		if t.Name != "sub_bench" {
+		if t.Name != nsqTopic {
 			continue
 		}
 		for _, c := range t.Channels {

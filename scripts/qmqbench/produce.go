@@ -390,7 +390,7 @@ func (e *Env) produceNSQWarm(dir string) (warm, cold float64, err error) {
 	return rates[1], rates[0], nil
 }
 
-// nsqTopic is the topic bench_writer publishes to.
+// nsqTopic is the topic the nsqd suites publish to and read from.
 const nsqTopic = "sub_bench"
 
 // benchWriter runs bench_writer (one core, MPUB batches of nsqBatch) for

@@ -79,7 +79,7 @@ func runSync(env *Env) error {
 			return err
 		}
 		out, err := runToolEnv(context.Background(), []string{"GOMAXPROCS=1"}, bw, "--nsqd-tcp-address="+tcp, "--size=256",
-			"--batch-size=1", "--runfor="+syncRound.String(), "--topic=sub_bench")
+			"--batch-size=1", "--runfor="+syncRound.String(), "--topic="+nsqTopic)
 		if err != nil {
 			return err
 		}
