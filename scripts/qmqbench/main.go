@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -33,6 +34,8 @@ type Env struct {
 	// Bin holds the project's own binaries (qmq-realtime, …) built by
 	// scripts/bench.sh.
 	Bin string
+
+	probe *syncProbe // the run's fdatasync probe (settleRound waits on it)
 }
 
 // Metric prints one figure in the format scripts/bench.sh promises.
@@ -84,13 +87,29 @@ func main() {
 	// seconds or so for several seconds after (the latency suite's p99 read
 	// 78 ms right after such a cleanup, 7.5 ms once it had settled).
 	var scratches []string
+	var probe *syncProbe
 	removeScratches := func() {
+		if probe != nil {
+			probe.close()
+		}
 		if !*keep {
 			for _, d := range scratches {
 				os.RemoveAll(d)
 			}
 		}
 	}
+	settleDisks(time.Second, 20*time.Second)
+	probeDir, err := os.MkdirTemp(*dir, "qmqbench-probe-")
+	if err == nil {
+		scratches = append(scratches, probeDir)
+		probe, err = newSyncProbe(filepath.Join(probeDir, "probe"))
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "qmqbench: fdatasync probe:", err)
+		removeScratches()
+		os.Exit(1)
+	}
+	fmt.Fprintf(os.Stderr, "# disk: a quiet second's %v before each suite\n", probe)
 	for _, name := range flag.Args() {
 		s, ok := suites[name]
 		if !ok {
@@ -104,11 +123,16 @@ func main() {
 			os.Exit(1)
 		}
 		scratches = append(scratches, scratch)
-		env := &Env{Dir: scratch, PeersBin: *peers, Bin: *bin}
+		env := &Env{Dir: scratch, PeersBin: *peers, Bin: *bin, probe: probe}
 		if waited, quiet := settleDisks(time.Second, 20*time.Second); !quiet {
 			env.Logf("disks still busy after %v of waiting before %s", waited.Round(time.Millisecond), name)
 		} else if waited > 2*time.Second {
 			env.Logf("waited %v for the disks to go quiet before %s", waited.Round(time.Millisecond), name)
+		}
+		if err := env.settleSync("before "+name, 60*time.Second); err != nil {
+			fmt.Fprintln(os.Stderr, "qmqbench: fdatasync probe:", err)
+			removeScratches()
+			os.Exit(1)
 		}
 		before, measured := readCPUTimes()
 		err = s.run(env)

@@ -71,10 +71,35 @@ func wholeDisk(name string) bool {
 	return err == nil
 }
 
-// settleRound is settleDisks between the rounds of a suite: at most 10 s,
-// a second without disk I/O; a round that starts on a busy disk is logged.
+// settleRound is settleDisks between the rounds of a suite (at most 10 s,
+// a second without disk I/O), then settleSync (at most 20 s); a round that
+// starts on a busy or slow disk is logged.
 func (e *Env) settleRound() {
 	if waited, quiet := settleDisks(time.Second, 10*time.Second); !quiet {
 		e.Logf("disks still busy after %v of waiting before a round", waited.Round(time.Millisecond))
 	}
+	if err := e.settleSync("before a round", 20*time.Second); err != nil {
+		e.Logf("fdatasync probe: %v", err)
+	}
+}
+
+// settleSync waits, at most bound, until the run's fdatasync probe reads
+// quiet seconds again (see syncProbe), and logs a wait longer than the
+// probe's own seconds, or a disk that stayed slow.
+func (e *Env) settleSync(what string, bound time.Duration) error {
+	if e.probe == nil {
+		return nil
+	}
+	waited, slowest, ok, err := e.probe.waitQuiet(bound)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		e.Logf("fdatasync still slow after %v %s: slowest second p99 %v, a quiet second's %v",
+			waited.Round(time.Millisecond), what, slowest.Round(time.Microsecond), e.probe)
+	case waited > (syncProbeSeconds+1)*syncProbeWindow:
+		e.Logf("waited %v for fdatasync to come back %s: slowest second p99 %v, a quiet second's %v",
+			waited.Round(time.Millisecond), what, slowest.Round(time.Microsecond), e.probe)
+	}
+	return nil
 }

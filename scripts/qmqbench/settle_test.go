@@ -28,3 +28,34 @@ func TestSettleDisksReturns(t *testing.T) {
 		t.Fatalf("settleDisks took %v with a bound of 500ms (sync included)", took)
 	}
 }
+
+// The fdatasync probe measures a quiet level on a real file, and waitQuiet
+// returns within its bound whether or not the disk reads quiet.
+func TestSyncProbe(t *testing.T) {
+	p, err := newSyncProbe(t.TempDir() + "/probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	if p.quiet <= 0 || p.limit() < p.quiet {
+		t.Fatalf("quiet %v, limit %v", p.quiet, p.limit())
+	}
+	if st, err := os.Stat(p.f.Name()); err != nil || st.Size() != syncProbeFile {
+		t.Fatalf("probe file: %v, %v", st, err)
+	}
+	start := time.Now()
+	waited, slowest, ok, err := p.waitQuiet(3 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 3*time.Second+2*syncProbeWindow {
+		t.Fatalf("waitQuiet took %v with a bound of 3s", took)
+	}
+	if slowest <= 0 || waited < syncProbeWindow {
+		t.Fatalf("waited %v, slowest second p99 %v", waited, slowest)
+	}
+	if st, err := os.Stat(p.f.Name()); err != nil || st.Size() != syncProbeFile {
+		t.Fatalf("probe file after probing (overwrites only): %v, %v", st, err)
+	}
+	t.Logf("quiet p99 %v, waited %v (quiet again: %v), slowest second p99 %v", p.quiet, waited, ok, slowest)
+}

@@ -8,7 +8,12 @@ package main
 //	store_append_sync_msgs_per_s    64 appenders each appending batches of 32
 //	                                 and waiting for the result, FlushSync
 //	store_sync_vs_async_ratio       the 64 × 32 workload, sync over async, in
-//	                                 alternating one-second rounds (4 each)
+//	                                 alternating one-second rounds (4 each),
+//	                                 each started on a settled disk
+//	                                 (settleRound: the async rounds write
+//	                                 ~400 MB a second, and the fdatasyncs of
+//	                                 a sync round right after read 4-5 ms at
+//	                                 p99 against 0.3 ms; see syncprobe.go)
 //	store_pull_ack_msgs_per_s       one group, 8 consumers pulling batches of
 //	                                 64 and acking each batch
 //	store_recovery_s                Open of a 2 GiB message log after SIGKILL
@@ -60,6 +65,7 @@ func runStoreSuite(env *Env) error {
 		return err
 	}
 	env.Metric("store_append_async_msgs_per_s", async1, "msg/s")
+	env.settleRound()
 	asyncMany, syncMany, err := benchAppendMany(env)
 	if err != nil {
 		return err
@@ -152,6 +158,7 @@ func benchAppendMany(env *Env) (async, sync float64, err error) {
 	times := map[store.FlushPolicy]time.Duration{}
 	for round := 0; round < 4; round++ {
 		for _, flush := range []store.FlushPolicy{store.FlushAsync, store.FlushSync} {
+			env.settleRound()
 			n, el, err := appendRound(stores[flush], time.Second)
 			if err != nil {
 				return 0, 0, err
