@@ -447,7 +447,10 @@ func (s *Store) indexReplicated(c LogChunk, end int64, jumped bool) error {
 		first int64 // the chunk's first sequence of the subject
 	}
 	var ts []touched
-	idx := map[*subject]int{}
+	// ts's index of a subject: the last one's (a chunk is mostly runs of
+	// one subject), else the map (made once a second subject shows).
+	var idx map[*subject]int
+	lastSj, lastI := (*subject)(nil), -1
 	n := int64(0)
 	// Runs of one subject take its lock once (as the appender's do).
 	var run *subject
@@ -521,13 +524,24 @@ func (s *Store) indexReplicated(c LogChunk, end int64, jumped bool) error {
 		v.Tags(func(t []byte) bool { e.bloom |= tagBloom(t); return true })
 		sj.addEntryLocked(&e)
 		sj.next++
-		i, ok := idx[sj]
-		if !ok {
-			i = len(ts)
-			idx[sj] = i
-			ts = append(ts, touched{sj: sj, first: seq})
+		if sj != lastSj {
+			i, ok := idx[sj]
+			if !ok {
+				if len(ts) > 0 && idx == nil {
+					idx = make(map[*subject]int)
+					for j, t := range ts {
+						idx[t.sj] = j
+					}
+				}
+				i = len(ts)
+				if idx != nil {
+					idx[sj] = i
+				}
+				ts = append(ts, touched{sj: sj, first: seq})
+			}
+			lastSj, lastI = sj, i
 		}
-		ts[i].bytes += int64(size)
+		ts[lastI].bytes += int64(size)
 		s.replTs = max(s.replTs, at)
 		n++
 	}
