@@ -71,7 +71,6 @@ func storeFill(dir string) error {
 
 func benchRecovery(env *Env) (float64, error) {
 	dir := benchDir(env, "recovery")
-	defer os.RemoveAll(dir)
 	self, err := os.Executable()
 	if err != nil {
 		return 0, err
