@@ -3,6 +3,7 @@ package netserver
 import (
 	"math/bits"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -173,17 +174,27 @@ func (c *Conn) startLarge(b []byte) bool {
 	return c.fillLarge(b[protocol.HeaderSize:])
 }
 
-// takeLarge returns c's whole large frame copied onto the heap (header and
-// body, for the handler to own) and gives its chunks back.
-func (c *Conn) takeLarge() []byte {
+// takeLarge returns c's whole large frame copied into a buffer from the
+// frame pool (header and body, for the handler to own; framepool.go) and
+// gives its chunks back. The copy fills the buffer up to the frame's
+// length, so whatever it held before is overwritten.
+func (c *Conn) takeLarge() *frameBuf {
 	f := c.large
-	frame := make([]byte, protocol.HeaderSize+f.body)
-	n := copy(frame, f.header[:])
+	fb := c.srv.frames.get(protocol.HeaderSize + f.body)
+	n := copy(fb.b, f.header[:])
 	for _, chunk := range f.chunks {
-		n += copy(frame[n:], chunk)
+		n += copy(fb.b[n:], chunk)
 	}
 	c.dropLarge()
-	return frame
+	return fb
+}
+
+// serveLarge serves c's whole large frame (takeLarge). It reports false
+// when the connection must be closed.
+func (c *Conn) serveLarge(now time.Time) bool {
+	fb := c.takeLarge()
+	_, _, ok := c.serveFrames(fb.b, now, fb)
+	return ok
 }
 
 // dropLarge gives the chunks of c's large frame back, if it has one.
