@@ -3,6 +3,7 @@ package netserver
 import (
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -75,11 +76,12 @@ type framePool struct {
 	max    int64 // Options.FramePoolBytes (≤ 0: off)
 	poison bool  // fill a released buffer with poisonByte (tests)
 
+	reused atomic.Uint64 // frames given a buffer from free
+	made   atomic.Uint64 // frames given a new buffer
+
 	mu    sync.Mutex
 	free  [][]*frameBuf // by class, the most recently released last
 	bytes int64         // idle bytes in free
-	gets  uint64        // buffers taken from free
-	news  uint64        // buffers made because free had none
 	taken bool          // a buffer was asked for since the last trim
 }
 
@@ -93,6 +95,7 @@ func (p *framePool) init(max int64, poison bool) {
 // contents are undefined.
 func (p *framePool) get(n int) *frameBuf {
 	if p.max <= 0 || n > framePoolMaxFrame {
+		p.made.Add(1)
 		return &frameBuf{b: make([]byte, n), class: -1}
 	}
 	c := frameClass(n)
@@ -103,13 +106,13 @@ func (p *framePool) get(n int) *frameBuf {
 		free[len(free)-1] = nil
 		p.free[c] = free[:len(free)-1]
 		p.bytes -= int64(cap(f.b))
-		p.gets++
 		p.mu.Unlock()
+		p.reused.Add(1)
 		f.b = f.b[:n]
 		return f
 	}
-	p.news++
 	p.mu.Unlock()
+	p.made.Add(1)
 	return &frameBuf{b: make([]byte, n, classSize(c)), class: c}
 }
 
@@ -150,9 +153,11 @@ func (p *framePool) trim() {
 	p.bytes = 0
 }
 
-// stats returns the idle bytes held, the buffers reused and those made.
+// stats returns the idle bytes held, and how many frames were given a
+// buffer from the pool and a new one.
 func (p *framePool) stats() (bytes int64, reused, made uint64) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.bytes, p.gets, p.news
+	bytes = p.bytes
+	p.mu.Unlock()
+	return bytes, p.reused.Load(), p.made.Load()
 }
