@@ -25,11 +25,13 @@ import (
 //     partialChunkSize bytes mapped outside the Go heap, one chunk more
 //     each time the body reaches the end of the last; a TLS connection
 //     reads the body straight into them. It counts as its chunks. When the
-//     frame is whole it is copied once onto the heap (the handler owns it)
-//     and the chunks go back: the server keeps partialChunkReserve of them
-//     mapped for the next large frame and unmaps the others, so the memory
-//     returns to the system as soon as the frame is served or its
-//     connection closes, without waiting for the garbage collector.
+//     frame is whole it is copied once into a heap buffer from the frame
+//     pool (framepool.go; the handler owns it, and may give it back with
+//     Request.Release) and the chunks go back: the server keeps
+//     partialChunkReserve of them mapped for the next large frame and
+//     unmaps the others, so the memory returns to the system as soon as
+//     the frame is served or its connection closes, without waiting for
+//     the garbage collector.
 const (
 	partialChunkSize    = 256 << 10
 	partialChunkReserve = 16 // chunks kept mapped for reuse (4 MiB)
