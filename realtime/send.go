@@ -272,11 +272,11 @@ func resize[T any](s []T, n int) []T {
 // for the next one). Every path that frees a call with its request is done
 // with the body: the reply is encoded (Reply copies), the store has
 // written the messages (done runs once they are in the log; the store
-// keeps no view past done: its write batch refers to large bodies only
-// until the write returns, the index feed takes hashes, tracing copies
-// what it keeps), the dedupe cache holds hashes, and a reply held for the
-// slave frees the call only once it is made (replyStored), the slave
-// reading the log, not the body.
+// reads no view past done: its write batch reads large bodies only during
+// the write, the index feed takes hashes, tracing copies what it keeps),
+// the dedupe cache holds hashes, and a reply held for the slave frees the
+// call only once it is made (replyStored), the slave reading the log, not
+// the body.
 func (s *sendCall) free() {
 	if s.r != nil {
 		s.r.Release()

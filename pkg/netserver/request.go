@@ -136,9 +136,9 @@ func (r *Request) AfterWrite(w AfterWriter) {
 // Detach lets an inline handler answer later: it returns a Request that
 // owns a copy of the body (the body itself when it is the server's own copy
 // of a large frame, a send batch of 256 × 256 B for one, and with it the
-// frame's buffer for Release), may be answered from any goroutine, and counts as
-// in flight like a request served off the loop (Close waits for it); the
-// inline request itself counts as answered by it. Call it on the
+// frame's buffer for Release), may be answered from any goroutine, and
+// counts as in flight like a request served off the loop (Close waits for
+// it); the inline request itself counts as answered by it. Call it on the
 // connection's loop, before Serve returns. Off the loop it returns r.
 func (r *Request) Detach() *Request {
 	if !r.onLoop {
