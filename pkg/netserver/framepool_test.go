@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/qmq-go/qmq/pkg/protocol"
 )
@@ -262,4 +263,30 @@ func TestRequest_NoReleaseNoReuse(t *testing.T) {
 	if st := s.Stats(); st.FramePoolBytes != 0 || st.FramesMade != 3 || st.FramesReused != 0 {
 		t.Fatalf("without Release: %+v", st)
 	}
+}
+
+// A large frame refused on the loop (too many in flight) gives its buffer
+// back to the pool at once.
+func TestFramePool_RefusedFrameGoesBack(t *testing.T) {
+	release := make(chan struct{})
+	h := HandlerFunc(func(r *Request) {
+		go func() {
+			<-release
+			r.Reply(protocol.StatusOK)
+		}()
+	})
+	s := startServer(t, Options{MaxInFlight: 1}, h)
+	c := dial(t, s)
+	c.send(t, protocol.AppendRequest(nil, protocol.CmdSend, 1, largeBody(100<<10, 1))) // held, not released
+	waitFor(t, 5*time.Second, "the first request in flight", func() bool { return s.Stats().InFlight == 1 })
+	c.send(t, protocol.AppendRequest(nil, protocol.CmdSend, 2, largeBody(100<<10, 2)))
+	if f := c.readFrame(t); f.Header.RequestID != 2 || f.Header.Status() != protocol.StatusBusy {
+		t.Fatalf("second request answered %+v", f.Header)
+	}
+	class := int64(classSize(frameClass(protocol.HeaderSize + 100<<10)))
+	if st := s.Stats(); st.FramePoolBytes != class || st.FramesMade != 2 {
+		t.Fatalf("after a refused large frame: pool %d bytes, %d made; want %d, 2", st.FramePoolBytes, st.FramesMade, class)
+	}
+	close(release)
+	c.readFrame(t)
 }

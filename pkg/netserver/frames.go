@@ -17,7 +17,8 @@ import (
 // serve goroutine (consecutive frames with one copy). large, when not nil,
 // is the server's own copy of a large frame that buf is (takeLarge), which
 // the batch may keep instead of copying, and whose request may give it
-// back (Request.Release). It returns the bytes the whole frames take,
+// back (Request.Release); refused at once, it goes back to the frame pool
+// here. It returns the bytes the whole frames take,
 // how many frames that is, and false when the connection must be closed
 // (the reason is logged). It runs on the connection's event loop.
 func (c *Conn) serveFrames(buf []byte, now time.Time, large *frameBuf) (int, int, bool) {
@@ -46,6 +47,7 @@ func (c *Conn) serveFrames(buf []byte, now time.Time, large *frameBuf) (int, int
 		runStart = -1 // start of the current run of frames to copy
 		closing  = s.closing.Load()
 		authed   = c.authenticated()
+		handed   = false // a handler (inline, CmdAuth) got a body from buf
 	)
 	endRun := func(at int) {
 		if runStart < 0 {
@@ -88,11 +90,13 @@ func (c *Conn) serveFrames(buf []byte, now time.Time, large *frameBuf) (int, int
 		case h.Code == uint16(protocol.CmdAuth):
 			endRun(at)
 			c.serveAuth(h, body)
+			handed = true
 			continue
 		}
 		if s.inline != nil && s.inline.Inline(h.Command()) {
 			endRun(at)
 			c.serveInline(h, body, now, large)
+			handed = true
 			continue
 		}
 		if runStart < 0 {
@@ -109,6 +113,8 @@ func (c *Conn) serveFrames(buf []byte, now time.Time, large *frameBuf) (int, int
 		c.held.Add(int64(raw.count))
 		s.busy.Add(int64(raw.count))
 		c.enqueue(raw)
+	} else if owned && !handed {
+		s.frames.put(large) // refused on the loop: nothing refers to it
 	}
 	return consumed, count, true
 }
