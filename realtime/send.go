@@ -49,17 +49,20 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 	t := b.cur()
 	if err := b.writable(t); err != nil {
 		r.ReplyError(err)
+		r.Release()
 		return
 	}
 	s := newSendCall(b, t)
 	if err := s.req.Decode(r.Body); err != nil {
 		r.ReplyError(protocol.Errorf(protocol.StatusBadRequest, err.Error()))
 		s.free()
+		r.Release()
 		return
 	}
 	if err := b.checkEpoch(t, s.req.Epoch); err != nil {
 		r.ReplyError(err)
 		s.free()
+		r.Release()
 		return
 	}
 	n := len(s.req.Messages)
@@ -141,6 +144,7 @@ func (b *Broker) sendRequest(r *netserver.Request, blocking bool) {
 	if len(s.views) == 0 {
 		r.Reply(protocol.StatusOK, protocol.AppendSendResponse(nil, s.statuses))
 		s.free()
+		r.Release()
 		return
 	}
 	s.start = r.Arrived // appendSecs measures from the request's arrival
@@ -263,8 +267,20 @@ func resize[T any](s []T, n int) []T {
 }
 
 // free puts a call whose reply is made back into sendCalls, without its
-// references to the request's bytes.
+// references to the request's bytes, and gives the request's body back to
+// the server (netserver.Request.Release: a large frame's buffer is reused
+// for the next one). Every path that frees a call with its request is done
+// with the body: the reply is encoded (Reply copies), the store has
+// written the messages (done runs once they are in the log; the store
+// reads no view past done: its write batch reads large bodies only during
+// the write, the index feed takes hashes, tracing copies what it keeps),
+// the dedupe cache holds hashes, and a reply held for the slave frees the
+// call only once it is made (replyStored), the slave reading the log, not
+// the body.
 func (s *sendCall) free() {
+	if s.r != nil {
+		s.r.Release()
+	}
 	clear(s.req.Messages)
 	clear(s.views)
 	s.b, s.t, s.r, s.req.Messages = nil, nil, nil, s.req.Messages[:0]
@@ -329,6 +345,7 @@ func (s *sendCall) failed(err error) {
 		}
 	}
 	s.r.ReplyError(protocol.Errorf(protocol.StatusShuttingDown, fmt.Sprintf("store: %v", err)))
+	s.r.Release() // the store refused the views: it holds none of them
 }
 
 // waitsForSlave reports whether send replies wait for the slave's copy.

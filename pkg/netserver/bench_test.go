@@ -97,3 +97,45 @@ func BenchmarkServer_RequestAtATime(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkServer_LargeFrames sends frames of ~280 KB (a send batch of
+// 256 × 1 KiB), four in flight on one connection, to an off-loop handler
+// that answers with 8 bytes and releases the body: with the frame pool,
+// and without it (every frame a new buffer). Poisoning is off (it is on in
+// test binaries, and would cost a fill per frame).
+func BenchmarkServer_LargeFrames(b *testing.B) {
+	for _, pool := range []bool{true, false} {
+		name, opts := "pool", Options{}
+		if !pool {
+			name, opts = "new", Options{FramePoolBytes: -1}
+		}
+		b.Run(name, func(b *testing.B) {
+			mux := NewMux()
+			mux.HandleFunc(protocol.CmdSend, func(r *Request) {
+				r.Reply(protocol.StatusOK, r.Body[:8])
+				r.Release()
+			})
+			s := startServer(b, opts, mux, func(s *Server) { s.frames.poison = false })
+			nc := dial(b, s).Conn
+			const size, window = 280 << 10, 4
+			frame := protocol.AppendRequest(nil, protocol.CmdSend, 1, make([]byte, size))
+			var batch []byte
+			for range window {
+				batch = append(batch, frame...)
+			}
+			br := bufio.NewReaderSize(nc, 4<<10)
+			reply := make([]byte, window*(protocol.HeaderSize+8))
+			b.SetBytes(size)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for sent := 0; sent < b.N; sent += window {
+				if _, err := nc.Write(batch); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(br, reply); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

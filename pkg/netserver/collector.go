@@ -10,6 +10,8 @@ import "github.com/prometheus/client_golang/prometheus"
 //	_partial_frame_bytes               bytes held in incomplete frames
 //	_connections_closed_total{reason}  closed for a bound (partial, idle, slow)
 //	_tls_handshake_failures_total      TLS handshakes that failed or timed out
+//	_frame_pool_bytes                  idle large-frame buffers kept for reuse
+//	_large_frames_total{buffer}        large frames by their buffer (reused, new)
 //
 // server is read at each scrape (a nil server exports nothing).
 func LimitsCollector(namespace string, server func() *Server) prometheus.Collector {
@@ -21,12 +23,15 @@ func LimitsCollector(namespace string, server func() *Server) prometheus.Collect
 		partial:    d("partial_frame_bytes", "Bytes held in incomplete request frames over all connections."),
 		closed:     d("connections_closed_total", "Connections closed for a bound: partial (too many bytes in incomplete frames), idle, slow (under the minimum read rate).", "reason"),
 		handshakes: d("tls_handshake_failures_total", "TLS handshakes that failed or timed out."),
+		framePool:  d("frame_pool_bytes", "Idle large-frame buffers kept for reuse (Options.FramePoolBytes)."),
+		frames:     d("large_frames_total", "Request frames larger than the read buffer, by their buffer: reused from the frame pool, or new.", "buffer"),
 	}
 }
 
 type limitsCollector struct {
 	server                               func() *Server
 	refused, partial, closed, handshakes *prometheus.Desc
+	framePool, frames                    *prometheus.Desc
 }
 
 func (c *limitsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -34,6 +39,8 @@ func (c *limitsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.partial
 	ch <- c.closed
 	ch <- c.handshakes
+	ch <- c.framePool
+	ch <- c.frames
 }
 
 func (c *limitsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -52,4 +59,7 @@ func (c *limitsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.closed, st.ClosedIdle, "idle")
 	counter(c.closed, st.ClosedSlow, "slow")
 	counter(c.handshakes, st.HandshakeFailures)
+	ch <- prometheus.MustNewConstMetric(c.framePool, prometheus.GaugeValue, float64(st.FramePoolBytes))
+	counter(c.frames, st.FramesReused, "reused")
+	counter(c.frames, st.FramesMade, "new")
 }

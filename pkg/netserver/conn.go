@@ -169,6 +169,7 @@ type rawBatch struct {
 	frames  []byte
 	count   int
 	arrived time.Time
+	large   *frameBuf // frames is this large frame's buffer, of one request (Request.Release gives it back)
 }
 
 // enqueue hands a batch of requests to the serve goroutine, starting it
@@ -212,6 +213,9 @@ func (c *Conn) serveLoop() {
 				r.Header, r.Arrived, r.Conn = h, b.arrived, c
 				if end > start {
 					r.Body = b.frames[start:end:end]
+				}
+				if b.large != nil {
+					r.frame.Store(b.large)
 				}
 				off = end
 				c.srv.serve(r)

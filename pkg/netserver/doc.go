@@ -31,7 +31,10 @@
 // it) builds the Request values, whose bodies point into that block, and
 // runs the handler for each in arrival order. Handlers must return quickly.
 // Until a frame is whole only its header is looked at; a frame larger than
-// ReadBufferSize is moved into chunks as it comes (Limits).
+// ReadBufferSize is moved into chunks as it comes (Limits), then copied
+// into a buffer from a bounded pool (Options.FramePoolBytes): a handler
+// done with such a body gives the buffer back with r.Release(), else the
+// garbage collector takes it (framepool.go).
 //
 // Inline handlers (InlineHandler; Mux.HandleInline; CmdPing) run on the
 // event loop with a body pointing into gnet's buffer and reply at the end

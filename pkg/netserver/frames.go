@@ -14,13 +14,16 @@ import (
 // once (shutting down, unauthenticated, too many in flight) and inline
 // commands are answered into the loop buffer, CmdAuth goes to its own
 // goroutine, and the other frames are copied out into one block for the
-// serve goroutine (consecutive frames with one copy). owned says buf is the
-// server's own copy (a large frame taken onto the heap), which the batch
-// may keep instead of copying. It returns the bytes the whole frames take,
+// serve goroutine (consecutive frames with one copy). large, when not nil,
+// is the server's own copy of a large frame that buf is (takeLarge), which
+// the batch may keep instead of copying, and whose request may give it
+// back (Request.Release); refused at once, it goes back to the frame pool
+// here. It returns the bytes the whole frames take,
 // how many frames that is, and false when the connection must be closed
 // (the reason is logged). It runs on the connection's event loop.
-func (c *Conn) serveFrames(buf []byte, now time.Time, owned bool) (int, int, bool) {
+func (c *Conn) serveFrames(buf []byte, now time.Time, large *frameBuf) (int, int, bool) {
 	s := c.srv
+	owned := large != nil
 	consumed, count := 0, 0
 	for len(buf)-consumed >= protocol.HeaderSize {
 		hb := buf[consumed:]
@@ -44,6 +47,7 @@ func (c *Conn) serveFrames(buf []byte, now time.Time, owned bool) (int, int, boo
 		runStart = -1 // start of the current run of frames to copy
 		closing  = s.closing.Load()
 		authed   = c.authenticated()
+		handed   = false // a handler (inline, CmdAuth) got a body from buf
 	)
 	endRun := func(at int) {
 		if runStart < 0 {
@@ -86,11 +90,13 @@ func (c *Conn) serveFrames(buf []byte, now time.Time, owned bool) (int, int, boo
 		case h.Code == uint16(protocol.CmdAuth):
 			endRun(at)
 			c.serveAuth(h, body)
+			handed = true
 			continue
 		}
 		if s.inline != nil && s.inline.Inline(h.Command()) {
 			endRun(at)
-			c.serveInline(h, body, now, owned)
+			c.serveInline(h, body, now, large)
+			handed = true
 			continue
 		}
 		if runStart < 0 {
@@ -101,9 +107,14 @@ func (c *Conn) serveFrames(buf []byte, now time.Time, owned bool) (int, int, boo
 	endRun(consumed)
 	if raw.count > 0 {
 		raw.arrived = now
+		if owned && raw.count == 1 && len(raw.frames) == len(buf) {
+			raw.large = large // the one request's body is in it
+		}
 		c.held.Add(int64(raw.count))
 		s.busy.Add(int64(raw.count))
 		c.enqueue(raw)
+	} else if owned && !handed {
+		s.frames.put(large) // refused on the loop: nothing refers to it
 	}
 	return consumed, count, true
 }
@@ -123,11 +134,14 @@ func (c *Conn) malformed(hb []byte) {
 }
 
 // serveInline serves one request on the connection's loop with its
-// reusable inline Request, whose body points into the read buffer (owned:
-// into the server's own copy of a large frame, which Detach may keep).
-func (c *Conn) serveInline(h protocol.Header, body []byte, now time.Time, owned bool) {
+// reusable inline Request, whose body points into the read buffer (large
+// not nil: into the server's own copy of a large frame, which Detach hands
+// over; a request not detached leaves it to the garbage collector, as its
+// AfterWrite may still read it).
+func (c *Conn) serveInline(h protocol.Header, body []byte, now time.Time, large *frameBuf) {
 	r := &c.inline
-	r.Header, r.Body, r.Arrived, r.Conn, r.owned = h, body[:len(body):len(body)], now, c, owned
+	r.Header, r.Body, r.Arrived, r.Conn, r.owned = h, body[:len(body):len(body)], now, c, large != nil
+	r.frame.Store(large)
 	r.replied.Store(false)
 	c.srv.serve(r)
 	if !r.replied.Load() && !r.Header.IsOneWay() {
@@ -135,6 +149,7 @@ func (c *Conn) serveInline(h protocol.Header, body []byte, now time.Time, owned 
 		r.ReplyError(protocol.Errorf(protocol.StatusInternal, "no reply"))
 	}
 	r.Body, r.owned = nil, false
+	r.frame.Store(nil)
 }
 
 // runAfterWrites runs the work inline handlers left for after the loop's

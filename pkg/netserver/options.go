@@ -90,6 +90,12 @@ type Options struct {
 	// Insecure lets the server listen on a non-loopback address without
 	// TLS and RequireAuth (see "Exposure" in doc.go). Default false.
 	Insecure bool
+	// FramePoolBytes bounds the idle buffers kept for large frames (frames
+	// over ReadBufferSize, up to 4 MiB), which come back when a handler
+	// calls Request.Release (see "Large frames" in doc.go); an idle server
+	// drops them after 10 s. Negative turns the pool off: every large frame
+	// gets a new buffer. Default 32 MiB.
+	FramePoolBytes int64
 	// MaxPartialBytes bounds the bytes the server holds in incomplete
 	// frames over all its connections; a connection that would take it
 	// past the bound is answered StatusBusy and closed. It must be at
@@ -128,6 +134,7 @@ const (
 
 	DefaultHandshakeTimeout    = 10 * time.Second
 	DefaultMaxPartialBytes     = 256 << 20
+	DefaultFramePoolBytes      = 32 << 20
 	DefaultIdleTimeout         = 10 * time.Minute
 	DefaultMinReadRate         = 4096
 	DefaultReadRateWindow      = 20 * time.Second
@@ -166,6 +173,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.HandshakeTimeout == 0 {
 		o.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if o.FramePoolBytes == 0 {
+		o.FramePoolBytes = DefaultFramePoolBytes
 	}
 	if o.MaxPartialBytes == 0 {
 		o.MaxPartialBytes = DefaultMaxPartialBytes
@@ -214,6 +224,9 @@ func (o Options) Validate() error {
 	case o.MaxPartialBytes < int64(o.MaxFrameSize):
 		return fmt.Errorf("%w: MaxPartialBytes %d is under MaxFrameSize %d (a frame of the largest size could never arrive)",
 			ErrInvalidOptions, o.MaxPartialBytes, o.MaxFrameSize)
+	case o.FramePoolBytes > 0 && o.FramePoolBytes < framePoolMinClass:
+		return fmt.Errorf("%w: FramePoolBytes %d is under the smallest pooled buffer (%d; negative turns the pool off)",
+			ErrInvalidOptions, o.FramePoolBytes, framePoolMinClass)
 	case o.ReadRateWindow < MinReadRateWindow:
 		return fmt.Errorf("%w: ReadRateWindow %v is under %v", ErrInvalidOptions, o.ReadRateWindow, MinReadRateWindow)
 	case o.MaxConnsPerIdentity < 0:

@@ -3,6 +3,7 @@ package netserver
 import (
 	"math/bits"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -24,11 +25,13 @@ import (
 //     partialChunkSize bytes mapped outside the Go heap, one chunk more
 //     each time the body reaches the end of the last; a TLS connection
 //     reads the body straight into them. It counts as its chunks. When the
-//     frame is whole it is copied once onto the heap (the handler owns it)
-//     and the chunks go back: the server keeps partialChunkReserve of them
-//     mapped for the next large frame and unmaps the others, so the memory
-//     returns to the system as soon as the frame is served or its
-//     connection closes, without waiting for the garbage collector.
+//     frame is whole it is copied once into a heap buffer from the frame
+//     pool (framepool.go; the handler owns it, and may give it back with
+//     Request.Release) and the chunks go back: the server keeps
+//     partialChunkReserve of them mapped for the next large frame and
+//     unmaps the others, so the memory returns to the system as soon as
+//     the frame is served or its connection closes, without waiting for
+//     the garbage collector.
 const (
 	partialChunkSize    = 256 << 10
 	partialChunkReserve = 16 // chunks kept mapped for reuse (4 MiB)
@@ -173,17 +176,27 @@ func (c *Conn) startLarge(b []byte) bool {
 	return c.fillLarge(b[protocol.HeaderSize:])
 }
 
-// takeLarge returns c's whole large frame copied onto the heap (header and
-// body, for the handler to own) and gives its chunks back.
-func (c *Conn) takeLarge() []byte {
+// takeLarge returns c's whole large frame copied into a buffer from the
+// frame pool (header and body, for the handler to own; framepool.go) and
+// gives its chunks back. The copy fills the buffer up to the frame's
+// length, so whatever it held before is overwritten.
+func (c *Conn) takeLarge() *frameBuf {
 	f := c.large
-	frame := make([]byte, protocol.HeaderSize+f.body)
-	n := copy(frame, f.header[:])
+	fb := c.srv.frames.get(protocol.HeaderSize + f.body)
+	n := copy(fb.b, f.header[:])
 	for _, chunk := range f.chunks {
-		n += copy(frame[n:], chunk)
+		n += copy(fb.b[n:], chunk)
 	}
 	c.dropLarge()
-	return frame
+	return fb
+}
+
+// serveLarge serves c's whole large frame (takeLarge). It reports false
+// when the connection must be closed.
+func (c *Conn) serveLarge(now time.Time) bool {
+	fb := c.takeLarge()
+	_, _, ok := c.serveFrames(fb.b, now, fb)
+	return ok
 }
 
 // dropLarge gives the chunks of c's large frame back, if it has one.

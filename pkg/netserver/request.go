@@ -18,7 +18,9 @@ type Request struct {
 	// array with the other requests of the same read (keeping it keeps that
 	// block alive), but its capacity ends at its length, so appending to it
 	// never touches them. For inline handlers it points into gnet's buffer
-	// and is valid only until Serve returns.
+	// and is valid only until Serve returns. A large frame's body is in a
+	// buffer of its own, which the handler may give back for reuse with
+	// Release once it holds nothing of the body.
 	Body []byte
 	// Arrived is when the server read the request from the socket.
 	Arrived time.Time
@@ -31,6 +33,28 @@ type Request struct {
 	// large frame (takeLarge), not in gnet's buffer: Detach hands it over
 	// instead of copying it.
 	owned bool
+	// frame: Body is in this large frame's buffer, which Release gives
+	// back to the server's frame pool (nil: nothing to give back).
+	frame atomic.Pointer[frameBuf]
+}
+
+// Release says the handler holds no reference into Body any more, nor
+// into anything sliced from it: a large frame's buffer (see Body) then
+// goes back to the server's frame pool, to be overwritten by another frame
+// at once, and Body is set to nil. For any other request it does nothing.
+// Call it once the request is answered (Reply copies its body) and every
+// slice of the body has been dropped or copied; a handler that never calls
+// it leaves the buffer to the garbage collector, which is always safe. It
+// may be called from any goroutine, more than once (only the first call
+// counts), but not while another goroutine reads Body. After Detach, the
+// detached Request owns the buffer: call Release on it, not on the inline
+// one. In test binaries the released buffer is filled with a poison byte
+// (0xdb) first, so a use after Release shows as corrupt data.
+func (r *Request) Release() {
+	if f := r.frame.Swap(nil); f != nil {
+		r.Body = nil
+		r.Conn.srv.frames.put(f)
+	}
 }
 
 // Command returns the request's command.
@@ -111,9 +135,10 @@ func (r *Request) AfterWrite(w AfterWriter) {
 
 // Detach lets an inline handler answer later: it returns a Request that
 // owns a copy of the body (the body itself when it is the server's own copy
-// of a large frame: a send batch of 256 × 256 B is one), may be answered from any goroutine, and counts as
-// in flight like a request served off the loop (Close waits for it); the
-// inline request itself counts as answered by it. Call it on the
+// of a large frame, a send batch of 256 × 256 B for one, and with it the
+// frame's buffer for Release), may be answered from any goroutine, and
+// counts as in flight like a request served off the loop (Close waits for
+// it); the inline request itself counts as answered by it. Call it on the
 // connection's loop, before Serve returns. Off the loop it returns r.
 func (r *Request) Detach() *Request {
 	if !r.onLoop {
@@ -125,6 +150,7 @@ func (r *Request) Detach() *Request {
 		body = append([]byte(nil), r.Body...)
 	}
 	d := &Request{Header: r.Header, Body: body, Arrived: r.Arrived, Conn: c}
+	d.frame.Store(r.frame.Swap(nil))
 	r.replied.Store(true)
 	if d.Header.IsOneWay() {
 		d.replied.Store(true)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
@@ -65,6 +66,7 @@ type Server struct {
 
 	partialBytes atomic.Int64 // bytes held in incomplete frames (partial.go)
 	chunks       chunkPool    // memory for large incomplete frames
+	frames       framePool    // buffers of whole large frames (framepool.go)
 
 	refusedUnauthenticated atomic.Uint64 // Request.Refuse and CountRefusal
 	refusedForbidden       atomic.Uint64
@@ -124,6 +126,7 @@ func New(opts Options, h Handler, lg *zap.Logger) (*Server, error) {
 		sweepQuit:   make(chan struct{}),
 		sweepDone:   make(chan struct{}),
 	}
+	s.frames.init(s.opts.FramePoolBytes, testing.Testing())
 	s.closeLog.init(closeLogRate, closeLogBurst)
 	s.refusalLog.init(noisyLogRate, noisyLogBurst)
 	s.handshakeLog.init(noisyLogRate, noisyLogBurst)
@@ -507,7 +510,7 @@ func (c *Conn) readGnet(gc gnet.Conn, now time.Time) bool {
 		if c.large.remaining() > 0 {
 			return true
 		}
-		if _, _, ok := c.serveFrames(c.takeLarge(), now, true); !ok {
+		if !c.serveLarge(now) {
 			return false
 		}
 		if gc.InboundBuffered() == 0 {
@@ -536,7 +539,7 @@ func (c *Conn) readGnet(gc gnet.Conn, now time.Time) bool {
 		c.closeReason("reading buffered bytes", zap.Error(err))
 		return false
 	}
-	consumed, _, ok := c.serveFrames(buf, now, false)
+	consumed, _, ok := c.serveFrames(buf, now, nil)
 	// What follows the whole frames: read before Discard, which may give
 	// buf (a copy gnet made from its pool) back.
 	rest, total, requestID := len(buf)-consumed, 0, uint64(0)
@@ -624,12 +627,20 @@ type Stats struct {
 	ClosedSlow    uint64
 	// HandshakeFailures counts TLS handshakes that failed or timed out.
 	HandshakeFailures uint64
+	// FramePoolBytes is the idle large-frame buffers kept for reuse;
+	// FramesReused counts large frames that took one of them, FramesMade
+	// those that needed a new buffer (see Options.FramePoolBytes).
+	FramePoolBytes int64
+	FramesReused   uint64
+	FramesMade     uint64
 }
 
 // Stats returns the server's current load.
 func (s *Server) Stats() Stats {
-	return Stats{Conns: s.conns.Load(), InFlight: s.busy.Load(), PartialBytes: s.partialBytes.Load(),
+	st := Stats{Conns: s.conns.Load(), InFlight: s.busy.Load(), PartialBytes: s.partialBytes.Load(),
 		RefusedUnauthenticated: s.refusedUnauthenticated.Load(), RefusedForbidden: s.refusedForbidden.Load(),
 		ClosedPartial: s.closedPartial.Load(), ClosedIdle: s.closedIdle.Load(), ClosedSlow: s.closedSlow.Load(),
 		HandshakeFailures: s.handshakeFailures.Load()}
+	st.FramePoolBytes, st.FramesReused, st.FramesMade = s.frames.stats()
+	return st
 }

@@ -29,8 +29,9 @@ func (s *Server) sweepInterval() time.Duration {
 // progress arrives too slowly (MinReadRate) and refused gnet connections
 // done lingering, looking at every connection once per sweepInterval. The
 // loops and readers only count bytes and requests (Conn.received, held,
-// framing), so the limits cost nothing per request. It returns when Close
-// closes sweepQuit.
+// framing), so the limits cost nothing per request. Every framePoolIdle it
+// also trims the frame pool (framePool.trim). It returns when Close closes
+// sweepQuit.
 func (s *Server) sweepLoop() {
 	defer close(s.sweepDone)
 	interval := s.sweepInterval()
@@ -38,11 +39,16 @@ func (s *Server) sweepLoop() {
 	defer t.Stop()
 	var idle, slow, lingered []*Conn
 	last := time.Now()
+	trimmed := last
 	for {
 		select {
 		case <-s.sweepQuit:
 			return
 		case now := <-t.C:
+			if now.Sub(trimmed) >= framePoolIdle {
+				trimmed = now
+				s.frames.trim()
+			}
 			// A tick this late means the whole process stalled (the
 			// machine is overloaded): the loops may not have read either,
 			// so read rates start over instead of blaming the clients.

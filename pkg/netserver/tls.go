@@ -299,7 +299,7 @@ func (c *Conn) readTLS(now time.Time) bool {
 				}
 			}
 			if c.large.remaining() == 0 {
-				if _, _, ok := c.serveFrames(c.takeLarge(), now, true); !ok {
+				if !c.serveLarge(now) {
 					return false
 				}
 			}
@@ -311,7 +311,7 @@ func (c *Conn) readTLS(now time.Time) bool {
 		n, err := t.tc.Read(buf[filled:])
 		if n > 0 {
 			filled += n
-			consumed, _, ok := c.serveFrames(buf[:filled], now, false)
+			consumed, _, ok := c.serveFrames(buf[:filled], now, nil)
 			if ok {
 				filled, ok = c.keepTLSPartial(buf, consumed, filled)
 			}

@@ -58,6 +58,8 @@ func TestTLS_SameAsPlaintext(t *testing.T) {
 		{"AfterWrite_RunsOnceTheReplyIsWritten", TestRequest_AfterWrite_RunsOnceTheReplyIsWritten},
 		{"AfterWrite_OffLoopAndPanics", TestRequest_AfterWrite_OffLoopAndPanics},
 		{"ServeWorkers_OneConnDoesNotBlockAnother", TestServer_ServeWorkers_OneConnDoesNotBlockAnother},
+		{"ReleaseLargeBody", TestRequest_ReleaseLargeBody},
+		{"DetachThenRelease", TestRequest_DetachThenRelease},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			useTLS(t)
