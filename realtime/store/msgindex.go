@@ -157,6 +157,13 @@ type messageIndex struct {
 	nudge   chan struct{} // capacity 1: a lookup waits for the index to catch up
 
 	feed indexFeed
+	// copying: a replica's index takes its master's runs (indexcopy.go)
+	// and neither reads the log back nor takes a feed. catchUpTo: the
+	// committed end when it stopped copying; until the index reaches it a
+	// lookup that cannot wait for it says so (ErrIndexBehind).
+	copying   atomic.Bool
+	catchUpTo atomic.Int64
+	copyMu    sync.Mutex // held while a run is added or copying stops
 	// segLo, segHi: the message-log segment the last offset asked of
 	// segmentOf lies in (indexLoop only).
 	segLo, segHi int64
@@ -503,7 +510,7 @@ func (s *Store) indexLoop() {
 		}
 		entries = entries[:copy(entries, entries[used:])]
 		chunks = chunks[:copy(chunks, chunks[done:])]
-		if !fed && len(chunks) == 0 {
+		if !fed && len(chunks) == 0 && !x.copying.Load() {
 			// Nothing fed: a replica, a store just opened, a quiet one.
 			var ok bool
 			batch, ok = s.indexFromLog(buf, batch, -1)
@@ -947,6 +954,9 @@ func (s *Store) find(kind byte, v string) ([]Found, error) {
 	}
 	for wait := time.Now().Add(indexCatchUp); x.end.Load() < target && time.Now().Before(wait); {
 		time.Sleep(time.Millisecond)
+	}
+	if end := x.end.Load(); end < target && (x.copying.Load() || end < x.catchUpTo.Load()) {
+		return nil, fmt.Errorf("%w: indexed to %d of %d", ErrIndexBehind, end, target)
 	}
 	offs, err := x.candidates(kind, []byte(v))
 	if err != nil {
