@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 
 	"go.uber.org/zap"
 )
@@ -23,9 +24,12 @@ import (
 // Promote (or BuildMessageIndex, when the master has no runs to give)
 // turns the index back to indexing the log: indexLoop reads back what lies
 // past the last copied run, as crash recovery does (at most a run of
-// records, indexRunEntries), not the whole log. Until then a lookup waits
-// (indexCatchUp) for the index to reach the committed end it saw and,
-// if it does not, fails with ErrIndexBehind rather than miss a message.
+// records), not the whole log. Until then a lookup waits (indexCatchUp)
+// for the index to reach the committed end it saw and, if it does not,
+// fails with ErrIndexBehind rather than miss a message.
+// A lookup on a copying replica reads the runs and, past the last one,
+// the committed log itself (at most a run's records: the master writes a
+// run at each segment's end), so it misses nothing.
 // A copied run that does not check is removed and the replica builds its
 // index from the log instead; a run whose bucket a lookup cannot read is
 // built again from the log (rebuildDamaged), as a master's.
@@ -171,4 +175,31 @@ func (x *messageIndex) wake() {
 	case x.nudge <- struct{}{}:
 	default:
 	}
+}
+
+// findCopied is find on a copying index: the candidates of its runs, and
+// the records past the last run up to target read back from the log.
+func (s *Store) findCopied(kind byte, v string, target int64) ([]Found, error) {
+	x := s.index
+	end := x.end.Load()
+	offs, err := x.candidates(kind, []byte(v))
+	if err != nil {
+		return nil, err
+	}
+	if end < target {
+		tail, err := s.indexRange(make([]byte, indexReadBytes), end, target)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrIndexBehind, err)
+		}
+		h := indexHash(kind, []byte(v))
+		for _, e := range tail {
+			if e.hash == h {
+				offs = append(offs, e.off)
+			}
+		}
+		// A run added meanwhile may hold some of them too.
+		slices.Sort(offs)
+		offs = slices.Compact(offs)
+	}
+	return s.matchFound(kind, v, offs), nil
 }

@@ -946,6 +946,9 @@ func (s *Store) find(kind byte, v string) ([]Found, error) {
 		return nil, ErrNoIndex
 	}
 	target := s.committedMessages()
+	if x.copying.Load() {
+		return s.findCopied(kind, v, target)
+	}
 	if x.end.Load() < target {
 		select {
 		case x.nudge <- struct{}{}:
@@ -955,13 +958,19 @@ func (s *Store) find(kind byte, v string) ([]Found, error) {
 	for wait := time.Now().Add(indexCatchUp); x.end.Load() < target && time.Now().Before(wait); {
 		time.Sleep(time.Millisecond)
 	}
-	if end := x.end.Load(); end < target && (x.copying.Load() || end < x.catchUpTo.Load()) {
+	if end := x.end.Load(); end < target && end < x.catchUpTo.Load() {
 		return nil, fmt.Errorf("%w: indexed to %d of %d", ErrIndexBehind, end, target)
 	}
 	offs, err := x.candidates(kind, []byte(v))
 	if err != nil {
 		return nil, err
 	}
+	return s.matchFound(kind, v, offs), nil
+}
+
+// matchFound reads the records at offs and returns those of the message
+// whose id (kind indexKindID) or key is v.
+func (s *Store) matchFound(kind byte, v string, offs []int64) []Found {
 	var out []Found
 	for _, off := range offs {
 		f, ok := s.readFound(off)
@@ -991,7 +1000,7 @@ func (s *Store) find(kind byte, v string) ([]Found, error) {
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // readFound reads and checks the message record at off.
