@@ -144,7 +144,10 @@ func TestReplicaCopiesMasterIndexRuns(t *testing.T) {
 	r.index.mu.RLock()
 	mem := len(r.index.mem)
 	r.index.mu.RUnlock()
-	if fed := len(r.index.feed.entries); mem != 0 || fed != 0 {
+	r.index.feed.mu.Lock()
+	fed := len(r.index.feed.entries)
+	r.index.feed.mu.Unlock()
+	if mem != 0 || fed != 0 {
 		t.Fatalf("the copying replica indexed records itself: %d in memory, %d fed", mem, fed)
 	}
 	copiedEnd, _, behind := r.Replica().CopiedIndexEnd()
