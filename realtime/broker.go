@@ -166,6 +166,7 @@ func New(opts Options, lg *zap.Logger) (*Broker, error) {
 	mux.HandleInline(protocol.CmdSyncLog, b.counted(protocol.CmdSyncLog, b.allowed(brokerOf(opts.Group), copying, b.serveSync)))
 	mux.HandleInline(protocol.CmdSyncLogAhead, b.counted(protocol.CmdSyncLogAhead, b.allowed(brokerOf(opts.Group), copying, b.serveSync)))
 	mux.Handle(protocol.CmdSyncEpoch, b.counted(protocol.CmdSyncEpoch, b.allowed(brokerOf(opts.Group), copying, b.serveSyncEpoch)))
+	mux.Handle(protocol.CmdSyncIndexRun, b.counted(protocol.CmdSyncIndexRun, b.allowed(brokerOf(opts.Group), copying, b.serveSyncIndexRun)))
 	mux.Handle(protocol.CmdSwitchover, b.counted(protocol.CmdSwitchover,
 		b.allowed(adminWrite, "hand the group over (admin write)", b.serveSwitchover)))
 	authority := auth.NewAuthority(nil) // certificate identities only, without meta servers
@@ -221,6 +222,7 @@ func storeOptions(opts Options, replica bool, onAppend func(subject string, next
 	sopts.Limits = limits
 	sopts.OnAppend = onAppend
 	sopts.Replica = replica
+	sopts.CopyMessageIndex = replica // replicaindex.go
 	sopts.ActionLogFloor = floor
 	return sopts
 }

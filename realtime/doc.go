@@ -95,7 +95,9 @@
 // flight, the second pipelined (CmdSyncLogAhead, syncstream.go) to wait
 // at the master for the next write, and writes each answer as it arrives;
 // two copySyncLoops fdatasync what was written and acknowledge with a
-// one-way request, and copyIndexLoop indexes after them.
+// one-way request, and copyIndexLoop indexes after them. The message index
+// is copied, not built: indexCopyLoop fetches the master's run files
+// (CmdSyncIndexRun, replicaindex.go).
 //
 // Tentative tail: the master serves message-log records as soon as they are
 // written, so its fdatasync and the slave's overlap; the response's End is

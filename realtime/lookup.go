@@ -32,6 +32,12 @@ func (b *Broker) serveFindMessages(r *netserver.Request) {
 		r.ReplyError(protocol.Errorf(protocol.StatusUnknownCommand, "this broker keeps no message index"))
 		return
 	}
+	if errors.Is(err, store.ErrIndexBehind) {
+		// A slave copying its master's index runs, or one just promoted
+		// still indexing the log past them: ask again (or ask the master).
+		r.ReplyError(protocol.Errorf(protocol.StatusRetryLater, err.Error()))
+		return
+	}
 	if err != nil {
 		r.ReplyError(pullStatus(err))
 		return

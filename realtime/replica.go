@@ -59,8 +59,9 @@ func newReplica(b *Broker, t *term) (*replica, error) {
 }
 
 func (y *replica) start() {
-	y.wg.Add(1)
+	y.wg.Add(2)
 	go y.replicaLoop()
+	go y.indexCopyLoop()
 }
 
 // close stops replicaLoop and waits for it: no request leaves after it.

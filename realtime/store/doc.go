@@ -142,8 +142,9 @@
 // so the slave's fdatasync overlaps the master's); Replica checks every
 // record's CRC, writes it at the master's offsets, syncs and indexes it
 // with recovery's code (the tentative tail only once a later chunk passes
-// it, and feeding the message index the entries it parsed, as a master's
-// appends do); actions apply as live ones do. A replica whose master no longer
+// it); its message index takes the master's run files as they are
+// (Options.CopyMessageIndex, indexcopy.go) or, without that, the entries
+// it parsed; actions apply as live ones do. A replica whose master no longer
 // keeps its offset restarts at the master's Start; action logs cannot
 // skip (ErrReplicaGap). Truncate cuts a closed store back to a new master's
 // promotion point after a failover (or wipes it to be copied again);

@@ -157,6 +157,13 @@ type messageIndex struct {
 	nudge   chan struct{} // capacity 1: a lookup waits for the index to catch up
 
 	feed indexFeed
+	// copying: a replica's index takes its master's runs (indexcopy.go)
+	// and neither reads the log back nor takes a feed. catchUpTo: the
+	// committed end when it stopped copying; until the index reaches it a
+	// lookup that cannot wait for it says so (ErrIndexBehind).
+	copying   atomic.Bool
+	catchUpTo atomic.Int64
+	copyMu    sync.Mutex // held while a run is added or copying stops
 	// segLo, segHi: the message-log segment the last offset asked of
 	// segmentOf lies in (indexLoop only).
 	segLo, segHi int64
@@ -503,7 +510,7 @@ func (s *Store) indexLoop() {
 		}
 		entries = entries[:copy(entries, entries[used:])]
 		chunks = chunks[:copy(chunks, chunks[done:])]
-		if !fed && len(chunks) == 0 {
+		if !fed && len(chunks) == 0 && !x.copying.Load() {
 			// Nothing fed: a replica, a store just opened, a quiet one.
 			var ok bool
 			batch, ok = s.indexFromLog(buf, batch, -1)
@@ -939,6 +946,9 @@ func (s *Store) find(kind byte, v string) ([]Found, error) {
 		return nil, ErrNoIndex
 	}
 	target := s.committedMessages()
+	if x.copying.Load() {
+		return s.findCopied(kind, v, target)
+	}
 	if x.end.Load() < target {
 		select {
 		case x.nudge <- struct{}{}:
@@ -948,10 +958,19 @@ func (s *Store) find(kind byte, v string) ([]Found, error) {
 	for wait := time.Now().Add(indexCatchUp); x.end.Load() < target && time.Now().Before(wait); {
 		time.Sleep(time.Millisecond)
 	}
+	if end := x.end.Load(); end < target && end < x.catchUpTo.Load() {
+		return nil, fmt.Errorf("%w: indexed to %d of %d", ErrIndexBehind, end, target)
+	}
 	offs, err := x.candidates(kind, []byte(v))
 	if err != nil {
 		return nil, err
 	}
+	return s.matchFound(kind, v, offs), nil
+}
+
+// matchFound reads the records at offs and returns those of the message
+// whose id (kind indexKindID) or key is v.
+func (s *Store) matchFound(kind byte, v string, offs []int64) []Found {
 	var out []Found
 	for _, off := range offs {
 		f, ok := s.readFound(off)
@@ -981,7 +1000,7 @@ func (s *Store) find(kind byte, v string) ([]Found, error) {
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // readFound reads and checks the message record at off.

@@ -96,6 +96,11 @@ type Options struct {
 	// (msgindex.go; on by default): Lookup.ByID and Lookup.ByKey then fail with
 	// ErrNoIndex.
 	NoMessageIndex bool
+	// CopyMessageIndex, with Replica, has the replica's message index copy
+	// its master's run files (Replica.AddIndexRun, indexcopy.go) instead
+	// of indexing the records it copies; Promote, or BuildMessageIndex,
+	// turns it back to indexing the log past the last run.
+	CopyMessageIndex bool
 }
 
 // DefaultOptions holds every default.

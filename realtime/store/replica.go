@@ -468,6 +468,8 @@ func (s *Store) indexReplicated(c LogChunk, end int64, jumped bool) error {
 	}
 	defer endRun()
 	es := s.repl.indexEntries[:0] // the message index's entries (feedRun)
+	// A copied index (indexcopy.go) takes its master's runs instead.
+	feed := s.index != nil && !s.index.copying.Load()
 	for p := 0; p < len(c.Data); {
 		off := c.Offset + int64(p)
 		kind, payload, size := splitRecord(c.Data[p:]) // validated before the write
@@ -513,7 +515,7 @@ func (s *Store) indexReplicated(c LogChunk, end int64, jumped bool) error {
 			run = sj
 			run.mu.Lock()
 		}
-		if s.index != nil {
+		if feed {
 			id, key, hasKey := indexHashes(&v)
 			es = append(es, indexEntry{id, off})
 			if hasKey {
@@ -551,7 +553,7 @@ func (s *Store) indexReplicated(c LogChunk, end int64, jumped bool) error {
 	for _, t := range ts {
 		t.sj.setVisible(t.sj.next, t.bytes)
 	}
-	if s.index != nil {
+	if feed {
 		// From the indexed end: what lies before c.Offset is padding at a
 		// segment's end (or, after a jump, gone).
 		from := c.Offset
@@ -737,6 +739,12 @@ func (r *Replica) Promote() error {
 		return err
 	}
 	s.repl.dropTail()
+	if x := s.index; x != nil {
+		// The index indexes the log past its last copied run from now on
+		// (indexLoop reads it back); a lookup until it is there says it
+		// is catching up (indexcopy.go).
+		x.stopCopying(s.goodEnd.Load())
+	}
 	// The appender reads lastTs and the subjects' next only after a send
 	// that follows the store of replica below (atomic, then the append
 	// channel), so these writes happen before its reads.

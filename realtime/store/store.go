@@ -167,6 +167,7 @@ func Open(dir string, opts Options, lg *zap.Logger) (*Store, error) {
 			s.Close()
 			return nil, err
 		}
+		s.index.copying.Store(opts.Replica && opts.CopyMessageIndex)
 		s.bg.Add(1)
 		go s.indexLoop()
 	}

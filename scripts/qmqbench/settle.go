@@ -1,11 +1,15 @@
 package main
 
 import (
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // settleDisks writes back what earlier suites left dirty (sync(2)) and
@@ -78,6 +82,7 @@ func (e *Env) settleRound() {
 	if waited, quiet := settleDisks(time.Second, 10*time.Second); !quiet {
 		e.Logf("disks still busy after %v of waiting before a round", waited.Round(time.Millisecond))
 	}
+	dropCached(e.Dir)
 	if err := e.settleSync("before a round", 20*time.Second); err != nil {
 		e.Logf("fdatasync probe: %v", err)
 	}
@@ -102,4 +107,28 @@ func (e *Env) settleSync(what string, bound time.Duration) error {
 			waited.Round(time.Millisecond), what, slowest.Round(time.Microsecond), e.probe)
 	}
 	return nil
+}
+
+// dropCached asks the kernel to drop the (written back) page cache of every
+// file under dir: the rounds' data stays on disk until the run ends (no
+// discards), but not in memory. On this VM a broker's writes grew dearer
+// as the kept rounds filled the page cache (2026-12-04, five 6 s
+// master + slave runs in a row keeping their data: the slave's CPU per
+// message 63, 63, 73, 98, 142 ms per 100k, the master's 129 → 213, the
+// producer's, which writes no file, 84-104 throughout; back to 65 and 134
+// once the data was removed; realtime/NOTES.md), so later rounds, and the
+// wait-slave rounds that write twice, measured the page cache.
+func dropCached(dir string) {
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return nil
+		}
+		_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+		f.Close()
+		return nil
+	})
 }
