@@ -129,12 +129,6 @@ func main() {
 		} else if waited > 2*time.Second {
 			env.Logf("waited %v for the disks to go quiet before %s", waited.Round(time.Millisecond), name)
 		}
-		// The suites before this one keep their data until the run ends:
-		// drop its page cache (settle.go, dropCached), so that no suite
-		// measures the memory the ones before it filled.
-		for _, d := range scratches {
-			dropCached(d)
-		}
 		if err := env.settleSync("before "+name, 60*time.Second); err != nil {
 			fmt.Fprintln(os.Stderr, "qmqbench: fdatasync probe:", err)
 			removeScratches()
