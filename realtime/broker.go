@@ -216,6 +216,7 @@ func storeOptions(opts Options, replica bool, onAppend func(subject string, next
 	sopts.FlushInterval = opts.FlushInterval
 	sopts.SegmentSize = opts.SegmentSize
 	sopts.ZeroFillAhead = opts.ZeroFillAhead
+	sopts.PageCacheWindow = opts.PageCacheWindow
 	sopts.NoMessageIndex = opts.NoMessageIndex
 	sopts.RetentionAge = opts.RetentionAge
 	sopts.RetentionBytes = opts.RetentionBytes

@@ -17,16 +17,16 @@ import (
 type brokerCollector struct {
 	b *Broker
 
-	connections, inFlight                                *prometheus.Desc
-	subjects, groups, consumers                          *prometheus.Desc
-	backlog, unacked, atRisk                             *prometheus.Desc
-	deadLetters                                          *prometheus.Desc
-	broadcastBacklog                                     *prometheus.Desc
-	logBytes, logSegments, actionLogBytes                *prometheus.Desc
-	openFiles                                            *prometheus.Desc
-	bufferBytes, bufferBytesInUse                        *prometheus.Desc
-	syncs, failedAppends                                 *prometheus.Desc
-	corruptReads, corruptRanges, checkpoints, zeroFilled *prometheus.Desc
+	connections, inFlight                                              *prometheus.Desc
+	subjects, groups, consumers                                        *prometheus.Desc
+	backlog, unacked, atRisk                                           *prometheus.Desc
+	deadLetters                                                        *prometheus.Desc
+	broadcastBacklog                                                   *prometheus.Desc
+	logBytes, logSegments, actionLogBytes                              *prometheus.Desc
+	openFiles                                                          *prometheus.Desc
+	bufferBytes, bufferBytesInUse                                      *prometheus.Desc
+	syncs, failedAppends                                               *prometheus.Desc
+	corruptReads, corruptRanges, checkpoints, zeroFilled, cacheDropped *prometheus.Desc
 }
 
 func newBrokerCollector(b *Broker) *brokerCollector {
@@ -62,6 +62,7 @@ func newBrokerCollector(b *Broker) *brokerCollector {
 		corruptRanges:    d("corrupt_ranges_total", "Damaged log ranges recovery skipped when the store opened."),
 		checkpoints:      d("checkpoints_total", "Checkpoints written since the store opened."),
 		zeroFilled:       d("message_log_zero_filled_bytes_total", "Bytes of the message log written with zeros ahead of its end since the store opened."),
+		cacheDropped:     d("message_log_cache_dropped_bytes_total", "Bytes of the message log dropped from the page cache behind its window since the store opened."),
 	}
 }
 
@@ -69,7 +70,7 @@ func newBrokerCollector(b *Broker) *brokerCollector {
 func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.connections, c.inFlight, c.subjects, c.groups, c.consumers,
 		c.backlog, c.unacked, c.atRisk, c.deadLetters, c.broadcastBacklog, c.logBytes, c.logSegments, c.actionLogBytes,
-		c.openFiles, c.bufferBytes, c.bufferBytesInUse, c.syncs, c.failedAppends, c.corruptReads, c.corruptRanges, c.checkpoints, c.zeroFilled} {
+		c.openFiles, c.bufferBytes, c.bufferBytesInUse, c.syncs, c.failedAppends, c.corruptReads, c.corruptRanges, c.checkpoints, c.zeroFilled, c.cacheDropped} {
 		ch <- d
 	}
 }
@@ -118,6 +119,7 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.corruptReads, st.CorruptReads)
 	counter(c.corruptRanges, st.CorruptRanges)
 	counter(c.zeroFilled, st.ZeroFilled)
+	counter(c.cacheDropped, st.PageCacheDropped)
 	counter(c.checkpoints, st.Checkpoints)
 }
 

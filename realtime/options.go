@@ -92,6 +92,11 @@ type Options struct {
 	// written with zeros under the durable flush (default 16 MiB; negative:
 	// off; store.Options.ZeroFillAhead, store doc.go "Zero filling").
 	ZeroFillAhead int64 `yaml:"zero_fill_ahead"`
+	// PageCacheWindow is how much of the message log's newest durable bytes
+	// stays in the page cache; older bytes are dropped from it (default 1
+	// GiB; negative: the kernel decides; store.Options.PageCacheWindow,
+	// store doc.go "Page cache").
+	PageCacheWindow int64 `yaml:"page_cache_window"`
 	// NoMessageIndex turns off the index of stored messages by id and key
 	// (store.Options.NoMessageIndex; on by default): CmdFindMessages then
 	// answers StatusUnknownCommand.
@@ -186,6 +191,7 @@ func NewOptions() Options {
 		RetentionAge:      72 * time.Hour,
 		SegmentSize:       1 << 30,
 		ZeroFillAhead:     16 << 20,
+		PageCacheWindow:   1 << 30,
 		MaxFrameSize:      16 << 20,
 		Spin:              netserver.DefaultSpin,
 		MaxBody:           4 << 20,
@@ -222,6 +228,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.RetentionAge, "retention-age", o.RetentionAge, "delete message-log segments older than this (negative: keep)")
 	fs.Int64Var(&o.RetentionBytes, "retention-bytes", o.RetentionBytes, "delete the oldest segments past this total size (0: no limit)")
 	fs.Int64Var(&o.SegmentSize, "segment-size", o.SegmentSize, "message-log segment size in bytes")
+	fs.Int64Var(&o.PageCacheWindow, "page-cache-window", o.PageCacheWindow, "bytes of the message log's newest durable data kept in the page cache; older data is dropped from it, so writes reuse memory (negative: leave it to the kernel)")
 	fs.Int64Var(&o.ZeroFillAhead, "zero-fill-ahead", o.ZeroFillAhead, "bytes of the message log kept written with zeros ahead of its end under durable flush, so syncs overwrite written blocks (negative: off)")
 	fs.BoolVar(&o.NoMessageIndex, "no-message-index", o.NoMessageIndex, "keep no index of messages by id and key (lookups and traces then find nothing on this broker)")
 	fs.IntVar(&o.MaxBody, "max-body", o.MaxBody, "largest message body in bytes")

@@ -52,6 +52,18 @@ type ZeroWriter interface {
 	WriteZeros(off, size int64) error
 }
 
+// CacheDropper is a File whose page cache can be dropped: DropCache asks
+// the kernel to let go of the cached pages of [off, off+size)
+// (POSIX_FADV_DONTNEED). Clean pages leave memory at once; dirty ones are
+// started toward the disk and stay until written. Nothing written is lost:
+// a later read reads the disk. A log writer that drops what it has synced
+// and left behind keeps reusing the same memory instead of growing the
+// page cache with every byte it writes (see pkg/segment, "Dropping the page
+// cache behind the writer"). Only files of OS implement it.
+type CacheDropper interface {
+	DropCache(off, size int64) error
+}
+
 // FS opens files and changes directories. OS is the real one.
 type FS interface {
 	OpenFile(name string, flag int, perm fs.FileMode) (File, error)

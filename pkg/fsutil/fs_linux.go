@@ -43,6 +43,30 @@ func (f osFile) Sync() error {
 	}
 }
 
+// DropCache is posix_fadvise(POSIX_FADV_DONTNEED) over [off, off+size)
+// (see CacheDropper).
+func (f osFile) DropCache(off, size int64) error {
+	if err := unix.Fadvise(int(f.Fd()), off, size, unix.FADV_DONTNEED); err != nil {
+		return &fs.PathError{Op: "fadvise", Path: f.File.Name(), Err: err}
+	}
+	return nil
+}
+
+// ReleaseMapped takes the pages of b, a part of a MapShared mapping that
+// starts and ends on page boundaries, out of the process's mapping
+// (madvise(MADV_DONTNEED)): for a shared file mapping the pages stay in
+// the page cache, dirty ones still dirty, and the next access maps them
+// again. Until then DropCache can drop them; it skips mapped pages.
+func ReleaseMapped(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	if err := unix.Madvise(b, unix.MADV_DONTNEED); err != nil {
+		return &fs.PathError{Op: "madvise", Path: "", Err: err}
+	}
+	return nil
+}
+
 // Allocate is fallocate(2), falling back to Truncate where it is unsupported.
 func (f osFile) Allocate(off, size int64) error {
 	for {

@@ -38,3 +38,9 @@ func PopulateRead(b []byte) error { return nil }
 func (f osFile) WriteZeros(off, size int64) error {
 	return &fs.PathError{Op: "write zeros", Path: f.File.Name(), Err: errors.ErrUnsupported}
 }
+
+// DropCache does nothing where the page cache cannot be advised.
+func (f osFile) DropCache(off, size int64) error { return nil }
+
+// ReleaseMapped does nothing where mappings are not used.
+func ReleaseMapped(b []byte) error { return nil }

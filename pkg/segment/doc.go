@@ -108,6 +108,19 @@
 // the zeros. TestLogZeroFillRacesWriter fills right at the end while a
 // writer appends, and fails without either half of the handshake.
 //
+// # Dropping the page cache behind the writer (Log.DropCache)
+//
+// Every byte a log writes lands in the page cache and stays there until
+// memory runs short, so a log that takes hundreds of MB a second grows the
+// cache by as much. Growing it is not free: each new page is allocated and
+// zeroed, and on a VM whose free memory the host takes back (virtio
+// balloon free page reporting) the first touch costs the host a fault too:
+// several times the CPU of a write into a page just freed
+// (realtime/store/NOTES.md, "The page cache window"). DropCache drops
+// what is durable below a given offset; the log's owner calls it from a
+// loop with what it wants kept (a window of the newest bytes, where
+// consumers and replicas read), and readers further back read the disk.
+//
 // # Recovery (Log.Recover)
 //
 //  1. Records are read from a start offset (the caller's checkpoint) to the

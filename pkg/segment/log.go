@@ -129,7 +129,9 @@ type Log struct {
 
 	end    atomic.Int64
 	synced atomic.Int64
-	werr   atomic.Pointer[error]
+	// dropped is where DropCache's next call starts (dropcache.go).
+	dropped atomic.Int64
+	werr    atomic.Pointer[error]
 }
 
 // OpenLog opens (creating if needed) the log in dir. Its end is the start of

@@ -81,6 +81,13 @@
 // end written with zeros (a sync then overwrites written blocks); under
 // FlushAsync the log is written through a shared mapping (NOTES.md).
 //
+// Page cache: pageCacheLoop drops the message log's durable bytes more
+// than PageCacheWindow (1 GiB) behind its synced end from the page cache
+// every 100 ms (segment.Log.DropCache), so a broker writing hundreds of MB
+// a second reuses the same memory instead of growing the cache into fresh
+// pages, which cost it several times the CPU (pkg/segment doc.go). Pulls
+// and replicas further back than the window read the disk.
+//
 // # Consumer groups and acks
 //
 // A group has one cursor over the consume log, shared by its consumers; a

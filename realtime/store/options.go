@@ -33,6 +33,14 @@ type Options struct {
 	// written blocks instead of converting preallocated ones (default 16
 	// MiB; negative turns it off; see doc.go, Zero filling).
 	ZeroFillAhead int64
+	// PageCacheWindow is how much of the message log's newest durable bytes
+	// stays in the page cache: every PageCacheInterval what lies further
+	// back is dropped from it (segment.Log.DropCache), so the log's writes
+	// reuse the same memory instead of growing the cache (default 1
+	// GiB; negative leaves the cache to the kernel; see doc.go, Page cache).
+	PageCacheWindow int64
+	// PageCacheInterval is how often the window moves (default 100ms).
+	PageCacheInterval time.Duration
 	// ActionSegmentSize is the size of an action-log segment (default 64 MiB).
 	ActionSegmentSize int64
 	// ConsumeSegmentEntries is the number of entries per consume-log segment
@@ -109,6 +117,8 @@ var DefaultOptions = Options{
 	FlushInterval:         200 * time.Millisecond, // async fdatasync period
 	SegmentSize:           1 << 30,                // 1 GiB message-log segments
 	ZeroFillAhead:         16 << 20,               // written zeros ahead of the log's end
+	PageCacheWindow:       1 << 30,                // newest durable bytes kept cached
+	PageCacheInterval:     100 * time.Millisecond, // how often the window moves
 	ActionSegmentSize:     64 << 20,               // 64 MiB action-log segments
 	ConsumeSegmentEntries: 1 << 18,                // 10 MiB consume-log files
 	PullSegmentEntries:    1 << 18,                // 2 MiB pull-log files
@@ -137,6 +147,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ZeroFillAhead == 0 {
 		o.ZeroFillAhead = d.ZeroFillAhead
+	}
+	if o.PageCacheWindow == 0 {
+		o.PageCacheWindow = d.PageCacheWindow
+	}
+	if o.PageCacheInterval == 0 {
+		o.PageCacheInterval = d.PageCacheInterval
 	}
 	if o.ActionSegmentSize == 0 {
 		o.ActionSegmentSize = d.ActionSegmentSize
@@ -199,6 +215,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("store: MaxOpenFiles must be at least 8, got %d", o.MaxOpenFiles)
 	case o.MaxBatchBytes < 1<<10:
 		return fmt.Errorf("store: MaxBatchBytes must be at least 1 KiB, got %d", o.MaxBatchBytes)
+	case o.PageCacheInterval < 0:
+		return fmt.Errorf("store: PageCacheInterval must be positive, got %v", o.PageCacheInterval)
 	case o.ActionFlushInterval < 0:
 		return fmt.Errorf("store: ActionFlushInterval must be positive, got %v", o.ActionFlushInterval)
 	case o.RetentionBytes < 0:

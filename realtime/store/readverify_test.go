@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"os"
 	"testing"
 
@@ -23,6 +24,21 @@ func flipByte(t *testing.T, path string, off int64) {
 	b[0] ^= 0x01
 	if _, err := f.WriteAt(b[:], off); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// pullsBack pulls every message of subject as group and fails unless they
+// are exactly want, by id.
+func pullsBack(t *testing.T, s *Store, subject, group string, want map[string][]byte) {
+	t.Helper()
+	got := pullAll(t, s, subject, group)
+	if len(got) != len(want) {
+		t.Fatalf("read back %d messages, want %d", len(got), len(want))
+	}
+	for id, m := range want {
+		if !bytes.Equal(got[id], m) {
+			t.Fatalf("message %s read back differs", id)
+		}
 	}
 }
 

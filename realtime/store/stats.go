@@ -18,6 +18,7 @@ type counters struct {
 	badCheckpoints atomic.Int64
 	checkpoints    atomic.Int64
 	zeroFilled     atomic.Int64
+	cacheDropped   atomic.Int64
 }
 
 // Stats is a snapshot of the store.
@@ -47,6 +48,9 @@ type Stats struct {
 	// ZeroFilled counts the bytes of the message log written with zeros
 	// ahead of its end (zeroFillLoop).
 	ZeroFilled int64
+	// PageCacheDropped counts the bytes of the message log dropped from the
+	// page cache behind PageCacheWindow (pageCacheLoop).
+	PageCacheDropped int64
 	// Open is what Open found and did (recovery).
 	Open OpenReport
 }
@@ -108,6 +112,7 @@ func (s *Store) Stats() Stats {
 		CorruptRanges:     s.stats.corruptRanges.Load(),
 		Checkpoints:       s.stats.checkpoints.Load(),
 		ZeroFilled:        s.stats.zeroFilled.Load(),
+		PageCacheDropped:  s.stats.cacheDropped.Load(),
 	}
 	for _, sg := range s.msgLog.Segments() {
 		st.MessageLogBytes += sg.Size

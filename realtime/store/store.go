@@ -154,6 +154,10 @@ func Open(dir string, opts Options, lg *zap.Logger) (*Store, error) {
 	}
 	s.bg.Add(1)
 	go s.actionFlushLoop()
+	if opts.PageCacheWindow > 0 {
+		s.bg.Add(1)
+		go s.pageCacheLoop()
+	}
 	if opts.CheckpointInterval > 0 {
 		s.bg.Add(1)
 		go s.checkpointLoop()
@@ -394,6 +398,16 @@ func (p *prefaulter) run(log *segment.Log) {
 	if from := max(end, p.done); from < end+ahead {
 		p.done = log.Prefault(from, end+ahead)
 	}
+}
+
+// pageCacheLoop drops the message log's durable bytes more than
+// PageCacheWindow behind its synced end from the page cache every
+// PageCacheInterval (doc.go, Page cache).
+func (s *Store) pageCacheLoop() {
+	s.every(s.opts.PageCacheInterval, func() {
+		from, to := s.msgLog.DropCache(s.msgLog.Synced() - s.opts.PageCacheWindow)
+		s.stats.cacheDropped.Add(to - from)
+	})
 }
 
 // actionFlushLoop writes and syncs the action log every ActionFlushInterval.

@@ -43,15 +43,7 @@ func TestZeroFillAheadOfAppends(t *testing.T) {
 	}
 	s = openStore(t, dir, opts)
 	defer s.Close()
-	got := pullAll(t, s, "z", "g")
-	if len(got) != len(want) {
-		t.Fatalf("read back %d messages, want %d", len(got), len(want))
-	}
-	for id, m := range want {
-		if !bytes.Equal(got[id], m) {
-			t.Fatalf("message %s read back differs", id)
-		}
-	}
+	pullsBack(t, s, "z", "g", want)
 }
 
 // The filler fills from the end, at most zeroFillPerRun a run, not twice,
