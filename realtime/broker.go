@@ -217,6 +217,7 @@ func storeOptions(opts Options, replica bool, onAppend func(subject string, next
 	sopts.SegmentSize = opts.SegmentSize
 	sopts.ZeroFillAhead = opts.ZeroFillAhead
 	sopts.PageCacheWindow = opts.PageCacheWindow
+	sopts.ReplicaPageCacheWindow = opts.SlavePageCacheWindow
 	sopts.NoMessageIndex = opts.NoMessageIndex
 	sopts.RetentionAge = opts.RetentionAge
 	sopts.RetentionBytes = opts.RetentionBytes

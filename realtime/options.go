@@ -97,6 +97,10 @@ type Options struct {
 	// GiB; negative: the kernel decides; store.Options.PageCacheWindow,
 	// store doc.go "Page cache").
 	PageCacheWindow int64 `yaml:"page_cache_window"`
+	// SlavePageCacheWindow is PageCacheWindow while the broker is a slave
+	// (default 64 MiB; negative: the kernel decides): no consumer reads a
+	// slave's log before it is promoted, when the window widens.
+	SlavePageCacheWindow int64 `yaml:"slave_page_cache_window"`
 	// NoMessageIndex turns off the index of stored messages by id and key
 	// (store.Options.NoMessageIndex; on by default): CmdFindMessages then
 	// answers StatusUnknownCommand.
@@ -171,39 +175,40 @@ type Options struct {
 // NewOptions returns the defaults.
 func NewOptions() Options {
 	return Options{
-		Group:             "rt1",
-		Addr:              "127.0.0.1:20881",
-		HTTPAddr:          "127.0.0.1:20891",
-		DataDir:           "./data/realtime",
-		Flush:             "sync",
-		FlushInterval:     200 * time.Millisecond,
-		HeartbeatInterval: 2 * time.Second,
-		DedupeWindow:      10 * time.Minute,
-		DedupeCapacity:    1_000_000,
-		TimeSlice:         5 * time.Millisecond,
-		FairShare:         NewFairShareOptions(),
-		InlinePulls:       true,
-		MaxPullWait:       30 * time.Second,
-		PullGrace:         2 * time.Second,
-		MaxPullMessages:   1000,
-		ConsumerTimeout:   30 * time.Second,
-		RetryDelay:        5 * time.Second,
-		RetentionAge:      72 * time.Hour,
-		SegmentSize:       1 << 30,
-		ZeroFillAhead:     16 << 20,
-		PageCacheWindow:   1 << 30,
-		MaxFrameSize:      16 << 20,
-		Spin:              netserver.DefaultSpin,
-		MaxBody:           4 << 20,
-		ShutdownTimeout:   10 * time.Second,
-		Role:              RoleMaster,
-		SlaveLagReadonly:  5 * time.Second,
-		MaxWaitingAcks:    10_000,
-		SyncMaxBytes:      1 << 20,
-		SyncWait:          500 * time.Millisecond,
-		SuspectAfter:      time.Second,
-		SlaveDown:         failover.SlaveDownAlone,
-		Log:               logging.NewOptions(),
+		Group:                "rt1",
+		Addr:                 "127.0.0.1:20881",
+		HTTPAddr:             "127.0.0.1:20891",
+		DataDir:              "./data/realtime",
+		Flush:                "sync",
+		FlushInterval:        200 * time.Millisecond,
+		HeartbeatInterval:    2 * time.Second,
+		DedupeWindow:         10 * time.Minute,
+		DedupeCapacity:       1_000_000,
+		TimeSlice:            5 * time.Millisecond,
+		FairShare:            NewFairShareOptions(),
+		InlinePulls:          true,
+		MaxPullWait:          30 * time.Second,
+		PullGrace:            2 * time.Second,
+		MaxPullMessages:      1000,
+		ConsumerTimeout:      30 * time.Second,
+		RetryDelay:           5 * time.Second,
+		RetentionAge:         72 * time.Hour,
+		SegmentSize:          1 << 30,
+		ZeroFillAhead:        16 << 20,
+		PageCacheWindow:      1 << 30,
+		SlavePageCacheWindow: 64 << 20,
+		MaxFrameSize:         16 << 20,
+		Spin:                 netserver.DefaultSpin,
+		MaxBody:              4 << 20,
+		ShutdownTimeout:      10 * time.Second,
+		Role:                 RoleMaster,
+		SlaveLagReadonly:     5 * time.Second,
+		MaxWaitingAcks:       10_000,
+		SyncMaxBytes:         1 << 20,
+		SyncWait:             500 * time.Millisecond,
+		SuspectAfter:         time.Second,
+		SlaveDown:            failover.SlaveDownAlone,
+		Log:                  logging.NewOptions(),
 	}
 }
 
@@ -229,6 +234,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&o.RetentionBytes, "retention-bytes", o.RetentionBytes, "delete the oldest segments past this total size (0: no limit)")
 	fs.Int64Var(&o.SegmentSize, "segment-size", o.SegmentSize, "message-log segment size in bytes")
 	fs.Int64Var(&o.PageCacheWindow, "page-cache-window", o.PageCacheWindow, "bytes of the message log's newest durable data kept in the page cache; older data is dropped from it, so writes reuse memory (negative: leave it to the kernel)")
+	fs.Int64Var(&o.SlavePageCacheWindow, "slave-page-cache-window", o.SlavePageCacheWindow, "--page-cache-window while the broker is a slave, whose log no consumer reads until it is promoted (negative: leave it to the kernel)")
 	fs.Int64Var(&o.ZeroFillAhead, "zero-fill-ahead", o.ZeroFillAhead, "bytes of the message log kept written with zeros ahead of its end under durable flush, so syncs overwrite written blocks (negative: off)")
 	fs.BoolVar(&o.NoMessageIndex, "no-message-index", o.NoMessageIndex, "keep no index of messages by id and key (lookups and traces then find nothing on this broker)")
 	fs.IntVar(&o.MaxBody, "max-body", o.MaxBody, "largest message body in bytes")

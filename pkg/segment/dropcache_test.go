@@ -61,11 +61,11 @@ func TestLogDropCache(t *testing.T) {
 				t.Fatalf("DropCache(%d) = %d, %d, want 0, %d", below, from, to, below/page*page)
 			}
 			for base := int64(0); base < 2*segSize; base += segSize {
-				if c, n := cached(base, 0, segSize); c != 0 {
+				if c, n := cached(base, 0, segSize); c > testutil.DropSlack(n) {
 					t.Fatalf("segment %d: %d of %d pages still cached", base, c, n)
 				}
 			}
-			if c, n := cached(2*segSize, 0, segSize/4); c != 0 {
+			if c, n := cached(2*segSize, 0, segSize/4); c > testutil.DropSlack(n) {
 				t.Fatalf("the written segment's dropped part: %d of %d pages still cached", c, n)
 			}
 			tail := synced - 2*segSize

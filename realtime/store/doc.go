@@ -86,7 +86,9 @@
 // every 100 ms (segment.Log.DropCache), so a broker writing hundreds of MB
 // a second reuses the same memory instead of growing the cache into fresh
 // pages, which cost it several times the CPU (pkg/segment doc.go). Pulls
-// and replicas further back than the window read the disk.
+// and replicas further back than the window read the disk. A replica
+// keeps ReplicaPageCacheWindow (64 MiB) until Promote: no consumer reads
+// it before.
 //
 // # Consumer groups and acks
 //

@@ -39,6 +39,11 @@ type Options struct {
 	// reuse the same memory instead of growing the cache (default 1
 	// GiB; negative leaves the cache to the kernel; see doc.go, Page cache).
 	PageCacheWindow int64
+	// ReplicaPageCacheWindow is PageCacheWindow while the store is a
+	// Replica (default 64 MiB; negative: the kernel decides): a replica's
+	// log serves no consumer until Promote, which widens the window to
+	// PageCacheWindow, so it keeps only what its own indexing reads back.
+	ReplicaPageCacheWindow int64
 	// PageCacheInterval is how often the window moves (default 100ms).
 	PageCacheInterval time.Duration
 	// ActionSegmentSize is the size of an action-log segment (default 64 MiB).
@@ -113,24 +118,25 @@ type Options struct {
 
 // DefaultOptions holds every default.
 var DefaultOptions = Options{
-	Flush:                 FlushSync,              // durable acks, group commit
-	FlushInterval:         200 * time.Millisecond, // async fdatasync period
-	SegmentSize:           1 << 30,                // 1 GiB message-log segments
-	ZeroFillAhead:         16 << 20,               // written zeros ahead of the log's end
-	PageCacheWindow:       1 << 30,                // newest durable bytes kept cached
-	PageCacheInterval:     100 * time.Millisecond, // how often the window moves
-	ActionSegmentSize:     64 << 20,               // 64 MiB action-log segments
-	ConsumeSegmentEntries: 1 << 18,                // 10 MiB consume-log files
-	PullSegmentEntries:    1 << 18,                // 2 MiB pull-log files
-	MaxOpenFiles:          1024,                   // LRU of fixed-log handles
-	MaxBatchBytes:         4 << 20,                // one group commit
-	ActionFlushInterval:   50 * time.Millisecond,  // pull/ack persistence lag
-	CheckpointInterval:    time.Minute,            // replay at most ~1 min
-	RetentionAge:          72 * time.Hour,         // as QMQ
-	RetentionBytes:        0,                      // no size limit
-	RetentionInterval:     time.Minute,            // retention check period
-	MaxScan:               4096,                   // filtered-pull scan bound
-	Limits:                protocol.DefaultLimits, // message limits
+	Flush:                  FlushSync,              // durable acks, group commit
+	FlushInterval:          200 * time.Millisecond, // async fdatasync period
+	SegmentSize:            1 << 30,                // 1 GiB message-log segments
+	ZeroFillAhead:          16 << 20,               // written zeros ahead of the log's end
+	PageCacheWindow:        1 << 30,                // newest durable bytes kept cached
+	ReplicaPageCacheWindow: 64 << 20,               // the same on a replica
+	PageCacheInterval:      100 * time.Millisecond, // how often the window moves
+	ActionSegmentSize:      64 << 20,               // 64 MiB action-log segments
+	ConsumeSegmentEntries:  1 << 18,                // 10 MiB consume-log files
+	PullSegmentEntries:     1 << 18,                // 2 MiB pull-log files
+	MaxOpenFiles:           1024,                   // LRU of fixed-log handles
+	MaxBatchBytes:          4 << 20,                // one group commit
+	ActionFlushInterval:    50 * time.Millisecond,  // pull/ack persistence lag
+	CheckpointInterval:     time.Minute,            // replay at most ~1 min
+	RetentionAge:           72 * time.Hour,         // as QMQ
+	RetentionBytes:         0,                      // no size limit
+	RetentionInterval:      time.Minute,            // retention check period
+	MaxScan:                4096,                   // filtered-pull scan bound
+	Limits:                 protocol.DefaultLimits, // message limits
 }
 
 // withDefaults returns o with zero fields set from DefaultOptions.
@@ -150,6 +156,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.PageCacheWindow == 0 {
 		o.PageCacheWindow = d.PageCacheWindow
+	}
+	if o.ReplicaPageCacheWindow == 0 {
+		o.ReplicaPageCacheWindow = d.ReplicaPageCacheWindow
 	}
 	if o.PageCacheInterval == 0 {
 		o.PageCacheInterval = d.PageCacheInterval

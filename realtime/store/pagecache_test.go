@@ -20,6 +20,7 @@ func TestPageCacheWindow(t *testing.T) {
 	opts := testOptions()
 	opts.PageCacheWindow = 1 << 20
 	opts.PageCacheInterval = 10 * time.Millisecond
+	opts.ZeroFillAhead = -1 // see TestReplicaPageCacheWindow
 	s := openStore(t, dir, opts)
 	defer s.Close()
 	want := map[string][]byte{}
@@ -35,7 +36,7 @@ func TestPageCacheWindow(t *testing.T) {
 		t.Fatalf("the log holds %d durable bytes, want over 5 MiB", synced)
 	}
 	testutil.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
-		if c, n := testutil.CachedPages(t, segmentFile, 0, synced-(1<<20)-(256<<10)); c != 0 {
+		if c, n := testutil.CachedPages(t, segmentFile, 0, synced-(1<<20)-(256<<10)); c > testutil.DropSlack(n) {
 			return fmt.Errorf("%d of the %d pages behind the window still cached", c, n)
 		}
 		return nil
@@ -47,4 +48,66 @@ func TestPageCacheWindow(t *testing.T) {
 		t.Fatalf("Stats().PageCacheDropped = %d, want about %d", d, synced-(1<<20))
 	}
 	pullsBack(t, s, "pc", "g", want)
+}
+
+// A replica keeps only ReplicaPageCacheWindow of its log cached; once
+// promoted it keeps PageCacheWindow, and what it copied reads back.
+func TestReplicaPageCacheWindow(t *testing.T) {
+	dir := t.TempDir()
+	testutil.RequireDroppablePageCache(t, dir)
+	opts := testOptions()
+	opts.PageCacheWindow = -1
+	m := openStore(t, dir, opts)
+	defer m.Close()
+	want := map[string][]byte{}
+	add := func(s *Store, n int) {
+		for range n {
+			id := fmt.Sprint("m", len(want))
+			msg := encode(t, "pc", id, bytes.Repeat([]byte{byte(len(want))}, 64<<10))
+			appendAll(t, s, msg)
+			want[id] = msg
+		}
+	}
+	add(m, 60)
+	opts.PageCacheWindow = 3 << 20
+	opts.ReplicaPageCacheWindow = 1 << 20
+	opts.PageCacheInterval = 10 * time.Millisecond
+	// Readers behind the window cache what they read again: no message
+	// index (it reads the log back) and no zero fill (the kernel's read of
+	// each filled range may finish after a drop).
+	opts.NoMessageIndex = true
+	opts.ZeroFillAhead = -1
+	r := openReplica(t, opts, nil)
+	replicate(t, m, r, 1<<20)
+	segmentFile := filepath.Join(r.dir, "messagelog", segment.FileName(0))
+	synced := r.msgLog.Synced()
+	testutil.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if d := r.Stats().PageCacheDropped; d < synced-(1<<20)-(64<<10) {
+			return fmt.Errorf("replica: dropped %d bytes, want all but its window of %d", d, synced)
+		}
+		if c, n := testutil.CachedPages(t, segmentFile, 0, synced-(1<<20)-(256<<10)); c > testutil.DropSlack(n) {
+			return fmt.Errorf("replica: %d of the %d pages behind its window still cached", c, n)
+		}
+		return nil
+	})
+	if err := r.Replica().Promote(); err != nil {
+		t.Fatal(err)
+	}
+	add(r, 140) // 200 messages of 64 KiB in all: well into the second 8 MiB segment
+	synced = r.msgLog.Synced()
+	second := filepath.Join(r.dir, "messagelog", segment.FileName(opts.SegmentSize))
+	inSecond := synced - opts.SegmentSize
+	if inSecond < 3<<20+512<<10 {
+		t.Fatalf("the second segment holds %d bytes, want over 3.5 MiB", inSecond)
+	}
+	testutil.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if c, n := testutil.CachedPages(t, second, 0, inSecond-(3<<20)-(256<<10)); c > testutil.DropSlack(n) {
+			return fmt.Errorf("promoted: %d of the %d pages behind its window still cached", c, n)
+		}
+		return nil
+	})
+	if c, n := testutil.CachedPages(t, second, inSecond-(3<<20)+(64<<10), 2<<20); c != n {
+		t.Fatalf("promoted: %d of the %d pages inside its window cached, want all (the replica's window still in use?)", c, n)
+	}
+	pullsBack(t, r, "pc", "g", want)
 }

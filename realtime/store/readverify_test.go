@@ -46,7 +46,7 @@ func pullsBack(t *testing.T, s *Store, subject, group string, want map[string][]
 // served messages by id.
 func pullAll(t *testing.T, s *Store, subject, group string) map[string][]byte {
 	t.Helper()
-	r := pull(t, s, PullRequest{Subject: subject, Group: group, Consumer: "c", Earliest: true, Max: 100})
+	r := pull(t, s, PullRequest{Subject: subject, Group: group, Consumer: "c", Earliest: true, Max: 1000})
 	got := make(map[string][]byte)
 	for _, m := range r.Messages {
 		v, err := protocol.ParseMessageNoCRC(m.Message)

@@ -154,7 +154,7 @@ func Open(dir string, opts Options, lg *zap.Logger) (*Store, error) {
 	}
 	s.bg.Add(1)
 	go s.actionFlushLoop()
-	if opts.PageCacheWindow > 0 {
+	if opts.PageCacheWindow > 0 || (opts.Replica && opts.ReplicaPageCacheWindow > 0) {
 		s.bg.Add(1)
 		go s.pageCacheLoop()
 	}
@@ -401,11 +401,18 @@ func (p *prefaulter) run(log *segment.Log) {
 }
 
 // pageCacheLoop drops the message log's durable bytes more than
-// PageCacheWindow behind its synced end from the page cache every
-// PageCacheInterval (doc.go, Page cache).
+// PageCacheWindow (ReplicaPageCacheWindow on a replica) behind its synced
+// end from the page cache every PageCacheInterval (doc.go, Page cache).
 func (s *Store) pageCacheLoop() {
 	s.every(s.opts.PageCacheInterval, func() {
-		from, to := s.msgLog.DropCache(s.msgLog.Synced() - s.opts.PageCacheWindow)
+		window := s.opts.PageCacheWindow
+		if s.replica.Load() {
+			window = s.opts.ReplicaPageCacheWindow
+		}
+		if window <= 0 {
+			return
+		}
+		from, to := s.msgLog.DropCache(s.msgLog.Synced() - window)
 		s.stats.cacheDropped.Add(to - from)
 	})
 }
