@@ -81,14 +81,16 @@
 // end written with zeros (a sync then overwrites written blocks); under
 // FlushAsync the log is written through a shared mapping (NOTES.md).
 //
-// Page cache: pageCacheLoop drops the message log's durable bytes more
-// than PageCacheWindow (1 GiB) behind its synced end from the page cache
-// every 100 ms (segment.Log.DropCache), so a broker writing hundreds of MB
-// a second reuses the same memory instead of growing the cache into fresh
-// pages, which cost it several times the CPU (pkg/segment doc.go). Pulls
-// and replicas further back than the window read the disk. A replica
-// keeps ReplicaPageCacheWindow (64 MiB) until Promote: no consumer reads
-// it before.
+// Page cache: with PageCacheWindow set (the library leaves the cache to
+// the kernel; the broker sets 1 GiB), pageCacheLoop drops the message
+// log's durable bytes more than the window behind its synced end from the
+// page cache every 100 ms (segment.Log.DropCache), so a store writing
+// hundreds of MB a second reuses the same memory instead of growing the
+// cache into fresh pages, which cost it several times the CPU (pkg/segment
+// doc.go). Pulls and replicas further back than the window read the disk.
+// A replica keeps ReplicaPageCacheWindow (the broker: 64 MiB) until
+// Promote: no consumer reads it before. The cost on our VM (NOTES.md):
+// freeing GBs of cache slowed the fsyncs of what ran next.
 //
 // # Consumer groups and acks
 //

@@ -36,13 +36,13 @@ type Options struct {
 	// PageCacheWindow is how much of the message log's newest durable bytes
 	// stays in the page cache: every PageCacheInterval what lies further
 	// back is dropped from it (segment.Log.DropCache), so the log's writes
-	// reuse the same memory instead of growing the cache (default 1
-	// GiB; negative leaves the cache to the kernel; see doc.go, Page cache).
+	// reuse the same memory instead of growing the cache (default negative:
+	// the kernel decides; the broker sets 1 GiB, realtime.Options; see
+	// doc.go, Page cache).
 	PageCacheWindow int64
 	// ReplicaPageCacheWindow is PageCacheWindow while the store is a
-	// Replica (default 64 MiB; negative: the kernel decides): a replica's
-	// log serves no consumer until Promote, which widens the window to
-	// PageCacheWindow, so it keeps only what its own indexing reads back.
+	// Replica (default negative; the broker sets 64 MiB): a replica's log
+	// serves no consumer until Promote, which moves to PageCacheWindow.
 	ReplicaPageCacheWindow int64
 	// PageCacheInterval is how often the window moves (default 100ms).
 	PageCacheInterval time.Duration
@@ -122,8 +122,8 @@ var DefaultOptions = Options{
 	FlushInterval:          200 * time.Millisecond, // async fdatasync period
 	SegmentSize:            1 << 30,                // 1 GiB message-log segments
 	ZeroFillAhead:          16 << 20,               // written zeros ahead of the log's end
-	PageCacheWindow:        1 << 30,                // newest durable bytes kept cached
-	ReplicaPageCacheWindow: 64 << 20,               // the same on a replica
+	PageCacheWindow:        -1,                     // the page cache left to the kernel
+	ReplicaPageCacheWindow: -1,                     // the same on a replica
 	PageCacheInterval:      100 * time.Millisecond, // how often the window moves
 	ActionSegmentSize:      64 << 20,               // 64 MiB action-log segments
 	ConsumeSegmentEntries:  1 << 18,                // 10 MiB consume-log files
