@@ -3,6 +3,7 @@ package netserver
 import (
 	"bufio"
 	"io"
+	"net"
 	"strconv"
 	"testing"
 
@@ -53,9 +54,16 @@ func benchPipelined(b *testing.B, size int, offLoop, overTLS bool) {
 	for i := range window {
 		batch = protocol.AppendRequest(batch, protocol.CmdPing, uint64(i), body)
 	}
-	br := bufio.NewReaderSize(nc, 256<<10)
-	reply := make([]byte, window*(protocol.HeaderSize+size))
 	b.SetBytes(int64(size))
+	sendWindows(b, nc, batch, window, window*(protocol.HeaderSize+size), 256<<10)
+}
+
+// sendWindows writes batch (window requests) and reads its replies
+// (replyBytes in all, through a reader of readBuffer bytes) until b.N
+// requests are answered, timing only that.
+func sendWindows(b *testing.B, nc net.Conn, batch []byte, window, replyBytes, readBuffer int) {
+	br := bufio.NewReaderSize(nc, readBuffer)
+	reply := make([]byte, replyBytes)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for sent := 0; sent < b.N; sent += window {
@@ -123,19 +131,8 @@ func BenchmarkServer_LargeFrames(b *testing.B) {
 			for range window {
 				batch = append(batch, frame...)
 			}
-			br := bufio.NewReaderSize(nc, 4<<10)
-			reply := make([]byte, window*(protocol.HeaderSize+8))
 			b.SetBytes(size)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for sent := 0; sent < b.N; sent += window {
-				if _, err := nc.Write(batch); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := io.ReadFull(br, reply); err != nil {
-					b.Fatal(err)
-				}
-			}
+			sendWindows(b, nc, batch, window, window*(protocol.HeaderSize+8), 4<<10)
 		})
 	}
 }
