@@ -7,16 +7,16 @@ import (
 )
 
 // DropCache drops from the page cache the log's durable bytes below
-// below (clipped to Synced) that an earlier call has not dropped. A part of the segment being written
-// through a mapping is taken out of the mapping first
-// (fsutil.ReleaseMapped), since the kernel keeps mapped pages. Readers of
-// those bytes read the disk afterwards; nothing written is lost, and
-// nothing not yet durable is touched. It returns the range it dropped
-// (from == to when it dropped nothing; to is where the next call starts).
-// Files that are not fsutil.CacheDropper are skipped. One goroutine calls it (the log's
-// owner, from a loop of its own); it holds the log's lock for reading, as
-// the writer does, so it runs beside writes and syncs. See doc.go,
-// "Dropping the page cache behind the writer".
+// below (clipped to Synced) that an earlier call has not dropped, and
+// returns the range it dropped (from == to when nothing; to is where the
+// next call starts). A part of the segment being written through a
+// mapping is taken out of the mapping first (fsutil.ReleaseMapped), since
+// the kernel keeps mapped pages. Readers of those bytes read the disk
+// afterwards; nothing written is lost, and nothing not yet durable is
+// touched. Files that are not fsutil.CacheDropper are skipped. One
+// goroutine calls it (the log's owner, from a loop of its own); it holds
+// the log's lock for reading, as the writer does, so it runs beside writes
+// and syncs. See doc.go, "Dropping the page cache behind the writer".
 func (l *Log) DropCache(below int64) (from, to int64) {
 	page := int64(os.Getpagesize())
 	below = min(below, l.synced.Load()) / page * page
