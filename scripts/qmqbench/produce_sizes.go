@@ -64,6 +64,7 @@ func runProduceSizes(env *Env) error {
 	}
 	var results []result
 	for _, sz := range produceSizes {
+		env.settleRound()
 		msgs, err := env.produceOursWith(filepath.Join(env.Dir, "qmq-"+sz.name), produceSizesDuration,
 			append([]string{"-size", fmt.Sprint(sz.bytes)}, depthArgs(sizeBatch(sz.bytes), produceSizesInflight)...))
 		if err != nil {
@@ -71,6 +72,7 @@ func runProduceSizes(env *Env) error {
 		}
 		results = append(results, result{sz.name, msgs * float64(sz.bytes) / 1e6, msgs})
 	}
+	env.settleRound()
 	after, err := appendSyncRate(filepath.Join(env.Dir, "disk-after"), diskProbeChunk, diskProbeDuration)
 	if err != nil {
 		return err
