@@ -6,7 +6,10 @@ package main
 // The disk: a fresh file in the scratch directory, appended 1 MiB at a
 // time, each write followed by fdatasync, for 3 s (at most 2 GiB), measured
 // before and after our runs; the ratio is taken against the faster of the
-// two (the conservative one).
+// two (the conservative one). Each size's run and the second probe start
+// on settled disks (settleRound, as the rounds of other suites): unsettled,
+// the probe after our runs read 357-394 MB/s where a settled one read
+// 890-945 (2026-12-04), so it measured the wake of our writes, not the disk.
 //
 // Ours, for each body size in produceSizes: a fresh qmq-realtime with its
 // default durable flush (fdatasync before every ack, group commit), one
