@@ -23,7 +23,9 @@ import (
 // random moments and checks the store after each kill. scripts/crash-store.sh
 // runs the full variant (QMQ_CRASH_KILLS, default 25), where every fourth
 // child uses FlushAsync (a SIGKILL keeps the page cache, so its acks must
-// survive too).
+// survive too). Every second child, in the gate's variant too, runs with
+// a 64 KiB page cache window moved every 5 ms (the broker's window,
+// realtime.Options), so what the window drops is read back after a kill.
 const crashChildEnv = "QMQ_STORE_CRASH_CHILD"
 
 func crashOptions() Options {
@@ -47,6 +49,12 @@ func crashChild(dir, run string) {
 	if os.Getenv(crashChildEnv+"_FLUSH") == string(FlushAsync) {
 		// SIGKILL keeps the page cache: async acks must survive it too.
 		opts.Flush = FlushAsync
+	}
+	if os.Getenv(crashChildEnv+"_WINDOW") != "" {
+		// The broker's page cache window (realtime.Options), small and
+		// moving often: what it drops must still read back after a kill.
+		opts.PageCacheWindow = 64 << 10
+		opts.PageCacheInterval = 5 * time.Millisecond
 	}
 	s, err := Open(dir, opts, zap.NewNop())
 	if err != nil {
@@ -129,6 +137,9 @@ func TestCrashRecovery(t *testing.T) {
 		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir, fmt.Sprintf("%s_RUN=r%d", crashChildEnv, k))
 		if !testing.Short() && k%4 == 3 {
 			cmd.Env = append(cmd.Env, crashChildEnv+"_FLUSH="+string(FlushAsync))
+		}
+		if k%2 == 1 {
+			cmd.Env = append(cmd.Env, crashChildEnv+"_WINDOW=1")
 		}
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
