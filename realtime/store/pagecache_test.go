@@ -35,15 +35,7 @@ func TestPageCacheWindow(t *testing.T) {
 	if synced < 5<<20 {
 		t.Fatalf("the log holds %d durable bytes, want over 5 MiB", synced)
 	}
-	testutil.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
-		if d := s.Stats().PageCacheDropped; d < synced-(1<<20)-(64<<10) {
-			return fmt.Errorf("dropped %d bytes, want all but the window of %d", d, synced)
-		}
-		if c, n := testutil.CachedPages(t, segmentFile, 0, synced-(1<<20)-(256<<10)); c > testutil.DropSlack(n) {
-			return fmt.Errorf("%d of the %d pages behind the window still cached", c, n)
-		}
-		return nil
-	})
+	requireDroppedBehind(t, "store", s, segmentFile, synced)
 	if c, _ := testutil.CachedPages(t, segmentFile, synced-(1<<20)+(64<<10), 512<<10); c == 0 {
 		t.Fatal("the window itself was dropped")
 	}
@@ -81,15 +73,7 @@ func TestReplicaPageCacheWindow(t *testing.T) {
 	replicate(t, m, r, 1<<20)
 	segmentFile := filepath.Join(r.dir, "messagelog", segment.FileName(0))
 	synced := r.msgLog.Synced()
-	testutil.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
-		if d := r.Stats().PageCacheDropped; d < synced-(1<<20)-(64<<10) {
-			return fmt.Errorf("replica: dropped %d bytes, want all but its window of %d", d, synced)
-		}
-		if c, n := testutil.CachedPages(t, segmentFile, 0, synced-(1<<20)-(256<<10)); c > testutil.DropSlack(n) {
-			return fmt.Errorf("replica: %d of the %d pages behind its window still cached", c, n)
-		}
-		return nil
-	})
+	requireDroppedBehind(t, "replica", r, segmentFile, synced)
 	if err := r.Replica().Promote(); err != nil {
 		t.Fatal(err)
 	}
@@ -110,4 +94,20 @@ func TestReplicaPageCacheWindow(t *testing.T) {
 		t.Fatalf("promoted: %d of the %d pages inside its window cached, want all (the replica's window still in use?)", c, n)
 	}
 	pullsBack(t, r, "pc", "g", want)
+}
+
+// requireDroppedBehind waits until s has dropped (its counter) and the
+// kernel no longer caches (mincore) the first segment's bytes more than a
+// 1 MiB window behind synced, less a page-cache interval's slack.
+func requireDroppedBehind(t *testing.T, who string, s *Store, segmentFile string, synced int64) {
+	t.Helper()
+	testutil.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if d := s.Stats().PageCacheDropped; d < synced-(1<<20)-(64<<10) {
+			return fmt.Errorf("%s: dropped %d bytes, want all but the window of %d", who, d, synced)
+		}
+		if c, n := testutil.CachedPages(t, segmentFile, 0, synced-(1<<20)-(256<<10)); c > testutil.DropSlack(n) {
+			return fmt.Errorf("%s: %d of the %d pages behind the window still cached", who, c, n)
+		}
+		return nil
+	})
 }
