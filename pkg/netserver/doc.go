@@ -31,10 +31,12 @@
 // it) builds the Request values, whose bodies point into that block, and
 // runs the handler for each in arrival order. Handlers must return quickly.
 // Until a frame is whole only its header is looked at; a frame larger than
-// ReadBufferSize is moved into chunks as it comes (Limits), then copied
-// into a buffer from a bounded pool (Options.FramePoolBytes): a handler
-// done with such a body gives the buffer back with r.Release(), else the
-// garbage collector takes it (framepool.go).
+// ReadBufferSize gets a buffer from a bounded pool (Options.FramePoolBytes)
+// and the rest of it is read from the socket straight into that buffer,
+// past gnet's (or, once half of MaxPartialBytes is so reserved, into
+// chunks as it comes, then copied into one; Limits): a handler done with
+// such a body gives the buffer back with r.Release(), else the garbage
+// collector takes it (framepool.go).
 //
 // Inline handlers (InlineHandler; Mux.HandleInline; CmdPing) run on the
 // event loop with a body pointing into gnet's buffer and reply at the end
@@ -76,10 +78,11 @@
 //	HandshakeTimeout     10 s      a TLS handshake not done: closed
 //
 // MaxPartialBytes bounds the memory of frames not fully arrived, over all
-// connections (partial.go): a large frame is moved into chunks mapped
-// outside the Go heap, counted as its bytes come and unmapped as soon as it
-// is served or its connection closes, so the memory returns to the system
-// at once. A connection refused while still sending lingers a second,
+// connections (partial.go): a large frame is reserved whole when its header
+// comes, while such frames hold at most half of it, or else moved into
+// chunks mapped outside the Go heap, counted as its bytes come and unmapped
+// as soon as it is served or its connection closes, so the memory returns
+// to the system at once. A connection refused while still sending lingers a second,
 // discarding what comes, so that a reset does not overtake its answer
 // (linger.go). One sweep goroutine enforces IdleTimeout, MinReadRate and
 // lingering every quarter of the shortest of them (5 to 250 ms); the loops

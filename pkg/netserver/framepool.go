@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// Frame buffers for reuse. A whole large frame is copied out of its
-// partial-frame chunks (partial.go) into a buffer the handler owns. A new
+// Frame buffers for reuse. A large frame arrives in a buffer the handler
+// then owns, or is copied into one out of its partial-frame chunks
+// (partial.go). A new
 // buffer costs more than the copy: the runtime zeroes it, and its pages,
 // often just given back to the system by the scavenger, fault in again as
 // the frame is written (about a quarter of the broker's CPU at 1 KiB
@@ -23,8 +24,8 @@ import (
 // given back past that goes to the collector), and empties itself when no
 // frame took a buffer for framePoolIdle (the sweep looks), so an idle
 // server gives the memory back. Idle buffers are not held for any
-// connection and are not counted in MaxPartialBytes (the chunks of frames
-// on their way in are, as before).
+// connection and are not counted in MaxPartialBytes (the buffers and
+// chunks of frames on their way in are).
 //
 // In test binaries (testing.Testing) Release poisons the buffer (fills it
 // with poisonByte) before pooling it, so a use after Release shows as

@@ -3,7 +3,9 @@ package netserver
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,9 +33,12 @@ func header(id uint64, n int) []byte {
 
 // TestLimits_PartialFrameCap opens many connections that each send the
 // header of a 1 MiB frame and a quarter of its body: the server holds no
-// more than MaxPartialBytes for them, answers each connection past it
-// StatusBusy (with its request id) and closes it, keeps serving a client
-// meanwhile, and gives the memory back when they leave.
+// more than MaxPartialBytes for them (the first frame reserved whole, as
+// long as half of the cap holds it; the others counted as the chunk that
+// holds what came), answers each connection past it StatusBusy (with its
+// request id) and closes it, keeps serving a client meanwhile, serves
+// the frames that complete (one whole, one in chunks), and gives the
+// memory back when they leave.
 func TestLimits_PartialFrameCap(t *testing.T) {
 	bothPaths(t, func(t *testing.T) {
 		const (
@@ -62,8 +67,16 @@ func TestLimits_PartialFrameCap(t *testing.T) {
 		}()
 		legit := dial(t, s)
 		var held []*rawConn
-		const fit = limit / sent // each holds one chunk of exactly sent bytes
+		var counted []int64 // what each held connection counts
+		var total int64     // their sum
 		for i := range attacker {
+			// The first frame that half of the cap holds is reserved
+			// whole; the others count as the one chunk of sent bytes.
+			count, whole := int64(protocol.HeaderSize+frame), true
+			if total+count > limit/2 {
+				count, whole = sent, false
+			}
+			fits := total+count <= limit
 			c := dial(t, s)
 			id := uint64(1000 + i)
 			// A ping answered first: the server has finished its side of
@@ -74,14 +87,19 @@ func TestLimits_PartialFrameCap(t *testing.T) {
 			if f := c.request(t, protocol.CmdPing, id+1_000_000, []byte("ready")); string(f.Body) != "ready" {
 				t.Fatalf("attacker %d's ping answered %q", i, f.Body)
 			}
-			if _, err := c.Write(append(header(id, frame), make([]byte, sent)...)); err != nil && i < fit {
+			if _, err := c.Write(append(header(id, frame), make([]byte, sent)...)); err != nil && fits {
 				t.Fatal(err)
 			}
-			if i < fit {
+			if fits {
+				total += count
 				waitFor(t, 5*time.Second, "the attacker's frame held", func() bool {
-					return s.Stats().PartialBytes == int64(i+1)*sent
+					return s.Stats().PartialBytes == total
 				})
+				if i == 0 && !whole {
+					t.Fatal("the first frame was not reserved whole")
+				}
 				held = append(held, c)
+				counted = append(counted, count)
 			} else {
 				f := c.readFrame(t)
 				if f.Header.Status() != protocol.StatusBusy || f.Header.RequestID != id ||
@@ -101,20 +119,28 @@ func TestLimits_PartialFrameCap(t *testing.T) {
 		if p := peak.Load(); p > limit {
 			t.Fatalf("partial frames held %d bytes, over the limit %d", p, limit)
 		}
-		if got := s.Stats().ClosedPartial; got != attacker-fit {
-			t.Fatalf("ClosedPartial %d, want %d", got, attacker-fit)
+		if got := s.Stats().ClosedPartial; got != uint64(attacker-len(held)) {
+			t.Fatalf("ClosedPartial %d, want %d", got, attacker-len(held))
+		}
+		if len(held) < 3 || counted[len(counted)-1] != sent {
+			t.Fatalf("%d frames held, counted %v: want one whole and some in chunks", len(held), counted)
 		}
 		s.waitLog(t, "over MaxPartialBytes")
 
-		// The others leave; the first finishes its frame and is served,
-		// and the memory is back.
-		for _, c := range held[1:] {
+		// The others leave; the first (whole) and the last (in chunks)
+		// finish their frames and are served, and the memory is back.
+		last := len(held) - 1
+		for _, c := range held[1:last] {
 			c.Close()
 		}
-		waitFor(t, 5*time.Second, "the leavers' bytes released", func() bool { return s.Stats().PartialBytes == sent })
-		_, _ = held[0].Write(make([]byte, frame-sent))
-		if f := held[0].readFrame(t); f.Header.Status() != protocol.StatusOK || len(f.Body) != frame {
-			t.Fatalf("the held attacker answered %v with %d bytes", f.Header.Status(), len(f.Body))
+		waitFor(t, 5*time.Second, "the leavers' bytes released", func() bool {
+			return s.Stats().PartialBytes == counted[0]+counted[last]
+		})
+		for _, c := range []*rawConn{held[0], held[last]} {
+			_, _ = c.Write(make([]byte, frame-sent))
+			if f := c.readFrame(t); f.Header.Status() != protocol.StatusOK || len(f.Body) != frame {
+				t.Fatalf("the held attacker answered %v with %d bytes", f.Header.Status(), len(f.Body))
+			}
 		}
 		waitFor(t, 5*time.Second, "no partial bytes", func() bool { return s.Stats().PartialBytes == 0 })
 
@@ -310,5 +336,49 @@ func TestLimits_IdleWhileTheClientDoesNotRead(t *testing.T) {
 		waitFor(t, 10*time.Second, "the stalled connection closed as idle", func() bool { return s.Stats().ClosedIdle == 1 })
 		waitFor(t, 5*time.Second, "the connection forgotten", func() bool { return s.Stats().Conns == 0 })
 		ping(t, s)
+	})
+}
+
+// TestLimits_LargeFramesWholeAndInChunks sends large frames back to back,
+// each followed by a small one, in pieces of random sizes with pauses: a
+// frame that half of MaxPartialBytes holds arrives in its own buffer
+// (read past gnet's), a bigger one in chunks, and every echo comes back
+// in order and intact, with nothing held afterwards.
+func TestLimits_LargeFramesWholeAndInChunks(t *testing.T) {
+	bothPaths(t, func(t *testing.T) {
+		const limit = 1 << 20 // half of it holds frames up to 512 KiB whole
+		s := startServer(t, Options{MaxFrameSize: 900 << 10, MaxPartialBytes: limit}, NewMux())
+		rng := rand.New(rand.NewPCG(1, 2))
+		var stream []byte
+		var want [][]byte
+		for i, n := range []int{100 << 10, 700 << 10, 300 << 10, 900 << 10, 65 << 10, 511 << 10} {
+			body := make([]byte, n)
+			for j := range body {
+				body[j] = byte(j*7 + i)
+			}
+			stream = protocol.AppendRequest(stream, protocol.CmdPing, uint64(2*i+1), body)
+			small := []byte(fmt.Sprintf("small %d", i))
+			stream = protocol.AppendRequest(stream, protocol.CmdPing, uint64(2*i+2), small)
+			want = append(want, body, small)
+		}
+		c := dial(t, s)
+		go func() {
+			for len(stream) > 0 {
+				n := min(len(stream), 1+rng.IntN(300<<10))
+				if _, err := c.Write(stream[:n]); err != nil {
+					return
+				}
+				stream = stream[n:]
+				time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+			}
+		}()
+		for i, w := range want {
+			f := c.readFrame(t)
+			if f.Header.RequestID != uint64(i+1) || !bytes.Equal(f.Body, w) {
+				t.Fatalf("echo %d: request %d, %d bytes, want request %d, %d bytes (equal %v)",
+					i, f.Header.RequestID, len(f.Body), i+1, len(w), bytes.Equal(f.Body, w))
+			}
+		}
+		waitFor(t, 5*time.Second, "no partial bytes", func() bool { return s.Stats().PartialBytes == 0 })
 	})
 }

@@ -21,17 +21,25 @@ import (
 //     ring buffer grows by doubling).
 //   - a large frame is taken out of gnet's buffer at once (gnet's buffer
 //     would grow to the frame's size by doubling, copying at each step,
-//     and park its old arrays in process-wide pools) into chunks of
-//     partialChunkSize bytes mapped outside the Go heap, one chunk more
-//     each time the body reaches the end of the last; a TLS connection
-//     reads the body straight into them. It counts as its chunks. When the
-//     frame is whole it is copied once into a heap buffer from the frame
-//     pool (framepool.go; the handler owns it, and may give it back with
-//     Request.Release) and the chunks go back: the server keeps
-//     partialChunkReserve of them mapped for the next large frame and
-//     unmaps the others, so the memory returns to the system as soon as
-//     the frame is served or its connection closes, without waiting for
-//     the garbage collector.
+//     and park its old arrays in process-wide pools), and the rest of it
+//     is read from the socket straight to where it goes, past gnet's
+//     buffer (readLarge; a TLS connection decrypts into it), as long as
+//     the socket has bytes. Where it goes:
+//   - whole: while the frames held this way stay within half of
+//     MaxPartialBytes, a frame of up to framePoolMaxFrame gets its
+//     buffer from the frame pool at once (framepool.go), reserved whole
+//     when its header arrives; the handler gets that buffer (and may give
+//     it back with Request.Release), so the frame is not copied again.
+//     A client that sends headers and stalls holds at most that half.
+//   - in chunks: otherwise the body goes into chunks of partialChunkSize
+//     bytes mapped outside the Go heap, one chunk more each time the body
+//     reaches the end of the last, counted as its chunks (so a frame
+//     counts only what came). When the frame is whole it is copied once
+//     into a buffer from the frame pool and the chunks go back: the
+//     server keeps partialChunkReserve of them mapped for the next large
+//     frame and unmaps the others, so the memory returns to the system as
+//     soon as the frame is served or its connection closes, without
+//     waiting for the garbage collector.
 const (
 	partialChunkSize    = 256 << 10
 	partialChunkReserve = 16 // chunks kept mapped for reuse (4 MiB)
@@ -89,7 +97,13 @@ type largeFrame struct {
 	body   int // body length
 	filled int // body bytes received
 	chunks [][]byte
+	// whole, when set, is the frame's own buffer (header and body),
+	// reserved whole against MaxPartialBytes; chunks is then unused.
+	whole *frameBuf
 }
+
+// size returns the frame's length, header included.
+func (f *largeFrame) size() int { return protocol.HeaderSize + f.body }
 
 // requestID returns the frame's request id.
 func (f *largeFrame) requestID() uint64 { return decodeHeader(f.header[:]).RequestID }
@@ -113,6 +127,22 @@ func (s *Server) reservePartial(n int64) bool {
 	}
 }
 
+// reserveWhole counts n more bytes held in whole large frames and in
+// partial frames, or reports false (counting nothing) when that would pass
+// half of MaxPartialBytes: the other half stays for frames that count only
+// what came.
+func (s *Server) reserveWhole(n int64) bool {
+	for {
+		cur := s.partialBytes.Load()
+		if cur+n > s.opts.MaxPartialBytes/2 {
+			return false
+		}
+		if s.partialBytes.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
+}
+
 // space returns where the next body bytes of c's large frame go: the free
 // part of its last chunk, no longer than the bytes still to come. When the
 // last chunk is full it takes a new one, or reports false when that would
@@ -120,6 +150,9 @@ func (s *Server) reservePartial(n int64) bool {
 // then be refused; see refusePartial).
 func (c *Conn) space() ([]byte, bool) {
 	f := c.large
+	if f.whole != nil {
+		return f.whole.b[protocol.HeaderSize+f.filled : f.size()], true
+	}
 	at := f.filled % partialChunkSize
 	if at == 0 && f.filled == len(f.chunks)*partialChunkSize {
 		if !c.srv.reservePartial(partialChunkSize) {
@@ -141,6 +174,9 @@ func (c *Conn) space() ([]byte, bool) {
 // longer than the bytes still to come (empty: a new chunk is needed).
 func (c *Conn) largeRoom() []byte {
 	f := c.large
+	if f.whole != nil {
+		return f.whole.b[protocol.HeaderSize+f.filled : f.size()]
+	}
 	if f.filled == len(f.chunks)*partialChunkSize {
 		return nil
 	}
@@ -171,18 +207,56 @@ func (c *Conn) startLarge(b []byte) bool {
 	c.holdSmall(0)
 	f := &largeFrame{body: int(decodeHeader(b).BodyLen)}
 	copy(f.header[:], b)
+	if f.size() <= framePoolMaxFrame && c.srv.reserveWhole(int64(f.size())) {
+		f.whole = c.srv.frames.get(f.size())
+		copy(f.whole.b, f.header[:])
+	}
 	c.large = f
 	c.framing.Store(true)
 	return c.fillLarge(b[protocol.HeaderSize:])
 }
 
-// takeLarge returns c's whole large frame copied into a buffer from the
-// frame pool (header and body, for the handler to own; framepool.go) and
-// gives its chunks back. The copy fills the buffer up to the frame's
-// length, so whatever it held before is overwritten.
+// readLarge reads the rest of c's large frame from the socket straight
+// into its buffer or its last chunk (largeRoom), until the frame is whole,
+// the chunk is full or the socket has nothing more; gnet's next read
+// brings what comes later (its poller is level-triggered). A read error
+// or the peer's end is left to gnet's next read, which sees it too.
+func (c *Conn) readLarge() {
+	for {
+		room := c.largeRoom()
+		if len(room) == 0 {
+			return
+		}
+		n, err := unix.Read(c.fd, room)
+		if err == unix.EINTR {
+			continue
+		}
+		if n <= 0 || err != nil {
+			return
+		}
+		c.large.filled += n
+		c.received.Add(int64(n))
+		if n < len(room) {
+			return // the socket is (most likely) empty: no read to find EAGAIN
+		}
+	}
+}
+
+// takeLarge returns c's whole large frame in a buffer from the frame pool
+// (header and body, for the handler to own; framepool.go): its own buffer,
+// or one its chunks are copied into, and then given back. The copy fills
+// the buffer up to the frame's length, so whatever it held before is
+// overwritten.
 func (c *Conn) takeLarge() *frameBuf {
 	f := c.large
-	fb := c.srv.frames.get(protocol.HeaderSize + f.body)
+	if fb := f.whole; fb != nil {
+		f.whole = nil
+		c.srv.partialBytes.Add(-int64(f.size()))
+		c.large = nil
+		c.framing.Store(false)
+		return fb
+	}
+	fb := c.srv.frames.get(f.size())
 	n := copy(fb.b, f.header[:])
 	for _, chunk := range f.chunks {
 		n += copy(fb.b[n:], chunk)
@@ -204,6 +278,11 @@ func (c *Conn) dropLarge() {
 	f := c.large
 	if f == nil {
 		return
+	}
+	if f.whole != nil {
+		c.srv.frames.put(f.whole)
+		f.whole = nil
+		c.srv.partialBytes.Add(-int64(f.size()))
 	}
 	for i, chunk := range f.chunks {
 		c.srv.chunks.put(chunk)

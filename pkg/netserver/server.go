@@ -508,6 +508,9 @@ func (c *Conn) readGnet(gc gnet.Conn, now time.Time) bool {
 			return false
 		}
 		if c.large.remaining() > 0 {
+			c.readLarge()
+		}
+		if c.large.remaining() > 0 {
 			return true
 		}
 		if !c.serveLarge(now) {
@@ -571,7 +574,10 @@ func (c *Conn) keepPartial(gc gnet.Conn, total int, requestID uint64) bool {
 			c.refusePartial(requestID)
 			return false
 		}
-		return true
+		if c.readLarge(); c.large.remaining() > 0 {
+			return true
+		}
+		return c.serveLarge(time.Now()) // gnet's buffer is empty: the socket's next bytes wait for its next read
 	}
 	if !c.holdSmall(gc.InboundBuffered()) {
 		c.refusePartial(requestID)
