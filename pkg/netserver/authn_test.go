@@ -342,3 +342,34 @@ func TestAuth_CloseWaitsForCmdAuth(t *testing.T) {
 		t.Fatalf("CmdAuth during Close answered %v", f.Header.Status())
 	}
 }
+
+// TestAuth_LargeFrameBeforeAuthCountsWhatCame: a connection not yet
+// authenticated that sends the header of a large frame and a little of
+// its body holds only the chunk for what came (no buffer reserved whole
+// for its header), and once authenticated its next large frame is
+// reserved whole.
+func TestAuth_LargeFrameBeforeAuthCountsWhatCame(t *testing.T) {
+	a := auth.NewAuthority(testEntries(t, 1, billingGrants, false))
+	s := startServer(t, Options{Auth: a, RequireAuth: true, MaxFrameSize: 1 << 20}, NewMux())
+	const frame, sent = 1 << 20, 1000
+	stranger := dial(t, s)
+	stranger.send(t, append(header(1, frame), make([]byte, sent)...))
+	waitFor(t, 5*time.Second, "the stranger's frame held", func() bool { return s.Stats().PartialBytes > 0 })
+	if got := s.Stats().PartialBytes; got != partialChunkSize {
+		t.Fatalf("an unauthenticated large frame holds %d bytes, want one chunk (%d)", got, partialChunkSize)
+	}
+	stranger.Close()
+	waitFor(t, 5*time.Second, "the stranger's bytes released", func() bool { return s.Stats().PartialBytes == 0 })
+
+	member := dial(t, s)
+	member.login(t, 1, "billing", billingSecret, protocol.StatusOK)
+	member.send(t, append(header(2, frame), make([]byte, sent)...))
+	waitFor(t, 5*time.Second, "the member's frame reserved whole", func() bool {
+		return s.Stats().PartialBytes == protocol.HeaderSize+frame
+	})
+	member.send(t, make([]byte, frame-sent))
+	if f := member.readFrame(t); f.Header.Status() != protocol.StatusOK || len(f.Body) != frame {
+		t.Fatalf("the member's large ping answered %v with %d bytes", f.Header.Status(), len(f.Body))
+	}
+	waitFor(t, 5*time.Second, "no partial bytes", func() bool { return s.Stats().PartialBytes == 0 })
+}

@@ -26,7 +26,8 @@ import (
 //     buffer (readLarge; a TLS connection decrypts into it), as long as
 //     the socket has bytes. Where it goes:
 //   - whole: while the frames held this way stay within half of
-//     MaxPartialBytes, a frame of up to framePoolMaxFrame gets its
+//     MaxPartialBytes, a frame of up to framePoolMaxFrame on a connection
+//     that is authenticated (or needs not be) gets its
 //     buffer from the frame pool at once (framepool.go), reserved whole
 //     when its header arrives; the handler gets that buffer (and may give
 //     it back with Request.Release), so the frame is not copied again.
@@ -207,7 +208,10 @@ func (c *Conn) startLarge(b []byte) bool {
 	c.holdSmall(0)
 	f := &largeFrame{body: int(decodeHeader(b).BodyLen)}
 	copy(f.header[:], b)
-	if f.size() <= framePoolMaxFrame && c.srv.reserveWhole(int64(f.size())) {
+	// Only a connection that may send requests reserves a frame whole: a
+	// connection not yet authenticated (whose large frame is refused once
+	// it is read) counts what it sends.
+	if f.size() <= framePoolMaxFrame && c.authenticated() && c.srv.reserveWhole(int64(f.size())) {
 		f.whole = c.srv.frames.get(f.size())
 		copy(f.whole.b, f.header[:])
 	}
