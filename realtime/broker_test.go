@@ -2,6 +2,7 @@ package realtime_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -663,6 +664,32 @@ func TestBroker_BadInput(t *testing.T) {
 	if _, err := tc.Call(ctx, b.addr(), protocol.CmdSend, []byte{1, 2, 3}); !errors.Is(err, protocol.ErrBadRequest) {
 		t.Fatalf("malformed send body: %v", err)
 	}
+	// Whole messages and then a truncated one, or trailing bytes: the
+	// request is refused whole (its messages are split as they are
+	// checked, and none is stored or remembered before the end is read);
+	// resent well-formed, they are stored, not answered "duplicate".
+	first, _ := protocol.AppendMessage(nil, &protocol.Message{Subject: "s", ID: "first", Body: []byte("1")}, loose)
+	second, _ := protocol.AppendMessage(nil, &protocol.Message{Subject: "s", ID: "second", Body: []byte("2")}, loose)
+	whole := protocol.AppendSendRequest(nil, 0, [][]byte{first, second})
+	for name, body := range map[string][]byte{
+		"truncated": whole[:len(whole)-3],
+		"trailing":  append(append([]byte(nil), whole...), 0),
+		"short":     binary.BigEndian.AppendUint32(append([]byte(nil), whole[:8]...), 3), // claims 3, carries 0
+	} {
+		if name == "short" {
+			body = append(body, whole[12:]...) // the two messages: one short of the count
+		}
+		if _, err := tc.Call(ctx, b.addr(), protocol.CmdSend, body); !errors.Is(err, protocol.ErrBadRequest) {
+			t.Fatalf("%s send body: %v, want a bad request", name, err)
+		}
+	}
+	resp, err = tc.Call(ctx, b.addr(), protocol.CmdSend, whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := protocol.DecodeSendResponse(resp); len(st) != 2 || st[0] != protocol.StatusOK || st[1] != protocol.StatusOK {
+		t.Fatalf("the well-formed resend answered %v, want two StatusOK", st)
+	}
 	bad := protocol.AppendPullRequest(nil, &protocol.PullRequest{Subject: "bad subject", Group: "g", ConsumerID: "c", Max: 1})
 	if _, err := tc.Call(ctx, b.addr(), protocol.CmdPull, bad); !errors.Is(err, protocol.ErrInvalid) {
 		t.Fatalf("invalid subject pull: %v", err)
@@ -692,7 +719,7 @@ func TestBroker_BadInput(t *testing.T) {
 	if _, err := c.Subscribe("s", "g", col.handler, consumer.StartEarliest()); err != nil {
 		t.Fatal(err)
 	}
-	col.waitAll(t, []string{"good"}, 10*time.Second)
+	col.waitAll(t, []string{"good", "first", "second"}, 10*time.Second)
 }
 
 func TestBroker_PullAPI(t *testing.T) {

@@ -106,26 +106,80 @@ func DecodeSendRequest(body []byte) (SendRequest, error) {
 // (a server decoding one request after another allocates nothing). On an
 // error r is zero but keeps that capacity.
 func (r *SendRequest) Decode(body []byte) error {
-	rd := reader{b: body}
-	epoch := rd.u64()
-	n := rd.u32()
-	if rd.err == nil && uint64(n)*4 > uint64(len(body)) {
-		r.Epoch, r.Messages = 0, r.Messages[:0]
-		return fmt.Errorf("%w: send request claims %d messages in %d bytes", ErrTruncated, n, len(body))
-	}
+	sr, err := NewSendReader(body)
 	msgs := r.Messages[:0]
-	if rd.err == nil {
-		msgs = slices.Grow(msgs, int(n))
+	if err == nil {
+		msgs = slices.Grow(msgs, sr.Count)
+		for range sr.Count {
+			var m []byte
+			if m, err = sr.Next(); err != nil {
+				break
+			}
+			msgs = append(msgs, m)
+		}
+		if err == nil {
+			err = sr.End()
+		}
 	}
-	for i := uint32(0); i < n && rd.err == nil; i++ {
-		msgs = append(msgs, rd.bytes32())
-	}
-	if err := rd.done(); err != nil {
+	if err != nil {
 		clear(msgs)
 		r.Epoch, r.Messages = 0, msgs[:0]
+		return err
+	}
+	r.Epoch, r.Messages = sr.Epoch, msgs
+	return nil
+}
+
+// SendReader splits a send request body one message at a time, for a
+// server that checks each message as it reaches it: splitting them all
+// first reads every length before any message (each length says where the
+// next one starts), a cache miss a message waited out one after another
+// on a body just read from the socket, where checking each in turn
+// streams through the bytes. The messages alias the body.
+type SendReader struct {
+	Epoch uint64
+	Count int // the messages the request says it carries
+	rd    reader
+	read  int
+}
+
+// NewSendReader reads a send request's epoch and count.
+func NewSendReader(body []byte) (SendReader, error) {
+	sr := SendReader{rd: reader{b: body}}
+	sr.Epoch = sr.rd.u64()
+	n := sr.rd.u32()
+	if sr.rd.err != nil {
+		return SendReader{}, fmt.Errorf("%w: send request", sr.rd.err)
+	}
+	if uint64(n)*4 > uint64(len(body)) {
+		return SendReader{}, fmt.Errorf("%w: send request claims %d messages in %d bytes", ErrTruncated, n, len(body))
+	}
+	sr.Count = int(n)
+	return sr, nil
+}
+
+// Next returns the next message (Count of them in all).
+func (sr *SendReader) Next() ([]byte, error) {
+	if sr.read == sr.Count {
+		return nil, fmt.Errorf("%w: send request: more than its %d messages read", ErrTruncated, sr.Count)
+	}
+	m := sr.rd.bytes32()
+	if sr.rd.err != nil {
+		return nil, fmt.Errorf("%w: send request", sr.rd.err)
+	}
+	sr.read++
+	return m, nil
+}
+
+// End reports an error when bytes follow the last message (or messages
+// were left unread).
+func (sr *SendReader) End() error {
+	if sr.read != sr.Count {
+		return fmt.Errorf("%w: send request: %d of %d messages read", ErrTruncated, sr.read, sr.Count)
+	}
+	if err := sr.rd.done(); err != nil {
 		return fmt.Errorf("%w: send request", err)
 	}
-	r.Epoch, r.Messages = epoch, msgs
 	return nil
 }
 
