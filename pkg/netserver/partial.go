@@ -116,26 +116,19 @@ func (f *largeFrame) remaining() int { return f.body - f.filled }
 // false (and counts nothing) when that would pass MaxPartialBytes.
 // The count never passes the cap, not even for a moment (a compare and
 // swap, not an add taken back), so Stats.PartialBytes is a true bound.
-func (s *Server) reservePartial(n int64) bool {
-	for {
-		cur := s.partialBytes.Load()
-		if cur+n > s.opts.MaxPartialBytes {
-			return false
-		}
-		if s.partialBytes.CompareAndSwap(cur, cur+n) {
-			return true
-		}
-	}
-}
+func (s *Server) reservePartial(n int64) bool { return s.reserveUpTo(n, s.opts.MaxPartialBytes) }
 
-// reserveWhole counts n more bytes held in whole large frames and in
-// partial frames, or reports false (counting nothing) when that would pass
-// half of MaxPartialBytes: the other half stays for frames that count only
-// what came.
-func (s *Server) reserveWhole(n int64) bool {
+// reserveWhole is reservePartial for a large frame reserved whole, up to
+// half of MaxPartialBytes: the other half stays for frames that count
+// only what came.
+func (s *Server) reserveWhole(n int64) bool { return s.reserveUpTo(n, s.opts.MaxPartialBytes/2) }
+
+// reserveUpTo counts n more bytes held in partial frames unless the count
+// would pass limit.
+func (s *Server) reserveUpTo(n, limit int64) bool {
 	for {
 		cur := s.partialBytes.Load()
-		if cur+n > s.opts.MaxPartialBytes/2 {
+		if cur+n > limit {
 			return false
 		}
 		if s.partialBytes.CompareAndSwap(cur, cur+n) {
@@ -254,10 +247,9 @@ func (c *Conn) readLarge() {
 func (c *Conn) takeLarge() *frameBuf {
 	f := c.large
 	if fb := f.whole; fb != nil {
-		f.whole = nil
+		f.whole = nil // the handler's now: dropLarge does not pool it
 		c.srv.partialBytes.Add(-int64(f.size()))
-		c.large = nil
-		c.framing.Store(false)
+		c.dropLarge()
 		return fb
 	}
 	fb := c.srv.frames.get(f.size())
