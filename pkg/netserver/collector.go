@@ -12,6 +12,8 @@ import "github.com/prometheus/client_golang/prometheus"
 //	_tls_handshake_failures_total      TLS handshakes that failed or timed out
 //	_frame_pool_bytes                  idle large-frame buffers kept for reuse
 //	_large_frames_total{buffer}        large frames by their buffer (reused, new)
+//	_large_frames_chunked_total        large frames that came in chunks, not
+//	                                   into a buffer reserved whole
 //
 // server is read at each scrape (a nil server exports nothing).
 func LimitsCollector(namespace string, server func() *Server) prometheus.Collector {
@@ -25,13 +27,14 @@ func LimitsCollector(namespace string, server func() *Server) prometheus.Collect
 		handshakes: d("tls_handshake_failures_total", "TLS handshakes that failed or timed out."),
 		framePool:  d("frame_pool_bytes", "Idle large-frame buffers kept for reuse (Options.FramePoolBytes)."),
 		frames:     d("large_frames_total", "Request frames larger than the read buffer, by their buffer: reused from the frame pool, or new.", "buffer"),
+		chunked:    d("large_frames_chunked_total", "Request frames larger than the read buffer that came in chunks (copied once whole) instead of into a buffer reserved whole: half of the partial-frame bound was held so, the frame was over 4 MiB, or the connection was not yet authenticated."),
 	}
 }
 
 type limitsCollector struct {
 	server                               func() *Server
 	refused, partial, closed, handshakes *prometheus.Desc
-	framePool, frames                    *prometheus.Desc
+	framePool, frames, chunked           *prometheus.Desc
 }
 
 func (c *limitsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -41,6 +44,7 @@ func (c *limitsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.handshakes
 	ch <- c.framePool
 	ch <- c.frames
+	ch <- c.chunked
 }
 
 func (c *limitsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -62,4 +66,5 @@ func (c *limitsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.framePool, prometheus.GaugeValue, float64(st.FramePoolBytes))
 	counter(c.frames, st.FramesReused, "reused")
 	counter(c.frames, st.FramesMade, "new")
+	counter(c.chunked, st.FramesChunked)
 }

@@ -380,5 +380,8 @@ func TestLimits_LargeFramesWholeAndInChunks(t *testing.T) {
 			}
 		}
 		waitFor(t, 5*time.Second, "no partial bytes", func() bool { return s.Stats().PartialBytes == 0 })
+		if got := s.Stats().FramesChunked; got != 2 { // 700 and 900 KiB: over half the cap
+			t.Fatalf("FramesChunked %d, want 2", got)
+		}
 	})
 }

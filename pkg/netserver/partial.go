@@ -207,6 +207,8 @@ func (c *Conn) startLarge(b []byte) bool {
 	if f.size() <= framePoolMaxFrame && c.authenticated() && c.srv.reserveWhole(int64(f.size())) {
 		f.whole = c.srv.frames.get(f.size())
 		copy(f.whole.b, f.header[:])
+	} else {
+		c.srv.framesChunked.Add(1)
 	}
 	c.large = f
 	c.framing.Store(true)

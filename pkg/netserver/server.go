@@ -74,6 +74,7 @@ type Server struct {
 	closedIdle             atomic.Uint64
 	closedSlow             atomic.Uint64
 	handshakeFailures      atomic.Uint64
+	framesChunked          atomic.Uint64 // large frames that came in chunks, not reserved whole
 
 	closeLog     logLimit // "closing connection"
 	refusalLog   logLimit // refused requests
@@ -639,6 +640,11 @@ type Stats struct {
 	FramePoolBytes int64
 	FramesReused   uint64
 	FramesMade     uint64
+	// FramesChunked counts large frames that came in chunks and were
+	// copied into their buffer once whole, instead of being read into a
+	// buffer reserved whole (half of MaxPartialBytes held so, a frame over
+	// 4 MiB, or a connection not yet authenticated; partial.go).
+	FramesChunked uint64
 }
 
 // Stats returns the server's current load.
@@ -648,5 +654,6 @@ func (s *Server) Stats() Stats {
 		ClosedPartial: s.closedPartial.Load(), ClosedIdle: s.closedIdle.Load(), ClosedSlow: s.closedSlow.Load(),
 		HandshakeFailures: s.handshakeFailures.Load()}
 	st.FramePoolBytes, st.FramesReused, st.FramesMade = s.frames.stats()
+	st.FramesChunked = s.framesChunked.Load()
 	return st
 }
