@@ -508,10 +508,7 @@ func (c *Conn) readGnet(gc gnet.Conn, now time.Time) bool {
 			c.refusePartial(c.large.requestID())
 			return false
 		}
-		if c.large.remaining() > 0 {
-			c.readLarge()
-		}
-		if c.large.remaining() > 0 {
+		if c.readLarge(); c.large.remaining() > 0 {
 			return true
 		}
 		if !c.serveLarge(now) {
