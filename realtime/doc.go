@@ -131,7 +131,8 @@
 //
 // /metrics on the HTTP port: counters and histograms of sends, stores,
 // duplicates, rejections by status, pulls (held, dropped, pipelined,
-// inline), acks and append time; series read at each scrape (collector.go):
+// inline), acks, append time and (--wait-slave) the wait for the slave;
+// series read at each scrape (collector.go):
 // connections, subjects, groups, consumers, disk, consume-log buffers, syncs
 // and corrupt reads, and per consumer group its backlog, un-acked messages
 // and qmq_realtime_backlog_at_risk_messages (alert on it), qmq_realtime_dead_letters

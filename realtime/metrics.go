@@ -24,6 +24,9 @@ type metrics struct {
 	returned    prometheus.Counter
 	retried     prometheus.Counter
 	appendSecs  prometheus.Histogram
+	// slaveWait is how long a stored send's reply waited for the slave's
+	// copy (--wait-slave).
+	slaveWait prometheus.Histogram
 	// dedupeSeeded is how many ids a starting master put back into the
 	// dedupe window from its log (seedDedupeLoop).
 	dedupeSeeded prometheus.Gauge
@@ -65,13 +68,16 @@ func newMetrics(reg prometheus.Registerer, group string) *metrics {
 		appendSecs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "qmq_realtime_append_seconds",
 			Help: "Time from receiving a send request to its messages being stored.", ConstLabels: labels,
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+		slaveWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "qmq_realtime_slave_wait_seconds",
+			Help: "Time a stored send's reply waited for the slave's copy (--wait-slave).", ConstLabels: labels,
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 		dedupeSeeded: prometheus.NewGauge(prometheus.GaugeOpts{Name: "qmq_realtime_dedupe_seeded_ids",
 			Help: "Message ids this master put back into the dedupe window from its log when it started.", ConstLabels: labels}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "qmq_realtime_requests_total",
 			Help: "Requests received, by command (malformed frames and unknown commands are not counted).", ConstLabels: labels}, []string{"command"}),
 	}
 	reg.MustRegister(m.received, m.stored, m.duplicates, m.rejected, m.pulled, m.acked, m.ackQueued, m.pullDropped,
-		m.pipelined, m.inline, m.inlineSlow, m.parked, m.returned, m.retried, m.appendSecs, m.dedupeSeeded, m.requests)
+		m.pipelined, m.inline, m.inlineSlow, m.parked, m.returned, m.retried, m.appendSecs, m.slaveWait, m.dedupeSeeded, m.requests)
 	return m
 }
 

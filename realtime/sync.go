@@ -660,7 +660,9 @@ func (b *Broker) replyStored(s *sendCall, results []store.Result, direct bool) (
 		// path: AfterWrite frees the call before the reply is made.
 		statuses = slices.Clone(statuses)
 	}
+	stored := time.Now()
 	y.await(need, func(err error) {
+		b.metrics.slaveWait.Observe(time.Since(stored).Seconds())
 		if err != nil {
 			// The keys stay pending until the slave holds their messages.
 			r.ReplyError(err)

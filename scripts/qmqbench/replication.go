@@ -85,5 +85,8 @@ func (e *Env) produceWaitSlave(dir string, d time.Duration) (float64, error) {
 		return 0, fmt.Errorf("%d sends failed", res.Failed)
 	}
 	e.Logf("qmq wait-slave: %d messages in %v", res.Messages, res.Elapsed)
+	// Where a reply's time went: the master's own append (its fdatasync
+	// included), then the wait for the slave's copy.
+	e.logHistograms(argAfter(m.cmd.Args, "--http-addr"), "qmq_realtime_append_seconds", "qmq_realtime_slave_wait_seconds")
 	return res.rate(), nil
 }
