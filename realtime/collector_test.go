@@ -7,13 +7,28 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/qmq-go/qmq/consumer"
 )
 
-// metricValue returns the value of the series name whose labels include
-// want, and whether there is one.
+// metricValue returns the value of the gauge or counter name whose labels
+// include want, and whether there is one.
 func metricValue(t *testing.T, reg prometheus.Gatherer, name string, want map[string]string) (float64, bool) {
+	t.Helper()
+	m := findSeries(t, reg, name, want)
+	switch {
+	case m.GetGauge() != nil:
+		return m.GetGauge().GetValue(), true
+	case m.GetCounter() != nil:
+		return m.GetCounter().GetValue(), true
+	}
+	return 0, false
+}
+
+// findSeries returns the first series of name whose labels include want,
+// or nil.
+func findSeries(t *testing.T, reg prometheus.Gatherer, name string, want map[string]string) *dto.Metric {
 	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
@@ -34,15 +49,10 @@ func metricValue(t *testing.T, reg prometheus.Gatherer, name string, want map[st
 					continue series
 				}
 			}
-			switch {
-			case m.GetGauge() != nil:
-				return m.GetGauge().GetValue(), true
-			case m.GetCounter() != nil:
-				return m.GetCounter().GetValue(), true
-			}
+			return m
 		}
 	}
-	return 0, false
+	return nil
 }
 
 // The broker's scrape-time series follow a consumer group: its backlog and

@@ -287,7 +287,8 @@ func TestReplication_WaitSlave(t *testing.T) {
 	}
 	// The wait shows in qmq_realtime_slave_wait_seconds: 21 replies, one
 	// of them held for more than the half second above.
-	if n, sum := histogram(t, m, "qmq_realtime_slave_wait_seconds"); n < 21 || sum < 0.5 {
+	h := findSeries(t, m.Registry(), "qmq_realtime_slave_wait_seconds", nil).GetHistogram()
+	if n, sum := h.GetSampleCount(), h.GetSampleSum(); n < 21 || sum < 0.5 {
 		t.Fatalf("slave wait histogram: %d replies, %.3fs in all; want at least 21 and 0.5s", n, sum)
 	}
 
@@ -315,23 +316,6 @@ func TestReplication_WaitSlave(t *testing.T) {
 		return rawSend(ctx, c, m.addr(), "w", fmt.Sprint("d", time.Now().UnixNano()))
 	})
 	waitCaughtUp(t, m, 10*time.Second)
-}
-
-// histogram returns the count and sum of b's histogram name.
-func histogram(t *testing.T, b *testBroker, name string) (uint64, float64) {
-	t.Helper()
-	mfs, err := b.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
-			h := mf.GetMetric()[0].GetHistogram()
-			return h.GetSampleCount(), h.GetSampleSum()
-		}
-	}
-	t.Fatalf("no histogram %s", name)
-	return 0, 0
 }
 
 // The replies waiting for the slave are bounded: past MaxWaitingAcks new
